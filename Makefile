@@ -1,0 +1,41 @@
+# Quick start:  make sweep   (the label-noise grid on the bundled digits data)
+#               make test    (the test suite, CPU only)
+# Both create or reuse the virtual environment $(VENV). An importable torch is kept as it is
+# (a CUDA build stays a CUDA build); only when none is found is torch==$(TORCH_VERSION) installed.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_VERSION ?= 2.13.0
+PY := $(VENV)/bin/python
+SWEEP_ARGS ?=
+
+.PHONY: install sweep smoke test test-fast analysis clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c "import torch" 2>/dev/null; then \
+	    echo "keeping the torch of $(PYTHON): venv with --system-site-packages"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else $(PYTHON) -m venv $(VENV); fi; fi
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install -e ".[dev]"
+	@touch $@
+
+sweep: install
+	$(PY) sweeps/noise_grid.py $(SWEEP_ARGS)
+
+smoke: install
+	$(PY) sweeps/noise_grid.py --smoke-test $(SWEEP_ARGS)
+
+test: install
+	$(PY) -m pytest tests -q
+
+test-fast: install
+	$(PY) -m pytest tests -q -m "not slow"
+
+analysis: install
+	$(PY) -m analysis runs/noise_grid
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

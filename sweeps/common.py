@@ -1,0 +1,164 @@
+"""Small helpers shared by the sweep scripts: flags, input checks, Ray start-up, resources.
+
+Each is a plain function; the sweep scripts call `Tuner`, `TuneConfig` and `RunConfig` themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+from trainables.config import DATASETS, LOSSES, MODELS
+
+
+class UsageError(ValueError):
+    """A user mistake in flags or config: printed as one line, exit code 2, no traceback."""
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, name: str) -> None:
+    """Flags every sweep has: data, model, resources, storage, cluster."""
+    parser.add_argument("--dataset", default="digits", help=f"one of {', '.join(DATASETS)} (default: digits, bundled)")
+    parser.add_argument("--data-root", default=None, help="cifar10: folder with the python batches; npz: the .npz file")
+    parser.add_argument("--model", default="mlp", help=f"one of {', '.join(MODELS)} (default: mlp)")
+    parser.add_argument("--loss", default="ce", help=f"one of {', '.join(LOSSES)} (default: ce)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per trial (default: 30; 2 with --smoke-test)")
+    parser.add_argument(
+        "--gpus-per-trial", default=None,
+        help="GPUs each trial gets: a fraction such as 0.25 (4 trials share a GPU), a whole number, "
+        "or 0 for CPU trials (default: 0.25 when the cluster has GPUs, else 0)",
+    )
+    parser.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPU cores each trial gets (default: 1)")
+    parser.add_argument("--max-concurrent", type=int, default=None, help="at most this many trials at once (default: as many as resources allow)")
+    parser.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
+    parser.add_argument("--name", default=name, help=f"experiment name, a folder under --storage-path (default: {name})")
+    parser.add_argument("--address", default=None, help="an existing Ray cluster, e.g. 'auto' or 'HEAD_IP:6379' (default: start a local one)")
+    parser.add_argument("--dashboard-host", default="127.0.0.1", help="interface the Ray dashboard listens on (default: 127.0.0.1)")
+    parser.add_argument("--smoke-test", action="store_true", help="2 epochs: the whole sweep in about a minute on 2 cores")
+
+
+def parse_gpus_per_trial(text: str | None) -> float | None:
+    """Parse --gpus-per-trial: None (choose later), a fraction in (0, 1], or a whole number >= 1.
+
+    Returns:
+        GPUs per trial as a float (0.0 for CPU trials), or None when not given.
+    Raises:
+        UsageError: negative, not a number, or a non-whole number above 1 (e.g. 1.5).
+    """
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--gpus-per-trial={text!r} is not a number; use 0 (CPU), a fraction in (0, 1] or a whole number") from None
+    if not math.isfinite(value) or value < 0 or (value > 1 and not value.is_integer()):
+        raise UsageError(f"--gpus-per-trial={text} is not allowed; use 0 (CPU), a fraction in (0, 1] or a whole number >= 1")
+    return value
+
+
+def parse_float_list(flag: str, text: str, low: float, high: float) -> list[float]:
+    """Parse a comma-separated list of floats, each in [low, high); UsageError names the bad item."""
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            raise UsageError(f"{flag}: {item!r} is not a number (expected comma-separated values in [{low}, {high}))") from None
+        if not (low <= value < high):
+            raise UsageError(f"{flag}: {value} is outside the allowed range [{low}, {high})")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise UsageError(f"{flag}: {text!r} repeats a value")
+    return values
+
+
+def check_storage_path(path: str) -> Path:
+    """Resolve --storage-path and check it can be written, without writing anything.
+
+    Local paths need their nearest existing ancestor to be a writable folder; URIs such as
+    s3://bucket/prefix are passed to Ray as they are.
+    Returns:
+        The absolute path (or the URI unchanged, as a Path-like str).
+    Raises:
+        UsageError: the path is a file, or lies under a file or an unwritable folder.
+    """
+    if "://" in path:
+        return path
+    resolved = Path(path).expanduser().resolve()
+    existing = resolved
+    while not existing.exists():
+        existing = existing.parent
+    if resolved.exists() and not resolved.is_dir():
+        raise UsageError(f"--storage-path={path!r} is a file; give a folder (it is created if missing)")
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--storage-path={path!r} is not writable ({existing} is not a writable folder)")
+    return resolved
+
+
+def check_positive_int(flag: str, value: int | None, low: int = 1) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"{flag}={value} must be a whole number >= {low}")
+
+
+def run_main(main) -> None:
+    """Run a sweep's `main(argv) -> int` and exit with its code; user mistakes print one line."""
+    try:
+        code = main(sys.argv[1:])
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("interrupted: resume with the same command and --resume", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None) -> None:
+    """Start a local Ray (dashboard on `dashboard_host`) or connect to `address`; print the dashboard URL."""
+    started = time.perf_counter()
+    if ray.is_initialized():  # a notebook or test that started Ray itself
+        print(f"using the running Ray; dashboard: {ray.worker.get_dashboard_url() or 'not running'}", flush=True)
+        return
+    if address:
+        context = ray.init(address=address, log_to_driver=True)
+    else:
+        context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus)
+    url = context.dashboard_url
+    print(f"Ray started in {time.perf_counter() - started:.1f} s; dashboard: " + (f"http://{url}" if url else "not running"), flush=True)
+
+
+def default_gpus_per_trial() -> float:
+    """0.25 GPU per trial (four small trials share a GPU) when the cluster has GPUs, else 0 (CPU)."""
+    return 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
+def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
+    """Fail fast when no node of the cluster can ever hold one trial (Ray would wait forever).
+
+    Raises:
+        UsageError: naming the request and the largest node's CPUs and GPUs.
+    """
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("GPU", 0) >= gpus_per_trial and n.get("CPU", 0) >= cpus_per_trial for n in nodes):
+        return
+    best_gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+    best_cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+    raise UsageError(
+        f"each trial asks for {gpus_per_trial:g} GPU(s) and {cpus_per_trial:g} CPU(s), but the largest node "
+        f"has {best_gpus:g} GPU(s) and {best_cpus:g} CPU(s); lower --gpus-per-trial / --cpus-per-trial"
+    )
+
+
+def write_sweep_info(experiment_dir: Path | str, info: dict) -> None:
+    """Record the sweep's metric, mode and command line in `<experiment>/raysweep.json`."""
+    if "://" in str(experiment_dir):
+        return  # remote storage: Ray writes its own files there; nothing of ours to add
+    folder = Path(experiment_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "raysweep.json").write_text(json.dumps(info, indent=1))

@@ -1,0 +1,153 @@
+"""Data sets as plain dicts of numpy arrays, split once and shared by every trial of a sweep.
+
+A sweep calls `load_data` once in the driver and hands the dict to every trial through
+Ray's object store (`tune.with_parameters`): numpy arrays come back zero-copy and read-only,
+so eight trials over a 200 MB data set hold one copy, not eight.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+CIFAR10_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+
+
+def data_key(cfg) -> tuple:
+    """The config fields that decide the data dict; trials reuse shared data only when it matches."""
+    return (cfg.dataset, cfg.data_root, cfg.data_seed, cfg.val_fraction, cfg.test_fraction)
+
+
+def load_data(cfg) -> dict:
+    """Load `cfg.dataset` and split it into train / val / test with a stratified split.
+
+    Args:
+        cfg: a `TrainConfig` (fields dataset, data_root, data_seed, val_fraction, test_fraction).
+    Returns:
+        dict with `x_train`, `x_val`, `x_test` (N, C, H, W) or (N, D) arrays (uint8 or float32),
+        `y_train`, `y_val`, `y_test` (N,) int64 class ids, `num_classes`, `mean`/`std`
+        (float32 per channel, from the training split), `name` and `key` (see `data_key`).
+        Labels are clean: noise is applied per trial to the training labels only.
+    Raises:
+        ValueError: missing or malformed data files, naming the path and what was expected.
+    """
+    if cfg.dataset == "digits":
+        x, y, x_test, y_test = _digits()
+    elif cfg.dataset == "cifar10":
+        x, y, x_test, y_test = _cifar10(Path(cfg.data_root))
+    elif cfg.dataset == "npz":
+        x, y, x_test, y_test = _npz(Path(cfg.data_root))
+    else:
+        raise ValueError(f"dataset={cfg.dataset!r} is not one of digits, cifar10, npz")
+
+    if x_test is None:  # carve a test split out of the pool first
+        x, x_test, y, y_test = train_test_split(
+            x, y, test_size=cfg.test_fraction, stratify=y, random_state=cfg.data_seed
+        )
+    x_train, x_val, y_train, y_val = train_test_split(
+        x, y, test_size=cfg.val_fraction, stratify=y, random_state=cfg.data_seed
+    )
+    num_classes = int(max(y.max(), y_test.max())) + 1
+    mean, std = _channel_stats(x_train)
+    return {
+        "name": cfg.dataset,
+        "key": data_key(cfg),
+        "x_train": x_train, "y_train": y_train.astype(np.int64),
+        "x_val": x_val, "y_val": y_val.astype(np.int64),
+        "x_test": x_test, "y_test": y_test.astype(np.int64),
+        "num_classes": num_classes,
+        "mean": mean, "std": std,
+    }
+
+
+def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std of x in [0, 1] units (uint8 is divided by 255), float32."""
+    scale = 255.0 if x.dtype == np.uint8 else 1.0
+    axes = (0, 2, 3) if x.ndim == 4 else (0,)
+    sample = x[:: max(1, len(x) // 5000)]  # a strided subsample is plenty for two statistics
+    mean = (sample.mean(axis=axes) / scale).astype(np.float32)
+    std = (sample.std(axis=axes) / scale).astype(np.float32)
+    return mean, np.maximum(std, 1e-6).astype(np.float32)
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()  # bundled with scikit-learn: no download
+    x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]  # (1797, 1, 8, 8) in [0, 1]
+    return x, digits.target.astype(np.int64), None, None
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays only: a CIFAR batch cannot run code."""
+
+    ALLOWED = {
+        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    }
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a data file")
+
+
+def _cifar10(root: Path):
+    if (root / "cifar-10-batches-py").is_dir():
+        root = root / "cifar-10-batches-py"
+    missing = [name for name in CIFAR10_FILES if not (root / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"data_root={str(root)!r} lacks the CIFAR-10 python batches {missing}; "
+            f"expected {', '.join(CIFAR10_FILES)} (the official cifar-10-python.tar.gz, extracted)"
+        )
+    parts = []
+    for name in CIFAR10_FILES:
+        try:
+            with open(root / name, "rb") as f:
+                batch = _ArrayUnpickler(f, encoding="bytes").load()
+            x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+            y = np.asarray(batch[b"labels"], dtype=np.int64)
+        except (pickle.UnpicklingError, KeyError, ValueError, EOFError, TypeError) as e:
+            raise ValueError(f"{root / name} is not a CIFAR-10 python batch: {e}") from None
+        parts.append((x, y))
+    x = np.concatenate([p[0] for p in parts[:5]])
+    y = np.concatenate([p[1] for p in parts[:5]])
+    return x, y, parts[5][0], parts[5][1]
+
+
+def _npz(path: Path):
+    if not path.is_file():
+        raise ValueError(f"data_root={str(path)!r} is not a file; npz needs a .npz file with arrays x, y")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ValueError(f"data_root={str(path)!r} is not a readable .npz file: {e}") from None
+    if "x" not in arrays or "y" not in arrays:
+        raise ValueError(f"{path} has arrays {sorted(arrays)}; npz needs x and y (optionally x_test, y_test)")
+    x, y = _npz_images(arrays["x"], path), _npz_labels(arrays["y"], len(arrays["x"]), path)
+    if ("x_test" in arrays) != ("y_test" in arrays):
+        raise ValueError(f"{path} has only one of x_test, y_test; give both or neither")
+    if "x_test" in arrays:
+        x_test = _npz_images(arrays["x_test"], path)
+        return x, y, x_test, _npz_labels(arrays["y_test"], len(x_test), path)
+    return x, y, None, None
+
+
+def _npz_images(x: np.ndarray, path: Path) -> np.ndarray:
+    if x.ndim == 3:  # (N, H, W) grey images
+        x = x[:, None]
+    if x.ndim not in (2, 4):
+        raise ValueError(f"{path}: x has shape {x.shape}; expected (N, D), (N, H, W) or (N, C, H, W)")
+    return x if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def _npz_labels(y: np.ndarray, n: int, path: Path) -> np.ndarray:
+    if y.ndim != 1 or len(y) != n or not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+        raise ValueError(f"{path}: y must be {n} non-negative integer class ids, got shape {y.shape} {y.dtype}")
+    return y.astype(np.int64)
