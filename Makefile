@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 PY := $(VENV)/bin/python
 SWEEP_ARGS ?=
 
-.PHONY: install sweep smoke test test-fast analysis clean
+.PHONY: install sweep smoke test test-fast bench bench-quick analysis clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,17 @@ test: install
 
 test-fast: install
 	$(PY) -m pytest tests -q -m "not slow"
+
+BENCH_OUT ?= benchmarks/results
+bench: install  # full forms: tens of minutes on 2 cores
+	@mkdir -p $(BENCH_OUT)
+	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load; do \
+	  $(PY) benchmarks/$$b.py --json $(BENCH_OUT)/$$b.json || exit 1; done
+
+bench-quick: install  # what CI runs: seconds to a minute each; they report, they do not assert
+	@mkdir -p $(BENCH_OUT)/quick
+	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load; do \
+	  $(PY) benchmarks/$$b.py --quick --json $(BENCH_OUT)/quick/$$b.json || exit 1; done
 
 analysis: install
 	$(PY) -m analysis runs/noise_grid

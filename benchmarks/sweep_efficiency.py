@@ -1,0 +1,177 @@
+"""How busy does a sweep keep its GPU slots? raysweep's Tune settings vs Tune's defaults vs batches of four.
+
+Run:
+    python benchmarks/sweep_efficiency.py                 # 24 trials of 5-40 s on 4 logical GPUs, 3 repetitions
+    python benchmarks/sweep_efficiency.py --quick         # 8 trials of 1-3 s, 1 repetition (CI)
+    python benchmarks/sweep_efficiency.py --json out.json
+
+Trials are CPU-light (they sleep in 1 s "epochs", report every epoch and save a small checkpoint
+every epoch), so the figures measure scheduling and Tune overhead, not compute. Each repetition of
+each scheme runs in a fresh process. Definitions (per run):
+    ideal makespan      = sum of trial durations / slots
+    efficiency_steady   = ideal makespan / (last trial end - first trial start)
+    efficiency_total    = ideal makespan / (end - script start, Ray start-up included)
+    startup_s           = first trial start - script start
+    per_trial_overhead_s = mean over trials of (time in trial - its work) + mean idle gap between
+                          consecutive trials on the same slot (the tail after the last trial is
+                          not overhead: it is what heterogeneous lengths cost any scheduler)
+The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
+the next batch starts when the slowest of the four ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SLOTS = 4
+
+
+def durations(quick: bool) -> list[float]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if quick:
+        return [float(d) for d in rng.integers(1, 4, size=8)]
+    return [float(d) for d in rng.integers(5, 41, size=24)]
+
+
+def sleep_trial(config: dict) -> None:
+    """A trial whose work is `duration` seconds of 1 s epochs, reported and checkpointed each epoch."""
+    from ray import tune
+    from ray.tune import Checkpoint
+
+    start = time.time()
+    epochs = int(config["duration"])
+    for epoch in range(1, epochs + 1):
+        time.sleep(1.0)
+        with tempfile.TemporaryDirectory() as folder:
+            Path(folder, "checkpoint.pt").write_bytes(b"\0" * 100_000)
+            tune.report({"epoch": epoch, "val/acc": epoch / epochs, "trial_start": start, "wall_time": time.time(),
+                         "gpu_ids": os.environ.get("CUDA_VISIBLE_DEVICES", "")},
+                        checkpoint=Checkpoint.from_directory(folder))
+
+
+def run_tune(scheme: str, work: list[float], storage: str) -> dict:
+    """One sweep through Tune; returns per-trial (slot, start, end, work) and the times."""
+    t0 = time.time()
+    import ray
+    from ray import tune
+
+    from sweeps.common import sweep_run_config, sweep_tune_config
+
+    ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
+    trainable = tune.with_resources(sleep_trial, {"cpu": 0.25, "gpu": 1})
+    space = {"duration": tune.grid_search(work)}
+    if scheme == "raysweep":
+        tuner = tune.Tuner(trainable, param_space=space,
+                           tune_config=sweep_tune_config(max_concurrent=None),
+                           run_config=sweep_run_config("bench", storage, verbose=0))
+    else:  # Tune's defaults, as a first-time user writes it
+        tuner = tune.Tuner(trainable, param_space=space,
+                           run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0))
+    results = tuner.fit()
+    end = time.time()
+    trials = []
+    for result in results:
+        history = result.metrics_dataframe
+        trials.append({"slot": history["gpu_ids"].iloc[-1], "start": float(history["trial_start"].iloc[0]),
+                       "end": float(history["wall_time"].iloc[-1]), "work": float(result.config["duration"])})
+    ray.shutdown()
+    return {"t0": t0, "end": end, "trials": trials}
+
+
+def run_batches(work: list[float]) -> dict:
+    """Seed 004's scheme: 4 processes at a time, each batch waits for its slowest task."""
+    t0 = time.time()
+    trials = []
+    for first in range(0, len(work), SLOTS):
+        procs = []
+        for slot, d in enumerate(work[first : first + SLOTS]):
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot)}
+            start = time.time()
+            p = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({d})"], env=env)
+            procs.append((slot, start, d, p))
+        for slot, start, d, p in procs:
+            p.wait()
+            trials.append({"slot": str(slot), "start": start, "end": time.time(), "work": d})
+    return {"t0": t0, "end": time.time(), "trials": trials}
+
+
+def summarise(run: dict) -> dict:
+    trials = run["trials"]
+    ideal = sum(t["work"] for t in trials) / SLOTS
+    first, last = min(t["start"] for t in trials), max(t["end"] for t in trials)
+    in_trial = statistics.mean(t["end"] - t["start"] - t["work"] for t in trials)
+    gaps = []
+    for slot in {t["slot"] for t in trials}:
+        on_slot = sorted((t for t in trials if t["slot"] == slot), key=lambda t: t["start"])
+        gaps += [b["start"] - a["end"] for a, b in zip(on_slot, on_slot[1:])]
+    return {
+        "efficiency_steady": ideal / (last - first),
+        "efficiency_total": ideal / (run["end"] - run["t0"]),
+        "startup_s": first - run["t0"],
+        "per_trial_overhead_s": in_trial + (statistics.mean(gaps) if gaps else 0.0),
+        "makespan_s": last - first,
+        "ideal_makespan_s": ideal,
+    }
+
+
+def one(scheme: str, quick: bool) -> dict:
+    work = durations(quick)
+    if scheme == "batch4":
+        return summarise(run_batches(work))
+    with tempfile.TemporaryDirectory() as storage:
+        return summarise(run_tune(scheme, work, storage))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 short trials, 1 repetition")
+    parser.add_argument("--repeats", type=int, default=None, help="repetitions per scheme (default 3; 1 with --quick)")
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one scheme, print JSON
+    args = parser.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(one(args.one, args.quick)))
+        return
+    repeats = args.repeats or (1 if args.quick else 3)
+    runs: dict[str, list[dict]] = {}
+    for _ in range(repeats):
+        for scheme in ("raysweep", "ray_defaults", "batch4"):  # interleaved: drifts hit all schemes alike
+            cmd = [sys.executable, __file__, "--one", scheme] + (["--quick"] if args.quick else [])
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            runs.setdefault(scheme, []).append(json.loads(out.split("RESULT ", 1)[1]))
+
+    def med(scheme, key):
+        values = [r[key] for r in runs[scheme]]
+        return statistics.median(values), min(values), max(values)
+
+    keys = ("efficiency_steady", "efficiency_total", "startup_s", "per_trial_overhead_s", "makespan_s")
+    print(f"{len(durations(args.quick))} trials on {SLOTS} slots, {repeats} repetition(s); median [min, max]")
+    print(f"{'scheme':<14}" + "".join(f"{k:>30}" for k in keys))
+    for scheme in runs:
+        print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>30}" for k in keys))
+    report = {key: med("raysweep", key)[0] for key in keys}
+    report |= {
+        "batch4_efficiency": med("batch4", "efficiency_steady")[0],
+        "ray_defaults_efficiency": med("ray_defaults", "efficiency_steady")[0],
+        "ray_defaults_per_trial_overhead_s": med("ray_defaults", "per_trial_overhead_s")[0],
+        "ideal_makespan_s": runs["raysweep"][0]["ideal_makespan_s"],
+        "repeats": repeats, "trials": len(durations(args.quick)), "slots": SLOTS, "runs": runs,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
