@@ -190,19 +190,19 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
 
     url, token, _ = ray_head
     deadline = time.monotonic() + 240
-    while True:  # the head's dashboard takes a while to come up
+    while True:  # the head's dashboard, then its job agent, take a while to come up
         try:
             client = JobSubmissionClient(url, headers={"Authorization": f"Bearer {token}"})
+            job_id = client.submit_job(
+                entrypoint=f"python sweeps/noise_grid.py --smoke-test --noise-rates 0.5 --noise-types sym "
+                           f"--storage-path {tmp_path} --progress-every 1",
+                runtime_env={"working_dir": str(ROOT), "excludes": [".venv", "runs", "*.png"]},
+            )
             break
-        except Exception:
+        except (ConnectionError, RuntimeError):  # RuntimeError: "No available agent to submit job"
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
-    job_id = client.submit_job(
-        entrypoint=f"python sweeps/noise_grid.py --smoke-test --noise-rates 0.5 --noise-types sym "
-                   f"--storage-path {tmp_path} --progress-every 1",
-        runtime_env={"working_dir": str(ROOT), "excludes": [".venv", "runs", ".git", "*.png", "__pycache__"]},
-    )
     while (status := client.get_job_status(job_id)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
         assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
         time.sleep(2)
