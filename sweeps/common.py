@@ -119,16 +119,21 @@ def run_main(main) -> None:
     sys.exit(code)
 
 
-def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None) -> None:
-    """Start a local Ray (dashboard on `dashboard_host`) or connect to `address`; print the dashboard URL."""
+def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False) -> None:
+    """Start a local Ray (dashboard on `dashboard_host`) or connect to `address`; print the dashboard URL.
+
+    Trials' output is not copied to this console unless `log_to_driver`: it goes to each trial's
+    `stdout` / `stderr` files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
+    """
     started = time.perf_counter()
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(f"using the running Ray; dashboard: {ray.worker.get_dashboard_url() or 'not running'}", flush=True)
         return
     if address:
-        context = ray.init(address=address, log_to_driver=True)
+        context = ray.init(address=address, log_to_driver=log_to_driver)
     else:
-        context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus)
+        context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
+                           log_to_driver=log_to_driver)
     url = context.dashboard_url
     print(f"Ray started in {time.perf_counter() - started:.1f} s; dashboard: " + (f"http://{url}" if url else "not running"), flush=True)
 

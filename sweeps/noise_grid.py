@@ -28,6 +28,7 @@ from sweeps.common import (
     UsageError, add_common_args, check_positive_int, check_resources, check_storage_path, default_gpus_per_trial,
     init_ray, parse_float_list, parse_gpus_per_trial, run_main, write_sweep_info,
 )
+from sweeps.monitoring import add_monitoring_args, monitoring_callbacks
 from trainables import METRIC, MODE, load_data, parse_config, train_classifier
 
 NAME = "noise_grid"
@@ -39,6 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--noise-rates", default="0.125,0.25,0.375,0.5,0.625,0.75", help="comma-separated rates in [0, 1)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration: 0..N-1 (default: 1)")
     add_common_args(parser, name=NAME)
+    add_monitoring_args(parser)
     args = parser.parse_args(argv)
 
     args.noise_types = [t.strip() for t in args.noise_types.split(",")]
@@ -76,6 +78,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
 
+    callbacks = monitoring_callbacks(args)  # console progress (+ MLflow / W&B when asked for)
     init_ray(args.address, args.dashboard_host)
     gpus = default_gpus_per_trial() if args.gpus_per_trial is None else args.gpus_per_trial
     check_resources(gpus, args.cpus_per_trial)
@@ -110,6 +113,8 @@ def main(argv: list[str]) -> int:
                                                checkpoint_score_order=MODE),  # best two; Ray also keeps the latest
             failure_config=FailureConfig(max_failures=2),
             sync_config=SyncConfig(sync_artifacts=True),  # files trials write (noise.json, logs) reach storage
+            log_to_file=True,  # each trial's stdout and stderr -> files `stdout`, `stderr` in its folder
+            callbacks=callbacks, verbose=0,  # our progress block instead of Tune's tables
         ),
     )
     results = tuner.fit()

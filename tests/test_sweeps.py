@@ -40,6 +40,8 @@ def test_smoke_grid_subprocess_completes_12_trials(tmp_path):
         assert list(trial.glob("checkpoint_*/checkpoint.pt")), f"no checkpoint in {trial.name}"
         noise = json.loads((trial / "noise.json").read_text())
         assert len(noise["transition_matrix"]) == 10
+        assert list(trial.glob("events.out.tfevents.*")), f"no TensorBoard events in {trial.name}"
+        assert f"{trial.name}:INFO | [CPU | pid" in (trial / "stdout").read_text() and (trial / "stderr").exists()
     assert json.loads((experiment / "raysweep.json").read_text())["metric"] == "val/acc"
     assert "results:" in proc.stdout and "val/acc" in proc.stdout
 

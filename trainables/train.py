@@ -27,6 +27,7 @@ from ray.tune import Checkpoint
 
 from trainables.config import TrainConfig, parse_config
 from trainables.data import data_key, load_data
+from trainables.logs import log_epoch, trial_logger
 from trainables.losses import build_loss
 from trainables.models import build_model
 from trainables.noise import add_label_noise, transition_matrix
@@ -53,7 +54,10 @@ def train_classifier(config: dict, data: dict | None = None) -> None:
     state = _load_checkpoint(tune.get_checkpoint()) if in_tune else None
     if in_tune:
         _write_noise_summary(cfg, data, Path(tune.get_context().get_trial_dir()))
+        log, started, first_epoch = trial_logger(_tune_trial_name()), time.perf_counter(), (state or {}).get("epoch", 0)
     for metrics, checkpoint_state in train_epochs(cfg, data, state):
+        if in_tune:
+            log_epoch(log, metrics, cfg.epochs, started, first_epoch)  # -> the trial folder's `stdout` file
         if not in_tune:
             print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
         elif metrics["epoch"] % cfg.checkpoint_every == 0 or metrics["epoch"] == cfg.epochs:

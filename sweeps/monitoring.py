@@ -1,0 +1,217 @@
+"""Watching a running sweep: console progress with an ETA, and optional MLflow / W&B tracking.
+
+The live view is the Ray dashboard (its URL is printed when Ray starts). The console gets one
+short block every `--progress-every` seconds from `SweepProgress`, a `tune.Callback`:
+
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0) | epochs 20/360 | ETA 0:12:30
+      sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
+      ...
+
+Use it with Tune's own output switched off, so the two do not interleave:
+
+    RunConfig(callbacks=monitoring_callbacks(args), verbose=0, ...)
+
+`--quiet` (or the environment variable RAYSWEEP_QUIET=1) keeps errors and the final line only:
+for CI and scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import time
+from typing import TextIO
+
+from ray import tune
+
+from sweeps.common import UsageError
+from trainables.config import METRIC, MODE
+
+RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
+HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
+
+
+def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
+    """Flags for the console view and the optional experiment trackers."""
+    parser.add_argument("--quiet", action="store_true", default=os.environ.get("RAYSWEEP_QUIET", "") not in ("", "0"),
+                        help="no progress blocks, only errors and the final line (also: RAYSWEEP_QUIET=1)")
+    parser.add_argument("--progress-every", type=float, default=15.0,
+                        help="seconds between progress blocks on the console (default: 15)")
+    parser.add_argument("--mlflow-uri", default=None,
+                        help="also log every trial to MLflow at this tracking URI, e.g. file:./mlruns (needs mlflow)")
+    parser.add_argument("--wandb-project", default=None,
+                        help="also log every trial to this Weights & Biases project (needs wandb, and `wandb login`)")
+
+
+def monitoring_callbacks(args: argparse.Namespace) -> list[tune.Callback]:
+    """The console progress callback, plus Ray's own MLflow / W&B logger callbacks when asked for.
+
+    Call before Ray starts: a missing tracker package is a user mistake.
+    Raises:
+        UsageError: --progress-every not > 0, or --mlflow-uri / --wandb-project given without
+            the mlflow / wandb package installed.
+    """
+    if not args.progress_every > 0:
+        raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=args.progress_every, quiet=args.quiet)]
+    if args.mlflow_uri:
+        if importlib.util.find_spec("mlflow") is None:
+            raise UsageError(f"--mlflow-uri={args.mlflow_uri!r} needs the mlflow package: pip install mlflow")
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        callbacks.append(MLflowLoggerCallback(tracking_uri=args.mlflow_uri, experiment_name=args.name))
+    if args.wandb_project:
+        if importlib.util.find_spec("wandb") is None:
+            raise UsageError(f"--wandb-project={args.wandb_project!r} needs the wandb package: pip install wandb")
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        callbacks.append(WandbLoggerCallback(project=args.wandb_project, group=args.name))
+    return callbacks
+
+
+class SweepProgress(tune.Callback):
+    """Prints the sweep's status every `interval_s` seconds, each error at once, and a final line.
+
+    A block whose counts, epochs and best value are those of the previous block is skipped
+    (repeated only every HEARTBEAT_S), so a long wait for resources prints little.
+
+    Args:
+        interval_s: seconds between blocks (the first block is printed at the first step).
+        quiet: print only trial errors and the final line.
+        metric, mode: what "best" means (default: the sweeps' METRIC, MODE).
+        stream: where to print (default: sys.stdout at print time).
+    """
+
+    def __init__(self, interval_s: float = 15.0, quiet: bool = False, metric: str = METRIC, mode: str = MODE,
+                 stream: TextIO | None = None):
+        self.interval_s, self.quiet, self.metric, self.mode, self.stream = interval_s, quiet, metric, mode, stream
+        self.total_trials: int | None = None
+        self.started = time.monotonic()
+        self.last_print = -math.inf
+        self.last_key = None
+        self.epochs_at_start: int | None = None  # epochs already done when this run began (resume)
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.total_trials = total_num_samples
+        self.started = time.monotonic()
+
+    def on_step_end(self, iteration, trials, **info):
+        now = time.monotonic()
+        if self.epochs_at_start is None:
+            self.epochs_at_start = sweep_status(trials, self.total_trials, self.metric, self.mode)["epochs_done"]
+        if self.quiet or now - self.last_print < self.interval_s:
+            return
+        status = sweep_status(trials, self.total_trials, self.metric, self.mode)
+        key = tuple(status[k] for k in ("running", "pending", "done", "errored", "diverged", "epochs_done", "best"))
+        if key == self.last_key and now - self.last_print < HEARTBEAT_S:
+            return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
+        self.last_print, self.last_key = now, key
+        self._print(format_progress(status, now - self.started, self.epochs_at_start))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        where = trial.error_file or trial.path
+        self._print([f"[{format_duration(time.monotonic() - self.started)}] trial {trial} errored: see {where}"])
+
+    def on_experiment_end(self, trials, **info):
+        status = sweep_status(trials, self.total_trials, self.metric, self.mode)
+        lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0)
+        self._print([lines[0].replace("] ", "] sweep finished: ", 1)])
+
+    def _print(self, lines: list[str]) -> None:
+        stream = self.stream or sys.stdout
+        stream.write("\n".join(lines) + "\n")
+        stream.flush()
+
+
+def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE) -> dict:
+    """Count trials by state and add up epochs done and planned.
+
+    Args:
+        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
+            and a `str()` name); the searcher may not have created all of them yet.
+        total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
+    Returns:
+        dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
+        `diverged` (finished with `diverged: True` in the last result), `total`, `best`
+        (value, trial name) or None, `epochs_done`, `epochs_planned` (a finished trial counts
+        the epochs it ran; trials not created yet count the mean planned epochs of the others),
+        and `running_trials`: (name, last result, planned epochs) per running trial, best first.
+    """
+    counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
+    best, epochs_done, epochs_planned, planned_per_trial, running = None, 0, 0, [], []
+    for trial in trials:
+        result = trial.last_result or {}
+        epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
+        planned = int(trial.config.get("epochs", epochs) or epochs)
+        planned_per_trial.append(planned)
+        finished = trial.status in ("TERMINATED", "ERROR")
+        epochs_done += epochs
+        epochs_planned += epochs if finished else max(planned, epochs)
+        if trial.status == "RUNNING":
+            counts["running"] += 1
+            running.append((str(trial), result, planned))
+        elif trial.status == "ERROR":
+            counts["errored"] += 1
+        elif trial.status == "TERMINATED":
+            counts["diverged" if result.get("diverged") else "done"] += 1
+        else:  # PENDING, PAUSED
+            counts["pending"] += 1
+        value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
+        if value is not None and not math.isnan(value) and (
+                best is None or (value > best[0] if mode == "max" else value < best[0])):
+            best = (value, str(trial))
+    total = max(total_trials or 0, len(trials))
+    not_created = total - len(trials)
+    counts["pending"] += not_created
+    if not_created and planned_per_trial:
+        epochs_planned += round(not_created * sum(planned_per_trial) / len(planned_per_trial))
+    sign = -1 if mode == "max" else 1
+    running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
+    return {**counts, "total": total, "best": best, "epochs_done": epochs_done,
+            "epochs_planned": epochs_planned, "running_trials": running}
+
+
+def format_progress(status: dict, elapsed_s: float, epochs_at_start: int = 0, metric: str = METRIC) -> list[str]:
+    """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
+
+    The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
+    an epoch has finished. At most RUNNING_LINES trial lines; the rest are counted.
+    """
+    s = status
+    done_now = s["epochs_done"] - epochs_at_start
+    remaining = s["epochs_planned"] - s["epochs_done"]
+    eta = format_duration(remaining * elapsed_s / done_now) if done_now > 0 else "?"
+    best = f"best {metric} {s['best'][0]:.4f} ({s['best'][1]})" if s["best"] else f"best {metric} -"
+    lines = [
+        f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
+        f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
+        f"epochs {s['epochs_done']}/{s['epochs_planned']} | ETA {eta}"
+    ]
+    width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
+    for name, result, planned in s["running_trials"][:RUNNING_LINES]:
+        gpus = result.get("gpu_ids")
+        lines.append(
+            f"  {name:<{width}}  epoch {result.get('epoch', 0)}/{planned}  "
+            f"{metric} {_num(result.get(metric))}  train/loss {_num(result.get('train/loss'))}  "
+            + (f"GPU {gpus}" if gpus else "CPU")
+        )
+    if len(s["running_trials"]) > RUNNING_LINES:
+        lines.append(f"  ... and {len(s['running_trials']) - RUNNING_LINES} more running")
+    return lines
+
+
+def format_duration(seconds: float) -> str:
+    """`H:MM:SS` for a duration in seconds (negative counts as 0)."""
+    seconds = max(0, round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _num(value) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+def _finite(value, default: float) -> float:
+    return value if isinstance(value, (int, float)) and not math.isnan(value) else default

@@ -1,0 +1,263 @@
+"""Monitoring: console progress, per-trial log lines, sweeps as Ray jobs, the dashboard in a browser."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sweeps import noise_grid
+from sweeps.common import UsageError
+from sweeps.monitoring import SweepProgress, format_duration, format_progress, sweep_status
+from trainables.logs import log_epoch, trial_logger
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeTrial(SimpleNamespace):
+    """What SweepProgress reads from a Tune Trial: status, config, last_result, metric_analysis, str()."""
+
+    def __str__(self):
+        return self.name
+
+
+def fake_trial(name, status, epochs_done=0, epochs=10, val_acc=None, best=None, **result):
+    last = {"epoch": epochs_done, **result} if epochs_done else {}
+    if val_acc is not None:
+        last["val/acc"] = val_acc
+    analysis = {"val/acc": {"max": best if best is not None else val_acc}} if val_acc is not None else {}
+    return FakeTrial(name=name, status=status, config={"epochs": epochs}, last_result=last, metric_analysis=analysis,
+                     error_file=f"/runs/{name}/error.txt", path=f"/runs/{name}")
+
+
+def trials_of(*specs):
+    return [fake_trial(*args, **kwargs) for args, kwargs in specs]
+
+
+def test_status_counts_states_best_and_epochs_including_trials_not_created_yet():
+    trials = trials_of(
+        (("a", "RUNNING", 4), {"val_acc": 0.80, "best": 0.85, "gpu_ids": "0"}),
+        (("b", "RUNNING", 2), {"val_acc": 0.90}),
+        (("c", "TERMINATED", 10), {"val_acc": 0.70}),
+        (("d", "TERMINATED", 3), {"val_acc": 0.10, "diverged": True}),
+        (("e", "ERROR", 1), {}),
+        (("f", "PENDING"), {}),
+    )
+    s = sweep_status(trials, total_trials=8)
+    assert (s["running"], s["pending"], s["done"], s["errored"], s["diverged"], s["total"]) == (2, 3, 1, 1, 1, 8)
+    assert s["best"] == (0.90, "b")  # the best value any trial reached, not the latest
+    assert s["epochs_done"] == 4 + 2 + 10 + 3 + 1
+    # running and pending trials plan their 10 epochs, finished ones what they ran, 2 not created 10 each
+    assert s["epochs_planned"] == 10 + 10 + 10 + 3 + 1 + 10 + 2 * 10
+    assert [name for name, _, _ in s["running_trials"]] == ["b", "a"]  # best val/acc first
+
+
+def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
+    trials = trials_of(*[((f"t{i}", "RUNNING", 5), {"val_acc": i / 20, "gpu_ids": str(i % 4)}) for i in range(11)],
+                       (("done", "TERMINATED", 10), {"val_acc": 0.5}))
+    status = sweep_status(trials, total_trials=12)
+    lines = format_progress(status, elapsed_s=60.0, epochs_at_start=0)
+    # 65 of 120 epochs in 60 s: 55 left take 55 * 60 / 65 = 50.8 s
+    assert lines[0] == ("[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
+                        "best val/acc 0.5000 (t10) | epochs 65/120 | ETA 0:00:51")
+    assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "0.5000", "train/loss", "-", "GPU", "2"]
+    assert len(lines) == 1 + 8 + 1 and lines[-1] == "  ... and 3 more running"
+    # a resumed sweep: only epochs done in this run count towards the speed
+    assert format_progress(status, 60.0, epochs_at_start=60)[0].endswith("ETA 0:11:00")
+    assert format_progress(sweep_status([], 4), 0.0)[0].endswith("best val/acc - | epochs 0/0 | ETA ?")
+    assert format_duration(3725.4) == "1:02:05"
+
+
+def test_callback_throttles_skips_unchanged_blocks_and_quiet_keeps_errors_and_end():
+    out = io.StringIO()
+    progress = SweepProgress(interval_s=0.0, stream=out)
+    progress.setup(total_num_samples=2)
+    trials = trials_of((("a", "RUNNING", 1), {"val_acc": 0.3}), (("b", "PENDING"), {}))
+    progress.on_step_end(iteration=1, trials=trials)
+    progress.on_step_end(iteration=2, trials=trials)  # nothing moved: no second block
+    assert out.getvalue().count("2 trials:") == 1
+    trials[0].last_result = {"epoch": 2, "val/acc": 0.4}
+    progress.on_step_end(iteration=3, trials=trials)
+    assert out.getvalue().count("2 trials:") == 2 and "epochs 2/20" in out.getvalue()
+
+    slow = SweepProgress(interval_s=3600.0, stream=io.StringIO())
+    slow.on_step_end(iteration=1, trials=trials)
+    trials[0].last_result = {"epoch": 3, "val/acc": 0.5}
+    slow.on_step_end(iteration=2, trials=trials)
+    assert slow.stream.getvalue().count("2 trials:") == 1  # within the interval: one block only
+
+    quiet = SweepProgress(interval_s=0.0, quiet=True, stream=io.StringIO())
+    quiet.setup(total_num_samples=2)
+    quiet.on_step_end(iteration=1, trials=trials)
+    trials[1].status = "ERROR"
+    quiet.on_trial_error(iteration=2, trials=trials, trial=trials[1])
+    trials[0].status = "TERMINATED"
+    quiet.on_experiment_end(trials=trials)
+    lines = quiet.stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("trial b errored: see /runs/b/error.txt")
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored" in lines[1]
+
+
+def test_trial_log_line_names_trial_gpus_and_pid(monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    log = trial_logger("asym_0.375_seed1")
+    started = time.perf_counter() - 10.0  # 2 epochs took 10 s: 8 more take 40 s
+    log_epoch(log, {"epoch": 2, "train/loss": 1.23456, "val/acc": 0.875, "lr": 0.01, "grad_norm": 2.5}, 10, started)
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(
+        rf"asym_0\.375_seed1:INFO \| \[GPU 1,3 \| pid {os.getpid()}\] Epoch \[2/10\] \| Loss 1\.2346 \| "
+        r"Val Acc 0\.8750 \| LR 1\.00e-02 \| Grad Norm 2\.5000 \| ETA 0:00:(39|40)", line), line
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    trial_logger("sym_0.5_seed0").info("x")  # the next trial in a reused worker: one handler, CPU
+    assert capsys.readouterr().out == f"sym_0.5_seed0:INFO | [CPU | pid {os.getpid()}] x\n"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--progress-every", "0"], r"--progress-every=0.0 must be > 0 seconds"),
+    pytest.param(["--mlflow-uri", "file:./mlruns"], "needs the mlflow package: pip install mlflow",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed")),
+    pytest.param(["--wandb-project", "noise"], "needs the wandb package: pip install wandb",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")),
+])
+def test_bad_monitoring_flags_are_refused_before_ray_starts(argv, match, tmp_path):
+    with pytest.raises(UsageError, match=match):
+        noise_grid.main([*argv, "--storage-path", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def ray_head():
+    """A separate Ray head (token auth, non-default ports, its own temp dir) as a subprocess.
+
+    Its own temp dir keeps it out of /tmp/ray/ray_current_cluster, so no `ray.init()` elsewhere
+    on the machine connects to it; it is stopped by signalling the `ray start --block` process we
+    started (not `ray stop`, which would stop every Ray on the machine).
+    Yields (dashboard URL, token, environment of the head).
+    """
+    gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = free_ports(7)
+    temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Unix socket paths are limited to 107 bytes
+    token = uuid.uuid4().hex
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # `python` = this venv's
+    env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={gcs}",
+         "--num-cpus=2", "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+         f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}", f"--temp-dir={temp_dir}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{dashboard}", token, env
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` and the processes it started
+        try:
+            head.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)  # a graceful stop takes ~30 s on 2 busy cores
+            head.wait(timeout=30)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray_head, tmp_path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    url, token, _ = ray_head
+    deadline = time.monotonic() + 240
+    while True:  # the head's dashboard, then its job agent, take a while to come up
+        try:
+            client = JobSubmissionClient(url, headers={"Authorization": f"Bearer {token}"})
+            job_id = client.submit_job(
+                entrypoint=f"python sweeps/noise_grid.py --smoke-test --noise-rates 0.5 --noise-types sym "
+                           f"--storage-path {tmp_path} --progress-every 1",
+                runtime_env={"working_dir": str(ROOT), "excludes": [".venv", "runs", "*.png"]},
+            )
+            break
+        except (ConnectionError, RuntimeError):  # RuntimeError: "No available agent to submit job"
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+    while (status := client.get_job_status(job_id)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
+        time.sleep(2)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    assert re.search(r"^\s+count\s+mean\s+std$", logs, re.M), logs[-3000:]  # the best-run table's header
+    assert re.search(r"^sym\s+0\.50*\s+1\s+0\.\d+", logs, re.M), logs[-3000:]  # ... and its row
+    assert "dashboard: http://" in logs
+    assert re.search(r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
+                     r"\| best val/acc 0\.\d{4} \(sym_0\.5_seed0\) \| epochs 2/2", logs), logs[-3000:]
+    trial = tmp_path / "noise_grid" / "sym_0.5_seed0"
+    assert re.search(r"sym_0\.5_seed0:INFO \| \[CPU \| pid \d+\] Epoch \[2/2\]", (trial / "stdout").read_text())
+    assert (trial / "stderr").exists() and list(trial.glob("events.out.tfevents.*"))
+
+
+def find_chromium() -> str | None:
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(find_chromium() is None, reason="needs headless Chromium (Debian: apt-get install chromium)")
+def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_path):
+    """Run a sweep, open its dashboard's Cluster view in headless Chromium and keep a screenshot.
+
+    The screenshot goes to $RAYSWEEP_SCREENSHOT when set (docs/dashboard.png was made so), else tmp_path.
+    """
+    shot = Path(os.environ.get("RAYSWEEP_SCREENSHOT", tmp_path / "dashboard.png"))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # a local, 127.0.0.1-only dashboard for the browser
+    env.pop("RAY_ADDRESS", None)
+    sweep = subprocess.Popen(
+        [sys.executable, "sweeps/noise_grid.py", "--noise-rates", "0.25,0.5", "--noise-types", "sym",
+         "--epochs", "400", "--cpus-per-trial", "0.5", "--storage-path", str(tmp_path), "--progress-every", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        url, seen = None, []
+        for line in sweep.stdout:  # wait for the dashboard URL, then for both trials to run
+            seen.append(line)
+            url = url or (m.group(1) if (m := re.search(r"dashboard: (http://\S+)", line)) else None)
+            if url and "2 running" in line:
+                break
+        assert url, "".join(seen)[-3000:]
+        profile = tmp_path / "chromium-profile"
+        subprocess.run(
+            [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1400,1330",
+             "--virtual-time-budget=15000", f"{url}/#/cluster"],
+            check=True, timeout=120, capture_output=True,
+        )
+        assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+    finally:
+        os.killpg(sweep.pid, signal.SIGINT)
+        try:
+            sweep.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(sweep.pid, signal.SIGKILL)
