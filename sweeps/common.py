@@ -32,7 +32,7 @@ def add_common_args(parser: argparse.ArgumentParser, *, name: str) -> None:
     parser.add_argument(
         "--gpus-per-trial", default=None,
         help="GPUs each trial gets: a fraction such as 0.25 (4 trials share a GPU), a whole number, "
-        "or 0 for CPU trials (default: 0.25 when the cluster has GPUs, else 0)",
+        "or 0 for CPU trials, or auto (probe the memory, pack densely; sweeps/gpus.py) (default: 0.25 when the cluster has GPUs, else 0)",
     )
     parser.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPU cores each trial gets (default: 1)")
     parser.add_argument("--max-concurrent", type=int, default=None, help="at most this many trials at once (default: as many as resources allow)")

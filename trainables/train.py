@@ -27,6 +27,7 @@ from ray.tune import Checkpoint
 
 from trainables.config import TrainConfig, parse_config
 from trainables.data import data_key, load_data
+from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utilization_reader, sample_gpu_utilization, trial_gpu_fraction
 from trainables.logs import log_epoch, trial_logger
 from trainables.losses import build_loss
 from trainables.models import build_model
@@ -44,8 +45,11 @@ def train_classifier(config: dict, data: dict | None = None) -> None:
             `tune.with_parameters`; None (or data for another split) loads it here.
     Reports per epoch: epoch, train/loss, train/acc (against noisy labels), val/loss, val/acc,
         test/loss, test/acc (clean labels), lr, grad_norm, samples_per_s, noise/flip_rate,
-        gpu_ids, wall_time, and cuda/peak_memory_bytes on a GPU. Writes `noise.json` (realised
-        flip rate, transition matrix) into the trial folder.
+        gpu_ids, wall_time, cuda/peak_memory_bytes on a GPU, and gpu/fraction, gpu/memory_cap,
+        gpu/utilization_mean (NVML) from `trainables.gpu`. Writes `noise.json` (realised flip
+        rate, transition matrix) into the trial folder.
+    Raises:
+        GpuOutOfMemory: CUDA ran out of memory at this trial's GPU share (the sweep re-queues it).
     """
     cfg = parse_config(config)
     if data is None or data.get("key") != data_key(cfg):
@@ -54,8 +58,19 @@ def train_classifier(config: dict, data: dict | None = None) -> None:
     state = _load_checkpoint(tune.get_checkpoint()) if in_tune else None
     if in_tune:
         _write_noise_summary(cfg, data, Path(tune.get_context().get_trial_dir()))
+    gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
+    memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
+    with sample_gpu_utilization(nvml_utilization_reader()) as utilization, \
+            mark_gpu_oom(gpu_fraction, Path(tune.get_context().get_trial_dir()) if in_tune else None):
+        _report_epochs(cfg, data, state, in_tune, lambda: gpu_metrics(gpu_fraction, memory_cap, utilization))
+
+
+def _report_epochs(cfg: TrainConfig, data: dict, state: dict | None, in_tune: bool, extra_metrics) -> None:
+    """Run `train_epochs`; per epoch, log a line and `tune.report` metrics (+ a `Checkpoint` when due)."""
+    if in_tune:
         log, started, first_epoch = trial_logger(_tune_trial_name()), time.perf_counter(), (state or {}).get("epoch", 0)
     for metrics, checkpoint_state in train_epochs(cfg, data, state):
+        metrics.update(extra_metrics())
         if in_tune:
             log_epoch(log, metrics, cfg.epochs, started, first_epoch)  # -> the trial folder's `stdout` file
         if not in_tune:
@@ -99,6 +114,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data["x_train"].shape[1:], num_classes).to(device)
+    rank, world = _rank_and_world()  # (0, 1) unless run data-parallel by trainables/ddp.py
     loss_fn = build_loss(cfg)
     optimizer = _build_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: get_lr_factor(s, total_steps, warmup_steps))
@@ -117,6 +133,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         if device.type == "cuda" and state.get("cuda_rng"):
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         start_epoch = state["epoch"]
+    raw_model = model  # checkpoints hold the unwrapped model, loadable with or without DDP
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if device.type == "cuda" else None)
 
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         model.train()
@@ -126,7 +145,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         correct = torch.zeros((), device=device, dtype=torch.long)
         grad_norms = []
         for step_start in range(0, n_train, cfg.batch_size):
-            batch_idx = order[step_start : step_start + cfg.batch_size]
+            batch_idx = order[step_start : step_start + cfg.batch_size][rank::world]  # each rank its share of the global batch
             # Gradient accumulation: micro-batches of one optimizer step add up their gradients.
             for micro in range(0, len(batch_idx), micro_batch):
                 idx = batch_idx[micro : micro + micro_batch]
@@ -144,10 +163,13 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
+        if world > 1:  # loss and accuracy over all ranks' samples
+            torch.distributed.all_reduce(loss_sum)
+            torch.distributed.all_reduce(correct)
         train_seconds = time.perf_counter() - started
 
-        val_loss, val_acc = evaluate(model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
-        test_loss, test_acc = evaluate(model, data["x_test"], data["y_test"], mean, std, device, amp_dtype)
+        val_loss, val_acc = evaluate(raw_model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
+        test_loss, test_acc = evaluate(raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype)
         metrics = {
             "epoch": epoch,
             "train/loss": loss_sum.item() / n_train,
@@ -167,7 +189,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
             metrics["cuda/peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
         checkpoint_state = {
             "epoch": epoch,
-            "model": model.state_dict(),
+            "model": raw_model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict(),
@@ -218,6 +240,13 @@ def _build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Op
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0, weight_decay=cfg.weight_decay)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and the number of data-parallel processes; (0, 1) without torch.distributed."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def _noise_seed(cfg: TrainConfig) -> int:

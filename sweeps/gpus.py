@@ -1,0 +1,327 @@
+"""Choosing and packing GPUs for a sweep, before Ray starts: selection, busy GPUs, packing, storage.
+
+Plain functions; placement itself stays Ray's. The sweep script calls, in order:
+`parse_gpu_flags` (flags, before Ray), `choose_local_gpus` (NVML readings -> the GPUs Ray may use,
+exported as CUDA_VISIBLE_DEVICES before `ray.init`), then, with Ray up, `auto_gpus_per_trial`,
+`check_gpu_request` and `check_shared_storage`; after `Tuner.fit`, `oom_trials` and
+`next_fraction_after_oom` drive the re-queue of trials that ran out of GPU memory.
+
+Every NVML reading is a plain dict {"index", "name", "memory_total", "memory_free" (bytes),
+"utilization" (percent)}, so the logic is tested with recorded readings on machines without GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+from sweeps.common import UsageError, parse_gpus_per_trial as parse_gpu_share
+from trainables.gpu import is_gpu_oom, memory_fraction_for
+
+BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
+BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
+MAX_TRIALS_PER_GPU = 8  # `auto` packs at most 1/8 GPU per trial
+PROBE_MARGIN = 0.25  # `auto`: a trial's cap must exceed the probe's peak by 25 % (longer runs, eval spikes)
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+                       "fuse.sshfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "9p", "wekafs")
+
+
+def add_gpu_args(parser: argparse.ArgumentParser) -> None:
+    """Flags for GPU selection and cluster storage (`--gpus-per-trial` is in `add_common_args`)."""
+    parser.add_argument(
+        "--gpus", default=None,
+        help="GPUs a local sweep may use: comma-separated indices such as 0,2 (busy ones are still left out), "
+        "or 'all' (every GPU, busy or not). Default: every GPU that is not busy",
+    )
+    parser.add_argument(
+        "--storage-is-shared", action="store_true",
+        help="trust that --storage-path is reachable from every node of a multi-node cluster (skips the file-system check)",
+    )
+
+
+def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str | None) -> tuple[list[int] | str | None, float | str | None]:
+    """Parse --gpus and --gpus-per-trial (which may be `auto`).
+
+    Returns:
+        (selection, gpus_per_trial): selection is None (default), "all" or a list of indices;
+        gpus_per_trial is None, "auto" or a float (see `sweeps.common.parse_gpus_per_trial`).
+    Raises:
+        UsageError: a bad index list, or --gpus with --address (a cluster's GPUs are fixed at `ray start`).
+    """
+    share = "auto" if gpus_per_trial == "auto" else parse_gpu_share(gpus_per_trial)
+    if gpus is None or gpus == "all":
+        selection = gpus
+    else:
+        try:
+            selection = [int(item) for item in gpus.split(",")]
+        except ValueError:
+            raise UsageError(f"--gpus={gpus!r} is not a list of GPU indices such as 0,2 (or 'all')") from None
+        if any(i < 0 for i in selection) or len(set(selection)) != len(selection):
+            raise UsageError(f"--gpus={gpus!r}: indices must be distinct whole numbers >= 0")
+    if selection is not None and address:
+        raise UsageError("--gpus applies to a local Ray only; on a cluster, set CUDA_VISIBLE_DEVICES before `ray start` on each node")
+    if isinstance(share, float) and isinstance(selection, list) and share > len(selection):
+        raise UsageError(f"--gpus-per-trial={share:g} is more than the {len(selection)} GPU(s) selected by --gpus={gpus}")
+    return selection, share
+
+
+def read_nvml() -> list[dict] | None:
+    """One reading per GPU through NVML (`nvidia-ml-py`); None without the library, driver or GPUs."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        readings = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            readings.append({
+                "index": index, "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_total": int(memory.total), "memory_free": int(memory.free),
+                "utilization": float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+            })
+        return readings
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def busy_reason(reading: dict, min_free_fraction: float = BUSY_MIN_FREE_FRACTION,
+                max_utilization: float = BUSY_MAX_UTILIZATION) -> str | None:
+    """Why a GPU counts as busy ("3.1 of 80 GiB free", "97 % utilised"), or None when it is free."""
+    reasons = []
+    if reading["memory_free"] < min_free_fraction * reading["memory_total"]:
+        reasons.append(f"{reading['memory_free'] / 2**30:.1f} of {reading['memory_total'] / 2**30:.0f} GiB free")
+    if reading["utilization"] > max_utilization:
+        reasons.append(f"{reading['utilization']:.0f} % utilised")
+    return ", ".join(reasons) or None
+
+
+def select_gpus(readings: list[dict] | None, selection: list[int] | str | None) -> tuple[list[int] | None, list[str]]:
+    """The GPUs a local sweep may use, and messages saying which were left out and why.
+
+    Args:
+        readings: from `read_nvml()` (or recorded ones); None when NVML is unavailable.
+        selection: None (every GPU that is not busy), "all" (every GPU), or indices from --gpus.
+    Returns:
+        (indices, messages): indices None means "leave it to Ray" (no NVML and no --gpus list);
+        [] means no GPUs (CPU trials).
+    Raises:
+        UsageError: --gpus names a GPU this machine lacks, or every selected GPU is busy.
+    """
+    if readings is None:
+        if isinstance(selection, list):
+            return selection, ["NVML is unavailable: busy GPUs were not checked"]
+        return None, []
+    present = [r["index"] for r in readings]
+    if isinstance(selection, list):
+        missing = [i for i in selection if i not in present]
+        if missing:
+            raise UsageError(f"--gpus: GPU {missing[0]} does not exist; this machine has GPU(s) {present or 'none'}")
+    if selection == "all":
+        return present, []
+    wanted = [r for r in readings if selection is None or r["index"] in selection]
+    messages, chosen = [], []
+    for r in wanted:
+        reason = busy_reason(r)
+        if reason:
+            messages.append(f"leaving out busy GPU {r['index']} ({r['name']}): {reason}; --gpus all uses it anyway")
+        else:
+            chosen.append(r["index"])
+    if wanted and not chosen:
+        raise UsageError(f"every selected GPU is busy ({'; '.join(messages)}); pass --gpus all to use them anyway, "
+                         "or --gpus-per-trial 0 for CPU trials")
+    return chosen, messages
+
+
+def choose_local_gpus(selection: list[int] | str | None, address: str | None, readings: list[dict] | None = None) -> int | None:
+    """Pick the GPUs of a local sweep and export them as CUDA_VISIBLE_DEVICES before `ray.init`.
+
+    Ray detects the GPUs it may use from CUDA_VISIBLE_DEVICES at start-up and hands each trial
+    its share of exactly those (the trial sees the real indices, e.g. CUDA_VISIBLE_DEVICES=2).
+    Returns:
+        The number of GPUs to give `ray.init(num_gpus=...)`, or None to let Ray detect them
+        (a cluster via --address, or no NVML and no --gpus list).
+    """
+    import ray
+
+    if address:
+        return None
+    if ray.is_initialized():  # a notebook or test started Ray: its GPUs are fixed
+        if selection is not None:
+            print(f"--gpus={selection} ignored: Ray is already running with its own GPUs", flush=True)
+        return None
+    chosen, messages = select_gpus(read_nvml() if readings is None else readings, selection)
+    for message in messages:
+        print(message, flush=True)
+    if chosen is None:
+        return None
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in chosen)
+    if chosen:
+        print(f"GPUs for this sweep: {os.environ['CUDA_VISIBLE_DEVICES']}", flush=True)
+    return len(chosen)
+
+
+def pack_fraction(peak_bytes: int, total_bytes: int, headroom: float) -> tuple[float, str]:
+    """The densest packing 1/k (k <= MAX_TRIALS_PER_GPU) whose memory cap holds the probe's peak.
+
+    A trial given 1/k GPU may allocate `1/k * (1 - headroom)` of the device (`memory_fraction_for`);
+    it must hold `peak_bytes * (1 + PROBE_MARGIN)`.
+    Returns:
+        (fraction, why): e.g. (0.25, "peak 1.9 GiB of 80 GiB: 1/4 GPU caps a trial at 18 GiB >= 2.4 GiB needed").
+    Raises:
+        UsageError: even a whole GPU is too small.
+    """
+    need = peak_bytes * (1 + PROBE_MARGIN)
+    gib = 2**30
+    for k in range(MAX_TRIALS_PER_GPU, 0, -1):
+        cap = total_bytes * (memory_fraction_for(1 / k, headroom) or 1.0)
+        if cap >= need:
+            return 1 / k, (f"probe peak {peak_bytes / gib:.2f} GiB on a {total_bytes / gib:.0f} GiB GPU: 1/{k} GPU "
+                           f"caps a trial at {cap / gib:.2f} GiB >= {need / gib:.2f} GiB needed (peak + {PROBE_MARGIN:.0%})")
+    raise UsageError(f"the probe peaked at {peak_bytes / gib:.2f} GiB but a GPU holds {total_bytes / gib:.0f} GiB; "
+                     "use a smaller --batch-size/model or --gpus-per-trial 2 (data-parallel)")
+
+
+def auto_gpus_per_trial(cluster_gpus: float, probe, headroom: float) -> tuple[float, str]:
+    """`--gpus-per-trial auto`: CPU trials without GPUs, else the packing the probe's peak allows.
+
+    Args:
+        cluster_gpus: `ray.cluster_resources().get("GPU", 0)`.
+        probe: a zero-argument function returning `trainables.gpu.peak_memory_of_probe`'s dict
+            (or None when it saw no CUDA device); called only when the cluster has GPUs.
+        headroom: `TrainConfig.gpu_memory_headroom`.
+    Returns:
+        (gpus_per_trial, why), e.g. (0.25, "probe peak 1.90 GiB on a 80 GiB GPU: 1/4 GPU caps ...").
+    """
+    if cluster_gpus <= 0:
+        return 0.0, "no GPUs in the cluster: CPU trials"
+    measured = probe()
+    if measured is None:
+        return 0.25, "the probe saw no CUDA device (logical GPUs only?): the default 0.25 GPU per trial"
+    return pack_fraction(measured["peak_bytes"], measured["total_bytes"], headroom)
+
+
+def probe_on_gpu(cfg, data: dict, cpus: float) -> dict | None:
+    """Run `trainables.gpu.peak_memory_of_probe` as a Ray task holding one whole GPU; its dict or None."""
+    import ray
+
+    from trainables.gpu import peak_memory_of_probe
+    from trainables.train import train_epochs
+
+    task = ray.remote(num_gpus=1, num_cpus=cpus)(peak_memory_of_probe)
+    return ray.get(task.remote(train_epochs, cfg, data))
+
+
+def filesystem_type(path: str, mounts: str | None = None) -> str:
+    """File-system type of the mount holding `path`, from /proc/mounts ("ext4", "nfs4", ...; "" if unknown)."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return ""
+    resolved = str(Path(path).expanduser().resolve())
+    best, fstype = "", ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, fields[2]
+    return fstype
+
+
+def check_shared_storage(storage_path: str, num_nodes: int, trusted: bool = False, mounts: str | None = None) -> None:
+    """A cluster of more than one node needs storage every node reaches: a URI or a network mount.
+
+    Args:
+        storage_path: --storage-path, resolved.
+        num_nodes: live nodes of the cluster.
+        trusted: --storage-is-shared (the user vouches for it; e.g. one machine's Ray test cluster).
+        mounts: the text of /proc/mounts (tests pass recorded ones).
+    Raises:
+        UsageError: a multi-node cluster and a path on a local file system (named with its type).
+    """
+    if num_nodes <= 1 or trusted or "://" in str(storage_path):
+        return
+    fstype = filesystem_type(str(storage_path), mounts)
+    if fstype in NETWORK_FILESYSTEMS:
+        return
+    raise UsageError(
+        f"--storage-path={storage_path} is on a local file system ({fstype or 'unknown type'}) but the cluster has "
+        f"{num_nodes} nodes: give shared storage every node reaches (an NFS mount or s3://bucket/prefix), "
+        "or pass --storage-is-shared if it is shared"
+    )
+
+
+def oom_trials(results) -> list[dict]:
+    """Configs of the trials in a `ResultGrid` that failed with a GPU out-of-memory error."""
+    return [r.config for r in results if r.error is not None and is_gpu_oom(r.error)]
+
+
+def requeued_trial_ids(rounds: list) -> set[str]:
+    """Trial ids of the GPU out-of-memory failures that a later round of `rerun_oom_trials` re-ran."""
+    return {r.metrics["trial_id"] for grid in rounds[:-1] for r in grid
+            if r.error is not None and is_gpu_oom(r.error) and "trial_id" in r.metrics}
+
+
+def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config, trial_name) -> list:
+    """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
+
+    Each round is a new `Tuner` over exactly the failed configs (`BasicVariantGenerator`'s
+    `points_to_evaluate`), written next to the first experiment as `<name>_oom_gpu<share>`; the
+    trials start afresh, Ray places them as usual.
+    Args:
+        results: the first `ResultGrid`.
+        trainable_for: share -> the trainable wrapped in `tune.with_resources` for that share.
+        gpus_per_trial: the share the first round ran with.
+        run_config: the first round's `RunConfig`; each round copies it under a new name.
+        trial_name: the `trial_name_creator` of the first round.
+    Returns:
+        [results, round 1, round 2, ...]: every `ResultGrid`, first included.
+    """
+    import dataclasses
+
+    from ray.tune import TuneConfig, Tuner
+    from ray.tune.search import BasicVariantGenerator
+
+    from trainables.config import METRIC, MODE
+
+    rounds = [results]
+    share = gpus_per_trial
+    while (configs := oom_trials(rounds[-1])) and (share := next_fraction_after_oom(share)) is not None:
+        print(f"{len(configs)} trial(s) ran out of GPU memory: re-queued with {share:g} GPU each", flush=True)
+        rounds.append(Tuner(
+            trainable_for(share),
+            param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
+            tune_config=TuneConfig(metric=METRIC, mode=MODE, num_samples=len(configs),
+                                   search_alg=BasicVariantGenerator(points_to_evaluate=configs),
+                                   trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+            run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
+        ).fit())
+    if configs := oom_trials(rounds[-1]):
+        print(f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
+              "--gpus-per-trial 2 (data-parallel)", file=sys.stderr)
+    return rounds
+
+
+def next_fraction_after_oom(gpus_per_trial: float) -> float | None:
+    """The share to re-queue an out-of-memory trial with: doubled, up to one whole GPU.
+
+    Returns:
+        0.25 -> 0.5 -> 1.0, 0.3 -> 0.6 -> 1.0; None when the trial already had a whole GPU or more
+        (more memory than that needs --gpus-per-trial 2, data-parallel, which changes the run).
+    """
+    if gpus_per_trial <= 0 or gpus_per_trial >= 1:
+        return None
+    return min(1.0, math.ldexp(gpus_per_trial, 1))

@@ -1,0 +1,80 @@
+"""Multi-GPU trials: one Tune trial trains data-parallel (DDP) over several GPUs with Ray Train.
+
+Follows Ray's documented Train-inside-Tune pattern for Ray Train V2 (the default since Ray 2.51):
+the Tune trial `train_classifier_ddp` is a light driver that builds a `TorchTrainer` and calls
+`fit()`; Ray Train starts `num_workers` worker processes (one GPU each), sets up the process
+group (NCCL on CUDA builds, gloo otherwise), and each worker runs `train_epochs` on its share of
+every global batch. `TuneReportCallback` forwards rank 0's metrics to Tune, so a DDP trial reports
+the same metric names as a single-GPU trial. Only rank 0 saves checkpoints; Ray Train keeps them
+under `<trial>/ddp/` and, when Tune retries the trial, resumes from the latest one.
+
+The Tune trial itself holds no CPU or GPU (the workers hold them), so the sweep limits how many
+DDP trials run at once with `max_concurrent_trials`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import ray
+import torch
+from ray import train, tune
+from ray.train import Checkpoint, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from trainables.config import parse_config
+from trainables.gpu import gpu_metrics, nvml_utilization_reader, sample_gpu_utilization
+from trainables.train import CHECKPOINT_FILE, train_epochs
+
+
+def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers: int = 2,
+                         cpus_per_worker: float = 1.0, use_gpu: bool = True, experiment_path: str | None = None) -> None:
+    """A Tune trial that trains `config` with DDP over `num_workers` workers of one GPU each.
+
+    Args:
+        config: flat `TrainConfig` dict, as for `train_classifier`.
+        data: the sweep's data dict (`tune.with_parameters`), handed to workers through the object store.
+        num_workers: data-parallel processes, one GPU each (`--gpus-per-trial`).
+        cpus_per_worker: CPU cores each worker holds.
+        use_gpu: False trains on CPU workers (tests; backend gloo).
+        experiment_path: the sweep's `<storage>/<name>` (shared storage on a cluster); the Train
+            run goes to `<experiment_path>/<trial>/ddp`. None: the trial's local folder.
+    Raises:
+        ray.train.TrainingFailedError: a worker failed (Tune then retries the trial).
+    """
+    parse_config(config)  # fail in the trial, naming the key, before workers start
+    context = tune.get_context()
+    trial_path = f"{experiment_path}/{context.get_trial_name()}" if experiment_path else context.get_trial_dir()
+    trainer = TorchTrainer(
+        _train_worker,
+        train_loop_config={"config": config, "data": ray.put(data) if data is not None else None},
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": cpus_per_worker, "GPU": 1 if use_gpu else 0}),
+        torch_config=TorchConfig(backend="nccl" if use_gpu and torch.version.cuda else "gloo"),
+        run_config=RunConfig(name="ddp", storage_path=trial_path, callbacks=[TuneReportCallback()]),
+    )
+    trainer.fit()
+
+
+def _train_worker(loop_config: dict) -> None:
+    """One DDP worker: `train_epochs` on its share of each batch; rank 0 reports the checkpoint."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(train.torch.get_device())
+    data = ray.get(loop_config["data"]) if loop_config["data"] is not None else None
+    state = None
+    if (checkpoint := train.get_checkpoint()) is not None:
+        with checkpoint.as_directory() as folder:
+            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+    rank = train.get_context().get_world_rank()
+    with sample_gpu_utilization(nvml_utilization_reader()) as utilization:
+        for metrics, checkpoint_state in train_epochs(loop_config["config"], data, state):
+            metrics.update(gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization))  # one whole GPU per worker
+            metrics["ddp/world_size"] = train.get_context().get_world_size()
+            with tempfile.TemporaryDirectory() as folder:
+                checkpoint = None
+                if rank == 0:  # one copy of the (identical) weights
+                    torch.save(checkpoint_state, Path(folder) / CHECKPOINT_FILE)
+                    checkpoint = Checkpoint.from_directory(folder)
+                train.report(metrics, checkpoint=checkpoint)

@@ -1,0 +1,187 @@
+"""GPU use inside one trial: a memory cap for fractional GPUs, NVML utilisation, OOM marking.
+
+Ray Tune's fractional GPUs (`{"gpu": 0.25}`) are a scheduling label only: nothing stops a trial
+from taking the whole card and crashing its neighbours (ray-project/ray#10640). A trial given
+g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
+with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
+`GpuOutOfMemory`, which the sweep recognises and re-queues with a larger fraction
+(`sweeps/gpus.py:next_fraction_after_oom`).
+
+Every function here is a no-op or returns None on a machine without CUDA or without NVML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+OOM_MARKER = "gpu_oom.json"  # written into the trial folder when the trial runs out of GPU memory
+
+
+class GpuOutOfMemory(RuntimeError):
+    """CUDA ran out of memory at the trial's GPU fraction; the sweep re-queues it with more."""
+
+
+def memory_fraction_for(gpus_per_trial: float, headroom: float) -> float | None:
+    """Share of one device's memory a trial may allocate: `g * (1 - headroom)` for g < 1.
+
+    Args:
+        gpus_per_trial: the trial's GPU share (0.25: four trials per GPU); 0 or >= 1: no cap.
+        headroom: share of the slice left free for the CUDA context, cuDNN workspaces and
+            allocator fragmentation, which the cap does not count (`TrainConfig.gpu_memory_headroom`).
+    Returns:
+        A fraction in (0, 1), e.g. 0.225 for g=0.25, headroom=0.1; None when no cap applies.
+    """
+    if gpus_per_trial <= 0 or gpus_per_trial >= 1:
+        return None
+    return gpus_per_trial * (1.0 - headroom)
+
+
+def trial_gpu_fraction() -> float:
+    """GPUs Tune gave the running trial (0.25, 1, ...); 0.0 outside Tune or for CPU trials."""
+    from ray import tune
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            resources = tune.get_context().get_trial_resources()
+        except Exception:  # not in a Tune session
+            return 0.0
+    return float(resources.required_resources.get("GPU", 0.0)) if resources else 0.0
+
+
+def cap_gpu_memory(gpus_per_trial: float, headroom: float, device: torch.device | None = None) -> float | None:
+    """Cap this process's CUDA allocator at its share of the device (see `memory_fraction_for`).
+
+    Returns:
+        The fraction set, or None when nothing was capped (no CUDA, CPU trial, a whole GPU or more).
+    """
+    fraction = memory_fraction_for(gpus_per_trial, headroom)
+    if fraction is None or not torch.cuda.is_available():
+        return None
+    torch.cuda.set_per_process_memory_fraction(fraction, device or torch.device("cuda", torch.cuda.current_device()))
+    return fraction
+
+
+@contextmanager
+def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None]:
+    """Turn `torch.cuda.OutOfMemoryError` into `GpuOutOfMemory`, leaving `OOM_MARKER` in `trial_dir`.
+
+    When Tune retries the trial (`FailureConfig.max_failures`) at the same fraction, the marker
+    makes it fail again at once instead of training up to the same out-of-memory point; the
+    sweep then re-queues it with a larger fraction.
+    Raises:
+        GpuOutOfMemory: naming the fraction and the original CUDA message.
+    """
+    marker = trial_dir / OOM_MARKER if trial_dir else None
+    if marker is not None and marker.exists() and json.loads(marker.read_text())["gpus_per_trial"] == gpus_per_trial:
+        raise GpuOutOfMemory(f"ran out of GPU memory earlier at {gpus_per_trial:g} GPU (see {marker})")
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        message = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
+        if marker is not None:
+            marker.write_text(json.dumps({"gpus_per_trial": gpus_per_trial, "error": message}))
+        raise GpuOutOfMemory(f"ran out of GPU memory at {gpus_per_trial:g} GPU: {message}") from e
+
+
+def is_gpu_oom(error: BaseException | None) -> bool:
+    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray) was a GPU OOM."""
+    while error is not None:
+        if isinstance(error, (GpuOutOfMemory, torch.cuda.OutOfMemoryError)) or "GpuOutOfMemory" in str(error):
+            return True
+        error = error.__cause__
+    return False
+
+
+def nvml_utilization_reader(device: torch.device | None = None) -> Callable[[], float] | None:
+    """A function returning the GPU utilisation (percent, 0-100) of `device` through NVML.
+
+    The device is found by UUID, so the NVML index order (PCI bus) and CUDA's order may differ.
+    Returns:
+        The reader, or None without CUDA, without `nvidia-ml-py`, or when NVML fails to start.
+    """
+    if not torch.cuda.is_available():
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(device or torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception:
+        return None
+    return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+
+@contextmanager
+def sample_gpu_utilization(read: Callable[[], float] | None, every_s: float = 1.0) -> Iterator[list[float]]:
+    """Call `read()` every `every_s` seconds in a background thread, collecting the readings.
+
+    Args:
+        read: e.g. `nvml_utilization_reader()`; None yields an empty list and starts no thread.
+    Yields:
+        The list the readings (percent) are appended to; read it at any time for a running mean.
+    """
+    samples: list[float] = []
+    if read is None:
+        yield samples
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                samples.append(read())
+            except Exception:  # a transient NVML error must not kill the trial
+                pass
+            stop.wait(every_s)
+
+    thread = threading.Thread(target=loop, name="gpu-utilization", daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=2 * every_s)
+
+
+def gpu_metrics(gpus_per_trial: float, memory_fraction: float | None, utilization: list[float]) -> dict:
+    """Per-epoch GPU metrics: `gpu/fraction` (the trial's share), `gpu/memory_cap` (the allocator
+    cap as a share of the device, 0 when uncapped), `gpu/utilization_mean` (percent, NVML, only
+    when sampled)."""
+    metrics = {"gpu/fraction": gpus_per_trial, "gpu/memory_cap": memory_fraction or 0.0}
+    if utilization:
+        metrics["gpu/utilization_mean"] = sum(utilization) / len(utilization)
+    return metrics
+
+
+def peak_memory_of_probe(train_epochs, cfg, data: dict) -> dict | None:
+    """Run one tiny epoch (two batches, short val/test) on the GPU and measure its peak memory.
+
+    Args:
+        train_epochs: `trainables.train.train_epochs` (passed in to keep imports one-way).
+        cfg: the `TrainConfig` of the sweep (its model, batch size, AMP decide the footprint).
+        data: the sweep's data dict; only its first samples are used.
+    Returns:
+        {"peak_bytes", "total_bytes", "device"} or None without CUDA.
+    """
+    if not torch.cuda.is_available():
+        return None
+    n = 2 * cfg.batch_size
+    small = {**data, "x_train": data["x_train"][:n], "y_train": data["y_train"][:n],
+             "x_val": data["x_val"][:1024], "y_val": data["y_val"][:1024],
+             "x_test": data["x_test"][:1024], "y_test": data["y_test"][:1024]}
+    torch.cuda.reset_peak_memory_stats()
+    for _ in train_epochs(cfg.__class__(**{**cfg.__dict__, "epochs": 1}), small):
+        pass
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"peak_bytes": int(torch.cuda.max_memory_allocated()), "total_bytes": int(props.total_memory),
+            "device": props.name, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
