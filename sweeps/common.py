@@ -6,6 +6,7 @@ Each is a plain function; the sweep scripts call `Tuner`, `TuneConfig` and `RunC
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -106,6 +107,47 @@ def check_positive_int(flag: str, value: int | None, low: int = 1) -> None:
         raise UsageError(f"{flag}={value} must be a whole number >= {low}")
 
 
+def check_dashboard_host(host: str) -> bool:
+    """Check --dashboard-host; return True when it is loopback (only this machine can connect).
+
+    Raises:
+        UsageError: not an IP address (or `localhost`).
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise UsageError(f"--dashboard-host={host!r} is not an IP address; use 127.0.0.1 (this machine only, "
+                         f"the default) or the address of one interface, 0.0.0.0 for all") from None
+
+
+def secure_dashboard(host: str) -> None:
+    """Before a local Ray starts: on a non-loopback dashboard, warn and require Ray's token authentication.
+
+    Anyone who can reach the dashboard port can submit a job through the Jobs API, that is run
+    any code on the cluster (CVE-2023-48022, "ShadowRay"). Recent Ray can require a token from every
+    client (`RAY_AUTH_MODE=token`, docs.ray.io/en/latest/ray-security/token-auth.html); where the
+    installed Ray has it and the user has not chosen a mode, it is turned on here. (Ray 2.60 turns it
+    on by default for a new local cluster; setting it explicitly keeps it on whatever the default.)
+    """
+    if check_dashboard_host(host):
+        return
+    print(f"warning: the Ray dashboard will listen on {host}: anyone who can reach its port can run code on "
+          f"this cluster through the Jobs API (CVE-2023-48022). Prefer 127.0.0.1 and an SSH tunnel.", file=sys.stderr)
+    try:
+        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
+    except ImportError:
+        print("warning: this Ray has no token authentication; firewall the dashboard port", file=sys.stderr)
+        return
+    mode = os.environ.setdefault(AUTH_MODE_ENV_VAR, "token")
+    if mode.lower() == "token":
+        print(f"token authentication is on ({AUTH_MODE_ENV_VAR}=token): clients need the token in ~/.ray/auth_token "
+              f"(`ray get-auth-token`)", file=sys.stderr)
+    else:
+        print(f"warning: {AUTH_MODE_ENV_VAR}={mode} was set: the dashboard is open to anyone who can reach it", file=sys.stderr)
+
+
 def run_main(main) -> None:
     """Run a sweep's `main(argv) -> int` and exit with its code; user mistakes print one line."""
     try:
@@ -128,6 +170,7 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
     if address:
         context = ray.init(address=address, log_to_driver=True)
     else:
+        secure_dashboard(dashboard_host)
         context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus)
     url = context.dashboard_url
     print(f"Ray started in {time.perf_counter() - started:.1f} s; dashboard: " + (f"http://{url}" if url else "not running"), flush=True)

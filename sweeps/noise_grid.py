@@ -5,6 +5,8 @@ Run:
     python sweeps/noise_grid.py --smoke-test         # 2 epochs, about a minute on 2 cores
     python sweeps/noise_grid.py --seeds 3 --gpus-per-trial 0.25 --dataset cifar10 \\
         --data-root ~/data/cifar-10-batches-py --model resnet18
+    python sweeps/noise_grid.py --resume             # continue a sweep whose driver was killed
+    python sweeps/noise_grid.py --seeds 3            # again: runs only the cells not finished yet
 
 Replaces a bash loop of `CUDA_VISIBLE_DEVICES=i python train.py ... &` in batches of four:
 Ray places each trial on a free GPU slice the moment one is free, checkpoints every epoch,
@@ -23,9 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x
 
 from ray import tune
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
+from ray.tune.search import BasicVariantGenerator
 
+from sweeps import resume
 from sweeps.common import (
-    UsageError, add_common_args, check_positive_int, check_resources, check_storage_path, default_gpus_per_trial,
+    UsageError, add_common_args, check_dashboard_host, check_positive_int, check_resources, check_storage_path, default_gpus_per_trial,
     init_ray, parse_float_list, parse_gpus_per_trial, run_main, write_sweep_info,
 )
 from trainables import METRIC, MODE, load_data, parse_config, train_classifier
@@ -39,6 +43,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--noise-rates", default="0.125,0.25,0.375,0.5,0.625,0.75", help="comma-separated rates in [0, 1)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration: 0..N-1 (default: 1)")
     add_common_args(parser, name=NAME)
+    faults = parser.add_argument_group("failures, resuming and extending")
+    faults.add_argument("--max-failures", type=int, default=None, help="retries of a failed trial, each from its latest checkpoint (default: 2)")
+    faults.add_argument("--fail-fast", action="store_true", help="stop the whole sweep at the first trial error")
+    faults.add_argument("--resume", action="store_true", help="continue the sweep --name whose driver was killed (Tuner.restore)")
+    faults.add_argument("--retry-errored", action="store_true", help="with --resume: continue errored trials from their checkpoints")
+    faults.add_argument("--skip-existing", action=argparse.BooleanOptionalAction, default=True,
+                        help="reuse trials of this --name that already finished with the same config (default: on)")
     args = parser.parse_args(argv)
 
     args.noise_types = [t.strip() for t in args.noise_types.split(",")]
@@ -54,7 +65,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.epochs = args.epochs or (2 if args.smoke_test else 30)
     args.gpus_per_trial = parse_gpus_per_trial(args.gpus_per_trial)
     args.storage_path = check_storage_path(args.storage_path)
+    check_dashboard_host(args.dashboard_host)
+    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
+        raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
+    check_fault_args(args)
     return args
+
+
+def check_fault_args(args: argparse.Namespace) -> None:
+    """Check --max-failures, --fail-fast, --resume, --retry-errored, --skip-existing together."""
+    if args.max_failures is not None and args.max_failures < 0:
+        raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
+    if args.fail_fast and args.max_failures:
+        raise UsageError(f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them")
+    args.max_failures = 0 if args.fail_fast else (2 if args.max_failures is None else args.max_failures)
+    if args.retry_errored and not args.resume:
+        raise UsageError("--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)")
+    if args.resume and not args.skip_existing:
+        raise UsageError("--resume continues trials from their checkpoints; --no-skip-existing (rerun everything) contradicts it")
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    if args.resume and not Tuner.can_restore(experiment_dir):
+        raise UsageError(f"--resume: no sweep to resume in {experiment_dir} (no experiment_state file); "
+                         f"check --name and --storage-path, or run without --resume to start it")
 
 
 def trial_name(trial) -> str:
@@ -67,19 +99,27 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     base_config = {"dataset": args.dataset, "data_root": args.data_root, "model": args.model,
                    "loss": args.loss, "epochs": args.epochs}
+    cells = [{**base_config, "noise_type": t, "noise_rate": r, "seed": s}
+             for t in args.noise_types for r in args.noise_rates for s in range(args.seeds)]
     try:
         # Check every cell of the grid and load the data once, before Ray starts anything.
-        for noise_type in args.noise_types:
-            for rate in args.noise_rates:
-                cfg = parse_config({**base_config, "noise_type": noise_type, "noise_rate": rate})
+        for cell in cells:
+            cfg = parse_config(cell)
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
+    if not args.resume and not todo:
+        print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
+        df, code = resume.report_outcome(None, reused)
+        print_best_runs(df)
+        return code
 
     init_ray(args.address, args.dashboard_host)
     gpus = default_gpus_per_trial() if args.gpus_per_trial is None else args.gpus_per_trial
     check_resources(gpus, args.cpus_per_trial)
-    print(f"{len(args.noise_types) * len(args.noise_rates) * args.seeds} trials, {gpus:g} GPU and "
+    print(f"{len(cells) if args.resume else len(todo)} trials, {gpus:g} GPU and "
           f"{args.cpus_per_trial:g} CPU each, {args.epochs} epochs; data: {args.dataset} "
           f"({len(data['y_train'])} train / {len(data['y_val'])} val / {len(data['y_test'])} test)", flush=True)
 
@@ -91,40 +131,51 @@ def main(argv: list[str]) -> int:
         "noise_rate": tune.grid_search(args.noise_rates),
         "seed": tune.grid_search(list(range(args.seeds))),
     }
-    experiment_dir = f"{args.storage_path}/{args.name}"
-    write_sweep_info(experiment_dir, {"sweep": NAME, "metric": METRIC, "mode": MODE, "argv": sys.argv,
-                                      "started": time.strftime("%Y-%m-%d %H:%M:%S")})
-    tuner = Tuner(
-        trainable,
-        param_space=param_space,
-        tune_config=TuneConfig(
-            metric=METRIC, mode=MODE,
-            max_concurrent_trials=args.max_concurrent,
-            reuse_actors=True,  # no new worker process per trial: seconds saved per trial
-            trial_name_creator=trial_name, trial_dirname_creator=trial_name,
-        ),
-        run_config=RunConfig(
-            name=args.name,
-            storage_path=str(args.storage_path),
-            checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC,
-                                               checkpoint_score_order=MODE),  # best two; Ray also keeps the latest
-            failure_config=FailureConfig(max_failures=2),
-            sync_config=SyncConfig(sync_artifacts=True),  # files trials write (noise.json, logs) reach storage
-        ),
-    )
+    search_alg = None
+    if len(todo) < len(cells):  # extending a grid: only the cells not finished yet, as explicit configs
+        param_space = base_config
+        search_alg = BasicVariantGenerator(points_to_evaluate=[{k: c[k] for k in ("noise_type", "noise_rate", "seed")} for c in todo])
+    # A diverged trial's last report has no val/acc, so that schedulers skip it: allow that.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    if args.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
+        tuner = Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=args.retry_errored)
+    else:
+        write_sweep_info(experiment_dir, {"sweep": NAME, "metric": METRIC, "mode": MODE, "argv": sys.argv,
+                                          "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        tuner = Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=TuneConfig(
+                metric=METRIC, mode=MODE,
+                max_concurrent_trials=args.max_concurrent,
+                search_alg=search_alg, num_samples=len(todo) if search_alg else 1,
+                reuse_actors=True,  # no new worker process per trial: seconds saved per trial
+                trial_name_creator=trial_name, trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name),
+            ),
+            run_config=RunConfig(
+                name=args.name,
+                storage_path=str(args.storage_path),
+                checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC,
+                                                   checkpoint_score_order=MODE),  # best two; Ray also keeps the latest
+                failure_config=FailureConfig(max_failures=args.max_failures, fail_fast=args.fail_fast),
+                sync_config=SyncConfig(sync_artifacts=True),  # files trials write (noise.json, logs) reach storage
+            ),
+        )
     results = tuner.fit()
 
-    df = results.get_dataframe(filter_metric=METRIC, filter_mode=MODE)
+    df, code = resume.report_outcome(results, reused)
     print_best_runs(df)
     print(f"results: {experiment_dir}")
-    if results.errors:
-        print(f"{len(results.errors)} trial(s) ended in error", file=sys.stderr)
-        return 1
-    return 0
+    if args.resume and (missing := resume.cells_not_in(results, todo)):
+        print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")
+    return code
 
 
 def print_best_runs(df) -> None:
     """Per configuration over seeds: mean and std of best val/acc (placeholder until analysis/)."""
+    if not len(df):
+        print("no finished, non-diverged trial to rank")
+        return
     table = df.groupby(["config/noise_type", "config/noise_rate"])[METRIC].agg(["count", "mean", "std"])
     print(table.sort_values("mean", ascending=False).to_string())
 
