@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
     }
     search_alg = None
     if len(todo) < len(cells):  # extending a grid: only the cells not finished yet, as explicit configs
-        param_space = base_config
+        param_space = {**base_config, "noise_type": tune.choice(args.noise_types), "noise_rate": tune.choice(args.noise_rates),
+                       "seed": tune.choice(list(range(args.seeds)))}  # every sample is one of the points below
         search_alg = BasicVariantGenerator(points_to_evaluate=[{k: c[k] for k in ("noise_type", "noise_rate", "seed")} for c in todo])
     # A diverged trial's last report has no val/acc, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")

@@ -148,14 +148,16 @@ def test_bad_fault_flags_are_refused_before_ray_starts(argv, match, tmp_path):
 
 
 def test_non_loopback_dashboard_warns_and_turns_on_token_auth(monkeypatch, capsys):
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    # A plain dict, not the process environment: Ray's C++ side caches RAY_AUTH_MODE once read.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    monkeypatch.setattr(os, "environ", env)
     secure_dashboard("127.0.0.1")
-    assert "RAY_AUTH_MODE" not in os.environ and capsys.readouterr().err == ""
+    assert "RAY_AUTH_MODE" not in env and capsys.readouterr().err == ""
     secure_dashboard("0.0.0.0")
-    assert os.environ["RAY_AUTH_MODE"] == "token"
+    assert env["RAY_AUTH_MODE"] == "token"
     err = capsys.readouterr().err
     assert "anyone who can reach its port can run code" in err and "CVE-2023-48022" in err
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    env["RAY_AUTH_MODE"] = "disabled"
     secure_dashboard("10.1.2.3")
     assert "RAY_AUTH_MODE=disabled was set" in capsys.readouterr().err
 
