@@ -6,6 +6,7 @@ Each is a plain function; the sweep scripts call `Tuner`, `TuneConfig` and `RunC
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -14,8 +15,9 @@ import time
 from pathlib import Path
 
 import ray
+from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig
 
-from trainables.config import DATASETS, LOSSES, MODELS
+from trainables.config import DATASETS, LOSSES, METRIC, MODE, MODELS
 
 
 class UsageError(ValueError):
@@ -106,6 +108,47 @@ def check_positive_int(flag: str, value: int | None, low: int = 1) -> None:
         raise UsageError(f"{flag}={value} must be a whole number >= {low}")
 
 
+def check_dashboard_host(host: str) -> bool:
+    """Check --dashboard-host; return True when it is loopback (only this machine can connect).
+
+    Raises:
+        UsageError: not an IP address (or `localhost`).
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise UsageError(f"--dashboard-host={host!r} is not an IP address; use 127.0.0.1 (this machine only, "
+                         f"the default) or the address of one interface, 0.0.0.0 for all") from None
+
+
+def secure_dashboard(host: str) -> None:
+    """Before a local Ray starts: on a non-loopback dashboard, warn and require Ray's token authentication.
+
+    Anyone who can reach the dashboard port can submit a job through the Jobs API, that is run
+    any code on the cluster (CVE-2023-48022, "ShadowRay"). Recent Ray can require a token from every
+    client (`RAY_AUTH_MODE=token`, docs.ray.io/en/latest/ray-security/token-auth.html); where the
+    installed Ray has it and the user has not chosen a mode, it is turned on here. (Ray 2.60 turns it
+    on by default for a new local cluster; setting it explicitly keeps it on whatever the default.)
+    """
+    if check_dashboard_host(host):
+        return
+    print(f"warning: the Ray dashboard will listen on {host}: anyone who can reach its port can run code on "
+          f"this cluster through the Jobs API (CVE-2023-48022). Prefer 127.0.0.1 and an SSH tunnel.", file=sys.stderr)
+    try:
+        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
+    except ImportError:
+        print("warning: this Ray has no token authentication; firewall the dashboard port", file=sys.stderr)
+        return
+    mode = os.environ.setdefault(AUTH_MODE_ENV_VAR, "token")
+    if mode.lower() == "token":
+        print(f"token authentication is on ({AUTH_MODE_ENV_VAR}=token): clients need the token in ~/.ray/auth_token "
+              f"(`ray get-auth-token`)", file=sys.stderr)
+    else:
+        print(f"warning: {AUTH_MODE_ENV_VAR}={mode} was set: the dashboard is open to anyone who can reach it", file=sys.stderr)
+
+
 def run_main(main) -> None:
     """Run a sweep's `main(argv) -> int` and exit with its code; user mistakes print one line."""
     try:
@@ -132,6 +175,7 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
     if address:
         context = ray.init(address=address, log_to_driver=log_to_driver)
     else:
+        secure_dashboard(dashboard_host)
         context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
                            log_to_driver=log_to_driver)
     url = context.dashboard_url
@@ -169,32 +213,34 @@ def write_sweep_info(experiment_dir: Path | str, info: dict) -> None:
     (folder / "raysweep.json").write_text(json.dumps(info, indent=1))
 
 
-def sweep_tune_config(max_concurrent: int | None, **overrides) -> "TuneConfig":
+def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
     """The `TuneConfig` every sweep starts from: rank by `val/acc`, reuse trial actors.
 
     Actor reuse keeps a trial's worker process for the next trial (no Python/torch start-up per
     trial); measured in benchmarks/sweep_efficiency.py.
     """
-    from ray.tune import TuneConfig
-
-    from trainables.config import METRIC, MODE
-
     settings = {"metric": METRIC, "mode": MODE, "max_concurrent_trials": max_concurrent, "reuse_actors": True}
     return TuneConfig(**(settings | overrides))
 
 
-def sweep_run_config(name: str, storage_path: str, max_failures: int = 2, **overrides) -> "RunConfig":
-    """The `RunConfig` every sweep starts from: storage, best-2 checkpoints by `val/acc` (Ray also
-    keeps the latest, for resuming), retries from the latest checkpoint, trial files synced."""
-    from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig
+def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: bool = False,
+                     callbacks: list | None = None, **overrides) -> RunConfig:
+    """The `RunConfig` every sweep starts from.
 
-    from trainables.config import METRIC, MODE
-
+    Storage under `storage_path/name`; the best two checkpoints by `val/acc` (Ray also keeps the
+    latest, for resuming); a failed trial retried `max_failures` times from its latest checkpoint
+    (`fail_fast`: the first error stops the sweep); files trials write (noise.json, logs) synced
+    to storage; each trial's stdout/stderr in files in its folder; our progress `callbacks`
+    instead of Tune's tables (verbose=0).
+    """
     settings = {
         "name": name,
         "storage_path": str(storage_path),
         "checkpoint_config": CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC, checkpoint_score_order=MODE),
-        "failure_config": FailureConfig(max_failures=max_failures),
-        "sync_config": SyncConfig(sync_artifacts=True),  # files trials write (noise.json, logs) reach storage
+        "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+        "sync_config": SyncConfig(sync_artifacts=True),
+        "log_to_file": True,
+        "callbacks": callbacks,
+        "verbose": 0,
     }
     return RunConfig(**(settings | overrides))

@@ -269,10 +269,9 @@ def oom_trials(results) -> list[dict]:
     return [r.config for r in results if r.error is not None and is_gpu_oom(r.error)]
 
 
-def requeued_trial_ids(rounds: list) -> set[str]:
-    """Trial ids of the GPU out-of-memory failures that a later round of `rerun_oom_trials` re-ran."""
-    return {r.metrics["trial_id"] for grid in rounds[:-1] for r in grid
-            if r.error is not None and is_gpu_oom(r.error) and "trial_id" in r.metrics}
+def requeued_trial_paths(rounds: list) -> set[str]:
+    """Trial folders of the GPU out-of-memory failures that a later round of `rerun_oom_trials` re-ran."""
+    return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}
 
 
 def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config, trial_name) -> list:

@@ -5,6 +5,8 @@ Run:
     python sweeps/noise_grid.py --smoke-test         # 2 epochs, about a minute on 2 cores
     python sweeps/noise_grid.py --seeds 3 --gpus-per-trial 0.25 --dataset cifar10 \\
         --data-root ~/data/cifar-10-batches-py --model resnet18
+    python sweeps/noise_grid.py --resume             # continue a sweep whose driver was killed
+    python sweeps/noise_grid.py --seeds 3            # again: runs only the cells not finished yet
 
 Replaces a bash loop of `CUDA_VISIBLE_DEVICES=i python train.py ... &` in batches of four:
 Ray places each trial on a free GPU slice the moment one is free, checkpoints every epoch,
@@ -21,17 +23,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-import pandas as pd
 import ray
 from ray import tune
-from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
+from ray.tune import Tuner
+from ray.tune.search import BasicVariantGenerator
 
+from sweeps import resume
 from sweeps.common import (
-    UsageError, add_common_args, check_positive_int, check_resources, check_storage_path, default_gpus_per_trial,
-    init_ray, parse_float_list, run_main, write_sweep_info,
+    UsageError, add_common_args, check_dashboard_host, check_positive_int, check_resources, check_storage_path,
+    default_gpus_per_trial, init_ray, parse_float_list, run_main, sweep_run_config, sweep_tune_config, write_sweep_info,
 )
 from sweeps.gpus import (
-    add_gpu_args, auto_gpus_per_trial, check_shared_storage, choose_local_gpus, parse_gpu_flags, probe_on_gpu, requeued_trial_ids,
+    add_gpu_args, auto_gpus_per_trial, check_shared_storage, choose_local_gpus, parse_gpu_flags, probe_on_gpu, requeued_trial_paths,
     rerun_oom_trials,
 )
 from sweeps.monitoring import add_monitoring_args, monitoring_callbacks
@@ -47,6 +50,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--noise-rates", default="0.125,0.25,0.375,0.5,0.625,0.75", help="comma-separated rates in [0, 1)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration: 0..N-1 (default: 1)")
     add_common_args(parser, name=NAME)
+    faults = parser.add_argument_group("failures, resuming and extending")
+    faults.add_argument("--max-failures", type=int, default=None, help="retries of a failed trial, each from its latest checkpoint (default: 2)")
+    faults.add_argument("--fail-fast", action="store_true", help="stop the whole sweep at the first trial error")
+    faults.add_argument("--resume", action="store_true", help="continue the sweep --name whose driver was killed (Tuner.restore)")
+    faults.add_argument("--retry-errored", action="store_true", help="with --resume: continue errored trials from their checkpoints")
+    faults.add_argument("--skip-existing", action=argparse.BooleanOptionalAction, default=True,
+                        help="reuse trials of this --name that already finished with the same config (default: on)")
     add_gpu_args(parser)
     add_monitoring_args(parser)
     args = parser.parse_args(argv)
@@ -64,7 +74,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.epochs = args.epochs or (2 if args.smoke_test else 30)
     args.gpus, args.gpus_per_trial = parse_gpu_flags(args.gpus, args.gpus_per_trial, args.address)
     args.storage_path = check_storage_path(args.storage_path)
+    check_dashboard_host(args.dashboard_host)
+    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
+        raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
+    check_fault_args(args)
     return args
+
+
+def check_fault_args(args: argparse.Namespace) -> None:
+    """Check --max-failures, --fail-fast, --resume, --retry-errored, --skip-existing together."""
+    if args.max_failures is not None and args.max_failures < 0:
+        raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
+    if args.fail_fast and args.max_failures:
+        raise UsageError(f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them")
+    args.max_failures = 0 if args.fail_fast else (2 if args.max_failures is None else args.max_failures)
+    if args.retry_errored and not args.resume:
+        raise UsageError("--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)")
+    if args.resume and not args.skip_existing:
+        raise UsageError("--resume continues trials from their checkpoints; --no-skip-existing (rerun everything) contradicts it")
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    if args.resume and not Tuner.can_restore(experiment_dir):
+        raise UsageError(f"--resume: no sweep to resume in {experiment_dir} (no experiment_state file); "
+                         f"check --name and --storage-path, or run without --resume to start it")
 
 
 def trial_name(trial) -> str:
@@ -77,14 +108,22 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     base_config = {"dataset": args.dataset, "data_root": args.data_root, "model": args.model,
                    "loss": args.loss, "epochs": args.epochs}
+    cells = [{**base_config, "noise_type": t, "noise_rate": r, "seed": s}
+             for t in args.noise_types for r in args.noise_rates for s in range(args.seeds)]
     try:
         # Check every cell of the grid and load the data once, before Ray starts anything.
-        for noise_type in args.noise_types:
-            for rate in args.noise_rates:
-                cfg = parse_config({**base_config, "noise_type": noise_type, "noise_rate": rate})
+        for cell in cells:
+            cfg = parse_config(cell)
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
+    if not args.resume and not todo:
+        print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
+        df, code = resume.report_outcome(None, reused)
+        print_best_runs(df)
+        return code
 
     callbacks = monitoring_callbacks(args)  # console progress (+ MLflow / W&B when asked for)
     init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
@@ -94,8 +133,7 @@ def main(argv: list[str]) -> int:
         gpus, why = auto_gpus_per_trial(ray.cluster_resources().get("GPU", 0), lambda: probe_on_gpu(cfg, data, args.cpus_per_trial), cfg.gpu_memory_headroom)
         print(f"--gpus-per-trial auto: {gpus:g} GPU per trial; {why}", flush=True)
     check_resources(gpus, args.cpus_per_trial)
-    experiment_dir = f"{args.storage_path}/{args.name}"
-    print(f"{len(args.noise_types) * len(args.noise_rates) * args.seeds} trials, {gpus:g} GPU and "
+    print(f"{len(cells) if args.resume else len(todo)} trials, {gpus:g} GPU and "
           f"{args.cpus_per_trial:g} CPU each, {args.epochs} epochs; data: {args.dataset} "
           f"({len(data['y_train'])} train / {len(data['y_val'])} val / {len(data['y_test'])} test)", flush=True)
 
@@ -114,44 +152,45 @@ def main(argv: list[str]) -> int:
         "noise_rate": tune.grid_search(args.noise_rates),
         "seed": tune.grid_search(list(range(args.seeds))),
     }
-    write_sweep_info(experiment_dir, {"sweep": NAME, "metric": METRIC, "mode": MODE, "argv": sys.argv,
-                                      "started": time.strftime("%Y-%m-%d %H:%M:%S")})
-    tuner = Tuner(
-        trainable_for(gpus),
-        param_space=param_space,
-        tune_config=TuneConfig(
-            metric=METRIC, mode=MODE,
-            max_concurrent_trials=args.max_concurrent,
-            reuse_actors=True,  # no new worker process per trial: seconds saved per trial
-            trial_name_creator=trial_name, trial_dirname_creator=trial_name,
-        ),
-        run_config=(run_config := RunConfig(
-            name=args.name,
-            storage_path=str(args.storage_path),
-            checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC,
-                                               checkpoint_score_order=MODE),  # best two; Ray also keeps the latest
-            failure_config=FailureConfig(max_failures=2),
-            sync_config=SyncConfig(sync_artifacts=True),  # files trials write (noise.json, logs) reach storage
-            log_to_file=True,  # each trial's stdout and stderr -> files `stdout`, `stderr` in its folder
-            callbacks=callbacks, verbose=0,  # our progress block instead of Tune's tables
-        )),
-    )
+    search_alg = None
+    if len(todo) < len(cells):  # extending a grid: only the cells not finished yet, as explicit configs
+        param_space = {**base_config, "noise_type": tune.choice(args.noise_types), "noise_rate": tune.choice(args.noise_rates),
+                       "seed": tune.choice(list(range(args.seeds)))}  # every sample is one of the points below
+        search_alg = BasicVariantGenerator(points_to_evaluate=[{k: c[k] for k in ("noise_type", "noise_rate", "seed")} for c in todo])
+    # A diverged trial's last report has no val/acc, so that schedulers skip it: allow that.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    run_config = sweep_run_config(args.name, args.storage_path, max_failures=args.max_failures,
+                                  fail_fast=args.fail_fast, callbacks=callbacks)
+    if args.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
+        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=args.retry_errored)
+    else:
+        write_sweep_info(experiment_dir, {"sweep": NAME, "metric": METRIC, "mode": MODE, "argv": sys.argv,
+                                          "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        tuner = Tuner(
+            trainable_for(gpus),
+            param_space=param_space,
+            tune_config=sweep_tune_config(
+                args.max_concurrent, search_alg=search_alg, num_samples=len(todo) if search_alg else 1,
+                trial_name_creator=trial_name, trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name),
+            ),
+            run_config=run_config,
+        )
     results = tuner.fit()
     rounds = rerun_oom_trials(results, trainable_for, gpus, run_config, trial_name)  # [results] when no GPU OOM
 
-    requeued = requeued_trial_ids(rounds)
-    df = pd.concat([r.get_dataframe(filter_metric=METRIC, filter_mode=MODE) for r in rounds])
-    print_best_runs(df[~df["trial_id"].isin(requeued)])
+    df, code = resume.report_outcome(rounds, reused, requeued_trial_paths(rounds))
+    print_best_runs(df)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
-    errors = [r for grid in rounds for r in grid if r.error and r.metrics.get("trial_id") not in requeued]
-    if errors:
-        print(f"{len(errors)} trial(s) ended in error", file=sys.stderr)
-        return 1
-    return 0
+    if args.resume and (missing := resume.cells_not_in(results, todo)):
+        print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")
+    return code
 
 
 def print_best_runs(df) -> None:
     """Per configuration over seeds: mean and std of best val/acc (placeholder until analysis/)."""
+    if not len(df):
+        print("no finished, non-diverged trial to rank")
+        return
     table = df.groupby(["config/noise_type", "config/noise_rate"])[METRIC].agg(["count", "mean", "std"])
     print(table.sort_values("mean", ascending=False).to_string())
 

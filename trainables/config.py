@@ -6,6 +6,8 @@ The sweep metric and mode live here too, so `sweeps/` and `analysis/` agree on t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ LOSSES = ("ce", "label_smoothing", "gce", "sce")
 NOISE_TYPES = ("sym", "asym")
 OPTIMIZERS = ("sgd", "adamw")
 AMP_MODES = ("off", "bf16", "fp16")
+RUN_ONLY_KEYS = ("checkpoint_every", "gpu_memory_headroom")  # change how a trial runs, not what it learns
 
 
 @dataclass
@@ -75,6 +78,14 @@ def parse_config(config: dict) -> TrainConfig:
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
     return TrainConfig(**config)
+
+
+def config_hash(cfg: TrainConfig | dict) -> str:
+    """A stable 16-hex-digit id of what a trial learns: sha1 of the sorted JSON of every field
+    (defaults filled in) except `RUN_ONLY_KEYS`. Same hash, same trial: a finished one is reused."""
+    cfg = cfg if isinstance(cfg, TrainConfig) else parse_config(cfg)
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_ONLY_KEYS}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _choice(name: str, value, allowed: tuple) -> None:

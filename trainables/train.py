@@ -25,15 +25,15 @@ import torch
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables.config import TrainConfig, parse_config
+from trainables import divergence
+from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
+from trainables.config import TrainConfig, config_hash, parse_config
 from trainables.data import data_key, load_data
 from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utilization_reader, sample_gpu_utilization, trial_gpu_fraction
 from trainables.logs import log_epoch, trial_logger
 from trainables.losses import build_loss
 from trainables.models import build_model
 from trainables.noise import add_label_noise, transition_matrix
-
-CHECKPOINT_FILE = "checkpoint.pt"
 
 
 def train_classifier(config: dict, data: dict | None = None) -> None:
@@ -57,7 +57,10 @@ def train_classifier(config: dict, data: dict | None = None) -> None:
     in_tune = _tune_trial_name() is not None
     state = _load_checkpoint(tune.get_checkpoint()) if in_tune else None
     if in_tune:
-        _write_noise_summary(cfg, data, Path(tune.get_context().get_trial_dir()))
+        trial_dir = Path(tune.get_context().get_trial_dir())
+        _write_noise_summary(cfg, data, trial_dir)
+        # The resolved config and its hash: how a later run of the sweep recognises this cell as done.
+        (trial_dir / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)}))
     gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
     memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
     with sample_gpu_utilization(nvml_utilization_reader()) as utilization, \
@@ -68,13 +71,17 @@ def train_classifier(config: dict, data: dict | None = None) -> None:
 def _report_epochs(cfg: TrainConfig, data: dict, state: dict | None, in_tune: bool, extra_metrics) -> None:
     """Run `train_epochs`; per epoch, log a line and `tune.report` metrics (+ a `Checkpoint` when due)."""
     if in_tune:
+        trial_dir = Path(tune.get_context().get_trial_dir())
         log, started, first_epoch = trial_logger(_tune_trial_name()), time.perf_counter(), (state or {}).get("epoch", 0)
     for metrics, checkpoint_state in train_epochs(cfg, data, state):
         metrics.update(extra_metrics())
-        if in_tune:
+        if in_tune and not metrics.get("diverged"):
             log_epoch(log, metrics, cfg.epochs, started, first_epoch)  # -> the trial folder's `stdout` file
         if not in_tune:
             print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+        elif metrics.get("diverged"):  # the last yield; checkpoint_state is then the forensic dump
+            divergence.write_dump(trial_dir, checkpoint_state)
+            tune.report(metrics)
         elif metrics["epoch"] % cfg.checkpoint_every == 0 or metrics["epoch"] == cfg.epochs:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save(checkpoint_state, Path(folder) / CHECKPOINT_FILE)
@@ -94,6 +101,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         metrics: dict of floats/ints (see `train_classifier`).
         checkpoint_state: dict of model, optimizer, scheduler, scaler and RNG states, epoch and
             config. It references live tensors: save it before asking for the next epoch.
+        When the loss or gradient norm turns NaN/inf, the last yield is
+        `(divergence.diverged_metrics(dump), dump)`: `diverged: True` and the forensic dump of
+        `divergence.forensics` instead of a checkpoint; the generator then ends.
     """
     cfg = cfg if isinstance(cfg, TrainConfig) else parse_config(cfg)
     if data is None or data.get("key") != data_key(cfg):
@@ -123,6 +133,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
     order_rng = torch.Generator().manual_seed(cfg.seed)  # data order, saved in checkpoints
 
     start_epoch = 0
+    last_finite_loss = None  # a tensor: reading it every step would cost a sync
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -158,7 +169,14 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
                 loss_sum += loss.detach() * len(idx)
                 correct += (logits.argmax(1) == y).sum()
             scaler.unscale_(optimizer)
-            grad_norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf))
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
+            if not divergence.is_finite(loss_sum, grad_norm, grads_may_overflow=scaler.is_enabled()):
+                dump = divergence.forensics(model, epoch=epoch, step=scheduler.last_epoch + 1, loss=loss, grad_norm=grad_norm,
+                                            last_finite_loss=None if last_finite_loss is None else last_finite_loss.item())
+                yield divergence.diverged_metrics(dump), dump
+                return
+            last_finite_loss = loss.detach()
+            grad_norms.append(grad_norm)
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -261,11 +279,25 @@ def _tune_trial_name() -> str | None:
 
 
 def _load_checkpoint(checkpoint: Checkpoint | None) -> dict | None:
-    """The state dict saved in a Tune checkpoint; `weights_only=True` so no pickled code can run."""
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as folder:
-        return torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+    """The newest loadable state of this trial (see `trainables/checkpoints.py`), or None.
+
+    On local storage every `checkpoint_*` folder of the trial is a candidate, so a torn latest
+    checkpoint falls back to an earlier one and a stale experiment state never costs an epoch.
+    Ray has no public API for the trial's storage folder, hence the guarded internal one.
+    """
+    try:
+        import pyarrow.fs
+        from ray.train._internal.session import get_session
+
+        storage = get_session().storage
+        local = isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+        trial_dir = storage.trial_fs_path if local else None
+    except Exception:  # another Ray version: Tune's checkpoint alone
+        trial_dir = None
+    if trial_dir is not None or checkpoint is None:
+        return load_latest_state(checkpoint.path if checkpoint else None, trial_dir)
+    with checkpoint.as_directory() as folder:  # remote storage: Tune's checkpoint, downloaded
+        return load_latest_state(folder, None)
 
 
 def _write_noise_summary(cfg: TrainConfig, data: dict, trial_dir: Path) -> None:

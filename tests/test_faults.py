@@ -1,0 +1,318 @@
+"""Fault injection: killed workers and drivers, raising and diverging trials, torn and malicious
+checkpoints, extending a finished grid, bad flags, and the dashboard's bind address."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweeps import noise_grid, resume
+from sweeps.common import UsageError, secure_dashboard
+from trainables import train_epochs
+from trainables.checkpoints import load_latest_state
+from trainables.config import config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
+
+
+def results_of(trial_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
+
+
+def save_state(folder: Path, epoch: int) -> None:
+    folder.mkdir(parents=True)
+    torch.save({"epoch": epoch, "model": {"w": torch.ones(2)}}, folder / "checkpoint.pt")
+
+
+# --- divergence, without Ray -------------------------------------------------------------------
+
+def test_diverging_run_stops_with_a_forensic_dump(tiny_config):
+    history = list(train_epochs({**tiny_config, "epochs": 5, **DIVERGING}))
+    metrics, dump = history[-1]
+    assert metrics["diverged"] is True and "val/acc" not in metrics  # schedulers skip it
+    assert len(history) < 5 + 1 and all(not m.get("diverged") for m, _ in history[:-1])
+    assert dump["step"] >= 1 and dump["epoch"] == metrics["epoch"]
+    assert isinstance(dump["last_finite_loss"], float)
+    assert dump["gradients"], "the non-finite gradients are named"
+    first = dump["gradients"][0]
+    assert first["name"].endswith(("weight", "bias")) and first["nan"] + first["inf"] > 0
+    json.dumps(dump)  # plain JSON, no NaN literals
+    assert "NaN" not in json.dumps(dump)
+
+
+# --- checkpoints: torn, missing, stale, malicious ---------------------------------------------
+
+def test_torn_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    save_state(tmp_path / "checkpoint_000001", epoch=2)
+    latest = tmp_path / "checkpoint_000001" / "checkpoint.pt"
+    latest.write_bytes(latest.read_bytes()[:200])  # killed half-way through the copy
+    with pytest.warns(UserWarning, match="resuming from epoch 1"):
+        state = load_latest_state(tmp_path / "checkpoint_000001", tmp_path)
+    assert state["epoch"] == 1
+
+
+def test_missing_latest_checkpoint_falls_back_and_none_loadable_is_a_clear_error(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    with pytest.warns(UserWarning, match="checkpoint_000003"):
+        assert load_latest_state(tmp_path / "checkpoint_000003", tmp_path)["epoch"] == 1
+    (tmp_path / "checkpoint_000000" / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
+    with pytest.raises(RuntimeError, match=r"no checkpoint of this trial can be loaded.*checkpoint_000000"):
+        load_latest_state(tmp_path / "checkpoint_000000", tmp_path)
+
+
+def test_stale_experiment_state_resumes_from_the_newest_checkpoint(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    save_state(tmp_path / "checkpoint_000001", epoch=3)  # written after Tune last saved its state
+    assert load_latest_state(tmp_path / "checkpoint_000000", tmp_path)["epoch"] == 3
+    assert load_latest_state(None, tmp_path / "no_such_trial") is None
+
+
+class Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    (tmp_path / "checkpoint_000000").mkdir()
+    torch.save({"epoch": 9, "model": Evil(marker)}, tmp_path / "checkpoint_000000" / "checkpoint.pt")
+    with pytest.raises(RuntimeError, match="UnpicklingError"):
+        load_latest_state(tmp_path / "checkpoint_000000", tmp_path)
+    assert not marker.exists()
+
+
+# --- extend / skip existing, without Ray --------------------------------------------------------
+
+def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, diverged=False) -> Path:
+    trial = experiment / name
+    trial.mkdir(parents=True)
+    full = {"epochs": 3, **config}
+    (trial / "params.json").write_text(json.dumps(full))
+    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": {"epochs": 3}}))
+    rows = [{"epoch": e, "val/acc": 0.5 + e / 10, "trial_id": name} for e in range(1, epochs_done + 1)]
+    if diverged:
+        rows.append({"epoch": epochs_done, "diverged": True})
+    (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return trial
+
+
+def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path):
+    cells = [{"epochs": 3, "noise_rate": r, "seed": 0} for r in (0.1, 0.2, 0.3, 0.4)]
+    done = fake_trial(tmp_path, "sym_0.1_seed0", cells[0], 3)
+    fake_trial(tmp_path, "sym_0.2_seed0", cells[1], 2)  # killed before the end: runs again
+    fake_trial(tmp_path, "sym_0.3_seed0", cells[2], 1, diverged=True)  # would diverge again: reused
+    todo, reused = resume.plan_cells(cells, tmp_path, skip_existing=True)
+    assert [c["noise_rate"] for c in todo] == [0.2, 0.4]
+    assert reused[config_hash(cells[0])] == done and len(reused) == 2
+    assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
+    assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
+    assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
+    df, code = resume.report_outcome(None, reused)
+    assert code == 0 and list(df["config/noise_rate"]) == [0.1]  # the diverged one is not ranked
+    assert df["val/acc"].iloc[0] == pytest.approx(0.8)
+
+
+# --- bad input: refused before Ray starts, nothing written --------------------------------------
+
+@pytest.mark.parametrize("argv,match", [
+    (["--max-failures", "-1"], "--max-failures=-1 must be a whole number >= 0"),
+    (["--fail-fast", "--max-failures", "3"], "--fail-fast stops at the first error"),
+    (["--retry-errored"], "--retry-errored needs --resume"),
+    (["--resume"], "--resume: no sweep to resume in"),
+    (["--resume", "--no-skip-existing"], "--no-skip-existing .* contradicts"),
+    (["--dashboard-host", "my-laptop"], "--dashboard-host='my-laptop' is not an IP address"),
+    (["--name", "../elsewhere"], "--name='../elsewhere' must be a plain folder name"),
+    (["--cpus-per-trial", "0"], "--cpus-per-trial=0.0 must be > 0"),
+    (["--max-concurrent", "0"], "--max-concurrent=0 must be a whole number >= 1"),
+    (["--noise-rates", "0.1,0.1"], "repeats a value"),
+])
+def test_bad_fault_flags_are_refused_before_ray_starts(argv, match, tmp_path):
+    storage = tmp_path / "runs"
+    with pytest.raises(UsageError, match=match):
+        noise_grid.main([*argv, "--storage-path", str(storage)])
+    assert not storage.exists()
+
+
+def test_non_loopback_dashboard_warns_and_turns_on_token_auth(monkeypatch, capsys):
+    # A plain dict, not the process environment: Ray's C++ side caches RAY_AUTH_MODE once read.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    monkeypatch.setattr(os, "environ", env)
+    secure_dashboard("127.0.0.1")
+    assert "RAY_AUTH_MODE" not in env and capsys.readouterr().err == ""
+    secure_dashboard("0.0.0.0")
+    assert env["RAY_AUTH_MODE"] == "token"
+    err = capsys.readouterr().err
+    assert "anyone who can reach its port can run code" in err and "CVE-2023-48022" in err
+    env["RAY_AUTH_MODE"] = "disabled"
+    secure_dashboard("10.1.2.3")
+    assert "RAY_AUTH_MODE=disabled was set" in capsys.readouterr().err
+
+
+# --- Ray: a killed worker, a raising trial, a diverging trial in one sweep -----------------------
+
+@pytest.mark.slow
+def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, monkeypatch, capsys):
+    """(a) sym_0.2 is SIGKILLed in epoch 3 on its first attempt, (c) sym_0.3 always raises,
+    (d) sym_0.4 diverges; sym_0.1 is healthy. --max-failures 1: two attempts each."""
+    from ray import tune
+
+    from trainables import train_classifier
+
+    marker = tmp_path / "killed_once"
+
+    def faulty_trainable(config, data=None):  # pickled by value into the workers (a closure)
+        rate = config["noise_rate"]
+        if rate == 0.3:
+            raise RuntimeError("injected fault: this trial always raises")
+        if rate == 0.4:
+            config = {**config, **DIVERGING}
+        if rate == 0.2 and not marker.exists():
+            marker.touch()
+            real_report = tune.report
+
+            def report(metrics, checkpoint=None):
+                real_report(metrics, checkpoint=checkpoint)
+                if metrics["epoch"] == 2:  # kill this worker process while it trains epoch 3
+                    threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            tune.report = report
+        return train_classifier(config, data)
+
+    monkeypatch.setattr(noise_grid, "train_classifier", faulty_trainable)
+    code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "6",
+                            "--max-failures", "1", "--gpus-per-trial", "0", "--storage-path", str(tmp_path), "--name", "faults"])
+    out = capsys.readouterr().out
+    experiment = tmp_path / "faults"
+    assert code == 1  # a trial ended in error
+
+    healthy = results_of(experiment / "sym_0.1_seed0")
+    assert [r["epoch"] for r in healthy] == [1, 2, 3, 4, 5, 6] and not (experiment / "sym_0.1_seed0" / "error.txt").exists()
+
+    killed = results_of(experiment / "sym_0.2_seed0")
+    assert marker.exists() and [r["epoch"] for r in killed] == [1, 2, 3, 4, 5, 6]
+    assert killed[1]["pid"] != killed[2]["pid"]  # epoch 3 ran in a new worker, resumed from epoch 2
+    torch.set_num_threads(1)  # as in a 1-CPU Ray worker, so the floats match bit for bit
+    reference = list(train_epochs({"noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 6}))[-1][0]
+    for key in ("train/loss", "val/acc", "val/loss", "test/acc"):
+        assert killed[-1][key] == pytest.approx(reference[key], rel=1e-6), key
+
+    error_file = experiment / "sym_0.3_seed0" / "error.txt"
+    assert error_file.read_text().count("Failure # ") == 2  # max_failures + 1 attempts
+    assert f"error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; error file: {error_file}" in out
+
+    diverged = results_of(experiment / "sym_0.4_seed0")[-1]
+    assert diverged["diverged"] is True and "val/acc" not in diverged
+    dump = json.loads((experiment / "sym_0.4_seed0" / "divergence.json").read_text())
+    assert dump["gradients"] and dump["step"] == diverged["diverged/step"]
+    assert "diverged (not ranked): sym_0.4_seed0" in out
+    table = out[out.index("mean"):out.index("results:")]
+    assert "0.1" in table and "0.2" in table and "0.4" not in table and "0.3" not in table
+
+
+# --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
+
+def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> tuple[float, float]:
+    """Run a sweep driver; with `kill_after`, SIGKILL it that many seconds after its experiment state
+    first exists. Returns (wall seconds, seconds from its 'trials,' line to its end)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "sweeps/noise_grid.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    fit_started = []
+    lines = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if not fit_started and " trials, " in line:
+                fit_started.append(time.perf_counter())
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if kill_after is not None:
+        before = set(experiment.glob("experiment_state-*.json")) if experiment.exists() else set()
+        while proc.poll() is None and not (set(experiment.glob("experiment_state-*.json")) - before if experiment.exists() else set()):
+            time.sleep(0.05)
+        time.sleep(kill_after)
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=300)
+    reader.join(timeout=10)
+    ended = time.perf_counter()
+    assert kill_after is not None or proc.returncode == 0, "".join(lines)[-3000:]
+    return ended - started, ended - (fit_started[0] if fit_started else ended)
+
+
+@pytest.mark.slow
+def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsys):
+    """(b) Every trial completes exactly once and never redoes an epoch; the time ratio is recorded.
+    The drivers join the test's Ray (--address) so a restart costs a driver, not a whole cluster."""
+    address = ray_gpus.get_runtime_context().gcs_address
+    grid = ["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "30", "--gpus-per-trial", "0",
+            "--address", address, "--storage-path", str(tmp_path)]
+    straight_wall, straight_fit = run_driver([*grid, "--name", "straight"], None, tmp_path / "straight")
+
+    rng = random.Random(0)
+    experiment = tmp_path / "killed"
+    walls, fits = [], []
+    for attempt in range(4):
+        kill_after = rng.uniform(0.5, 2.5) if attempt < 3 else None
+        wall, fit = run_driver([*grid, "--name", "killed", *(["--resume"] if attempt else [])], kill_after, experiment)
+        walls.append(wall)
+        fits.append(fit)
+    wall_ratio, fit_ratio = sum(walls) / straight_wall, sum(fits) / straight_fit
+    print(f"\nkilled 3x: wall {sum(walls):.1f} s vs {straight_wall:.1f} s (ratio {wall_ratio:.2f}); "
+          f"after driver start-up {sum(fits):.1f} s vs {straight_fit:.1f} s (ratio {fit_ratio:.2f})")
+
+    trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
+    assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3", "0.4")]  # one folder per cell
+    for name in trials:
+        epochs = [r["epoch"] for r in results_of(experiment / name)]
+        assert epochs[-1] == 30 and epochs.count(30) == 1, (name, epochs)  # completed exactly once
+        assert all(b > a for a, b in zip(epochs, epochs[1:])), (name, epochs)  # never went backwards
+    assert fit_ratio <= 1.5
+
+    # Extend the finished grid by one noise rate: only the new cell runs (in-process, same Ray).
+    code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4,0.5", *grid[4:], "--name", "killed"])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 trials," in out and "4 finished trial(s) reused" in out
+    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 5
+    table = out[out.index("mean"):out.index("results:")]
+    assert all(rate in table for rate in ("0.1", "0.2", "0.3", "0.4", "0.5"))
+
+
+# --- the dashboard listens on loopback only ---------------------------------------------------
+
+@pytest.mark.slow
+def test_dashboard_listens_on_loopback_only(tmp_path):
+    """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
+    script = (
+        "import psutil, ray\n"
+        "from sweeps.common import init_ray\n"
+        "init_ray(None, '127.0.0.1')\n"
+        "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
+        "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"
+        "print('LISTEN', port, sorted(ips))\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    env.pop("RAY_ADDRESS")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**env, "PYTHONPATH": str(ROOT)})
+    line = [l for l in proc.stdout.splitlines() if l.startswith("LISTEN")]
+    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _, port, ips = line[0].split(" ", 2)
+    assert ips == "['127.0.0.1']", line
+    other_ip = socket.gethostbyname(socket.gethostname())
+    if not other_ip.startswith("127."):
+        with pytest.raises(OSError):
+            socket.create_connection((other_ip, int(port)), timeout=2)
