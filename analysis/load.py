@@ -395,11 +395,15 @@ def _state_trials(state: dict, dirs: list[str]) -> list[dict]:
             "trial_name": name,
             "status": info.get("status"),
             "config": config if isinstance(config, dict) else None,
-            "start": meta.get("start_time"),
-            "end": meta.get("last_result_time"),
+            "start": _finite_or_none(meta.get("start_time")),
+            "end": _finite_or_none(meta.get("last_result_time")),  # -inf before the first result
             "resources": resources,
         })
     return trials
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _folder_trial(folder: str | None) -> dict:
