@@ -663,9 +663,14 @@ def _assemble(trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: s
     # NaN of their own, so a NaN there means "not reported" and groupby().last() is exact; for
     # trials parsed row by row the merged dict keeps a reported NaN (the metric diverged).
     last = grouped[metrics].last().reindex(ids) if metrics else pd.DataFrame(index=ids)
-    for i, trial in enumerate(trials):
-        if trial["merged"] is not None and metrics:
-            last.iloc[i] = [trial["merged"].get(c, np.nan) for c in metrics]
+    merged = [i for i, trial in enumerate(trials) if trial["merged"] is not None]
+    if merged and metrics:
+        exact = pd.DataFrame.from_records([trials[i]["merged"] for i in merged], columns=metrics)
+        for j, column in enumerate(metrics):
+            numeric_pair = column in numeric and pd.api.types.is_numeric_dtype(exact[column])
+            if not numeric_pair and last[column].dtype != exact[column].dtype:
+                last[column] = last[column].astype(object)  # e.g. a string metric in some trials only
+            last.iloc[merged, j] = exact[column].to_numpy()
     last.columns = [f"last/{c}" for c in last.columns]
 
     best_parts = []

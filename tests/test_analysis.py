@@ -421,10 +421,10 @@ def test_save_figure_png_and_svg(loaded, tmp_path):
 
 
 def test_write_report(grid):
-    out = analysis.write_report(grid)
+    out = analysis.write_report(grid, formats=("svg",))
     assert out == grid / "report"
     names = {p.name for p in out.iterdir()}
-    assert {"report.md", "best_runs.csv", "best_runs.md", "best_runs.tex", "best_runs.txt", "trials.csv",
+    assert {"timeline.svg", "heatmap.svg", "report.md", "best_runs.csv", "best_runs.md", "best_runs.tex", "best_runs.txt", "trials.csv",
             "learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"} <= names
     report = (out / "report.md").read_text()
     for png in ("learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"):
@@ -450,13 +450,12 @@ def _cli(*args):
 
 
 def test_cli_prints_table_and_report_path(grid, tmp_path):
-    result = _cli(grid, "--out", tmp_path / "r", "--metric", "val/loss", "--svg")
+    result = _cli(grid, "--out", tmp_path / "r", "--metric", "val/loss")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "val/loss (min), mean over seeds ± 95% CI:"
     assert lines[1].split()[:3] == ["noise_type", "noise_rate", "n"]
     assert lines[-1] == f"report: {tmp_path / 'r' / 'report.md'}"
-    assert (tmp_path / "r" / "timeline.svg").exists()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -481,3 +480,29 @@ def test_cli_bad_input_exit_code_without_traceback(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr == f"error: {tmp_path} is not a Ray Tune experiment folder (no experiment_state-*.json " \
                             "and no trial folders with result.json)\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    noise_grid(tmp_path / "runs", seeds=(0, 1), rates=(0.0, 0.4), epochs=3)  # the default: latest under ./runs
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    notebook = nbformat.read(REPO / "notebooks" / "noise_grid_analysis.ipynb", as_version=4)
+    assert "parameters" in notebook.cells[0].metadata.get("tags", [])
+    assert "EXPERIMENT = None" in notebook.cells[0].source
+    client = nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError on any cell error
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert f"{tmp_path / 'runs' / 'noise_grid'}: 8 trials, ranked by val/acc (max)" in text
+    assert any("| noise_type | noise_rate |" in o.get("data", {}).get("text/markdown", "") for o in outputs)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 4  # learning curves, metric vs noise rate, heatmap, timeline
