@@ -471,7 +471,7 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
     parsed row by row ``merged`` (last reported value of each key) and ``nonfinite``.
 
     Complete files without NaN/Infinity are parsed together by pyarrow's JSON reader (C++,
-    about ten times faster than the json module); the others (half-written lines, non-finite
+    several times faster than the json module); the others (half-written lines, non-finite
     values, progress.csv) row by row in Python, which skips bad lines with a warning. Any
     surprise in the fast path (e.g. a config key that is a number in one trial and a string in
     another) sends those files down the slow path too.

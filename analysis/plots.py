@@ -41,11 +41,15 @@ def plot_learning_curves(
     *,
     by: Sequence[str] | None = None,
     x: str | None = None,
+    panel: str | None = "noise_type",
     seed: str = SEED_KEY,
 ) -> Figure:
     """``metric`` against training progress, one line per configuration: mean ± 1 std over seeds.
 
     Errored and diverged trials are left out (the legend gives the number of seeds per line).
+    When ``panel`` is one of the configuration keys there is one panel per value of it (e.g.
+    sym | asym); when a single numeric key is left (e.g. noise rate), lines are coloured along
+    a sequential colour map in its order.
 
     Args:
         history: :func:`analysis.load_history` of the experiment.
@@ -54,10 +58,12 @@ def plot_learning_curves(
         by: config keys that define a configuration; default every varying key except the seed.
         x: history column for the x axis; default ``epoch`` when reported, else
             ``training_iteration``.
+        panel: config key to split panels by, or None for one panel.
         seed: config key of the seed axis.
 
     Returns:
-        Figure with one Axes: one line (and a shaded ± std band when n ≥ 2) per configuration.
+        Figure with one Axes per panel; in each, one line (and a shaded ± std band where
+        n ≥ 2) per configuration.
 
     Raises:
         ExperimentError: ``metric`` (or ``x``) is not a column of ``history``; the message lists
@@ -71,33 +77,43 @@ def plot_learning_curves(
     if x not in history.columns:
         raise ExperimentError(f"x column {x!r} is not in the history; columns: {', '.join(history.columns)}")
     keys = _group_keys(trials, by, seed)
+    panel_key = next((k for k in keys if panel and k in (panel, f"config/{panel}")), None)
+    line_keys = [k for k in keys if k != panel_key]
 
     ok = trials.loc[~failed(trials), ["trial_id", *keys]]
     data = history[["trial_id", x, metric]].merge(ok, on="trial_id")
     data = data[np.isfinite(pd.to_numeric(data[metric], errors="coerce"))]
+    panels = list(data.groupby(panel_key, sort=True)) if panel_key else [(None, data)]
+    line_values = sorted({tuple(v) for v in data[line_keys].itertuples(index=False)}, key=_sort_key) if line_keys \
+        else [()]
+    sequential = len(line_keys) == 1 and pd.api.types.is_numeric_dtype(trials[line_keys[0]])
+    colors = dict(zip(line_values, _colors(len(line_values), sequential)))
 
-    fig = Figure(figsize=(8, 5), layout="constrained")
-    ax = fig.add_subplot()
-    groups = list(data.groupby(keys, sort=True, dropna=False)) if keys else [((), data)]
-    colors = _colors(len(groups))
-    for color, (key, group) in zip(colors, groups):
-        key = key if isinstance(key, tuple) else (key,)
-        curve = group.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index()
-        n_seeds = group["trial_id"].nunique()
-        label = f"{_label(keys, key)} (n={n_seeds})" if keys else f"all trials (n={n_seeds})"
-        ax.plot(curve.index, curve["mean"], color=color, label=label)
-        band = curve["count"] > 1
-        if band.any():
-            ax.fill_between(curve.index[band], (curve["mean"] - curve["std"])[band],
-                            (curve["mean"] + curve["std"])[band], color=color, alpha=0.2, linewidth=0)
-    ax.set_xlabel(_axis_label(x))
-    if x in ("epoch", "training_iteration"):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} per configuration (mean ± 1 std over seeds)")
-    ax.grid(alpha=0.3)
-    if groups:
-        _legend(ax, len(groups))
+    fig = Figure(figsize=(max(6.0, 5.0 * len(panels)) + 2.5, 4.5), layout="constrained")
+    axes = fig.subplots(1, max(1, len(panels)), sharey=True, squeeze=False)[0]
+    for ax, (value, rows) in zip(axes, panels):
+        groups = rows.groupby(line_keys, sort=False, dropna=False) if line_keys else [((), rows)]
+        for key, group in sorted(groups, key=lambda g: _sort_key(g[0] if isinstance(g[0], tuple) else (g[0],))):
+            key = key if isinstance(key, tuple) else (key,)
+            curve = group.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index()
+            n_seeds = group["trial_id"].nunique()
+            label = f"{_label(line_keys, key)} (n={n_seeds})" if line_keys else f"n={n_seeds}"
+            color = colors.get(key, "tab:blue")
+            ax.plot(curve.index, curve["mean"], color=color, label=label)
+            band = curve["count"] > 1
+            if band.any():
+                ax.fill_between(curve.index[band], (curve["mean"] - curve["std"])[band],
+                                (curve["mean"] + curve["std"])[band], color=color, alpha=0.2, linewidth=0)
+        if panel_key:
+            ax.set_title(f"{_bare(panel_key)} = {_fmt(value)}")
+        ax.set_xlabel(_axis_label(x))
+        if x in ("epoch", "training_iteration"):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(metric)
+    fig.suptitle(f"{metric} per configuration (mean ± 1 std over seeds)")
+    if len(line_values) > 1 or not line_keys:
+        _legend(axes[-1], len(line_values))
     return fig
 
 
@@ -298,6 +314,16 @@ def _label(keys: Sequence[str], values: Sequence) -> str:
     return ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values))
 
 
+def _bare(column: str) -> str:
+    return column[len("config/"):] if column.startswith("config/") else column
+
+
+def _sort_key(values: tuple) -> tuple:
+    """Sorts tuples of mixed types (numbers before strings, None last) without TypeError."""
+    return tuple((v is None or v != v, isinstance(v, str), v if not isinstance(v, str) else 0, str(v))
+                 for v in values)
+
+
 def _fmt(value) -> str:
     return f"{value:g}" if isinstance(value, (float, np.floating)) else str(value)
 
@@ -315,9 +341,11 @@ def _axis_label(name: str) -> str:
     return _AXIS_LABELS.get(name, name.replace("_", " "))
 
 
-def _colors(n: int) -> list:
+def _colors(n: int, sequential: bool = False) -> list:
     from matplotlib import colormaps
 
+    if sequential:  # ordered values (e.g. noise rates): dark to light along viridis
+        return [colormaps["viridis"](0.85 * i / max(1, n - 1)) for i in range(n)]
     if n <= 10:
         return [colormaps["tab10"](i) for i in range(n)]
     if n <= 20:

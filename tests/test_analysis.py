@@ -329,16 +329,21 @@ def loaded(grid):
 def test_plot_learning_curves(loaded):
     trials, history = loaded
     fig = analysis.plot_learning_curves(history, trials, "val/acc")
-    (ax,) = fig.axes
-    assert len(ax.lines) == 6  # 2 noise types x 3 rates; seeds averaged
-    assert len(ax.collections) == 6  # one ± std band each
-    assert ax.get_xlabel() == "epoch" and ax.get_ylabel() == "val/acc"
-    assert "mean ± 1 std over seeds" in ax.get_title()
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "noise_type=asym, noise_rate=0.4 (n=3)" in labels
-    line = ax.lines[labels.index("noise_type=asym, noise_rate=0.4 (n=3)")]
+    assert [ax.get_title() for ax in fig.axes] == ["noise_type = asym", "noise_type = sym"]
+    for ax in fig.axes:
+        assert len(ax.lines) == 3  # one per noise rate; seeds averaged
+        assert len(ax.collections) == 3  # one ± std band each
+        assert ax.get_xlabel() == "epoch"
+    assert fig.axes[0].get_ylabel() == "val/acc"
+    assert fig.get_suptitle() == "val/acc per configuration (mean ± 1 std over seeds)"
+    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert labels == ["noise_rate=0 (n=3)", "noise_rate=0.2 (n=3)", "noise_rate=0.4 (n=3)"]
+    line = fig.axes[0].lines[2]  # asym, 0.4
     assert list(line.get_xdata()) == [0, 1, 2, 3, 4]
     assert line.get_ydata()[-1] == pytest.approx(0.9 - 0.32 - 0.02 + 0.01)  # mean over seeds 0, 1, 2
+    (single,) = analysis.plot_learning_curves(history, trials, "val/acc", panel=None).axes
+    assert len(single.lines) == 6 and "noise_type=asym, noise_rate=0.4 (n=3)" in [
+        t.get_text() for t in single.get_legend().get_texts()]
 
 
 def test_plot_learning_curves_leaves_out_failed_trials():
