@@ -388,7 +388,7 @@ def _state_trials(state: dict, dirs: list[str]) -> list[dict]:
         name = info.get("custom_trial_name") or (
             f"{info['trainable_name']}_{trial_id}" if info.get("trainable_name") and trial_id else folder
         )
-        config = info.get("config")
+        config = _unpickled_as_text(info.get("config"))
         trials.append({
             **_folder_trial(folder),
             "trial_id": trial_id,
@@ -400,6 +400,15 @@ def _state_trials(state: dict, dirs: list[str]) -> list[dict]:
             "resources": resources,
         })
     return trials
+
+
+def _unpickled_as_text(value: Any) -> Any:
+    """Config values Tune could only store pickled (``CLOUDPICKLE_FALLBACK``) become a string."""
+    if isinstance(value, dict):
+        if value.get("_type") == "CLOUDPICKLE_FALLBACK":
+            return "<pickled object>"
+        return {k: _unpickled_as_text(v) for k, v in value.items()}
+    return value
 
 
 def _finite_or_none(value: Any) -> float | None:
@@ -449,13 +458,17 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     if trial["status"] is None:
         trial["status"] = ("ERROR" if trial["error"] else "TERMINATED" if tail.get("done") is True
                            else "RUNNING" if tail else "PENDING")
-    config = tail.get("config") if isinstance(tail.get("config"), dict) else trial["config"]
+    # Exact JSON first: the state file, else params.json. A result row's config comes last:
+    # pyarrow may have widened it (1 -> 1.0 when another trial has 0.5).
+    config = trial["config"]
     if config is None and trial["dir"]:
         params = _read_bytes(fs, posixpath.join(root, trial["dir"], "params.json"))
         try:
             config = json.loads(params) if params else None
         except ValueError:
             config = None
+    if not isinstance(config, dict):
+        config = tail.get("config")
     trial["config"] = config if isinstance(config, dict) else {}
 
 
