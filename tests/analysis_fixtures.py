@@ -1,0 +1,100 @@
+"""Small Ray Tune experiments for the analysis tests, written without Ray or made by Ray.
+
+``write_experiment`` writes the files Tune 2.x writes (experiment_state-*.json with the fields
+analysis reads, and params.json / result.json per trial), so tests control every value.
+``run_tune_experiment`` makes real ones with a tiny Tune run.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+SESSION = "2026-01-01_00-00-00"
+T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+
+
+class PlacementGroupFactory:
+    """Pickled in place of Ray's class of the same name (analysis reads only ``_bundles``)."""
+
+    def __init__(self, bundles):
+        self._bundles = bundles
+
+
+def trial_spec(name, config, rows, *, status="TERMINATED", start=0.0, step_s=1.0, gpu_ids=None,
+               error=None, resources=None, trial_id=None):
+    """One trial for :func:`write_experiment`: ``rows`` are metric dicts, one per report."""
+    return {"name": name, "config": config, "rows": rows, "status": status, "start": start,
+            "step_s": step_s, "gpu_ids": gpu_ids, "error": error,
+            "resources": resources or {"CPU": 1.0}, "trial_id": trial_id}
+
+
+def write_experiment(root: Path, name: str, trials: list[dict], *, state: bool = True,
+                     metric: str | None = "val/acc", mode: str | None = "max",
+                     raysweep: bool = True) -> Path:
+    """Write an experiment folder ``root/name`` holding ``trials`` (see :func:`trial_spec`).
+
+    Times: trial k starts at ``T0 + start`` and reports every ``step_s`` seconds.
+    """
+    experiment = Path(root) / name
+    experiment.mkdir(parents=True)
+    trial_data = []
+    for k, spec in enumerate(trials):
+        trial_id = spec["trial_id"] or f"abcde_{k:05d}"
+        folder = experiment / f"train_{trial_id}_{k}_{SESSION}"
+        folder.mkdir()
+        (folder / "params.json").write_text(json.dumps(spec["config"]))
+        lines, elapsed = [], 0.0
+        start = T0 + spec["start"]
+        for i, metrics in enumerate(spec["rows"], start=1):
+            elapsed += spec["step_s"]
+            row = dict(metrics)
+            if spec["gpu_ids"] is not None:
+                row["gpu_ids"] = spec["gpu_ids"]
+            row.update({"timestamp": int(start + elapsed), "done": i == len(spec["rows"]) and spec["status"] == "TERMINATED",
+                        "training_iteration": i, "trial_id": trial_id, "date": SESSION,
+                        "time_this_iter_s": spec["step_s"], "time_total_s": elapsed, "pid": 100 + k,
+                        "hostname": "node0", "node_ip": "10.0.0.1", "config": spec["config"],
+                        "time_since_restore": elapsed, "iterations_since_restore": i})
+            lines.append(json.dumps(row))
+        (folder / "result.json").write_text("".join(line + "\n" for line in lines))
+        if spec["error"]:
+            (folder / "error.txt").write_text(f"Failure # 1\nTraceback (most recent call last):\n  ...\n{spec['error']}\n")
+        info = {"trainable_name": "train", "trial_id": trial_id, "config": spec["config"],
+                "status": spec["status"], "relative_logdir": folder.name, "custom_trial_name": spec["name"],
+                "placement_group_factory": pickle.dumps(PlacementGroupFactory([spec["resources"]])).hex()}
+        meta = {"start_time": start if spec["status"] != "PENDING" else None,
+                "last_result_time": start + elapsed if spec["rows"] else None,
+                "error_filename": "error.txt" if spec["error"] else None}
+        trial_data.append([json.dumps(info), json.dumps(meta)])
+    if state:
+        runner = {"_metric": metric} if metric else {}
+        (experiment / f"experiment_state-{SESSION}.json").write_text(
+            json.dumps({"trial_data": trial_data, "runner_data": runner, "stats": {"start_time": T0}}))
+    if raysweep and metric:
+        (experiment / "raysweep.json").write_text(json.dumps({"metric": metric, "mode": mode}))
+    return experiment
+
+
+def noise_grid(root: Path, name: str = "noise_grid", *, seeds=(0, 1, 2), rates=(0.0, 0.2, 0.4),
+               epochs: int = 5, gpus: int = 2) -> Path:
+    """A finished noise-type × noise-rate × seed grid on ``gpus`` GPUs, trials back to back.
+
+    val/acc of trial (type, rate, seed) at epoch e is
+    ``0.9 - rate * (0.5 if sym else 0.8) - 0.1 / (e + 1) + 0.01 * seed``.
+    """
+    specs, k = [], 0
+    for noise_type in ("sym", "asym"):
+        for rate in rates:
+            for seed in seeds:
+                drop = 0.5 if noise_type == "sym" else 0.8
+                rows = [{"epoch": e, "val/acc": 0.9 - rate * drop - 0.1 / (e + 1) + 0.01 * seed,
+                         "val/loss": 1.0 / (e + 1) + rate, "train/loss": 1.0 / (e + 2)} for e in range(epochs)]
+                config = {"model": "resnet18", "loss": "ce", "noise_type": noise_type,
+                          "noise_rate": rate, "seed": seed, "epochs": epochs, "lr": 0.1}
+                specs.append(trial_spec(f"{noise_type}_{rate}_seed{seed}", config, rows,
+                                        start=(k // gpus) * (epochs + 0.5), gpu_ids=str(k % gpus),
+                                        resources={"CPU": 1.0, "GPU": 1.0}))
+                k += 1
+    return write_experiment(root, name, specs)
