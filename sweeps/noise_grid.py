@@ -28,6 +28,7 @@ from ray import tune
 from ray.tune import Tuner
 from ray.tune.search import BasicVariantGenerator
 
+import analysis
 from sweeps import resume
 from sweeps.common import (
     UsageError, add_common_args, check_dashboard_host, check_positive_int, check_resources, check_storage_path,
@@ -121,8 +122,8 @@ def main(argv: list[str]) -> int:
     todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not todo:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-        df, code = resume.report_outcome(None, reused)
-        print_best_runs(df)
+        _, code = resume.report_outcome(None, reused)
+        print_report(experiment_dir)
         return code
 
     callbacks = monitoring_callbacks(args)  # console progress (+ MLflow / W&B when asked for)
@@ -159,6 +160,8 @@ def main(argv: list[str]) -> int:
         search_alg = BasicVariantGenerator(points_to_evaluate=[{k: c[k] for k in ("noise_type", "noise_rate", "seed")} for c in todo])
     # A diverged trial's last report has no val/acc, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     run_config = sweep_run_config(args.name, args.storage_path, max_failures=args.max_failures,
                                   fail_fast=args.fail_fast, callbacks=callbacks)
     if args.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
@@ -178,21 +181,23 @@ def main(argv: list[str]) -> int:
     results = tuner.fit()
     rounds = rerun_oom_trials(results, trainable_for, gpus, run_config, trial_name)  # [results] when no GPU OOM
 
-    df, code = resume.report_outcome(rounds, reused, requeued_trial_paths(rounds))
-    print_best_runs(df)
+    _, code = resume.report_outcome(rounds, reused, requeued_trial_paths(rounds))  # names failed / diverged trials
+    print_report(experiment_dir)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     if args.resume and (missing := resume.cells_not_in(results, todo)):
         print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")
     return code
 
 
-def print_best_runs(df) -> None:
-    """Per configuration over seeds: mean and std of best val/acc (placeholder until analysis/)."""
-    if not len(df):
-        print("no finished, non-diverged trial to rank")
+def print_report(experiment_dir: str) -> None:
+    """Write the analysis report (tables, plots, report.md) and print the best-run table and its path."""
+    try:
+        report = analysis.write_report(experiment_dir)
+    except analysis.ExperimentError as e:
+        print(f"no report: {e}")
         return
-    table = df.groupby(["config/noise_type", "config/noise_rate"])[METRIC].agg(["count", "mean", "std"])
-    print(table.sort_values("mean", ascending=False).to_string())
+    print((report / "best_runs.txt").read_text())
+    print(f"report: {report / 'report.md'}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def plain(tmp_path_factory):
-    """Run the experiment once; returns (experiment folder, ResultGrid)."""
-    ray = pytest.importorskip("ray")
+def plain(tmp_path_factory, ray_gpus):
+    """Run the experiment once on the session's Ray; returns (experiment folder, ResultGrid)."""
     from ray import tune
 
     root = tmp_path_factory.mktemp("tune")
@@ -33,19 +32,12 @@ def plain(tmp_path_factory):
             score = float("nan") if config["kind"] == "nan" and step == 3 else config["model"]["width"] * (step + 1)
             tune.report({"score": score, "aux": {"loss": 1.0 / (step + 1)}})
 
-    started = not ray.is_initialized()  # a session-wide Ray from conftest is reused, not shut down
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        grid = tune.Tuner(
-            trainable,
-            param_space={"kind": tune.grid_search(["ok", "crash", "nan"]), "model": {"width": 2}},
-            tune_config=tune.TuneConfig(metric="score", mode="max", reuse_actors=True),
-            run_config=tune.RunConfig(name="plain", storage_path=str(root), verbose=0),
-        ).fit()
-    finally:
-        if started:
-            ray.shutdown()
+    grid = tune.Tuner(
+        trainable,
+        param_space={"kind": tune.grid_search(["ok", "crash", "nan"]), "model": {"width": 2}},
+        tune_config=tune.TuneConfig(metric="score", mode="max", reuse_actors=True),
+        run_config=tune.RunConfig(name="plain", storage_path=str(root), verbose=0),
+    ).fit()
     return root / "plain", grid
 
 

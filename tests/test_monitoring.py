@@ -208,7 +208,7 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
         time.sleep(2)
     logs = client.get_job_logs(job_id)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    assert re.search(r"^\s+count\s+mean\s+std$", logs, re.M), logs[-3000:]  # the best-run table's header
+    assert re.search(r"^noise_type\s+noise_rate\s+n\s+val/acc \(mean", logs, re.M), logs[-3000:]  # the best-run table's header
     assert re.search(r"^sym\s+0\.50*\s+1\s+0\.\d+", logs, re.M), logs[-3000:]  # ... and its row
     assert "dashboard: http://" in logs
     assert re.search(r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
