@@ -94,9 +94,9 @@ def plot_best_so_far(df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, x
 def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE) -> optuna.Study:
     """An in-memory Optuna study with one completed trial per row, for Optuna's importance and plots.
 
-    Distributions are inferred per parameter: strings, booleans and numbers with at most 4 distinct
-    values are categorical; other numbers are floats on a log scale when all are > 0 and they span a
-    factor of 10 or more. A parameter that is NaN in a row is left out of that trial (conditional
+    Distributions are inferred per parameter: strings, booleans, whole numbers with at most 8
+    distinct values (batch sizes) and constants are categorical; other numbers are floats, on a log
+    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is left out of that trial (conditional
     parameters). Rows with a NaN metric are skipped.
     Raises:
         KeyError: a parameter or the metric is missing. ValueError: no row has a metric.
@@ -134,20 +134,24 @@ def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], metric: str =
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study, params=params, target_name=metric)
+    ax.figure.set_size_inches(2.2 * (len(params) + 2), 5)
     return ax.figure
 
 
 def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None) -> pd.DataFrame:
     """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
 
-    Columns: `trial` (from a `trial`, `logdir` or `trial_id` column), one per `config/` column that varies (prefix dropped), `epochs` (with
+    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/` column that varies (prefix dropped), `epochs` (with
     `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
     as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
     """
     ranked = df.sort_values(metric, ascending=(mode == "min")).head(k)
     out = pd.DataFrame(index=ranked.index)
     name_col = next((c for c in ("trial", "logdir", "trial_id") if c in ranked), None)
-    out["trial"] = ranked[name_col] if name_col else range(1, len(ranked) + 1)
+    if name_col == "logdir":
+        out["trial"] = ranked["logdir"].map(lambda p: str(p).rstrip("/").rsplit("/", 1)[-1])
+    else:
+        out["trial"] = ranked[name_col] if name_col else range(1, len(ranked) + 1)
     for column in sorted(c for c in df.columns if c.startswith("config/")):
         if df[column].nunique(dropna=True) > 1:
             out[column.removeprefix("config/")] = ranked[column].map(_short)
@@ -165,8 +169,9 @@ def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = 
 
 def _infer_distribution(values: pd.Series) -> optuna.distributions.BaseDistribution:
     uniques = sorted({_plain(v) for v in values}, key=str)
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniques)
-    if not numeric or len(uniques) <= 4:
+    is_int = all(isinstance(v, int) and not isinstance(v, bool) for v in uniques)
+    is_float = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniques)
+    if not is_float or len(uniques) == 1 or (is_int and len(uniques) <= 8):
         return optuna.distributions.CategoricalDistribution(uniques)
     low, high = float(min(uniques)), float(max(uniques))
     return optuna.distributions.FloatDistribution(low, high, log=low > 0 and high / low >= 10)

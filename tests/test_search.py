@@ -59,7 +59,7 @@ def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_p
 @pytest.mark.slow
 def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path):
     experiment = tmp_path / "resumed"
-    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2")
+    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", "--epochs", "2")
 
     def interrupt_after_three_trials_exist():  # as Ctrl+C would: Tune saves its state and returns
         deadline = time.time() + 300
@@ -230,3 +230,28 @@ def test_top_trials_shows_mean_and_ci_and_marks_stopped_trials(trials_df):
     assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
     stopped = top_trials(trials_df, k=30, epochs=10)
     assert stopped["epochs"].str.endswith("(stopped)").sum() == (trials_df["training_iteration"] < 10).sum()
+
+
+# --- PBT: bounds and flags (the run itself: `python sweeps/pbt.py --smoke-test`) ---------------------------
+
+
+def test_pbt_explore_is_clipped_to_the_search_bounds():
+    from sweeps.pbt import clip_to_bounds
+
+    bounds = {"lr": (1e-3, 0.5), "weight_decay": (1e-6, 1e-2)}
+    assert clip_to_bounds({"lr": 0.6, "weight_decay": 1e-7, "loss": "ce"}, bounds) == {"lr": 0.5, "weight_decay": 1e-6, "loss": "ce"}
+    assert clip_to_bounds({"lr": 0.01, "weight_decay": 1e-4}, bounds) == {"lr": 0.01, "weight_decay": 1e-4}
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--perturbation-interval", "4", "--epochs", "4"], r"--perturbation-interval=4 must be below --epochs \(4\)"),
+    (["--quantile-fraction", "0.6"], r"--quantile-fraction=0.6 is outside the allowed range \(0, 0.5\]"),
+    (["--lr-range", "1,0.1"], "LOW must be below HIGH"),
+    (["--loss", "mae"], "loss='mae' is not one of"),
+])
+def test_pbt_bad_input_fails_before_ray_starts(argv, match, tmp_path):
+    from sweeps import pbt
+
+    with pytest.raises(UsageError, match=match):
+        pbt.main([*argv, "--storage-path", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()
