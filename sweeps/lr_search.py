@@ -2,7 +2,7 @@
 
 Run:
     python sweeps/lr_search.py                                  # sym 0.5 on digits, 20 trials
-    python sweeps/lr_search.py --smoke-test                     # 4 trials x 2 epochs, under a minute
+    python sweeps/lr_search.py --smoke-test                     # 4 trials x 2 epochs, about a minute on 2 cores
     python sweeps/lr_search.py --noise-type asym --noise-rate 0.4 --repeat 3 --num-samples 60 \\
         --lr-range 1e-3,0.5 --losses ce,gce,sce --batch-sizes 64,128 --gpus-per-trial 0.25
     python sweeps/lr_search.py --resume                         # continue an interrupted search
