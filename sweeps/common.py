@@ -244,3 +244,65 @@ def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: 
         "verbose": 0,
     }
     return RunConfig(**(settings | overrides))
+
+
+# --- searches (sweeps/lr_search.py, sweeps/pbt.py) --------------------------------------------
+
+
+def add_search_args(parser: argparse.ArgumentParser, *, num_samples: int, num_samples_help: str) -> None:
+    """Flags both searches have: the fixed noise setting, LR / weight-decay bounds, seeds, budget, resume."""
+    parser.add_argument("--noise-type", default="sym", help="sym or asym (default: sym)")
+    parser.add_argument("--noise-rate", type=float, default=0.5, help="label-noise rate in [0, 1) (default: 0.5)")
+    parser.add_argument("--lr-range", default="1e-4,1", help="LOW,HIGH of the learning rate, log scale, 0 < LOW < HIGH <= 10 (default: 1e-4,1)")
+    parser.add_argument("--weight-decay-range", default="1e-6,1e-2", help="LOW,HIGH of the weight decay, log scale, 0 < LOW < HIGH <= 1 (default: 1e-6,1e-2)")
+    parser.add_argument("--repeat", type=int, default=1, help="seeds per configuration, trained together in one trial; the searcher sees their mean (default: 1)")
+    parser.add_argument("--num-samples", type=int, default=num_samples, help=f"{num_samples_help} (default: {num_samples})")
+    parser.add_argument("--time-budget-s", type=float, default=None, help="stop the whole search after this many seconds, counted over resumes (default: none)")
+    parser.add_argument("--resume", action="store_true", help="continue the search in --storage-path/--name where it stopped")
+
+
+def parse_range(flag: str, text: str, low: float, high: float) -> tuple[float, float]:
+    """Parse 'LOW,HIGH' of a log-scale search range: low < LOW < HIGH <= high.
+
+    Returns:
+        (LOW, HIGH) as floats.
+    Raises:
+        UsageError: not two numbers, LOW >= HIGH, or outside (low, high] -- naming the value.
+    """
+    parts = text.split(",")
+    try:
+        lo, hi = (float(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"{flag}={text!r} is not LOW,HIGH (two numbers, e.g. 1e-4,1)") from None
+    for value in (lo, hi):
+        if not math.isfinite(value) or not (low < value <= high):
+            raise UsageError(f"{flag}: {value:g} is outside the allowed range ({low:g}, {high:g}]")
+    if lo >= hi:
+        raise UsageError(f"{flag}={text!r}: LOW must be below HIGH")
+    return lo, hi
+
+
+def check_experiment(experiment_dir: str, resume: bool, settings: dict) -> None:
+    """Before Ray starts: --resume needs an experiment there; a new search needs none.
+
+    A resumed search must keep the settings it started with (noise, bounds, epochs, seeds, ...):
+    they are compared with the `settings` recorded in `<experiment>/raysweep.json`.
+    Raises:
+        UsageError: naming the folder, or the first setting that differs and its recorded value.
+    """
+    from ray.tune import Tuner
+
+    if not resume:
+        if "://" not in experiment_dir and (Path(experiment_dir) / "tuner.pkl").exists():
+            raise UsageError(f"{experiment_dir} already holds a search: add --resume to continue it, or pick another --name")
+        return
+    if not Tuner.can_restore(experiment_dir):
+        raise UsageError(f"--resume: no search to resume in {experiment_dir} (no tuner.pkl); drop --resume to start one")
+    info_file = Path(experiment_dir) / "raysweep.json"
+    if "://" in experiment_dir or not info_file.exists():
+        return
+    recorded = json.loads(info_file.read_text()).get("settings", {})
+    for key, value in json.loads(json.dumps(settings)).items():  # tuples as lists, as recorded
+        if key in recorded and recorded[key] != value:
+            raise UsageError(f"--resume: {key}={value!r} differs from the search being resumed ({recorded[key]!r}); "
+                             "resume with the original flags")

@@ -1,0 +1,257 @@
+"""F6 searches: lr_search (TPE + ASHA, seeds, resume), the seed-mean trainable, analysis/search.py."""
+
+import copy
+import json
+import math
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from analysis.search import (
+    best_so_far, param_importance, plot_best_so_far, plot_parallel_coordinates, study_from_trials, top_trials,
+)
+from sweeps import lr_search
+from sweeps.common import UsageError
+from trainables import load_data, parse_config, train_epochs
+from trainables.seeds import apply_hyperparameters, seed_mean
+
+
+def trial_results(experiment: Path) -> dict[str, list[dict]]:
+    """Trial folder name -> its result rows."""
+    return {
+        p.name: [json.loads(line) for line in (p / "result.json").read_text().splitlines() if line.strip()]
+        for p in sorted(experiment.iterdir()) if (p / "params.json").exists()
+    }
+
+
+def search_argv(tmp_path, *extra) -> list[str]:
+    return ["--num-samples", "6", "--epochs", "3", "--grace-period", "1", "--reduction-factor", "2",
+            "--batch-sizes", "256", "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-concurrent", "2",
+            "--storage-path", str(tmp_path), *extra]
+
+
+# --- the search, with Ray --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_path):
+    assert lr_search.main(search_argv(tmp_path, "--name", "asha")) == 0
+    trials = trial_results(tmp_path / "asha")
+    assert len(trials) == 6
+    for name in trials:
+        assert re.fullmatch(r"lr_search_0000[1-6]_(ce|gce|sce)_lr[0-9.e+-]+", name), name
+    epochs_run = {name: rows[-1]["epoch"] for name, rows in trials.items()}
+    assert any(e < 3 for e in epochs_run.values()), f"ASHA stopped nothing: {epochs_run}"
+    assert any(e == 3 for e in epochs_run.values()), epochs_run
+    configs = [rows[-1]["config"] for rows in trials.values()]
+    assert all("gce_q" in c for c in configs if c["loss"] == "gce")
+    assert all("gce_q" not in c for c in configs if c["loss"] != "gce")  # conditional space
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path):
+    experiment = tmp_path / "resumed"
+    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", "--epochs", "2")
+
+    def interrupt_after_three_trials_exist():  # as Ctrl+C would: Tune saves its state and returns
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if experiment.exists() and len([p for p in experiment.iterdir() if (p / "params.json").exists()]) >= 3:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=interrupt_after_three_trials_exist, daemon=True)
+    watcher.start()
+    assert lr_search.main(argv) == 0
+    watcher.join()
+    before = trial_results(experiment)
+    assert 3 <= len(before) < 6, sorted(before)
+    finished_before = {n: len(rows) for n, rows in before.items() if rows and rows[-1].get("done")}
+
+    with pytest.raises(UsageError, match="already holds a search"):
+        lr_search.main(argv)
+    with pytest.raises(UsageError, match="noise_rate=0.4 differs"):
+        lr_search.main([*argv, "--resume", "--noise-rate", "0.4"])
+
+    assert lr_search.main([*argv, "--resume"]) == 0
+    after = trial_results(experiment)
+    assert len(after) == 6
+    assert set(before) <= set(after)
+    numbers = sorted(int(n.split("_")[2]) for n in after)
+    assert numbers == [1, 2, 3, 4, 5, 6]
+    # A searcher that lost its state would, with the same TPE seed, propose the first configs again.
+    lrs = [rows[-1]["config"]["lr"] for rows in after.values()]
+    assert len(set(lrs)) == 6
+    for name, count in finished_before.items():  # finished trials were not run again
+        assert len(after[name]) == count, name
+    for rows in after.values():
+        assert rows[-1]["num_seeds"] == 2
+        assert len({r["epoch"] for r in rows}) == rows[-1]["epoch"]  # every epoch reported, none skipped
+
+
+# --- bad input: refused before Ray starts -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--lr-range", "0.1,1e-3"], r"--lr-range='0.1,1e-3': LOW must be below HIGH"),
+    (["--lr-range", "0.01,0.01"], "LOW must be below HIGH"),
+    (["--lr-range=-0.1,1"], r"--lr-range: -0.1 is outside the allowed range \(0, 10\]"),
+    (["--lr-range", "1e-3"], "is not LOW,HIGH"),
+    (["--weight-decay-range", "0,1e-2"], r"--weight-decay-range: 0 is outside the allowed range \(0, 1\]"),
+    (["--gce-q-range", "0.5,1.5"], r"--gce-q-range: 1.5 is outside"),
+    (["--losses", "ce,mae"], "--losses: 'mae' is not one of ce, gce, sce"),
+    (["--batch-sizes", "0,64"], "--batch-sizes: 0 must be"),
+    (["--batch-sizes", "64,big"], "is not a list of whole numbers"),
+    (["--reduction-factor", "1"], "--reduction-factor=1 must be > 1"),
+    (["--grace-period", "5", "--epochs", "3"], r"--grace-period=5 must be <= --epochs \(3\)"),
+    (["--repeat", "0"], "--repeat=0 must be"),
+    (["--num-samples", "0"], "--num-samples=0 must be"),
+    (["--noise-rate", "1.0"], r"--noise-rate=1 is outside the allowed range \[0, 1\)"),
+    (["--loss", "gce"], "use --losses"),
+    (["--resume"], "no search to resume"),
+])
+def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
+    import ray
+
+    storage = tmp_path / "runs"
+    was_running = ray.is_initialized()
+    with pytest.raises(UsageError, match=match):
+        lr_search.main([*argv, "--storage-path", str(storage)])
+    assert not storage.exists()
+    assert ray.is_initialized() == was_running
+
+
+# --- the seed-mean trainable, without Ray ---------------------------------------------------------------
+
+
+def test_seed_mean_averages_metrics_and_gives_a_t_interval():
+    per_seed = [{"epoch": 4, "val/acc": a, "train/loss": l, "gpu_ids": "0"} for a, l in [(0.8, 1.0), (0.9, 2.0), (0.7, 3.0)]]
+    out = seed_mean(per_seed, seeds=(0, 1, 2))
+    assert out["epoch"] == 4 and out["gpu_ids"] == "0" and out["num_seeds"] == 3
+    assert out["val/acc"] == pytest.approx(0.8) and out["train/loss"] == pytest.approx(2.0)
+    assert [out[f"val/acc_seed{s}"] for s in range(3)] == [0.8, 0.9, 0.7]
+    assert out["val/acc_std"] == pytest.approx(0.1)
+    assert out["val/acc_ci95"] == pytest.approx(4.303 * 0.1 / math.sqrt(3))  # t(0.975, df=2)
+    single = seed_mean(per_seed[:1], seeds=(5,))
+    assert single["val/acc_ci95"] == 0.0 and single["val/acc_seed5"] == 0.8
+
+
+def test_restored_state_takes_the_configs_new_lr_and_weight_decay(tiny_config):
+    """PBT's explore step changes lr in the config; the loaded optimizer must not bring the old one back."""
+    cfg = {**tiny_config, "epochs": 2, "batch_size": 256, "warmup_epochs": 0.0, "lr": 0.05, "weight_decay": 1e-4}
+    new = {**cfg, "lr": 0.2, "weight_decay": 1e-3}
+    data = load_data(parse_config(cfg))
+    first, state = next(iter(train_epochs(cfg, data)))
+    kept = apply_hyperparameters(copy.deepcopy(state), parse_config(cfg))
+    changed = apply_hyperparameters(copy.deepcopy(state), parse_config(new))
+    assert changed["optimizer"]["param_groups"][0]["weight_decay"] == 1e-3
+    assert changed["optimizer"]["param_groups"][0]["lr"] == pytest.approx(4 * first["lr"])
+    second_kept, _ = next(iter(train_epochs(cfg, data, kept)))
+    second_changed, _ = next(iter(train_epochs(new, data, changed)))
+    assert second_kept["epoch"] == second_changed["epoch"] == 2
+    assert second_changed["lr"] == pytest.approx(4 * second_kept["lr"])  # same schedule position, 4x the peak
+
+
+# --- analysis/search.py on hand-made tables ----------------------------------------------------------------
+
+
+@pytest.fixture
+def trials_df() -> pd.DataFrame:
+    """30 trials: val/acc rises with log10(lr) up to 1e-1 and ignores weight decay (plus tiny noise)."""
+    rng = np.random.default_rng(0)
+    lr = 10 ** rng.uniform(-4, 0, 30)
+    wd = 10 ** rng.uniform(-6, -2, 30)
+    loss = np.array(["ce", "gce", "sce"])[np.arange(30) % 3]
+    acc = 0.9 - 0.1 * np.abs(np.log10(lr) + 1) + rng.normal(0, 0.002, 30)
+    q = rng.uniform(0.1, 1.0, 30)
+    return pd.DataFrame({
+        "trial_id": [f"t{i:02d}" for i in range(30)],
+        "config/lr": lr, "config/weight_decay": wd, "config/loss": loss,
+        "config/gce_q": np.where(loss == "gce", q, np.nan),
+        "val/acc": acc, "val/acc_ci95": 0.01, "num_seeds": 3,
+        "training_iteration": np.where(np.arange(30) % 4 == 0, 1, 10),
+        "timestamp": 1000.0 + 10 * np.arange(30)[::-1],  # rows listed newest first
+        "time_total_s": 5.0,
+    })
+
+
+def test_best_so_far_follows_finishing_order(trials_df):
+    curve = best_so_far(trials_df)
+    assert list(curve["trials"]) == list(range(1, 31))
+    expected = trials_df.sort_values("timestamp")["val/acc"].cummax().to_numpy()
+    np.testing.assert_allclose(curve["best"], expected)
+    assert curve["elapsed_s"].iloc[0] == pytest.approx(5.0) and curve["elapsed_s"].iloc[-1] == pytest.approx(295.0)
+    assert (np.diff(best_so_far(trials_df, mode="min")["best"]) <= 0).all()
+    fig = plot_best_so_far(trials_df, x="time")
+    assert isinstance(fig, Figure)
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), curve["elapsed_s"])
+    with pytest.raises(ValueError, match="needs a 'timestamp' column"):
+        plot_best_so_far(trials_df.drop(columns="timestamp"), x="time")
+    assert "timestamp" in trials_df  # input untouched
+
+
+def test_fanova_ranks_the_parameter_that_drives_the_metric_first(trials_df):
+    importance = param_importance(trials_df, ["lr", "weight_decay", "loss"])
+    assert importance.index[0] == "lr" and importance["lr"] > 0.6
+    assert importance["weight_decay"] < 0.3 and importance["loss"] < 0.3
+    assert importance.sum() == pytest.approx(1.0)
+    # gce_q exists for a third of the trials only: it is left out of the common space
+    assert "gce_q" not in param_importance(trials_df, ["lr", "gce_q"]).index
+
+
+def test_study_and_parallel_coordinates_from_a_table(trials_df):
+    study = study_from_trials(trials_df, ["lr", "weight_decay", "loss", "gce_q"])
+    assert len(study.trials) == 30 and study.best_value == pytest.approx(trials_df["val/acc"].max())
+    lr_dist = study.trials[0].distributions["lr"]
+    assert lr_dist.log and lr_dist.low == pytest.approx(trials_df["config/lr"].min())
+    assert sum("gce_q" in t.params for t in study.trials) == 10
+    fig = plot_parallel_coordinates(trials_df, ["lr", "weight_decay", "loss"])
+    assert isinstance(fig, Figure) and fig.axes
+    with pytest.raises(KeyError, match="config/momentum"):
+        study_from_trials(trials_df, ["momentum"])
+
+
+def test_top_trials_shows_mean_and_ci_and_marks_stopped_trials(trials_df):
+    table = top_trials(trials_df, k=5, epochs=10)
+    assert len(table) == 5
+    best = trials_df.loc[trials_df["val/acc"].idxmax()]
+    assert table.loc[0, "trial"] == best["trial_id"]
+    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.3f} ± 0.010"
+    assert {"lr", "weight_decay", "loss", "gce_q"} <= set(table.columns)
+    assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
+    stopped = top_trials(trials_df, k=30, epochs=10)
+    assert stopped["epochs"].str.endswith("(stopped)").sum() == (trials_df["training_iteration"] < 10).sum()
+
+
+# --- PBT: bounds and flags (the run itself: `python sweeps/pbt.py --smoke-test`) ---------------------------
+
+
+def test_pbt_explore_is_clipped_to_the_search_bounds():
+    from sweeps.pbt import clip_to_bounds
+
+    bounds = {"lr": (1e-3, 0.5), "weight_decay": (1e-6, 1e-2)}
+    assert clip_to_bounds({"lr": 0.6, "weight_decay": 1e-7, "loss": "ce"}, bounds) == {"lr": 0.5, "weight_decay": 1e-6, "loss": "ce"}
+    assert clip_to_bounds({"lr": 0.01, "weight_decay": 1e-4}, bounds) == {"lr": 0.01, "weight_decay": 1e-4}
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--perturbation-interval", "4", "--epochs", "4"], r"--perturbation-interval=4 must be below --epochs \(4\)"),
+    (["--quantile-fraction", "0.6"], r"--quantile-fraction=0.6 is outside the allowed range \(0, 0.5\]"),
+    (["--lr-range", "1,0.1"], "LOW must be below HIGH"),
+    (["--loss", "mae"], "loss='mae' is not one of"),
+])
+def test_pbt_bad_input_fails_before_ray_starts(argv, match, tmp_path):
+    from sweeps import pbt
+
+    with pytest.raises(UsageError, match=match):
+        pbt.main([*argv, "--storage-path", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()
