@@ -29,7 +29,7 @@ smoke: install
 	$(PY) sweeps/noise_grid.py --smoke-test $(SWEEP_ARGS)
 
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=15
 
 test-fast: install
 	$(PY) -m pytest tests -q -m "not slow"
@@ -37,12 +37,12 @@ test-fast: install
 BENCH_OUT ?= benchmarks/results
 bench: install  # full forms: tens of minutes on 2 cores
 	@mkdir -p $(BENCH_OUT)
-	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load; do \
+	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid; do \
 	  $(PY) benchmarks/$$b.py --json $(BENCH_OUT)/$$b.json || exit 1; done
 
 bench-quick: install  # what CI runs: seconds to a minute each; they report, they do not assert
 	@mkdir -p $(BENCH_OUT)/quick
-	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load; do \
+	for b in sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid; do \
 	  $(PY) benchmarks/$$b.py --quick --json $(BENCH_OUT)/quick/$$b.json || exit 1; done
 
 analysis: install
