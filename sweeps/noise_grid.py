@@ -190,13 +190,25 @@ def main(argv: list[str]) -> int:
 
 
 def print_report(experiment_dir: str) -> None:
-    """Write the analysis report (tables, plots, report.md) and print the best-run table and its path."""
+    """Print the best-run table (per configuration over seeds: best val/acc and final test/acc) and
+    write the analysis report (tables, plots, report.md) next to the results."""
     try:
+        trials = analysis.load_trials(experiment_dir)
+        val = analysis.best_runs(trials, METRIC, MODE, scope="best")
+        keys = list(val.columns[: list(val.columns).index("n")])
+        test = analysis.best_runs(trials, "test/acc", "max", by=keys or None, scope="last")
         report = analysis.write_report(experiment_dir)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
         return
-    print((report / "best_runs.txt").read_text())
+    table = val[keys + ["n", "n_failed", "mean", "std"]].rename(columns={"mean": f"best {METRIC} mean", "std": "std"})
+    if keys:
+        table = table.merge(test[keys + ["mean", "std"]], on=keys, how="left", suffixes=("", " "))
+    else:
+        table[["mean", "std "]] = test[["mean", "std"]].to_numpy()
+    table = table.rename(columns={"mean": "final test/acc mean", "n_failed": "failed"})
+    print("\nper configuration over seeds (n seeds; errored and diverged trials counted as failed):")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))
     print(f"report: {report / 'report.md'}")
 
 

@@ -219,10 +219,11 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
     assert dump["gradients"] and dump["step"] == diverged["diverged/step"]
     assert "diverged (not ranked): sym_0.4_seed0" in out
     # The best-run table counts the errored (0.3) and diverged (0.4) trials but ranks no value for them.
-    rows = {line.split()[0]: line.split() for line in out[out.index("mean over seeds"):out.index("report:")].splitlines()[2:] if line.strip()}
-    assert rows["0.1"][1:3] == ["1", "0"] and float(rows["0.1"][3]) > 0.5
-    assert rows["0.2"][1:3] == ["1", "0"] and float(rows["0.2"][3]) > 0.5
-    assert rows["0.3"][1:4] == ["0", "1", "–"] and rows["0.4"][1:4] == ["0", "1", "–"]
+    table = out[out.index("per configuration over seeds"):out.index("report:")].splitlines()[2:]
+    rows = {float(line.split()[0]): line.split() for line in table if line.strip()}
+    assert rows[0.1][1:3] == ["1", "0"] and float(rows[0.1][3]) > 0.5
+    assert rows[0.2][1:3] == ["1", "0"] and float(rows[0.2][3]) > 0.5
+    assert rows[0.3][1:4] == ["0", "1", "-"] and rows[0.4][1:4] == ["0", "1", "-"]
 
 
 # --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
