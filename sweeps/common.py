@@ -261,6 +261,29 @@ def add_search_args(parser: argparse.ArgumentParser, *, num_samples: int, num_sa
     parser.add_argument("--resume", action="store_true", help="continue the search in --storage-path/--name where it stopped")
 
 
+def check_search_args(args: argparse.Namespace) -> None:
+    """Check the flags of `add_search_args` (and the resource flags) and parse the LR / weight-decay
+    ranges in place, before Ray starts.
+
+    Raises:
+        UsageError: naming the first bad value and its allowed range.
+    """
+    from trainables.config import NOISE_TYPES
+
+    if args.noise_type not in NOISE_TYPES:
+        raise UsageError(f"--noise-type={args.noise_type!r} is not one of {', '.join(NOISE_TYPES)}")
+    if not (0.0 <= args.noise_rate < 1.0):
+        raise UsageError(f"--noise-rate={args.noise_rate:g} is outside the allowed range [0, 1)")
+    args.lr_range = parse_range("--lr-range", args.lr_range, 0.0, 10.0)
+    args.weight_decay_range = parse_range("--weight-decay-range", args.weight_decay_range, 0.0, 1.0)
+    for flag in ("--repeat", "--num-samples", "--epochs", "--max-concurrent"):
+        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_")))
+    if args.time_budget_s is not None and not (args.time_budget_s > 0):
+        raise UsageError(f"--time-budget-s={args.time_budget_s:g} must be > 0")
+    if args.cpus_per_trial <= 0:
+        raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
+
+
 def parse_range(flag: str, text: str, low: float, high: float) -> tuple[float, float]:
     """Parse 'LOW,HIGH' of a log-scale search range: low < LOW < HIGH <= high.
 

@@ -35,12 +35,11 @@ from ray.tune.search.optuna import OptunaSearch
 
 from analysis.search import top_trials
 from sweeps.common import (
-    UsageError, add_common_args, add_search_args, check_experiment, check_positive_int, check_resources,
+    UsageError, add_common_args, add_search_args, check_experiment, check_search_args, check_positive_int, check_resources,
     check_storage_path, default_gpus_per_trial, init_ray, parse_gpus_per_trial, parse_range, run_main,
     write_sweep_info,
 )
 from trainables import METRIC, MODE, load_data, parse_config
-from trainables.config import LOSSES, NOISE_TYPES
 from trainables.seeds import train_seeds
 
 NAME = "lr_search"
@@ -64,12 +63,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
     if args.loss is not None:
         raise UsageError(f"--loss={args.loss}: lr_search searches the loss; use --losses (e.g. --losses {args.loss})")
-    if args.noise_type not in NOISE_TYPES:
-        raise UsageError(f"--noise-type={args.noise_type!r} is not one of {', '.join(NOISE_TYPES)}")
-    if not (0.0 <= args.noise_rate < 1.0):
-        raise UsageError(f"--noise-rate={args.noise_rate:g} is outside the allowed range [0, 1)")
-    args.lr_range = parse_range("--lr-range", args.lr_range, 0.0, 10.0)
-    args.weight_decay_range = parse_range("--weight-decay-range", args.weight_decay_range, 0.0, 1.0)
+    check_search_args(args)
     args.gce_q_range = parse_range("--gce-q-range", args.gce_q_range, 0.0, 1.0)
     args.sce_alpha_range = parse_range("--sce-alpha-range", args.sce_alpha_range, 0.0, 100.0)
     args.sce_beta_range = parse_range("--sce-beta-range", args.sce_beta_range, 0.0, 100.0)
@@ -85,16 +79,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UsageError(f"--batch-sizes={args.batch_sizes!r} is not a list of whole numbers") from None
     if args.batch_sizes[0] < 1:
         raise UsageError(f"--batch-sizes: {args.batch_sizes[0]} must be a whole number >= 1")
-    for flag in ("--repeat", "--num-samples", "--epochs", "--max-concurrent", "--grace-period"):
-        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_")))
+    check_positive_int("--grace-period", args.grace_period)
     if args.search_seed < 0:
         raise UsageError(f"--search-seed={args.search_seed} must be a whole number >= 0")
     if not (args.reduction_factor > 1):
         raise UsageError(f"--reduction-factor={args.reduction_factor:g} must be > 1")
-    if args.time_budget_s is not None and not (args.time_budget_s > 0):
-        raise UsageError(f"--time-budget-s={args.time_budget_s:g} must be > 0")
-    if args.cpus_per_trial <= 0:
-        raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
     if args.smoke_test:
         args.epochs = args.epochs or 2
         args.num_samples = min(args.num_samples, 4)

@@ -31,12 +31,11 @@ from ray.tune.schedulers import PopulationBasedTraining
 
 from analysis.search import top_trials
 from sweeps.common import (
-    UsageError, add_common_args, add_search_args, check_experiment, check_positive_int, check_resources,
-    check_storage_path, default_gpus_per_trial, init_ray, parse_gpus_per_trial, parse_range, run_main,
+    UsageError, add_common_args, add_search_args, check_experiment, check_search_args, check_positive_int, check_resources,
+    check_storage_path, default_gpus_per_trial, init_ray, parse_gpus_per_trial, run_main,
     write_sweep_info,
 )
 from trainables import METRIC, MODE, load_data, parse_config
-from trainables.config import NOISE_TYPES
 from trainables.seeds import train_seeds
 
 NAME = "pbt"
@@ -50,20 +49,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_common_args(parser, name=NAME)
     args = parser.parse_args(argv)
 
-    if args.noise_type not in NOISE_TYPES:
-        raise UsageError(f"--noise-type={args.noise_type!r} is not one of {', '.join(NOISE_TYPES)}")
-    if not (0.0 <= args.noise_rate < 1.0):
-        raise UsageError(f"--noise-rate={args.noise_rate:g} is outside the allowed range [0, 1)")
-    args.lr_range = parse_range("--lr-range", args.lr_range, 0.0, 10.0)
-    args.weight_decay_range = parse_range("--weight-decay-range", args.weight_decay_range, 0.0, 1.0)
-    for flag in ("--repeat", "--num-samples", "--epochs", "--max-concurrent", "--perturbation-interval"):
-        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_")))
+    check_search_args(args)
+    check_positive_int("--perturbation-interval", args.perturbation_interval)
     if not (0.0 < args.quantile_fraction <= 0.5):
         raise UsageError(f"--quantile-fraction={args.quantile_fraction:g} is outside the allowed range (0, 0.5]")
-    if args.time_budget_s is not None and not (args.time_budget_s > 0):
-        raise UsageError(f"--time-budget-s={args.time_budget_s:g} must be > 0")
-    if args.cpus_per_trial <= 0:
-        raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
     if args.smoke_test:
         args.epochs = args.epochs or 4
         args.num_samples = min(args.num_samples, 4)
