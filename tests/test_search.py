@@ -74,7 +74,7 @@ def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path)
     assert lr_search.main(argv) == 0
     watcher.join()
     before = trial_results(experiment)
-    assert 3 <= len(before) < 6, sorted(before)
+    assert 3 <= len(before) <= 6, sorted(before)  # on a fast machine all six may have started
     # Finished as the saved experiment state records it: what Tune's restore promises not to rerun. (A
     # trial that finished in the instant between Tune's last state snapshot and the interrupt is rerun.)
     import analysis
