@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from sweeps.common import UsageError, parse_gpus_per_trial as parse_gpu_share
+from sweeps.cli import UsageError, parse_gpus_per_trial as parse_gpu_share
 from trainables.gpu import is_gpu_oom, memory_fraction_for
 
 BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
@@ -47,7 +47,7 @@ def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str |
 
     Returns:
         (selection, gpus_per_trial): selection is None (default), "all" or a list of indices;
-        gpus_per_trial is None, "auto" or a float (see `sweeps.common.parse_gpus_per_trial`).
+        gpus_per_trial is None, "auto" or a float (see `sweeps.cli.parse_gpus_per_trial`).
     Raises:
         UsageError: a bad index list, or --gpus with --address (a cluster's GPUs are fixed at `ray start`).
     """

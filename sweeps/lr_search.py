@@ -34,11 +34,10 @@ from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from analysis.search import top_trials
-from sweeps.common import (
-    UsageError, add_common_args, add_search_args, check_experiment, check_search_args, check_positive_int, check_resources,
-    check_storage_path, default_gpus_per_trial, init_ray, parse_gpus_per_trial, parse_range, run_main,
-    write_sweep_info,
-)
+
+from sweeps.cli import UsageError, check_positive_int, check_storage_path, parse_gpus_per_trial, parse_range, run_main
+from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
+from sweeps.common import add_common_args, add_search_args, check_experiment, check_search_args, write_sweep_info
 from trainables import METRIC, MODE, load_data, parse_config
 from trainables.seeds import train_seeds
 
@@ -120,14 +119,6 @@ def trial_name(trial) -> str:
     number = int(trial.experiment_tag.split("_")[0])  # Tune's running count of created trials
     c = trial.config
     return f"{NAME}_{number:05d}_{c['loss']}_lr{c['lr']:.2g}"
-
-
-def concurrent_slots(gpus_per_trial: float, cpus_per_trial: float) -> int:
-    """Trials the cluster can run at once: GPU slices when trials use GPUs, else CPU cores."""
-    resources = ray.cluster_resources()
-    if gpus_per_trial > 0:
-        return max(1, int(resources.get("GPU", 0) / gpus_per_trial + 1e-9))
-    return max(1, int(resources.get("CPU", 1) / cpus_per_trial + 1e-9))
 
 
 def main(argv: list[str]) -> int:

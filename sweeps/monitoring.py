@@ -27,7 +27,7 @@ from typing import TextIO
 
 from ray import tune
 
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from trainables.config import METRIC, MODE
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted

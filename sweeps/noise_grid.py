@@ -30,10 +30,11 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from sweeps import resume
-from sweeps.common import (
-    UsageError, add_common_args, check_dashboard_host, check_positive_int, check_resources, check_storage_path,
-    default_gpus_per_trial, init_ray, parse_float_list, run_main, sweep_run_config, sweep_tune_config, write_sweep_info,
+from sweeps.cli import (
+    UsageError, check_dashboard_host, check_positive_int, check_storage_path, parse_float_list, run_main,
 )
+from sweeps.cluster import check_resources, default_gpus_per_trial, init_ray
+from sweeps.common import add_common_args, sweep_run_config, sweep_tune_config, write_sweep_info
 from sweeps.gpus import (
     add_gpu_args, auto_gpus_per_trial, check_shared_storage, choose_local_gpus, parse_gpu_flags, probe_on_gpu, requeued_trial_paths,
     rerun_oom_trials,

@@ -30,11 +30,10 @@ from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tun
 from ray.tune.schedulers import PopulationBasedTraining
 
 from analysis.search import top_trials
-from sweeps.common import (
-    UsageError, add_common_args, add_search_args, check_experiment, check_search_args, check_positive_int, check_resources,
-    check_storage_path, default_gpus_per_trial, init_ray, parse_gpus_per_trial, run_main,
-    write_sweep_info,
-)
+
+from sweeps.cli import UsageError, check_positive_int, check_storage_path, parse_gpus_per_trial, run_main
+from sweeps.cluster import check_resources, default_gpus_per_trial, init_ray
+from sweeps.common import add_common_args, add_search_args, check_experiment, check_search_args, write_sweep_info
 from trainables import METRIC, MODE, load_data, parse_config
 from trainables.seeds import train_seeds
 

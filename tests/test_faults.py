@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from sweeps import noise_grid, resume
-from sweeps.common import UsageError, secure_dashboard
+from sweeps.cli import UsageError
+from sweeps.cluster import secure_dashboard
 from trainables import train_epochs
 from trainables.checkpoints import load_latest_state
 from trainables.config import config_hash
@@ -304,7 +305,7 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
     """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
     script = (
         "import psutil, ray\n"
-        "from sweeps.common import init_ray\n"
+        "from sweeps.cluster import init_ray\n"
         "init_ray(None, '127.0.0.1')\n"
         "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
         "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sweeps import gpus, noise_grid
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from trainables import gpu
 
 ROOT = Path(__file__).resolve().parents[1]

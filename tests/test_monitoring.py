@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from sweeps import noise_grid
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from sweeps.monitoring import SweepProgress, format_duration, format_progress, sweep_status
 from trainables.logs import log_epoch, trial_logger
 

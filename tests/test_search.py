@@ -19,7 +19,7 @@ from analysis.search import (
     best_so_far, param_importance, plot_best_so_far, plot_parallel_coordinates, study_from_trials, top_trials,
 )
 from sweeps import lr_search
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from trainables import load_data, parse_config, train_epochs
 from trainables.seeds import apply_hyperparameters, seed_mean
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import noise_grid
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 

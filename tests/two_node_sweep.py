@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ray.cluster_utils import Cluster
 
 from sweeps import noise_grid
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 
 storage = sys.argv[1]
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 2, "include_dashboard": False})
