@@ -39,7 +39,7 @@ from ray.tune import RunConfig, TuneConfig, Tuner
 
 from sweeps import lr_search
 from trainables import METRIC, load_data, parse_config
-from trainables.seeds import train_seeds
+from trainables import train_classifier
 
 TOLERANCE = 0.005  # "within 0.5 points" of accuracy
 
@@ -73,7 +73,7 @@ def grid_name(trial) -> str:
 def run_grid(storage: Path, fixed: dict, losses, lrs, wds, seeds: tuple) -> pd.DataFrame:
     data = load_data(parse_config(fixed))
     tuner = Tuner(
-        tune.with_resources(tune.with_parameters(train_seeds, data=data, seeds=seeds), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(train_classifier, data=data, seeds=seeds), {"cpu": 1}),
         param_space={**fixed, "loss": tune.grid_search(losses), "lr": tune.grid_search(lrs),
                      "weight_decay": tune.grid_search(wds)},
         tune_config=TuneConfig(max_concurrent_trials=2, reuse_actors=True, trial_name_creator=grid_name,

@@ -45,7 +45,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     import ray
     from ray import tune
 
-    from sweeps.common import sweep_run_config, sweep_tune_config
+    from sweeps.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
 
     path = folder / "data.npz"

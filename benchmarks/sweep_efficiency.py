@@ -67,7 +67,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     import ray
     from ray import tune
 
-    from sweeps.common import sweep_run_config, sweep_tune_config
+    from sweeps.launch import sweep_run_config, sweep_tune_config
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     trainable = tune.with_resources(sleep_trial, {"cpu": 0.25, "gpu": 1})

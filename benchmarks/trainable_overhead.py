@@ -42,7 +42,7 @@ def in_tune(config: dict) -> float:
     import ray
     from ray import tune
 
-    from sweeps.common import sweep_run_config, sweep_tune_config
+    from sweeps.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
 
     data = load_data(parse_config(config))

@@ -1,16 +1,33 @@
-"""The command line of the sweep scripts: user mistakes, and parsers of flag values.
+"""The command line of the sweep scripts: flags, axes, and user mistakes.
 
-Nothing here imports Ray, torch, pandas or matplotlib: `--help` and usage errors must come back
-in well under a second, before any of them is loaded.
+Trial options are generated from `trainables.config.TrainConfig`, the only place a training
+default lives: every field is a `--kebab-case` flag whose help is the field's comment and whose
+default is the field's default. In a grid, a comma-separated value makes the field an axis
+(`--loss ce,gce,sce --lr 0.01,0.1`). Run options (resources, storage, failures, monitoring)
+are written by hand below.
+
+Nothing here imports Ray, torch, pandas or matplotlib: `--help` and usage errors come back in
+well under a second, before any of them is loaded.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import inspect
 import ipaddress
+import itertools
+import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
+
+from trainables.config import METRIC, MODE, TrainConfig, check_field
+
+SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
+MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
 
 
 class UsageError(ValueError):
@@ -128,3 +145,301 @@ def check_dashboard_host(host: str) -> bool:
         raise UsageError(f"--dashboard-host={host!r} is not an IP address; use 127.0.0.1 (this machine only, "
                          f"the default) or the address of one interface, 0.0.0.0 for all") from None
 
+
+
+# --- parsers that raise UsageError ---------------------------------------------------------
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake raises `UsageError` (one line, exit 2 through `run_main`)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+class _Once(argparse.Action):
+    """Store a flag's value, refusing the same flag twice (argparse would keep the last silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in getattr(namespace, "_given", set()) or self.dest in getattr(namespace, "_given_dests", set()):
+            raise UsageError(f"{option_string} is given twice; give one value, or a comma-separated list for an axis")
+        namespace._given = getattr(namespace, "_given", set()) | {option_string}
+        namespace._given_dests = getattr(namespace, "_given_dests", set()) | {self.dest}
+        setattr(namespace, self.dest, values)
+
+
+class _Refused(argparse.Action):
+    """A trial option this sweep sets itself: refused, with a hint naming the flag to use."""
+
+    def __init__(self, *args, hint: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hint = hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UsageError(f"{option_string}={values}: {parser.prog} searches {self.dest}; {self.hint}")
+
+
+# --- trial options, generated from TrainConfig ---------------------------------------------
+
+
+def field_help() -> dict[str, str]:
+    """Field name -> its comment in `TrainConfig`'s source (the one-line help of its flag)."""
+    pattern = re.compile(r"^\s+(\w+): [^=]+=.*?#\s*(.+)$")
+    return {m.group(1): m.group(2) for line in inspect.getsource(TrainConfig).splitlines() if (m := pattern.match(line))}
+
+
+def add_config_flags(parser: argparse.ArgumentParser, *, axes: bool, exclude: dict | None = None, defaults: dict | None = None,
+                     aliases: dict | None = None) -> None:
+    """Add one `--kebab-case` flag per `TrainConfig` field.
+
+    Args:
+        axes: True when a comma-separated value makes the field a grid axis (said in the help).
+        exclude: field -> hint, for the fields the script sets itself (a search's searched
+            parameters): their flag is refused with the hint, e.g. "use --lr-range".
+        defaults: field -> text that replaces the field's default in this script (a grid's
+            noise rates, say); other fields show TrainConfig's default.
+        aliases: field -> further flag names (`--noise-rates` for `--noise-rate`).
+    """
+    helps, defaults, aliases, exclude = field_help(), defaults or {}, aliases or {}, exclude or {}
+    group = parser.add_argument_group("trial options (TrainConfig)" + (": a,b,c makes a field an axis of the grid" if axes else ""))
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in exclude:
+            group.add_argument(f"--{field.name.replace('_', '-')}", action=_Refused, hint=exclude[field.name], help=argparse.SUPPRESS)
+            continue
+        default = defaults.get(field.name, field.default)
+        flags = [f"--{field.name.replace('_', '-')}"] + aliases.get(field.name, [])
+        group.add_argument(*flags, dest=field.name, default=None, action=_Once, metavar=field.type.split(" ")[0].upper(),
+                           help=f"{helps.get(field.name, '')} (default: {default})".replace("%", "%%"))
+
+
+def parse_value(name: str, text: str):
+    """Convert one flag value to the type of `TrainConfig` field `name` and check it.
+
+    Returns:
+        int, float, str or None (for optional fields given as `none`).
+    Raises:
+        UsageError: not of the field's type, or outside what `check_field` allows; names the flag.
+    """
+    kind = {f.name: f.type for f in dataclasses.fields(TrainConfig)}[name]
+    flag = f"--{name.replace('_', '-')}"
+    text = text.strip()
+    try:
+        if "None" in kind and text.lower() == "none":
+            value = None
+        elif kind.startswith("int"):
+            value = int(text)
+        elif kind.startswith("float"):
+            value = float(text)
+        else:
+            value = text
+    except ValueError:
+        raise UsageError(f"{flag}={text!r} is not {'a whole number' if kind.startswith('int') else 'a number'}") from None
+    try:
+        check_field(name, value)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+    return value
+
+
+def config_axes(args: argparse.Namespace, *, axes: bool, defaults: dict | None = None) -> dict[str, list]:
+    """The trial options given on the command line (or by the script's `defaults`), parsed.
+
+    Returns:
+        field -> list of values (one value: a fixed option; several: a grid axis), in the order
+        of `TrainConfig`'s fields; fields neither given nor defaulted are left out (TrainConfig's
+        default applies in the trial).
+    Raises:
+        UsageError: a value of the wrong type or out of range, a repeated value in an axis, or a
+            comma list where `axes` is False.
+    """
+    out = {}
+    for field in dataclasses.fields(TrainConfig):
+        text = getattr(args, field.name, None)
+        text = (defaults or {}).get(field.name) if text is None else text
+        if text is None:
+            continue
+        items = str(text).split(",") if field.name != "data_root" else [str(text)]
+        if len(items) > 1 and not axes:
+            raise UsageError(f"--{field.name.replace('_', '-')}={text!r}: this sweep takes one value (a grid takes lists)")
+        values = [parse_value(field.name, item) for item in items]
+        if len(set(values)) != len(values):
+            raise UsageError(f"--{field.name.replace('_', '-')}={text!r} repeats a value")
+        out[field.name] = values
+    return out
+
+
+def epochs_of(config: dict) -> int:
+    """Epochs a trial of `config` trains: its `epochs`, else `TrainConfig`'s default."""
+    return config.get("epochs", TrainConfig.epochs)
+
+
+def grid_cells(axes: dict[str, list], max_trials: int) -> list[dict]:
+    """The cross product of the axes: one config dict per cell, in the axes' order.
+
+    Raises:
+        UsageError: more than `max_trials` cells (counted before any is built).
+    """
+    count = math.prod(len(v) for v in axes.values())
+    if count > max_trials:
+        raise UsageError(f"the grid has {count:,} trials, more than --max-trials={max_trials:,}; "
+                         "check the axes (a typo in --seeds?) or raise --max-trials")
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*axes.values())]
+
+
+# --- run options, written by hand ----------------------------------------------------------
+
+
+def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> None:
+    """Flags of how a sweep runs: resources, storage, cluster, failures, monitoring.
+
+    Args:
+        name: the default experiment name.
+        grid: add the flags only a grid has (`--seeds`, `--skip-existing`, `--retry-errored`,
+            `--max-trials`).
+    """
+    res = parser.add_argument_group("resources and cluster")
+    res.add_argument("--gpus-per-trial", default=None,
+                     help="GPUs each trial gets: a fraction such as 0.25 (4 trials share a GPU), a whole number (2+: "
+                     "data-parallel), 0 for CPU trials, or auto (probe the memory, pack densely) (default: 0.25 when "
+                     "the cluster has GPUs, else 0)")
+    res.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPU cores each trial gets (default: 1)")
+    res.add_argument("--max-concurrent", type=int, default=None, help="at most this many trials at once (default: as many as resources allow)")
+    res.add_argument("--gpus", default=None, help="GPUs a local sweep may use: indices such as 0,2 (busy ones are still "
+                     "left out), or 'all' (every GPU, busy or not) (default: every GPU that is not busy)")
+    res.add_argument("--address", default=None, help="an existing Ray cluster, e.g. 'auto' or 'HEAD_IP:6379' (default: start a local one)")
+    res.add_argument("--dashboard-host", default="127.0.0.1", help="interface the Ray dashboard listens on (default: 127.0.0.1)")
+    res.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
+    res.add_argument("--storage-is-shared", action="store_true",
+                     help="trust that --storage-path is reachable from every node of a multi-node cluster")
+    res.add_argument("--name", default=name, help=f"experiment name, a folder under --storage-path (default: {name})")
+    res.add_argument("--smoke-test", action="store_true", help=f"{SMOKE_TEST_EPOCHS} epochs per trial: the whole sweep in a minute")
+    if grid:
+        res.add_argument("--seeds", type=int, default=None, help="seeds per configuration: an axis 0..N-1 (default: 1, or --seed)")
+        res.add_argument("--max-trials", type=int, default=MAX_TRIALS, help=f"refuse a grid of more trials (default: {MAX_TRIALS:,})")
+    faults = parser.add_argument_group("failures, resuming and extending")
+    faults.add_argument("--max-failures", type=int, default=None, help="retries of a failed trial, each from its latest checkpoint (default: 2)")
+    faults.add_argument("--fail-fast", action="store_true", help="stop the whole sweep at the first trial error")
+    faults.add_argument("--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)")
+    if grid:
+        faults.add_argument("--retry-errored", action="store_true", help="with --resume: continue errored trials from their checkpoints")
+        faults.add_argument("--skip-existing", action=argparse.BooleanOptionalAction, default=True,
+                            help="reuse trials of this --name that already finished with the same config (default: on)")
+    watch = parser.add_argument_group("monitoring")
+    watch.add_argument("--quiet", action="store_true", default=os.environ.get("RAYSWEEP_QUIET", "") not in ("", "0"),
+                       help="no progress blocks, only errors and the final lines (also: RAYSWEEP_QUIET=1)")
+    watch.add_argument("--progress-every", type=float, default=15.0, help="seconds between progress blocks (default: 15)")
+    watch.add_argument("--mlflow-uri", default=None, help="also log every trial to MLflow at this tracking URI, "
+                       "e.g. sqlite:///mlflow.db (needs mlflow)")
+    watch.add_argument("--wandb-project", default=None, help="also log every trial to this Weights & Biases project (needs wandb)")
+
+
+def check_run_args(args: argparse.Namespace) -> None:
+    """Check the flags of `add_run_args` (in place: parsed --gpus-per-trial, resolved storage,
+    --max-failures with its default).
+
+    Raises:
+        UsageError: naming the first bad flag, its value and what is allowed.
+    """
+    from sweeps.gpus import parse_gpu_flags
+
+    args.gpus, args.gpus_per_trial = parse_gpu_flags(args.gpus, args.gpus_per_trial, args.address)
+    if not args.cpus_per_trial > 0:
+        raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
+    for flag in ("--max-concurrent", "--seeds", "--max-trials"):
+        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_"), None))
+    if not args.progress_every > 0:
+        raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
+    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
+        raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
+    check_dashboard_host(args.dashboard_host)
+    args.storage_path = check_storage_path(args.storage_path)
+    if args.max_failures is not None and args.max_failures < 0:
+        raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
+    if args.fail_fast and args.max_failures:
+        raise UsageError(f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them")
+    args.max_failures = 0 if args.fail_fast else (2 if args.max_failures is None else args.max_failures)
+    if getattr(args, "retry_errored", False) and not args.resume:
+        raise UsageError("--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)")
+    if args.resume and not getattr(args, "skip_existing", True):
+        raise UsageError("--resume continues trials from their checkpoints; --no-skip-existing (rerun everything) contradicts it")
+
+
+def probe_storage(experiment_dir: str) -> None:
+    """Create the experiment folder and write and remove a probe file in it, before Ray starts.
+
+    `os.access` is not enough: read-only mounts, full disks, quotas and ACLs pass it. On failure
+    every folder this call created is removed again. URIs (s3://...) are left to Ray.
+    Raises:
+        UsageError: naming the path and the OS error.
+    """
+    if "://" in experiment_dir:
+        return
+    folder = Path(experiment_dir)
+    created = [p for p in [folder, *folder.parents] if not p.exists()]
+    probe = folder / ".raysweep_write_probe"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"probe")
+        probe.unlink()
+    except OSError as e:
+        for path in created:  # innermost first
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        raise UsageError(f"--storage-path: cannot write to {folder}: {e.strerror or e}") from None
+
+
+# --- searches (sweeps/lr_search.py, sweeps/pbt.py) ----------------------------------------
+
+
+def add_search_args(parser: argparse.ArgumentParser, *, num_samples: int, num_samples_help: str) -> None:
+    """Flags both searches have: LR / weight-decay bounds, seeds per trial, number of trials, budget."""
+    parser.add_argument("--lr-range", default="1e-4,1", help="LOW,HIGH of the learning rate, log scale, 0 < LOW < HIGH <= 10 (default: 1e-4,1)")
+    parser.add_argument("--weight-decay-range", default="1e-6,1e-2", help="LOW,HIGH of the weight decay, log scale, 0 < LOW < HIGH <= 1 (default: 1e-6,1e-2)")
+    parser.add_argument("--repeat", type=int, default=1, help="seeds per configuration, trained together in one trial; the searcher sees their mean (default: 1)")
+    parser.add_argument("--num-samples", type=int, default=num_samples, help=f"{num_samples_help} (default: {num_samples})")
+    parser.add_argument("--time-budget-s", type=float, default=None, help="stop the whole search after this many seconds, counted over resumes (default: none)")
+
+
+def check_search_args(args: argparse.Namespace) -> None:
+    """Check the flags of `add_search_args` and parse the LR / weight-decay ranges in place.
+
+    Raises:
+        UsageError: naming the first bad value and its allowed range.
+    """
+    args.lr_range = parse_range("--lr-range", args.lr_range, 0.0, 10.0)
+    args.weight_decay_range = parse_range("--weight-decay-range", args.weight_decay_range, 0.0, 1.0)
+    for flag in ("--repeat", "--num-samples"):
+        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_")))
+    if args.time_budget_s is not None and not (args.time_budget_s > 0):
+        raise UsageError(f"--time-budget-s={args.time_budget_s:g} must be > 0")
+
+
+def check_resume(args: argparse.Namespace, settings: dict | None = None, new_ok: bool = True) -> None:
+    """Before anything heavy loads: --resume needs a sweep in `--storage-path/--name`; a new search
+    (`new_ok=False`) needs none there. A resumed sweep must keep the `settings` it started with,
+    as recorded in `<experiment>/raysweep.json`.
+
+    Raises:
+        UsageError: naming the folder, or the first setting that differs and its recorded value.
+    """
+    experiment_dir = Path(f"{args.storage_path}/{args.name}")
+    if "://" in str(args.storage_path):
+        return  # remote storage: Tuner.restore says what is missing
+    if not args.resume:
+        if not new_ok and (experiment_dir / "tuner.pkl").exists():
+            raise UsageError(f"{experiment_dir} already holds a search: add --resume to continue it, or pick another --name")
+        return
+    if not (experiment_dir / "tuner.pkl").exists():
+        raise UsageError(f"--resume: no sweep to resume in {experiment_dir} (no tuner.pkl); check --name and "
+                         "--storage-path, or drop --resume to start it")
+    info_file = experiment_dir / "raysweep.json"
+    if settings is None or not info_file.exists():
+        return
+    recorded = json.loads(info_file.read_text()).get("settings", {})
+    for key, value in json.loads(json.dumps(settings)).items():  # tuples as lists, as recorded
+        if key in recorded and recorded[key] != value:
+            raise UsageError(f"--resume: {key}={value!r} differs from the sweep being resumed ({recorded[key]!r}); "
+                             "resume with the original flags")

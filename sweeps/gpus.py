@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 from sweeps.cli import UsageError, parse_gpus_per_trial as parse_gpu_share
-from trainables.gpu import is_gpu_oom, memory_fraction_for
 
 BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
 BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
@@ -180,6 +179,8 @@ def pack_fraction(peak_bytes: int, total_bytes: int, headroom: float) -> tuple[f
     Raises:
         UsageError: even a whole GPU is too small.
     """
+    from trainables.gpu import memory_fraction_for  # torch: not before the flags are checked
+
     need = peak_bytes * (1 + PROBE_MARGIN)
     gib = 2**30
     for k in range(MAX_TRIALS_PER_GPU, 0, -1):
@@ -266,11 +267,15 @@ def check_shared_storage(storage_path: str, num_nodes: int, trusted: bool = Fals
 
 def oom_trials(results) -> list[dict]:
     """Configs of the trials in a `ResultGrid` that failed with a GPU out-of-memory error."""
+    from trainables.gpu import is_gpu_oom
+
     return [r.config for r in results if r.error is not None and is_gpu_oom(r.error)]
 
 
 def requeued_trial_paths(rounds: list) -> set[str]:
     """Trial folders of the GPU out-of-memory failures that a later round of `rerun_oom_trials` re-ran."""
+    from trainables.gpu import is_gpu_oom
+
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}
 
 

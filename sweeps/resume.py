@@ -1,4 +1,4 @@
-"""Resume, extend and report a sweep that lives in `<storage-path>/<name>/`.
+"""Extend, skip existing and the final outcome of a sweep that lives in `<storage-path>/<name>/`.
 
 Three ways to run a sweep again under the same name:
 - `--resume`: the driver was killed (SIGKILL, Ctrl-C, reboot). `Tuner.restore` continues the sweep
@@ -11,19 +11,22 @@ Three ways to run a sweep again under the same name:
   (ray-project/ray#42221), so this is done here, on top of Tune's result files.
 - `--no-skip-existing`: every cell runs again; the old trial folders stay, new ones get a suffix.
 
-A trial is *finished* when its last line of `result.json` has `epoch == epochs` or `diverged`;
-its config hash is in `trial_config.json`, written by the trainable at the start of the trial.
+A trial is *finished* when its last result has `epoch == epochs` or `diverged`; its config hash is
+in `trial_config.json`, written by the trial runtime at its start. Tune's files are read by
+`analysis` (`load_trials`), the one reader of them.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from trainables.config import METRIC, MODE, config_hash
+from analysis import ExperimentError, load_trials
+from trainables.config import config_hash
 
 
 def finished_trials(experiment_dir: str | Path) -> dict[str, Path]:
@@ -31,18 +34,17 @@ def finished_trials(experiment_dir: str | Path) -> dict[str, Path]:
 
     Local folders only; a remote `storage_path` (s3://...) has no finished trials to reuse here.
     """
+    trials = _local_trials(experiment_dir)
     found: dict[str, tuple[float, Path]] = {}
-    if "://" in str(experiment_dir) or not Path(experiment_dir).is_dir():
-        return {}
-    for trial_dir in Path(experiment_dir).iterdir():
-        last = last_result(trial_dir)
-        if last is None or not (trial_dir / "trial_config.json").exists():
+    for row in trials.to_dict("records"):
+        trial_dir = Path(row["trial_dir"])
+        saved = trial_dir / "trial_config.json"
+        if not saved.exists() or not _finished(row):
             continue
-        saved = json.loads((trial_dir / "trial_config.json").read_text())
-        if last.get("diverged") or last.get("epoch") == saved["config"]["epochs"]:
-            mtime = (trial_dir / "result.json").stat().st_mtime
-            if saved["config_hash"] not in found or mtime > found[saved["config_hash"]][0]:
-                found[saved["config_hash"]] = (mtime, trial_dir)
+        saved = json.loads(saved.read_text())
+        mtime = (trial_dir / "result.json").stat().st_mtime
+        if saved["config_hash"] not in found or mtime > found[saved["config_hash"]][0]:
+            found[saved["config_hash"]] = (mtime, trial_dir)
     return {h: d for h, (_, d) in found.items()}
 
 
@@ -57,8 +59,9 @@ def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: boo
         (configs to run, {config hash: trial folder} of the reused cells).
     """
     done = finished_trials(experiment_dir) if skip_existing else {}
-    todo = [c for c in cells if config_hash(c) not in done]
-    reused = {config_hash(c): done[config_hash(c)] for c in cells if config_hash(c) in done}
+    hashes = [config_hash(c) for c in cells]
+    todo = [c for c, h in zip(cells, hashes) if h not in done]
+    reused = {h: done[h] for h in hashes if h in done}
     return todo, reused
 
 
@@ -78,59 +81,31 @@ def cells_not_in(results, cells: list[dict]) -> list[dict]:
     return [c for c in cells if config_hash(c) not in ran]
 
 
-def last_result(trial_dir: Path) -> dict | None:
-    """The last line of a trial's `result.json`, None if it has none."""
-    path = Path(trial_dir) / "result.json"
-    lines = path.read_text().strip().splitlines() if path.exists() else []
-    return json.loads(lines[-1]) if lines else None
-
-
-def reused_rows(reused: dict[str, Path]) -> pd.DataFrame:
-    """One row per reused, non-diverged trial: its best `METRIC` result and `config/*` columns,
-    shaped like `ResultGrid.get_dataframe(filter_metric=METRIC, filter_mode=MODE)`."""
-    rows = []
-    for trial_dir in reused.values():
-        results = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
-        scored = [r for r in results if METRIC in r]
-        if results[-1].get("diverged") or not scored:
-            continue
-        best = (max if MODE == "max" else min)(scored, key=lambda r: r[METRIC])
-        config = json.loads((trial_dir / "params.json").read_text())
-        rows.append({**{k: v for k, v in best.items() if k != "config"},
-                     **{f"config/{k}": v for k, v in config.items()}, "logdir": str(trial_dir)})
-    return pd.DataFrame(rows)
-
-
-def report_outcome(grids: list | None, reused: dict[str, Path], requeued: set[str] = frozenset()) -> tuple[pd.DataFrame, int]:
-    """Print errored and diverged trials; return the table of healthy trials and the exit code.
+def report_outcome(grids: list | None, reused: dict[str, Path], metric: str, requeued: set[str] = frozenset()) -> int:
+    """Print errored and diverged trials, and why no trial has a result if none has; return the exit code.
 
     Args:
         grids: the `ResultGrid`s of this run (restored or new, then any GPU out-of-memory
             re-queue rounds); None when nothing ran.
         reused: finished trials of earlier runs, from `plan_cells`.
+        metric: the sweep metric; a trial that never reported it has no result.
         requeued: folders of trials that ran out of GPU memory and were re-run (not errors).
     Returns:
-        (one row per trial that neither errored nor diverged, best `METRIC` row, as in
-        `get_dataframe`; exit code: 1 when any trial of this run ended in error, else 0).
+        0 when every trial finished; 1 when any trial of this run errored or diverged, or when no
+        trial (run now or reused) reported `metric`.
     """
-    grids = [g for g in (grids or []) if len(g)]
-    results = [r for grid in grids for r in grid if r.path not in requeued]
-    frames = [g.get_dataframe(filter_metric=METRIC, filter_mode=MODE) for g in grids]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    requeued_ids = {r.metrics.get("trial_id") for grid in grids for r in grid if r.path in requeued}
-    if len(df) and requeued_ids:
-        df = df[~df["trial_id"].isin(requeued_ids)]
+    results = [r for grid in (grids or []) for r in grid if r.path not in requeued]
     ran = {Path(r.path).name for r in results}
     reused = {h: d for h, d in reused.items() if d.name not in ran}  # a resumed sweep holds some of them
-    diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
-    if len(df):
-        df = df[~df["trial_id"].isin({last.get("trial_id") for _, last in diverged})]
-    df = pd.concat([df, reused_rows(reused)], ignore_index=True)
     if reused:
         print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
-    diverged += [(folder, last_result(folder)) for folder in reused.values() if last_result(folder).get("diverged")]
+    diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
+    reused_diverged = _diverged_rows(reused)
+    diverged += [(Path(row["trial_dir"]), {"epoch": row.get("last/epoch"), "diverged/step": row.get("last/diverged/step"),
+                                            "diverged/seed": row.get("last/diverged/seed")}) for row in reused_diverged]
     for folder, last in diverged:
-        print(f"diverged (not ranked): {folder.name} at epoch {last['epoch']}, step {last.get('diverged/step')}; "
+        seed = f", seed {last['diverged/seed']:g}" if isinstance(last.get("diverged/seed"), (int, float)) else ""
+        print(f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, step {last.get('diverged/step')}{seed}; "
               f"dump: {folder / 'divergence.json'}")
     failed = [r for r in results if r.error is not None]
     for r in failed:
@@ -139,4 +114,35 @@ def report_outcome(grids: list | None, reused: dict[str, Path], requeued: set[st
               f"error file: {Path(r.path) / 'error.txt'}")
     if failed:
         print(f"{len(failed)} trial(s) ended in error; `--resume --retry-errored` continues them from their checkpoints")
-    return df, 1 if failed else 0
+    scored = [r for r in results if r.error is None and isinstance(r.metrics.get(metric), (int, float))]
+    if not scored and len(reused) == len(reused_diverged):
+        why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"
+        print(f"no result: no trial reported {metric} ({why})")
+        return 1
+    return 1 if failed or diverged else 0
+
+
+def _diverged_rows(reused: dict[str, Path]) -> list[dict]:
+    """`load_trials` rows of the reused trials whose last result is a divergence."""
+    if not reused:
+        return []
+    rows = _local_trials(next(iter(reused.values())).parent)
+    folders = {str(d) for d in reused.values()}
+    return [r for r in rows.to_dict("records") if r["trial_dir"] in folders and bool(r.get("diverged"))]
+
+
+def _finished(row: dict) -> bool:
+    """A trial row of `load_trials` whose last result is its last epoch, or a divergence."""
+    return bool(row.get("diverged")) or (row.get("last/epoch") is not None and row.get("last/epoch") == row.get("config/epochs"))
+
+
+def _local_trials(experiment_dir: str | Path) -> pd.DataFrame:
+    """`analysis.load_trials` of a local experiment folder; an empty frame when there is none."""
+    if "://" in str(experiment_dir) or not Path(experiment_dir).is_dir():
+        return pd.DataFrame()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a half-written line of a killed trial: not finished anyway
+        try:
+            return load_trials(str(experiment_dir))
+        except ExperimentError:
+            return pd.DataFrame()

@@ -111,7 +111,7 @@ def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, dive
     return trial
 
 
-def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path):
+def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
     cells = [{"epochs": 3, "noise_rate": r, "seed": 0} for r in (0.1, 0.2, 0.3, 0.4)]
     done = fake_trial(tmp_path, "sym_0.1_seed0", cells[0], 3)
     fake_trial(tmp_path, "sym_0.2_seed0", cells[1], 2)  # killed before the end: runs again
@@ -122,9 +122,11 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path):
     assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
     assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
     assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
-    df, code = resume.report_outcome(None, reused)
-    assert code == 0 and list(df["config/noise_rate"]) == [0.1]  # the diverged one is not ranked
-    assert df["val/acc"].iloc[0] == pytest.approx(0.8)
+    assert resume.report_outcome(None, reused, "val/acc") == 1  # a diverged trial: exit code 1
+    assert "diverged (not ranked): sym_0.3_seed0 at epoch 1" in capsys.readouterr().out
+    del reused[config_hash(cells[2])]
+    assert resume.report_outcome(None, reused, "val/acc") == 0
+    assert resume.report_outcome(None, {}, "val/acc") == 1  # nothing reported val/acc
 
 
 # --- bad input: refused before Ray starts, nothing written --------------------------------------

@@ -120,9 +120,11 @@ def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path)
     (["--grace-period", "5", "--epochs", "3"], r"--grace-period=5 must be <= --epochs \(3\)"),
     (["--repeat", "0"], "--repeat=0 must be"),
     (["--num-samples", "0"], "--num-samples=0 must be"),
-    (["--noise-rate", "1.0"], r"--noise-rate=1 is outside the allowed range \[0, 1\)"),
-    (["--loss", "gce"], "use --losses"),
-    (["--resume"], "no search to resume"),
+    (["--noise-rate", "1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
+    (["--loss", "gce"], "searches loss; use --losses"),
+    (["--lr", "0.1"], "searches lr; use --lr-range"),
+    (["--noise-rate", "0.2,0.4"], "this sweep takes one value"),
+    (["--resume"], "no sweep to resume"),
 ])
 def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
     import ray

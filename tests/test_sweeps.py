@@ -80,16 +80,16 @@ def test_more_gpus_per_trial_than_any_node_fails_fast(ray_gpus, tmp_path):
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["--noise-rates", "0.2,1.0"], r"1.0 is outside the allowed range \[0.0, 1.0\)"),
-    (["--noise-rates", "0.2,abc"], "'abc' is not a number"),
-    (["--noise-types", "sym,pair"], "'pair' is not one of sym, asym"),
+    (["--noise-rates", "0.2,1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
+    (["--noise-rates", "0.2,abc"], "--noise-rate='abc' is not a number"),
+    (["--noise-types", "sym,pair"], "--noise-type: noise_type='pair' is not one of sym, asym"),
     (["--dataset", "mnist"], "dataset='mnist' is not one of digits, cifar10, npz"),
     (["--model", "vit"], "model='vit' is not one of mlp, cnn, resnet18"),
     (["--loss", "mae"], "loss='mae' is not one of"),
     (["--gpus-per-trial", "-1"], "--gpus-per-trial=-1 is not allowed"),
     (["--gpus-per-trial", "1.5"], "--gpus-per-trial=1.5 is not allowed"),
     (["--seeds", "0"], "--seeds=0 must be a whole number >= 1"),
-    (["--epochs", "0"], "--epochs=0 must be"),
+    (["--epochs", "0"], "--epochs: epochs=0 must be a whole number >= 1"),
     (["--dataset", "cifar10"], "needs data_root"),
     (["--dataset", "cifar10", "--data-root", "/nonexistent"], "lacks the CIFAR-10 python batches"),
     (["--dataset", "npz", "--data-root", "/nonexistent.npz"], "is not a file"),
@@ -122,6 +122,6 @@ def test_user_mistake_prints_one_line_and_exit_code_2(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: --noise-rates: 1.5 is outside the allowed range [0.0, 1.0)"]
+    assert proc.stderr.strip().splitlines() == ["error: --noise-rate: noise_rate=1.5 is outside the allowed range [0.0, 1.0)"]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "r").exists()

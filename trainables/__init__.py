@@ -1,11 +1,23 @@
-"""The shared training function of raysweep trials (Ray Tune Function API)."""
+"""The shared training function of raysweep trials (Ray Tune Function API).
 
-from trainables.config import METRIC, MODE, TrainConfig, parse_config
-from trainables.data import load_data
-from trainables.noise import add_label_noise, transition_matrix
-from trainables.train import train_classifier, train_epochs
+`trainables.config` imports nothing heavy, so the command line can read `TrainConfig` (flags,
+defaults, checks) before torch and Ray load; the names below load their modules on first use.
+"""
 
-__all__ = [
-    "METRIC", "MODE", "TrainConfig", "parse_config", "load_data",
-    "add_label_noise", "transition_matrix", "train_classifier", "train_epochs",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "METRIC": "trainables.config", "MODE": "trainables.config", "TrainConfig": "trainables.config",
+    "parse_config": "trainables.config", "load_data": "trainables.data",
+    "add_label_noise": "trainables.noise", "transition_matrix": "trainables.noise",
+    "train_classifier": "trainables.trial", "train_epochs": "trainables.train",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'trainables' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -88,48 +88,56 @@ def config_hash(cfg: TrainConfig | dict) -> str:
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _choice(name: str, value, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+CHOICES = {
+    "dataset": DATASETS, "model": MODELS, "loss": LOSSES, "noise_type": NOISE_TYPES,
+    "optimizer": OPTIMIZERS, "amp": AMP_MODES,
+}
+# (low, high, low_open, high_open): the allowed range of each numeric field.
+RANGES = {
+    "noise_rate": (0.0, 1.0, False, True),
+    "val_fraction": (0.0, 1.0, True, True),
+    "test_fraction": (0.0, 1.0, True, True),
+    "label_smoothing": (0.0, 1.0, False, True),
+    "gce_q": (0.0, 1.0, True, False),
+    "sce_alpha": (0.0, math.inf, False, False),
+    "sce_beta": (0.0, math.inf, False, False),
+    "lr": (0.0, 10.0, True, False),
+    "momentum": (0.0, 1.0, False, True),
+    "weight_decay": (0.0, 1.0, False, False),
+    "grad_clip": (0.0, math.inf, False, False),
+    "warmup_epochs": (0.0, math.inf, False, False),
+    "gpu_memory_headroom": (0.0, 0.9, False, False),
+}
+WHOLE_NUMBERS = {"batch_size": 1, "grad_accum_steps": 1, "epochs": 1, "checkpoint_every": 1,
+                 "seed": 0, "data_seed": 0, "noise_seed": 0}  # field -> smallest allowed value
 
 
-def _in_range(name: str, value, low, high, *, low_open=False, high_open=False) -> None:
-    bad_low = value <= low if low_open else value < low
-    bad_high = value >= high if high_open else value > high
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or bad_low or bad_high:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
-        raise ValueError(f"{name}={value!r} is outside the allowed range {lo}{low}, {high}{hi}")
+def check_field(name: str, value) -> None:
+    """Check one field's value on its own (choices, ranges, whole numbers).
+
+    Raises:
+        ValueError: naming the field, the value and what is allowed, e.g.
+            "noise_rate=1.5 is outside the allowed range [0.0, 1.0)".
+    """
+    if name in CHOICES and value not in CHOICES[name]:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(CHOICES[name])}")
+    if name in RANGES:
+        low, high, low_open, high_open = RANGES[name]
+        bad_low = not isinstance(value, (int, float)) or (value <= low if low_open else value < low)
+        bad_high = not isinstance(value, (int, float)) or (value >= high if high_open else value > high)
+        if isinstance(value, bool) or bad_low or bad_high or math.isnan(value):
+            raise ValueError(f"{name}={value!r} is outside the allowed range "
+                             f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+    if name in WHOLE_NUMBERS and not (name == "noise_seed" and value is None):
+        low = WHOLE_NUMBERS[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name}={value!r} must be a whole number >= {low}")
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check every field of `cfg`; raise ValueError naming the first bad value and its range."""
-    _choice("dataset", cfg.dataset, DATASETS)
-    _choice("model", cfg.model, MODELS)
-    _choice("loss", cfg.loss, LOSSES)
-    _choice("noise_type", cfg.noise_type, NOISE_TYPES)
-    _choice("optimizer", cfg.optimizer, OPTIMIZERS)
-    _choice("amp", cfg.amp, AMP_MODES)
+    """Check every field of `cfg`, then the fields that depend on each other; raise ValueError
+    naming the first bad value and its range."""
+    for field in dataclasses.fields(cfg):
+        check_field(field.name, getattr(cfg, field.name))
     if cfg.dataset in ("cifar10", "npz") and not cfg.data_root:
         raise ValueError(f"dataset={cfg.dataset!r} needs data_root (a folder for cifar10, a .npz file for npz)")
-    _in_range("noise_rate", cfg.noise_rate, 0.0, 1.0, high_open=True)
-    _in_range("val_fraction", cfg.val_fraction, 0.0, 1.0, low_open=True, high_open=True)
-    _in_range("test_fraction", cfg.test_fraction, 0.0, 1.0, low_open=True, high_open=True)
-    _in_range("label_smoothing", cfg.label_smoothing, 0.0, 1.0, high_open=True)
-    _in_range("gce_q", cfg.gce_q, 0.0, 1.0, low_open=True)
-    _in_range("sce_alpha", cfg.sce_alpha, 0.0, math.inf)
-    _in_range("sce_beta", cfg.sce_beta, 0.0, math.inf)
-    _in_range("lr", cfg.lr, 0.0, 10.0, low_open=True)
-    _in_range("momentum", cfg.momentum, 0.0, 1.0, high_open=True)
-    _in_range("weight_decay", cfg.weight_decay, 0.0, 1.0)
-    _in_range("grad_clip", cfg.grad_clip, 0.0, math.inf)
-    _in_range("warmup_epochs", cfg.warmup_epochs, 0.0, math.inf)
-    _in_range("gpu_memory_headroom", cfg.gpu_memory_headroom, 0.0, 0.9)
-    for name in ("batch_size", "grad_accum_steps", "epochs", "checkpoint_every"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a whole number >= 1")
-    for name in ("seed", "data_seed"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name}={value!r} must be a whole number >= 0")

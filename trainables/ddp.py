@@ -5,8 +5,10 @@ the Tune trial `train_classifier_ddp` is a light driver that builds a `TorchTrai
 `fit()`; Ray Train starts `num_workers` worker processes (one GPU each), sets up the process
 group (NCCL on CUDA builds, gloo otherwise), and each worker runs `train_epochs` on its share of
 every global batch. `TuneReportCallback` forwards rank 0's metrics to Tune, so a DDP trial reports
-the same metric names as a single-GPU trial. Only rank 0 saves checkpoints; Ray Train keeps them
-under `<trial>/ddp/` and, when Tune retries the trial, resumes from the latest one.
+the same metric names as a single-GPU trial. Each worker runs the shared per-epoch runtime
+(`trainables/trial.py:report_epochs`): rank 0 writes the log line, `confusion.json` and, on a NaN,
+`divergence.json` into the Tune trial's folder, and saves checkpoints; Ray Train keeps them under
+`<trial>/ddp/` and, when Tune retries the trial, resumes from the latest one.
 
 The Tune trial itself holds no CPU or GPU (the workers hold them), so the sweep limits how many
 DDP trials run at once with `max_concurrent_trials`.
@@ -14,7 +16,6 @@ DDP trials run at once with `max_concurrent_trials`.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import ray
@@ -24,9 +25,12 @@ from ray.train import Checkpoint, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from trainables.checkpoints import CHECKPOINT_FILE
 from trainables.config import parse_config
+from trainables.data import data_key, load_data
 from trainables.gpu import gpu_metrics, nvml_utilization_reader, sample_gpu_utilization
-from trainables.train import CHECKPOINT_FILE, train_epochs
+from trainables.train import train_epochs
+from trainables.trial import report_epochs, start_trial
 
 
 def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers: int = 2,
@@ -44,12 +48,15 @@ def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers:
     Raises:
         ray.train.TrainingFailedError: a worker failed (Tune then retries the trial).
     """
-    parse_config(config)  # fail in the trial, naming the key, before workers start
+    cfg = parse_config(config)  # fail in the trial, naming the key, before workers start
+    if data is None or data.get("key") != data_key(cfg):
+        data = load_data(cfg)
+    trial_dir = start_trial(cfg, data)  # trial_config.json, noise.json: as every trial
     context = tune.get_context()
-    trial_path = f"{experiment_path}/{context.get_trial_name()}" if experiment_path else context.get_trial_dir()
+    trial_path = f"{experiment_path}/{context.get_trial_name()}" if experiment_path else str(trial_dir)
     trainer = TorchTrainer(
         _train_worker,
-        train_loop_config={"config": config, "data": ray.put(data) if data is not None else None},
+        train_loop_config={"config": config, "data": ray.put(data), "trial_dir": trial_path},
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
                                      resources_per_worker={"CPU": cpus_per_worker, "GPU": 1 if use_gpu else 0}),
         torch_config=TorchConfig(backend="nccl" if use_gpu and torch.version.cuda else "gloo"),
@@ -59,22 +66,23 @@ def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers:
 
 
 def _train_worker(loop_config: dict) -> None:
-    """One DDP worker: `train_epochs` on its share of each batch; rank 0 reports the checkpoint."""
+    """One DDP worker: `train_epochs` on its share of each batch, reported by the shared runtime
+    (`trainables/trial.py:report_epochs`); rank 0 alone writes the trial's files and checkpoints."""
     if torch.cuda.is_available():
         torch.cuda.set_device(train.torch.get_device())
+    cfg = parse_config(loop_config["config"])
     data = ray.get(loop_config["data"]) if loop_config["data"] is not None else None
     state = None
     if (checkpoint := train.get_checkpoint()) is not None:
         with checkpoint.as_directory() as folder:
             state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
-    rank = train.get_context().get_world_rank()
+    context = train.get_context()
+    trial_dir = Path(loop_config["trial_dir"]) if context.get_world_rank() == 0 else None
+    if trial_dir is not None:
+        trial_dir.mkdir(parents=True, exist_ok=True)
     with sample_gpu_utilization(nvml_utilization_reader()) as utilization:
-        for metrics, checkpoint_state in train_epochs(loop_config["config"], data, state):
-            metrics.update(gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization))  # one whole GPU per worker
-            metrics["ddp/world_size"] = train.get_context().get_world_size()
-            with tempfile.TemporaryDirectory() as folder:
-                checkpoint = None
-                if rank == 0:  # one copy of the (identical) weights
-                    torch.save(checkpoint_state, Path(folder) / CHECKPOINT_FILE)
-                    checkpoint = Checkpoint.from_directory(folder)
-                train.report(metrics, checkpoint=checkpoint)
+        def extra_metrics() -> dict:  # one whole GPU per worker: no memory cap
+            return {**gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization),
+                    "ddp/world_size": context.get_world_size()}
+        report_epochs(cfg, (cfg.seed,), [train_epochs(cfg, data, state)], trial_dir, extra_metrics,
+                      report=train.report, checkpoint_type=Checkpoint)

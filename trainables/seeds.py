@@ -1,7 +1,7 @@
-"""One Tune trial that trains a configuration with several seeds at once and reports their mean.
+"""Several seeds in one Tune trial: the mean they report, and hyperparameters written into a restored state.
 
-`train_seeds(config, data, seeds=(0, 1, 2))` runs one `train_epochs` generator per seed,
-interleaved epoch by epoch, and after every epoch reports the mean over seeds of each metric
+`train_classifier(config, data, seeds=(0, 1, 2))` (`trainables/trial.py`) runs one `train_epochs`
+generator per seed, interleaved epoch by epoch, and after every epoch reports the mean over seeds of each metric
 (`val/acc` is the mean val/acc), the per-seed values (`val/acc_seed0`, ...) and the spread
 (`val/acc_std`, `val/acc_ci95`). A searcher (Optuna TPE) then learns from the seed mean, and an
 early-stopping scheduler (ASHA) compares trials on the seed mean at every rung.
@@ -11,8 +11,8 @@ final results for the searcher, and its docstring (Ray 2.x, `ray/tune/search/rep
 advises against an early-stopping scheduler: ASHA would judge, and stop, single seeds on their
 own noisy curves, so a configuration could lose one seed at rung 1 and keep the others.
 
-Checkpoints: one Tune `Checkpoint` holds every seed's state (`seed0.pt`, `seed1.pt`, ...), each the
-dict `train_epochs` yields. On restore the config's `lr` and `weight_decay` are written into the
+Checkpoints: one Tune `Checkpoint` holds every seed's state (`{"epoch", "seed_states": {seed: state}}`),
+each the dict `train_epochs` yields. On restore the config's `lr` and `weight_decay` are written into the
 loaded optimizer and scheduler states, so population-based training can change them when it
 copies another trial's checkpoint (exploit) and perturbs its config (explore).
 """
@@ -20,53 +20,14 @@ copies another trial's checkpoint (exploit) and perturbs its config (explore).
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
-import torch
-from ray import tune
-from ray.tune import Checkpoint
 
-from trainables.config import METRIC, TrainConfig, parse_config
-from trainables.data import data_key, load_data
-from trainables.train import train_epochs
+from trainables.config import METRIC, TrainConfig
 
 # Two-sided 95% Student-t quantiles for n - 1 degrees of freedom (n seeds, n <= 10); normal beyond.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def train_seeds(config: dict, data: dict | None = None, seeds: Sequence[int] = (0,)) -> None:
-    """Train `config` once per seed, interleaved epoch by epoch; report the seed mean every epoch.
-
-    Args:
-        config: flat dict of `TrainConfig` fields (its `seed` is ignored: `seeds` set it).
-        data: the dict of `trainables.data.load_data`, shared through `tune.with_parameters`.
-        seeds: the seeds to train, e.g. (0, 1, 2); at least one.
-    Reports per epoch: every numeric metric of `train_epochs` averaged over seeds (same names:
-        `val/acc` is the mean val/acc), `val/acc_seed{s}` per seed, `val/acc_std` (sample std, 0 for
-        one seed), `val/acc_ci95` (half-width of the 95% Student-t interval of the mean),
-        `num_seeds`. A checkpoint every `checkpoint_every` epochs and at the last.
-    Raises:
-        ValueError: an empty `seeds` or a bad config value.
-    """
-    if not seeds:
-        raise ValueError("seeds is empty: give at least one seed")
-    cfg = parse_config(config)
-    if data is None or data.get("key") != data_key(cfg):
-        data = load_data(cfg)
-    states = _load_states(tune.get_checkpoint(), cfg, seeds)
-    runs = [train_epochs(parse_config({**config, "seed": s}), data, states.get(s)) for s in seeds]
-    for per_seed in zip(*runs):
-        metrics = seed_mean([m for m, _ in per_seed], seeds)
-        if metrics["epoch"] % cfg.checkpoint_every == 0 or metrics["epoch"] == cfg.epochs:
-            with tempfile.TemporaryDirectory() as folder:
-                for s, (_, state) in zip(seeds, per_seed):
-                    torch.save(state, Path(folder) / f"seed{s}.pt")
-                tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-        else:
-            tune.report(metrics)
 
 
 def seed_mean(per_seed: list[dict], seeds: Sequence[int]) -> dict:
@@ -109,17 +70,3 @@ def apply_hyperparameters(state: dict, cfg: TrainConfig) -> dict:
         group["weight_decay"] = cfg.weight_decay
     state["scheduler"]["base_lrs"] = [cfg.lr] * len(state["scheduler"]["base_lrs"])
     return state
-
-
-def _load_states(checkpoint: Checkpoint | None, cfg: TrainConfig, seeds: Sequence[int]) -> dict[int, dict]:
-    """Seed -> state from a `train_seeds` checkpoint (empty when there is none)."""
-    if checkpoint is None:
-        return {}
-    states = {}
-    with checkpoint.as_directory() as folder:
-        for s in seeds:
-            path = Path(folder) / f"seed{s}.pt"
-            if not path.exists():
-                raise ValueError(f"checkpoint has no state for seed {s}: it was saved with other seeds")
-            states[s] = apply_hyperparameters(torch.load(path, map_location="cpu", weights_only=True), cfg)
-    return states

@@ -1,93 +1,28 @@
-"""The shared training function: one trial of a label-noise sweep, Tune's Function API.
+"""The training loop: `train_epochs`, a generator usable without Ray (notebooks, tests).
 
-`train_classifier(config)` is what Tune runs. It parses the config, resumes from
-`tune.get_checkpoint()`, and for each epoch of `train_epochs` calls `tune.report` with the
-metrics and, every `checkpoint_every` epochs, a `Checkpoint` holding model, optimizer,
-LR scheduler, grad scaler, RNG states and epoch. `train_epochs` is the loop itself, a
-generator usable without Ray (notebooks, tests).
+It yields `(metrics, checkpoint_state)` after every epoch; the checkpoint state is one dict
+holding model, optimizer, LR scheduler, grad scaler, RNG states, epoch and config. What a Tune
+trial does around it (reports, checkpoints, logs, GPU caps, divergence) is `trainables/trial.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext
-from pathlib import Path
 
 import numpy as np
 import torch
-from ray import tune
-from ray.tune import Checkpoint
 
 from trainables import divergence
-from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
-from trainables.config import TrainConfig, config_hash, parse_config
+from trainables.config import TrainConfig, parse_config
 from trainables.data import data_key, load_data
-from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utilization_reader, sample_gpu_utilization, trial_gpu_fraction
-from trainables.logs import log_epoch, trial_logger
 from trainables.losses import build_loss
 from trainables.models import build_model
-from trainables.noise import add_label_noise, transition_matrix
-
-
-def train_classifier(config: dict, data: dict | None = None) -> None:
-    """Train one trial under Ray Tune (or plainly, printing one line per epoch).
-
-    Args:
-        config: flat dict of `TrainConfig` fields; unknown keys raise ValueError.
-        data: the dict from `trainables.data.load_data`, shared by the sweep through
-            `tune.with_parameters`; None (or data for another split) loads it here.
-    Reports per epoch: epoch, train/loss, train/acc (against noisy labels), val/loss, val/acc,
-        test/loss, test/acc (clean labels), lr, grad_norm, samples_per_s, noise/flip_rate,
-        gpu_ids, wall_time, cuda/peak_memory_bytes on a GPU, and gpu/fraction, gpu/memory_cap,
-        gpu/utilization_mean (NVML) from `trainables.gpu`. Writes `noise.json` (realised flip
-        rate, transition matrix) into the trial folder.
-    Raises:
-        GpuOutOfMemory: CUDA ran out of memory at this trial's GPU share (the sweep re-queues it).
-    """
-    cfg = parse_config(config)
-    if data is None or data.get("key") != data_key(cfg):
-        data = load_data(cfg)
-    in_tune = _tune_trial_name() is not None
-    state = _load_checkpoint(tune.get_checkpoint()) if in_tune else None
-    if in_tune:
-        trial_dir = Path(tune.get_context().get_trial_dir())
-        _write_noise_summary(cfg, data, trial_dir)
-        # The resolved config and its hash: how a later run of the sweep recognises this cell as done.
-        (trial_dir / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)}))
-    gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
-    memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
-    with sample_gpu_utilization(nvml_utilization_reader()) as utilization, \
-            mark_gpu_oom(gpu_fraction, Path(tune.get_context().get_trial_dir()) if in_tune else None):
-        _report_epochs(cfg, data, state, in_tune, lambda: gpu_metrics(gpu_fraction, memory_cap, utilization))
-
-
-def _report_epochs(cfg: TrainConfig, data: dict, state: dict | None, in_tune: bool, extra_metrics) -> None:
-    """Run `train_epochs`; per epoch, log a line and `tune.report` metrics (+ a `Checkpoint` when due)."""
-    if in_tune:
-        trial_dir = Path(tune.get_context().get_trial_dir())
-        log, started, first_epoch = trial_logger(_tune_trial_name()), time.perf_counter(), (state or {}).get("epoch", 0)
-    for metrics, checkpoint_state in train_epochs(cfg, data, state):
-        metrics.update(extra_metrics())
-        if in_tune and not metrics.get("diverged"):
-            log_epoch(log, metrics, cfg.epochs, started, first_epoch)  # -> the trial folder's `stdout` file
-        if not in_tune:
-            print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
-        elif metrics.get("diverged"):  # the last yield; checkpoint_state is then the forensic dump
-            divergence.write_dump(trial_dir, checkpoint_state)
-            tune.report(metrics)
-        elif metrics["epoch"] % cfg.checkpoint_every == 0 or metrics["epoch"] == cfg.epochs:
-            with tempfile.TemporaryDirectory() as folder:
-                torch.save(checkpoint_state, Path(folder) / CHECKPOINT_FILE)
-                tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-        else:
-            tune.report(metrics)
+from trainables.noise import add_label_noise
 
 
 def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict | None = None) -> Iterator[tuple[dict, dict]]:
@@ -110,7 +45,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         data = load_data(cfg)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     num_classes = data["num_classes"]
-    y_noisy = add_label_noise(data["y_train"], cfg.noise_type, cfg.noise_rate, num_classes, _noise_seed(cfg), cfg.dataset)
+    y_noisy = add_label_noise(data["y_train"], cfg.noise_type, cfg.noise_rate, num_classes, noise_seed(cfg), cfg.dataset)
     flip_rate = float(np.mean(y_noisy != data["y_train"]))
     y_noisy = torch.from_numpy(y_noisy).to(device)
     mean, std = (torch.tensor(data[k], device=device) for k in ("mean", "std"))
@@ -186,8 +121,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
             torch.distributed.all_reduce(correct)
         train_seconds = time.perf_counter() - started
 
-        val_loss, val_acc = evaluate(raw_model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
-        test_loss, test_acc = evaluate(raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype)
+        val_loss, val_acc, _ = evaluate(raw_model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
+        test_loss, test_acc, test_pred = evaluate(raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype)
+        confusion = np.bincount(data["y_test"] * num_classes + test_pred, minlength=num_classes**2).reshape(num_classes, -1)
         metrics = {
             "epoch": epoch,
             "train/loss": loss_sum.item() / n_train,
@@ -196,6 +132,7 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
             "val/acc": val_acc,
             "test/loss": test_loss,
             "test/acc": test_acc,
+            "test/confusion": confusion.tolist(),  # rows: true class, columns: predicted; the trial writes it to a file
             "lr": optimizer.param_groups[0]["lr"],
             "grad_norm": torch.stack(grad_norms).mean().item(),
             "samples_per_s": n_train / train_seconds,
@@ -220,18 +157,20 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
 
 
 @torch.no_grad()
-def evaluate(model, x: np.ndarray, y: np.ndarray, mean, std, device, amp_dtype=None, batch_size: int = 1024) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy (fraction in [0, 1]) of `model` on clean labels `y`."""
+def evaluate(model, x: np.ndarray, y: np.ndarray, mean, std, device, amp_dtype=None,
+             batch_size: int = 1024) -> tuple[float, float, np.ndarray]:
+    """Mean cross-entropy, accuracy (fraction in [0, 1]) and predicted classes (N,) of `model` on clean labels `y`."""
     model.eval()
-    loss_sum, correct = 0.0, 0
+    loss_sum, correct, predictions = 0.0, 0, []
     for start in range(0, len(y), batch_size):
         xb = _to_input(x[start : start + batch_size], mean, std, device)
         yb = torch.from_numpy(y[start : start + batch_size].copy()).to(device)
         with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext():
             logits = model(xb).float()
         loss_sum += torch.nn.functional.cross_entropy(logits, yb, reduction="sum").item()
-        correct += (logits.argmax(1) == yb).sum().item()
-    return loss_sum / len(y), correct / len(y)
+        predictions.append(logits.argmax(1))
+        correct += (predictions[-1] == yb).sum().item()
+    return loss_sum / len(y), correct / len(y), torch.cat(predictions).cpu().numpy()
 
 
 def get_lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
@@ -267,47 +206,6 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _noise_seed(cfg: TrainConfig) -> int:
+def noise_seed(cfg: TrainConfig) -> int:
+    """The seed of the label flips: `noise_seed`, else the trial's `seed`."""
     return cfg.seed if cfg.noise_seed is None else cfg.noise_seed
-
-
-def _tune_trial_name() -> str | None:
-    """The trial's name inside a Tune session, None outside one (a plain call)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return tune.get_context().get_trial_name()
-
-
-def _load_checkpoint(checkpoint: Checkpoint | None) -> dict | None:
-    """The newest loadable state of this trial (see `trainables/checkpoints.py`), or None.
-
-    On local storage every `checkpoint_*` folder of the trial is a candidate, so a torn latest
-    checkpoint falls back to an earlier one and a stale experiment state never costs an epoch.
-    Ray has no public API for the trial's storage folder, hence the guarded internal one.
-    """
-    try:
-        import pyarrow.fs
-        from ray.train._internal.session import get_session
-
-        storage = get_session().storage
-        local = isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
-        trial_dir = storage.trial_fs_path if local else None
-    except Exception:  # another Ray version: Tune's checkpoint alone
-        trial_dir = None
-    if trial_dir is not None or checkpoint is None:
-        return load_latest_state(checkpoint.path if checkpoint else None, trial_dir)
-    with checkpoint.as_directory() as folder:  # remote storage: Tune's checkpoint, downloaded
-        return load_latest_state(folder, None)
-
-
-def _write_noise_summary(cfg: TrainConfig, data: dict, trial_dir: Path) -> None:
-    """Write the realised flip rate and noise transition matrix to `trial_dir/noise.json`."""
-    clean = data["y_train"]
-    noisy = add_label_noise(clean, cfg.noise_type, cfg.noise_rate, data["num_classes"], _noise_seed(cfg), cfg.dataset)
-    summary = {
-        "noise_type": cfg.noise_type,
-        "noise_rate": cfg.noise_rate,
-        "realised_flip_rate": float(np.mean(noisy != clean)),
-        "transition_matrix": transition_matrix(clean, noisy, data["num_classes"]).round(4).tolist(),
-    }
-    (trial_dir / "noise.json").write_text(json.dumps(summary, indent=1))

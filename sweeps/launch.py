@@ -1,0 +1,230 @@
+"""The one launcher: every sweep (grid, search, PBT, data-parallel and command trials) runs here.
+
+A sweep script parses its flags (`sweeps/cli.py`), builds its search space, searcher and
+scheduler, and calls `launch(...)`, which does the rest the same way for all of them:
+
+    Ray start-up (local or a cluster) and the GPU choice -> resources per trial and the checks that
+    fail fast -> `Tuner(trainable, param_space, TuneConfig(...), RunConfig(...))` or
+    `Tuner.restore(...)` -> `fit()` -> re-queue of GPU out-of-memory trials -> errors, divergences
+    and exit code -> the summary table and the report (`analysis`).
+
+So every sweep gets the same per-trial log files, progress block, MLflow / W&B callbacks,
+retries, checkpoints kept, resume, memory caps and OOM re-queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import ray
+from ray import tune
+from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
+from ray.tune.search import BasicVariantGenerator
+
+import analysis
+from sweeps import resume
+from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
+from sweeps.gpus import (
+    auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
+    requeued_trial_paths,
+)
+from sweeps.monitoring import monitoring_callbacks
+from trainables.config import METRIC, MODE
+
+
+@dataclasses.dataclass
+class Trainable:
+    """What each trial runs: `function(config, **params)` (Tune's Function API), the same function
+    data-parallel over whole GPUs (`ddp`, optional), and the config whose model and batch size
+    `--gpus-per-trial auto` probes (None: no probe, 0.25 GPU)."""
+
+    function: object
+    params: dict
+    ddp: object | None = None
+    probe_config: object | None = None
+
+
+def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_alg=None, scheduler=None,
+           num_samples: int = 1, metric: str = METRIC, mode: str = MODE, settings: dict | None = None,
+           reused: dict | None = None, checkpoint_config: CheckpointConfig | None = None) -> tuple[int, list]:
+    """Run a sweep with Ray Tune and report it.
+
+    Args:
+        args: the parsed flags of `cli.add_run_args` (checked by `cli.check_run_args`).
+        trainable: see `Trainable`.
+        param_space, search_alg, scheduler, num_samples: passed to `Tuner` / `TuneConfig` as they are.
+        trial_name: Tune's `trial_name_creator` (also the trial folder's name).
+        metric, mode: what the sweep ranks trials by.
+        settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
+        reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
+        checkpoint_config: default: the best two by `metric` (and the latest).
+    Returns:
+        (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
+        the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+    Raises:
+        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage.
+    """
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    callbacks = monitoring_callbacks(args)  # before Ray: a tracker that cannot start is a usage error
+    init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
+    check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
+    gpus = gpus_per_trial(args, trainable)
+    check_resources(gpus, args.cpus_per_trial)
+    concurrent = args.max_concurrent
+    if gpus >= 2 and trainable.ddp:  # DDP drivers hold no resources: let no more start than the GPUs can hold
+        concurrent = concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
+    elif search_alg is not None:  # a searcher keeps only one trial pending unless told how many may run
+        concurrent = min(concurrent or concurrent_slots(gpus, args.cpus_per_trial), num_samples)
+    print(f"{'resuming' if args.resume else 'starting'} {args.name}: {gpus:g} GPU and {args.cpus_per_trial:g} CPU per trial"
+          + (f", {concurrent} at once" if concurrent else ""), flush=True)
+
+    # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    run_config = sweep_run_config(args.name, args.storage_path, max_failures=args.max_failures, fail_fast=args.fail_fast,
+                                  callbacks=callbacks, metric=metric, mode=mode, checkpoint_config=checkpoint_config)
+    trainable_for = lambda share: with_resources(trainable, share, args.cpus_per_trial, experiment_dir)  # noqa: E731
+    if args.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
+        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True,
+                              resume_errored=getattr(args, "retry_errored", False))
+    else:
+        write_sweep_info(experiment_dir, {"metric": metric, "mode": mode, "argv": sys.argv, "settings": settings or {},
+                                          "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        tune_config = sweep_tune_config(concurrent, metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler,
+                                        num_samples=num_samples, time_budget_s=getattr(args, "time_budget_s", None),
+                                        trial_name_creator=trial_name,
+                                        trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name))
+        tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
+    rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
+    code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
+    print_summary(experiment_dir, metric, mode)
+    print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+    return code, rounds
+
+
+def gpus_per_trial(args, trainable: Trainable) -> float:
+    """Resolve --gpus-per-trial with Ray up: the default (0.25 with GPUs, else 0), or `auto`
+    (probe the memory of one trial on a whole GPU, pack densely; `sweeps/gpus.py`)."""
+    if args.gpus_per_trial is None:
+        return default_gpus_per_trial()
+    if args.gpus_per_trial != "auto":
+        return args.gpus_per_trial
+    cfg, data = trainable.probe_config, trainable.params.get("data")
+    probe = (lambda: probe_on_gpu(cfg, data, args.cpus_per_trial)) if cfg is not None else (lambda: None)
+    headroom = cfg.gpu_memory_headroom if cfg is not None else 0.1
+    gpus, why = auto_gpus_per_trial(ray.cluster_resources().get("GPU", 0), probe, headroom)
+    print(f"--gpus-per-trial auto: {gpus:g} GPU per trial; {why}", flush=True)
+    return gpus
+
+
+def with_resources(trainable: Trainable, gpus: float, cpus: float, experiment_dir: str):
+    """The trainable with its parameters and resources per trial, as Tune takes it.
+
+    A share of 2 or more GPUs runs `trainable.ddp` when there is one: a Tune trial that drives a
+    Ray Train run of one worker per GPU and itself holds almost nothing.
+    """
+    if gpus >= 2 and trainable.ddp is not None:
+        return tune.with_resources(tune.with_parameters(
+            trainable.ddp, **trainable.params, num_workers=int(gpus), cpus_per_worker=cpus,
+            experiment_path=experiment_dir), {"cpu": 0.01})  # Tune needs some resource
+    return tune.with_resources(tune.with_parameters(trainable.function, **trainable.params), {"cpu": cpus, "gpu": gpus})
+
+
+def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
+    """The `TuneConfig` every sweep starts from: rank by `val/acc`, reuse trial actors.
+
+    Actor reuse keeps a trial's worker process for the next trial (no Python/torch start-up per
+    trial); measured in benchmarks/sweep_efficiency.py.
+    """
+    settings = {"metric": METRIC, "mode": MODE, "max_concurrent_trials": max_concurrent, "reuse_actors": True}
+    return TuneConfig(**(settings | overrides))
+
+
+def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: bool = False, callbacks: list | None = None,
+                     metric: str = METRIC, mode: str = MODE, checkpoint_config: CheckpointConfig | None = None,
+                     **overrides) -> RunConfig:
+    """The `RunConfig` every sweep starts from.
+
+    Storage under `storage_path/name`; the best two checkpoints by `metric` (Ray also keeps the
+    latest, for resuming) unless `checkpoint_config` says otherwise; a failed trial retried
+    `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
+    sweep); files trials write (noise.json, logs) synced to storage; each trial's stdout/stderr
+    in files in its folder; our progress `callbacks` instead of Tune's tables (verbose=0).
+    """
+    settings = {
+        "name": name,
+        "storage_path": str(storage_path),
+        "checkpoint_config": checkpoint_config or CheckpointConfig(
+            num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
+        "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+        "sync_config": SyncConfig(sync_artifacts=True),
+        "log_to_file": True,
+        "callbacks": callbacks,
+        "verbose": 0,
+    }
+    return RunConfig(**(settings | overrides))
+
+
+def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config: RunConfig, trial_name,
+                     metric: str = METRIC, mode: str = MODE) -> list:
+    """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
+
+    Each round is a new `Tuner` over exactly the failed configs (`BasicVariantGenerator`'s
+    `points_to_evaluate`), written next to the first experiment as `<name>_oom_gpu<share>`; the
+    trials start afresh, Ray places them as usual.
+    Args:
+        results: the first `ResultGrid`.
+        trainable_for: share -> the trainable wrapped in `tune.with_resources` for that share.
+        gpus_per_trial: the share the first round ran with.
+        run_config: the first round's `RunConfig`; each round copies it under a new name.
+        trial_name: the `trial_name_creator` of the first round.
+    Returns:
+        [results, round 1, round 2, ...]: every `ResultGrid`, first included.
+    """
+    rounds = [results]
+    share = gpus_per_trial
+    while (configs := oom_trials(rounds[-1])) and (share := next_fraction_after_oom(share)) is not None:
+        print(f"{len(configs)} trial(s) ran out of GPU memory: re-queued with {share:g} GPU each", flush=True)
+        rounds.append(Tuner(
+            trainable_for(share),
+            param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
+            tune_config=sweep_tune_config(None, metric=metric, mode=mode, num_samples=len(configs),
+                                          search_alg=BasicVariantGenerator(points_to_evaluate=configs),
+                                          trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+            run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
+        ).fit())
+    if configs := oom_trials(rounds[-1]):
+        print(f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
+              "--gpus-per-trial 2 (data-parallel)", file=sys.stderr)
+    return rounds
+
+
+def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE) -> None:
+    """Print the table per configuration over seeds and write the analysis report (tables, plots,
+    report.md) next to the results; one line instead when there is nothing to show."""
+    try:
+        trials = analysis.load_trials(experiment_dir)
+        val = analysis.best_runs(trials, metric, mode, scope="best")
+        report = analysis.write_report(experiment_dir)
+    except analysis.ExperimentError as e:
+        print(f"no report: {e}")
+        return
+    keys = list(val.columns[: list(val.columns).index("n")])
+    print("\nper configuration over seeds (n seeds; errored and diverged trials counted as failed):")
+    print(val[keys + ["n", "n_failed", "mean", "std"]].to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))
+    print(f"report: {report / 'report.md'}")
+
+
+def write_sweep_info(experiment_dir: str, info: dict) -> None:
+    """Record the sweep's metric, mode, command line and settings in `<experiment>/raysweep.json`."""
+    if "://" in str(experiment_dir):
+        return  # remote storage: Ray writes its own files there; nothing of ours to add
+    folder = Path(experiment_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "raysweep.json").write_text(json.dumps(info, indent=1))
