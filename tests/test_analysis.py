@@ -458,7 +458,7 @@ def test_cli_prints_table_and_report_path(grid, tmp_path):
     result = _cli(grid, "--out", tmp_path / "r", "--metric", "val/loss")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "val/loss (min), mean over seeds ± 95% CI:"
+    assert lines[0] == "val/loss (min; best val/loss over epochs), mean over seeds ± 95% CI:"  # the rule, stated
     assert lines[1].split()[:3] == ["noise_type", "noise_rate", "n"]
     assert lines[-1] == f"report: {tmp_path / 'r' / 'report.md'}"
 
@@ -476,13 +476,13 @@ def test_cli_bad_input_one_line_error(grid, tmp_path, capsys, args, message):
     empty = write_experiment(tmp_path / "y", "empty", [])
     code = main([a.format(tmp=tmp_path / "x", grid=grid, empty=empty) for a in args])
     captured = capsys.readouterr()
-    assert code == 1 and captured.out == ""
+    assert code == 2 and captured.out == ""
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1 and message in captured.err
 
 
 def test_cli_bad_input_exit_code_without_traceback(tmp_path):
     result = _cli(tmp_path)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr == f"error: {tmp_path} is not a Ray Tune experiment folder (no experiment_state-*.json " \
                             "and no trial folders with result.json)\n"
 
