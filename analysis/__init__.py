@@ -1,39 +1,56 @@
-"""Tidy DataFrames, best-run tables and plots for any Ray Tune experiment.
+"""Tidy DataFrames, paper tables, best-run tables and plots for any Ray Tune experiment.
 
-    trials, history = load_experiment("runs/noise_grid")
-    table = best_runs(trials, "val/acc", "max")      # n, mean, std, 95 % CI over seeds
-    fig = plot_metric_vs_noise_rate(trials, "val/acc")
-    write_report("runs/noise_grid")                  # what `python -m analysis` does
+    trials, history = load_experiment("runs/noise_grid")     # or a list of experiments
+    table = paper_table(trials, history, "test/acc", select="best-val")  # methods × noise
+    print(format_paper_table(table, "latex"))                # booktabs, best bold
+    print(sweep_summary("runs/noise_grid"))                  # what a sweep prints at its end
+    write_report("runs/noise_grid")                          # what `python -m analysis` does
+
+Names are imported on first use (PEP 562), so ``import analysis`` and ``python -m analysis
+--help`` stay fast: pandas, matplotlib and scipy load only when a function needs them.
 """
 
-from analysis.load import (
-    SEED_KEY,
-    ExperimentError,
-    config_column,
-    guess_mode,
-    latest_experiment,
-    load_experiment,
-    load_history,
-    load_trials,
-    metric_column,
-    reported_metrics,
-    varying_config_columns,
+from analysis.errors import ExperimentError
+from analysis.rules import (
+    DEFAULT_K,
+    DEFAULT_METRIC,
+    DEFAULT_MODE,
+    DEFAULT_SELECT,
+    DEFAULT_TEST_METRIC,
+    SELECT_RULES,
+    check_select,
+    describe_select,
 )
-from analysis.plots import (
-    plot_heatmap,
-    plot_learning_curves,
-    plot_metric_vs_noise_rate,
-    plot_timeline,
-    save_figure,
-)
-from analysis.report import resolve_metric, write_report
-from analysis.tables import best_runs, failed, format_table, write_table
-from analysis.timeline import sweep_efficiency, timeline
 
-__all__ = [
-    "SEED_KEY", "ExperimentError", "best_runs", "config_column", "failed", "format_table",
-    "guess_mode", "latest_experiment", "load_experiment", "load_history", "load_trials",
-    "metric_column", "plot_heatmap", "plot_learning_curves", "plot_metric_vs_noise_rate",
-    "plot_timeline", "reported_metrics", "resolve_metric", "save_figure", "sweep_efficiency",
-    "timeline", "varying_config_columns", "write_report", "write_table",
-]
+_WHERE = {
+    "analysis.load": ("SEED_KEY", "config_column", "guess_mode", "latest_experiment", "load_experiment",
+                      "load_history", "load_trials", "metric_column", "reported_metrics", "varying_config_columns"),
+    "analysis.select": ("add_selected", "select_values"),
+    "analysis.paper": ("format_paper_table", "paired_test", "paper_caption", "paper_table", "write_paper_table"),
+    "analysis.summary": ("summary_text", "sweep_summary"),
+    "analysis.confusion": ("load_confusion", "per_class_accuracy"),
+    "analysis.plots": ("plot_confusion", "plot_heatmap", "plot_learning_curves", "plot_metric_vs_noise_rate",
+                       "plot_paper_curves", "plot_timeline", "save_figure"),
+    "analysis.report": ("resolve_metric", "write_report"),
+    "analysis.tables": ("best_runs", "failed", "format_table", "write_table"),
+    "analysis.timeline": ("sweep_efficiency", "timeline"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+__all__ = sorted(["ExperimentError", "DEFAULT_K", "DEFAULT_METRIC", "DEFAULT_MODE", "DEFAULT_SELECT",
+                  "DEFAULT_TEST_METRIC", "SELECT_RULES", "check_select", "describe_select", *_MODULE_OF])
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,6 +1,11 @@
-"""Write the report of a Ray Tune experiment and print its best-run table.
+"""Write the report of Ray Tune experiments, or only their paper table.
 
     python -m analysis runs/noise_grid [--metric val/acc --mode max --out DIR --svg]
+    python -m analysis runs/ce runs/gce --paper [--select best-val|last|last-k] [--k 10]
+                       [--rows loss] [--baseline ce] [--test-metric test/acc]
+
+Arguments are parsed and checked before pandas, matplotlib or scipy are imported, so --help and
+usage errors are immediate. Bad input: one line ``error: ...`` on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -9,32 +14,72 @@ import argparse
 import sys
 import warnings
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display needed; must precede any figure
-
-from analysis.load import ExperimentError  # noqa: E402
-from analysis.report import write_report  # noqa: E402
+from analysis.errors import ExperimentError
+from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELECT_RULES, check_select
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", help="Ray Tune experiment folder or URI (s3://..., gs://...)")
-    parser.add_argument("--metric", help="metric to rank by (default: the sweep's, else val/acc)")
+    parser.add_argument("experiment", nargs="+",
+                        help="Ray Tune experiment folder(s) or URI(s) (s3://..., gs://...); several are compared")
+    parser.add_argument("--metric", help="validation metric (default: the sweep's, else val/acc)")
     parser.add_argument("--mode", choices=("max", "min"), help="max or min (default: the sweep's)")
-    parser.add_argument("--out", help="report folder (default: EXPERIMENT/report)")
+    parser.add_argument("--out", help="report folder (default: EXPERIMENT/report; several: reports/A+B)")
     parser.add_argument("--svg", action="store_true", help="also write SVG figures")
+    parser.add_argument("--paper", action="store_true", help="write only paper_table.md/.tex/.csv and print it")
+    parser.add_argument("--select", default=DEFAULT_SELECT, metavar="RULE",
+                        help=f"value reported per trial: {', '.join(SELECT_RULES)} (default {DEFAULT_SELECT})")
+    parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"epochs averaged by last-k (default {DEFAULT_K})")
+    parser.add_argument("--test-metric", default=DEFAULT_TEST_METRIC,
+                        help=f"metric of the paper table (default {DEFAULT_TEST_METRIC})")
+    parser.add_argument("--rows", nargs="+", metavar="KEY",
+                        help="config keys that make a method row (default: every varying key but noise and seed)")
+    parser.add_argument("--baseline", default="auto",
+                        help="method row to test the others against (default: the ce row when present)")
     args = parser.parse_args(argv)
+    try:
+        check_select(args.select, args.k)
+    except ExperimentError as error:
+        parser.exit(2, f"error: {error}\n")
 
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed; must precede any figure
+    source = args.experiment if len(args.experiment) > 1 else args.experiment[0]
     try:
-        out = write_report(args.experiment, args.out, args.metric, args.mode,
-                           formats=("png", "svg") if args.svg else ("png",))
+        if args.paper:
+            return _paper(source, args)
+        from analysis.report import write_report
+
+        out = write_report(source, args.out, args.metric, args.mode,
+                           formats=("png", "svg") if args.svg else ("png",), select=args.select, k=args.k,
+                           test_metric=args.test_metric, rows=args.rows, baseline=args.baseline)
     except (ExperimentError, FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
-    print((out / "best_runs.txt").read_text(), end="")
+        return 2
+    text = out / "summary.txt"
+    print((text if text.exists() else out / "best_runs.txt").read_text(), end="")
     print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def _paper(source, args) -> int:
+    """Only the paper table: written to --out (default: the report folder) and printed."""
+    from pathlib import Path
+
+    from analysis.load import load_experiment
+    from analysis.paper import format_paper_table, paper_table, write_paper_table
+    from analysis.report import report_folder, resolve_metric
+
+    trials, history = load_experiment(source)
+    metric, mode = resolve_metric(trials, args.metric, args.mode)
+    table = paper_table(trials, history, args.test_metric, select=args.select, k=args.k, val_metric=metric,
+                        val_mode=mode, rows=args.rows, baseline=args.baseline)
+    out = Path(args.out) if args.out else report_folder(trials)
+    written = write_paper_table(table, out / "paper_table")
+    print(format_paper_table(table, "markdown"), end="")
+    print("paper table: " + ", ".join(str(p) for p in written))
     return 0
 
 

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
-from analysis.tune_files import ExperimentError, flatten, read_experiment_files, resolve_source
+from analysis.errors import ExperimentError
+from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE  # noqa: F401  (re-exported)
+from analysis.tune_files import flatten, read_experiment_files, resolve_source
 
 STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
 """Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
@@ -50,8 +52,11 @@ def load_experiment(
     """Read an experiment once and return ``(trials, history)``.
 
     Same result as ``(load_trials(source), load_history(source))`` with one read of the files.
-    See those two functions for the columns, arguments and errors.
+    See those two functions for the columns, arguments and errors; ``source`` may be a list of
+    experiments (see :func:`load_trials`).
     """
+    if isinstance(source, (list, tuple)):
+        return _load_many(source, modes, filesystem)
     fs, root, prefix = resolve_source(source, filesystem)
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
@@ -74,7 +79,11 @@ def load_trials(
     Args:
         source: experiment folder (local path, or a URI that ``pyarrow.fs`` or ``fsspec``
             understand, e.g. ``s3://bucket/runs/noise_grid``, ``memory://x``), or a
-            ``ray.tune.ResultGrid``.
+            ``ray.tune.ResultGrid``; or a list of these, to compare methods run as separate
+            sweeps: the tables are stacked, a first column ``experiment`` holds each
+            experiment's folder name (its full path when two names are equal), and with more
+            than one experiment ``trial_id`` becomes ``<experiment>/<trial_id>`` (Tune reuses
+            ids across experiments).
         modes: ``{metric: "min" | "max"}`` used for the ``best/<metric>`` columns; metrics not
             listed use :func:`guess_mode`.
         filesystem: a ``pyarrow.fs.FileSystem`` to read ``source`` with (then ``source`` is a
@@ -110,7 +119,8 @@ def load_trials(
         with :func:`guess_mode`); None when not recorded.
 
     Raises:
-        ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials.
+        ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;
+            an empty list; experiments that recorded different metrics or modes.
 
     Warns:
         UserWarning: for each unreadable ``result.json`` line (e.g. a half-written last line of
@@ -162,15 +172,21 @@ def reported_metrics(trials: pd.DataFrame) -> list[str]:
 
 
 def metric_column(trials: pd.DataFrame, metric: str, scope: str = "last") -> str:
-    """Column of ``trials`` holding ``metric`` (``"last/<metric>"`` or ``"best/<metric>"``).
+    """Column of ``trials`` holding ``metric``: ``"<scope>/<metric>"``.
+
+    ``scope`` is ``"last"`` (last reported value), ``"best"`` (best over iterations) or
+    ``"select"`` (the value under a selection rule, added by :func:`analysis.add_selected`).
 
     Raises:
-        ExperimentError: no trial reported ``metric``; the message lists the metrics that exist.
-        ValueError: ``scope`` is not ``"last"`` or ``"best"``.
+        ExperimentError: no trial reported ``metric`` (the message lists the metrics that
+            exist), or ``scope="select"`` and :func:`analysis.add_selected` did not add it.
+        ValueError: ``scope`` is not ``"last"``, ``"best"`` or ``"select"``.
     """
-    if scope not in ("last", "best"):
-        raise ValueError(f"scope must be 'last' or 'best', not {scope!r}")
+    if scope not in ("last", "best", "select"):
+        raise ValueError(f"scope must be 'last', 'best' or 'select', not {scope!r}")
     column = f"{scope}/{metric}"
+    if scope == "select" and column not in trials.columns and f"last/{metric}" in trials.columns:
+        raise ExperimentError(f"no selected values of {metric!r}: call analysis.add_selected first")
     if column not in trials.columns or trials[column].isna().all():
         existing = ", ".join(reported_metrics(trials)) or "none"
         raise ExperimentError(
@@ -231,6 +247,40 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
     if not stamps:
         raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
     return max(stamps, key=stamps.get)
+
+
+def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
+               filesystem: pafs.FileSystem | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Several experiments stacked, with an ``experiment`` column (see :func:`load_trials`)."""
+    if not sources:
+        raise ExperimentError("no experiment given (an empty list)")
+    loaded = [load_experiment(source, modes=modes, filesystem=filesystem) for source in sources]
+    paths = [trials.attrs["experiment"] for trials, _ in loaded]
+    names = [path.rstrip("/").rsplit("/", 1)[-1] for path in paths]
+    if len(set(names)) < len(names):
+        names = paths
+    recorded = {(t.attrs["metric"], t.attrs["mode"]) for t, _ in loaded if t.attrs["metric"]}
+    if len(recorded) > 1:
+        sweeps = ", ".join(f"{name}: {t.attrs['metric']} ({t.attrs['mode']})"
+                           for name, (t, _) in zip(names, loaded) if t.attrs["metric"])
+        raise ExperimentError(f"the experiments record different metrics ({sweeps}); "
+                              "compare experiments of the same metric, or pass the metric explicitly")
+    trial_parts, history_parts = [], []
+    for name, (trials, history) in zip(names, loaded):
+        trials, history = trials.copy(), history.copy()
+        if len(loaded) > 1:
+            trials["trial_id"] = name + "/" + trials["trial_id"]
+            history["trial_id"] = name + "/" + history["trial_id"]
+        trials.insert(0, "experiment", name)
+        history.insert(0, "experiment", name)
+        trial_parts.append(trials)
+        history_parts.append(history)
+    trials = pd.concat(trial_parts, ignore_index=True)
+    history = pd.concat(history_parts, ignore_index=True)
+    metric, mode = next(iter(recorded)) if recorded else (None, None)
+    trials.attrs.update(experiment=", ".join(paths), experiments=paths, metric=metric, mode=mode)
+    history.attrs.update(experiment=", ".join(paths), experiments=paths)
+    return trials, history
 
 
 def _hashable(value: Any) -> Any:

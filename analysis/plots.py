@@ -139,7 +139,8 @@ def plot_metric_vs_noise_rate(
         mode: ``"max"``/``"min"``, only used to pick best seeds; default :func:`guess_mode`.
         x: config key on the x axis.
         panel: config key with one panel per value; ignored when the trials lack it.
-        scope: ``"last"`` or ``"best"`` value of each trial.
+        scope: ``"last"`` or ``"best"`` value of each trial, or ``"select"`` (the value under
+            a selection rule, :func:`analysis.add_selected`; the axis label states the rule).
         seed: config key of the seed axis.
 
     Returns:
@@ -176,7 +177,7 @@ def plot_metric_vs_noise_rate(
         ax.set_title(f"{bare[panel_column]} = {value}" if value is not None else "all trials")
         ax.set_xlabel(_axis_label(x_name))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"{metric} ({scope}; mean ± 95% CI over seeds)")
+    axes[0].set_ylabel(_scope_text(trials, metric, scope, "; mean ± 95% CI over seeds"))
     fig.suptitle(f"{metric} vs {x_name.replace('_', ' ')}")
     if hue_names:
         _legend(axes[-1], len(lines))
@@ -234,9 +235,96 @@ def plot_heatmap(
         if np.isfinite(value):
             ax.text(c, r, f"{value:.3g}", ha="center", va="center", fontsize=8,
                     color="black" if value > middle else "white")
-    fig.colorbar(image, ax=ax, label=f"{metric} ({scope}, mean)")
+    fig.colorbar(image, ax=ax, label=_scope_text(trials, metric, scope, ", mean"))
     most = int(counts.max()) if len(counts) else 0
     ax.set_title(f"{metric}: mean over seeds and other settings (≤ {most} runs per cell)")
+    return fig
+
+
+def plot_paper_curves(table: pd.DataFrame) -> Figure:
+    """The paper table as curves: metric vs noise rate, one line per method with a 95 % CI band
+    over seeds (Student t), one panel per noise type.
+
+    Args:
+        table: :func:`analysis.paper_table` output with a ``noise_rate`` column.
+
+    Returns:
+        Figure with one Axes per noise type (shared y); each has one line per method (label =
+        the method's row label, or the metric when there is one method) and one band per line
+        where some cell has n ≥ 2. The title states the selection rule. Accuracies in %.
+
+    Raises:
+        ExperimentError: the table has no ``noise_rate`` column.
+    """
+    a = table.attrs
+    if "noise_rate" not in a["columns"]:
+        raise ExperimentError("the paper table has no noise_rate column: nothing to plot against noise rate")
+    scale = 100.0 if a["percent"] else 1.0
+    types = sorted(table["noise_type"].unique(), key=str) if "noise_type" in a["columns"] else [None]
+    methods = list(dict.fromkeys(table["_label"]))
+    colors = dict(zip(methods, _colors(len(methods))))
+    fig = Figure(figsize=(max(5.0, 4.5 * len(types)) + 1.5, 4.5), layout="constrained")
+    axes = fig.subplots(1, len(types), sharey=True, squeeze=False)[0]
+    for ax, noise_type in zip(axes, types):
+        rows = table if noise_type is None else table[table["noise_type"] == noise_type]
+        for method in methods:
+            line = rows[(rows["_label"] == method) & (rows["n"] > 0)].sort_values("noise_rate")
+            if line.empty:
+                continue
+            mean = line["mean"].to_numpy(float) * scale
+            half = line["ci95"].to_numpy(float) * scale
+            ax.plot(line["noise_rate"], mean, marker="o", color=colors[method], label=method or a["metric"])
+            if np.isfinite(half).any():
+                ax.fill_between(line["noise_rate"], mean - half, mean + half, color=colors[method], alpha=0.2,
+                                linewidth=0)
+        ax.set_title(f"noise_type = {noise_type}" if noise_type is not None else "all trials")
+        ax.set_xlabel(_axis_label("noise_rate"))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"{a['metric']}{' (%)' if a['percent'] else ''}, mean ± 95% CI over seeds")
+    fig.suptitle(f"{a['rule']} vs noise rate")
+    _legend(axes[-1], len(methods))
+    return fig
+
+
+def plot_confusion(matrix: np.ndarray, title: str = "", *, class_names: Sequence[str] | None = None) -> Figure:
+    """Row-normalised confusion matrix with the per-class accuracy beside it.
+
+    Args:
+        matrix: (C, C) counts, rows true classes, columns predicted (:func:`analysis.load_confusion`).
+        title: figure title (say which configuration, seeds and selection rule).
+        class_names: C tick labels; default 0..C-1.
+
+    Returns:
+        Figure with two Axes: the matrix image (each row sums to 1; off-diagonal cells ≥ 0.1
+        annotated, so pair flips such as 2->7 stand out) and a horizontal bar per class of
+        its accuracy (``diag / row sum``).
+    """
+    from analysis.confusion import per_class_accuracy
+
+    counts = np.asarray(matrix, dtype=float)
+    c = counts.shape[0]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(c)]
+    totals = counts.sum(axis=1, keepdims=True)
+    share = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+    accuracy = per_class_accuracy(counts)
+    fig = Figure(figsize=(0.45 * c + 6, 0.4 * c + 2.5), layout="constrained")
+    ax, bars = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(c), names)
+    ax.set_yticks(range(c), names)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    for (r, col), value in np.ndenumerate(share):
+        if r != col and value >= 0.1:
+            ax.text(col, r, f"{value:.2f}", ha="center", va="center", fontsize=7, color="tab:red")
+    fig.colorbar(image, ax=ax, label="fraction of the true class")
+    bars.barh(range(c), accuracy, color="tab:blue")
+    bars.set_yticks(range(c), names)
+    bars.invert_yaxis()
+    bars.set_xlim(0, 1)
+    bars.set_xlabel("per-class accuracy")
+    bars.grid(axis="x", alpha=0.3)
+    fig.suptitle(title or "clean-test confusion matrix")
     return fig
 
 
@@ -297,6 +385,13 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png",)
         fig.savefig(target, dpi=dpi, format=fmt)
         out.append(target)
     return out
+
+
+def _scope_text(trials: pd.DataFrame, metric: str, scope: str, what: str) -> str:
+    """``"val/acc (last<what>)"``; for ``scope="select"`` the selection rule in words instead."""
+    if scope == "select":
+        return f"{trials.attrs.get('select_text', {}).get(metric, metric + ' (selected)')}{what}"
+    return f"{metric} ({scope}{what})"
 
 
 def _group_keys(trials: pd.DataFrame, by: Sequence[str] | None, seed: str) -> list[str]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
+from analysis.confusion import CONFUSION_SELECT, load_confusion
 from analysis.load import (
     ExperimentError,
     config_column,
@@ -17,18 +18,21 @@ from analysis.load import (
     reported_metrics,
     varying_config_columns,
 )
+from analysis.paper import format_paper_table, paper_table, write_paper_table
 from analysis.plots import (
+    plot_confusion,
     plot_heatmap,
     plot_learning_curves,
     plot_metric_vs_noise_rate,
+    plot_paper_curves,
     plot_timeline,
     save_figure,
 )
-from analysis.tables import best_runs, format_table, write_table
+from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
+from analysis.select import add_selected
+from analysis.summary import best_cell, cell_trials, summary_text
+from analysis.tables import best_runs, failed, format_table, write_table
 from analysis.timeline import sweep_efficiency
-
-DEFAULT_METRIC, DEFAULT_MODE = "val/acc", "max"
-"""Fallback when the sweep recorded no metric (raysweep.json or TuneConfig) and it was reported."""
 
 
 def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | None = None) -> tuple[str, str]:
@@ -68,39 +72,62 @@ def write_report(
     mode: str | None = None,
     *,
     formats: tuple[str, ...] = ("png",),
+    select: str = DEFAULT_SELECT,
+    k: int = DEFAULT_K,
+    test_metric: str = DEFAULT_TEST_METRIC,
+    rows: Sequence[str] | None = None,
+    baseline: str | None = "auto",
 ) -> Path:
-    """Write the report of an experiment and return its folder.
+    """Write the report of an experiment (or of several, compared) and return its folder.
 
-    Contents: ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs`; ``best_runs.txt`` is
-    the console rendering the CLI prints), ``trials.csv``
-    (:func:`analysis.load_trials`), figures ``learning_curves``, ``metric_vs_noise_rate`` (when
-    the config has ``noise_rate``), ``heatmap`` (noise rate × noise type, or the first two
-    varying config keys; when there are two), ``timeline``, in each of ``formats``, and
-    ``report.md`` embedding the table and the PNGs.
+    Every value per trial follows one selection rule (``select``, :mod:`analysis.rules`),
+    stated in each table, caption and axis label. Contents:
+
+    - ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of ``test_metric``, methods ×
+      noise type × noise rate, tests against ``baseline``) and ``summary.txt`` (the console
+      text of :func:`analysis.sweep_summary`, same numbers), when some trial reported
+      ``test_metric``;
+    - ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of ``metric`` under the rule;
+      ``best_runs.txt`` is the console rendering the CLI prints), ``trials.csv``;
+    - figures, in each of ``formats``: ``noise_rate_curves`` (the paper table vs noise rate,
+      95 % CI bands), ``confusion`` (clean-test confusion matrix summed over the seeds of the
+      best configuration by ``metric``, only when its trials saved ``confusion.json``),
+      ``learning_curves``, ``metric_vs_noise_rate`` (when the config has ``noise_rate``),
+      ``heatmap`` (noise rate × noise type, or the first two varying config keys), ``timeline``;
+    - ``report.md``, starting with the paper table, embedding the rest.
 
     Args:
-        source: experiment folder, URI or ``ResultGrid`` (as for :func:`analysis.load_trials`).
-        out_dir: report folder; default ``<experiment>/report`` for a local experiment, else
-            ``./reports/<experiment name>``.
-        metric, mode: see :func:`resolve_metric`.
+        source: experiment folder, URI, ``ResultGrid``, or a list of them (as for
+            :func:`analysis.load_trials`).
+        out_dir: report folder; default ``<experiment>/report`` for one local experiment, else
+            ``./reports/<experiment name(s) joined by +>``.
+        metric, mode: validation metric; see :func:`resolve_metric`.
         formats: figure formats, e.g. ``("png", "svg")``; PNG is always written for report.md.
+        select, k: selection rule and the ``last-k`` window.
+        test_metric: the metric of the paper table.
+        rows, baseline: as for :func:`analysis.paper_table`.
 
     Raises:
-        ExperimentError: as :func:`analysis.load_trials` and :func:`resolve_metric`.
+        ExperimentError: as :func:`analysis.load_trials`, :func:`resolve_metric` and
+            :func:`analysis.paper_table` (bad rule, row key or baseline).
     """
+    check_select(select, k)
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, metric, mode)
-    experiment = trials.attrs["experiment"]
     if out_dir is None:
-        out_dir = (Path(experiment) / "report" if "://" not in experiment
-                   else Path("reports") / experiment.rstrip("/").rsplit("/", 1)[-1])
+        out_dir = report_folder(trials)
+    has_test = test_metric in history.columns and history[test_metric].notna().any()
+    paper = paper_table(trials, history, test_metric, select=select, k=k, val_metric=metric, val_mode=mode,
+                        rows=rows, baseline=baseline) if has_test else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     formats = tuple(dict.fromkeys(("png", *formats)))
 
-    table = best_runs(trials, metric, mode)
+    selected = add_selected(trials, history, [metric], select, k=k, val_metric=metric, val_mode=mode)
+    table = best_runs(selected, metric, mode, scope="select")
     write_table(table, out / "best_runs")
-    (out / "best_runs.txt").write_text(f"{metric} ({mode}), mean over seeds ± 95% CI:\n" + format_table(table))
+    rule = selected.attrs["select_text"][metric]
+    (out / "best_runs.txt").write_text(f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n" + format_table(table))
     trials.to_csv(out / "trials.csv", index=False)
 
     figures: dict[str, str] = {}
@@ -109,16 +136,61 @@ def write_report(
         save_figure(fig, out / name, formats)
         figures[title] = f"{name}.png"
 
+    summary = None
+    if paper is not None:
+        write_paper_table(paper, out / "paper_table")
+        summary = summary_text(trials, history, metric, mode, select, k=k, test_metric=test_metric,
+                               rows=paper.attrs["rows"])
+        (out / "summary.txt").write_text(summary)
+        if "noise_rate" in paper.attrs["columns"]:
+            save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
+        confusion = _best_confusion(trials, history, metric, mode, select, k, paper.attrs["rows"])
+        if confusion is not None:
+            save("confusion", "Confusion matrix of the best configuration", confusion)
     save("learning_curves", "Learning curves", plot_learning_curves(history, trials, metric))
     if _has(trials, "noise_rate"):
-        save("metric_vs_noise_rate", f"{metric} vs noise rate", plot_metric_vs_noise_rate(trials, metric, mode))
+        save("metric_vs_noise_rate", f"{metric} vs noise rate",
+             plot_metric_vs_noise_rate(selected, metric, mode, scope="select"))
     axes = _heatmap_axes(trials)
     if axes:
-        save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", plot_heatmap(trials, metric, *axes))
+        save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", plot_heatmap(selected, metric, *axes, scope="select"))
     save("timeline", "Trial timeline", plot_timeline(trials))
 
-    (out / "report.md").write_text(_markdown(trials, table, metric, mode, figures))
+    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, figures))
     return out
+
+
+def report_folder(trials: pd.DataFrame) -> Path:
+    """Default report folder: ``<experiment>/report`` for one local experiment, else
+    ``./reports/<experiment names joined by +>``."""
+    paths = trials.attrs.get("experiments") or [trials.attrs["experiment"]]
+    if len(paths) == 1 and "://" not in paths[0]:
+        return Path(paths[0]) / "report"
+    return Path("reports") / "+".join(p.rstrip("/").rsplit("/", 1)[-1] for p in paths)
+
+
+def _best_confusion(trials: pd.DataFrame, history: pd.DataFrame, metric: str, mode: str, select: str, k: int,
+                    rows: list[str]):
+    """Confusion figure of the best configuration by the validation metric, summed over its
+    seeds; None when none of its trials saved ``confusion.json`` (or ``select`` is last-k)."""
+    if select not in CONFUSION_SELECT:
+        return None
+    val = paper_table(trials, history, metric, select=select, k=k, val_metric=metric, val_mode=mode, mode=mode,
+                      rows=rows, baseline=None)
+    best = best_cell(val, mode)
+    if best is None:
+        return None
+    matrices = []
+    for trial_dir in cell_trials(trials[~failed(trials)], best, val)["trial_dir"].dropna():
+        try:
+            matrices.append(load_confusion(trial_dir, select))
+        except (FileNotFoundError, ValueError):
+            continue
+    if not matrices or len({m.shape for m in matrices}) > 1:
+        return None
+    where = ", ".join(f"{c}={best[c]}" for c in val.attrs["rows"] + val.attrs["columns"])
+    return plot_confusion(sum(matrices), f"{where}: clean test set at the {select} epoch, "
+                                         f"summed over {len(matrices)} seed(s)")
 
 
 def _has(trials: pd.DataFrame, key: str) -> bool:
@@ -137,24 +209,36 @@ def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
     return (varying[0], varying[1]) if len(varying) >= 2 else None
 
 
-def _markdown(trials: pd.DataFrame, table: pd.DataFrame, metric: str, mode: str, figures: dict) -> str:
+def _markdown(trials: pd.DataFrame, table: pd.DataFrame, metric: str, mode: str, rule: str,
+              paper: pd.DataFrame | None, summary: str | None, figures: dict) -> str:
     counts = trials["status"].value_counts()
     status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
     diverged = int(trials["diverged"].sum())
     efficiency = sweep_efficiency(trials)
-    lines = [
-        f"# Report: {trials.attrs['experiment'].rstrip('/').rsplit('/', 1)[-1]}",
-        "",
+    name = " + ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in trials.attrs.get("experiments")
+                      or [trials.attrs["experiment"]])
+    lines = [f"# Report: {name}", ""]
+    if paper is not None:
+        lines += ["## Paper table", "", format_paper_table(paper, "markdown"),
+                  "Also as `paper_table.tex` (booktabs) and `paper_table.csv` (with p-values and the 95 % CI of "
+                  "each difference to the baseline).", ""]
+    lines += [
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({status}; {diverged} diverged)",
-        f"- metric: `{metric}` ({mode}), last reported value of each trial",
+        f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
         f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
         if efficiency == efficiency else "- sweep efficiency: n/a (no timed trials)",
         "",
+    ]
+    if summary is not None:
+        lines += ["## Sweep summary", "", "As printed at the end of the sweep (same numbers as the paper table).",
+                  "", "```text", summary.rstrip("\n"), "```", ""]
+    lines += [
         "## Best configurations",
         "",
-        "Mean over seeds with a 95 % Student-t confidence interval; errored and diverged trials are "
-        "counted under *failed* and left out of the statistics. Also as `best_runs.csv` and `best_runs.tex`.",
+        f"{metric}: {rule}. Mean over seeds with a 95 % Student-t confidence interval; errored and diverged "
+        "trials are counted under *failed* and left out of the statistics. Also as `best_runs.csv` and "
+        "`best_runs.tex`.",
         "",
         format_table(table, "markdown"),
     ]

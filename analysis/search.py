@@ -10,7 +10,8 @@ Input: a pandas DataFrame with one row per trial, as `ResultGrid.get_dataframe()
       the search's start is taken;
     - optionally `training_iteration` (epochs the trial ran) and `trial` (its name; else `logdir` or
       `trial_id` is used).
-Inputs are never modified. Plots return a matplotlib `Figure`.
+Inputs are never modified. Plots return a matplotlib `Figure`. The default metric and mode are
+analysis's own (`val/acc`, `max`, :mod:`analysis.rules`): analysis/ imports nothing from trainables/.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import optuna
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainables.config import METRIC, MODE
+from analysis.rules import DEFAULT_METRIC as METRIC
+from analysis.rules import DEFAULT_MODE as MODE
 
 
 def param_column(df: pd.DataFrame, name: str) -> str:

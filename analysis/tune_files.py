@@ -34,14 +34,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
+from analysis.errors import ExperimentError  # noqa: F401  (re-exported)
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class ExperimentError(ValueError):
-    """Bad input: not a Tune experiment, no trials, or a metric that no trial reported.
-
-    The message is one line meant for the user; the CLI prints it without a traceback.
-    """
 
 
 # --------------------------------------------------------------------------------------------

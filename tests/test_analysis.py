@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import analysis
-from tests.analysis_fixtures import T0, noise_grid, trial_spec, write_experiment
+from tests.analysis_fixtures import T0, noise_grid, paper_grid, trial_spec, write_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 T_975 = {1: 12.706204736174698, 2: 4.302652729911275}  # Student t quantiles, from tables
@@ -458,7 +458,7 @@ def test_cli_prints_table_and_report_path(grid, tmp_path):
     result = _cli(grid, "--out", tmp_path / "r", "--metric", "val/loss")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "val/loss (min), mean over seeds ± 95% CI:"
+    assert lines[0] == "val/loss (min; best val/loss over epochs), mean over seeds ± 95% CI:"  # the rule, stated
     assert lines[1].split()[:3] == ["noise_type", "noise_rate", "n"]
     assert lines[-1] == f"report: {tmp_path / 'r' / 'report.md'}"
 
@@ -476,13 +476,13 @@ def test_cli_bad_input_one_line_error(grid, tmp_path, capsys, args, message):
     empty = write_experiment(tmp_path / "y", "empty", [])
     code = main([a.format(tmp=tmp_path / "x", grid=grid, empty=empty) for a in args])
     captured = capsys.readouterr()
-    assert code == 1 and captured.out == ""
+    assert code == 2 and captured.out == ""
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1 and message in captured.err
 
 
 def test_cli_bad_input_exit_code_without_traceback(tmp_path):
     result = _cli(tmp_path)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr == f"error: {tmp_path} is not a Ray Tune experiment folder (no experiment_state-*.json " \
                             "and no trial folders with result.json)\n"
 
@@ -496,7 +496,7 @@ def test_cli_bad_input_exit_code_without_traceback(tmp_path):
 def test_notebook_runs_headless(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    noise_grid(tmp_path / "runs", seeds=(0, 1), rates=(0.0, 0.4), epochs=3)  # the default: latest under ./runs
+    paper_grid(tmp_path / "runs", "noise_grid", losses=("ce",), seeds=(0, 1), rates=(0.0, 0.4))  # latest under ./runs
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     notebook = nbformat.read(REPO / "notebooks" / "noise_grid_analysis.ipynb", as_version=4)
     assert "parameters" in notebook.cells[0].metadata.get("tags", [])
@@ -510,4 +510,7 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     assert f"{tmp_path / 'runs' / 'noise_grid'}: 8 trials, ranked by val/acc (max)" in text
     assert any("| noise_type | noise_rate |" in o.get("data", {}).get("text/markdown", "") for o in outputs)
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 4  # learning curves, metric vs noise rate, heatmap, timeline
+    assert len(images) == 5  # paper curves, learning curves, metric vs noise rate, heatmap, timeline
+    assert any(o.get("data", {}).get("text/markdown", "").startswith("test/acc (%): test/acc at the epoch of best val/acc")
+               for o in outputs)  # the paper table, its rule in the caption
+    assert "failed trials (left out of the cells): 0 errored, 0 diverged" in text

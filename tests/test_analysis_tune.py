@@ -83,7 +83,7 @@ def test_cli_defaults_to_the_tune_metric(plain, capsys):
     path, _ = plain
     assert main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("score (max), mean over seeds ± 95% CI:\nkind")
+    assert out.startswith("score (max; best score over epochs), mean over seeds ± 95% CI:\nkind")
     assert out.endswith(f"report: {path / 'report' / 'report.md'}\n")
     for name in ("learning_curves.png", "timeline.png", "best_runs.md"):
         assert (path / "report" / name).stat().st_size > 0
@@ -91,6 +91,6 @@ def test_cli_defaults_to_the_tune_metric(plain, capsys):
 
 def test_cli_unknown_metric_lists_metrics(plain, capsys, tmp_path):
     path, _ = plain
-    assert main([str(path), "--metric", "val/acc", "--out", str(tmp_path)]) == 1
+    assert main([str(path), "--metric", "val/acc", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         "error: metric 'val/acc' was not reported by any trial; reported metrics: score, aux/loss\n")

@@ -1,0 +1,54 @@
+"""Selection rules: which value of a trial's history a table reports, named once.
+
+Light on purpose (no pandas): the CLI checks ``--select``/``--k`` before importing anything.
+The values themselves are computed by :func:`analysis.select.select_values`.
+
+Rules, as papers on learning with noisy labels report test accuracy:
+
+- ``best-val``: the metric at the epoch where the validation metric is best (ties: the
+  earliest such epoch). GCE (Zhang & Sabuncu 2018) reports test accuracy this way.
+- ``last``: the last reported value ("Last" in DivideMix, Li et al. 2020).
+- ``last-k``: the mean over the last ``k`` reported epochs (Co-teaching, Han et al. 2018,
+  reports the mean test accuracy of the last 10 epochs).
+
+"Best test accuracy over epochs" is deliberately not a rule: it selects on the test set.
+"""
+
+from __future__ import annotations
+
+from analysis.errors import ExperimentError
+
+SELECT_RULES = ("best-val", "last", "last-k")
+DEFAULT_SELECT = "best-val"
+DEFAULT_K = 10
+"""Epochs averaged by ``last-k`` (Co-teaching's 10)."""
+
+DEFAULT_METRIC, DEFAULT_MODE = "val/acc", "max"
+"""Validation metric and mode when the sweep recorded none (``raysweep.json`` or TuneConfig)."""
+
+DEFAULT_TEST_METRIC = "test/acc"
+"""The metric a paper table reports (accuracy on the clean test set)."""
+
+
+def check_select(select: str, k: int = DEFAULT_K) -> None:
+    """Raise :class:`ExperimentError` (one line) for an unknown rule or ``last-k`` with k < 1."""
+    if select not in SELECT_RULES:
+        raise ExperimentError(f"unknown selection rule {select!r}; choose one of {', '.join(SELECT_RULES)}")
+    if select == "last-k" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ExperimentError(f"last-k needs k >= 1 (an integer number of epochs), not {k!r}")
+
+
+def describe_select(select: str, metric: str, val_metric: str = DEFAULT_METRIC, k: int = DEFAULT_K) -> str:
+    """The rule in words, for table captions, plot titles and console headers.
+
+    ``describe_select("best-val", "test/acc")`` ->
+    ``"test/acc at the epoch of best val/acc (ties: earliest)"``.
+    """
+    check_select(select, k)
+    if select == "best-val":
+        if metric == val_metric:
+            return f"best {val_metric} over epochs"
+        return f"{metric} at the epoch of best {val_metric} (ties: earliest)"
+    if select == "last":
+        return f"{metric} at the last epoch"
+    return f"{metric} averaged over the last {k} epochs"
