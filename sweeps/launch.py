@@ -205,19 +205,16 @@ def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config: 
     return rounds
 
 
-def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE) -> None:
-    """Print the table per configuration over seeds and write the analysis report (tables, plots,
-    report.md) next to the results; one line instead when there is nothing to show."""
+def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, test_metric: str = "test/acc") -> None:
+    """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
+    stated, the best configuration by `metric` named below) and then write the analysis report
+    (paper table, plots, report.md, with the same rule) next to the results."""
     try:
-        trials = analysis.load_trials(experiment_dir)
-        val = analysis.best_runs(trials, metric, mode, scope="best")
-        report = analysis.write_report(experiment_dir)
+        print("\n" + analysis.sweep_summary(experiment_dir, metric, mode, test_metric=test_metric), flush=True)
+        report = analysis.write_report(experiment_dir, metric=metric, mode=mode, test_metric=test_metric)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
         return
-    keys = list(val.columns[: list(val.columns).index("n")])
-    print("\nper configuration over seeds (n seeds; errored and diverged trials counted as failed):")
-    print(val[keys + ["n", "n_failed", "mean", "std"]].to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))
     print(f"report: {report / 'report.md'}")
 
 

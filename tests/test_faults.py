@@ -194,7 +194,7 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
             tune.report = report
         return train_classifier(config, data)
 
-    monkeypatch.setattr(noise_grid, "train_classifier", faulty_trainable)
+    monkeypatch.setattr("trainables.trial.train_classifier", faulty_trainable)  # what the sweep imports
     code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "6",
                             "--max-failures", "1", "--gpus-per-trial", "0", "--storage-path", str(tmp_path), "--name", "faults"])
     out = capsys.readouterr().out

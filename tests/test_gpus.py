@@ -224,23 +224,23 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
     def oom_below_half_gpu(config, data=None):
         import torch as t
 
-        import trainables.train as train
+        import trainables.trial as trial
         from trainables.gpu import trial_gpu_fraction
 
-        real = train.train_epochs
+        real = trial.train_epochs
 
         def train_epochs(*args, **kwargs):
             if trial_gpu_fraction() < 0.5:
                 raise t.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
             yield from real(*args, **kwargs)
 
-        train.train_epochs = train_epochs
+        trial.train_epochs = train_epochs
         try:
-            train.train_classifier(config, data)
+            trial.train_classifier(config, data)
         finally:
-            train.train_epochs = real
+            trial.train_epochs = real
 
-    monkeypatch.setattr(noise_grid, "train_classifier", oom_below_half_gpu)
+    monkeypatch.setattr("trainables.trial.train_classifier", oom_below_half_gpu)  # what the sweep imports
     code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.2", "--epochs", "1", "--gpus-per-trial", "0.25",
                             "--cpus-per-trial", "0.5", "--storage-path", str(tmp_path), "--name", "oom"])
     assert code == 0
