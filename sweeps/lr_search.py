@@ -118,18 +118,22 @@ def main(argv: list[str]) -> int:
                 "reduction_factor": args.reduction_factor}
     cli.check_resume(args, settings, new_ok=False)
 
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
-
-    from analysis.search import top_trials
-    from sweeps.launch import Trainable, launch
-    from trainables import load_data, parse_config, train_classifier
+    from trainables.config import parse_config
+    from trainables.data import load_data
 
     try:
         cfg = parse_config({**args.fixed, "lr": args.lr_range[1], "weight_decay": args.weight_decay_range[1]})
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    from analysis.search import top_trials
+    from sweeps.launch import Trainable, launch
+    from trainables import train_classifier
+
     cli.probe_storage(f"{args.storage_path}/{args.name}")
     print(f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
           f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}", flush=True)

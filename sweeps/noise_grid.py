@@ -69,19 +69,22 @@ def main(argv: list[str]) -> int:
     print(f"{len(cells)} trials in the grid", flush=True)
     cli.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
 
+    from trainables.config import parse_config
+    from trainables.data import load_data
+
+    try:  # every cell is checked and the data loaded once, before Ray or torch load
+        configs = [parse_config(cell) for cell in cells]
+        data = load_data(configs[0])
+    except ValueError as e:
+        raise cli.UsageError(str(e)) from None
+
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
     from sweeps import resume
     from sweeps.launch import Trainable, launch
-    from trainables import load_data, parse_config, train_classifier
+    from trainables import train_classifier
     from trainables.ddp import train_classifier_ddp
-
-    try:  # every cell is checked and the data loaded once, before Ray starts anything
-        configs = [parse_config(cell) for cell in cells]
-        data = load_data(configs[0])
-    except ValueError as e:
-        raise cli.UsageError(str(e)) from None
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not todo:

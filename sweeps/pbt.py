@@ -77,19 +77,23 @@ def main(argv: list[str]) -> int:
                 "quantile_fraction": args.quantile_fraction}
     cli.check_resume(args, settings, new_ok=False)
 
-    from ray import tune
-    from ray.tune import CheckpointConfig
-    from ray.tune.schedulers import PopulationBasedTraining
-
-    from analysis.search import top_trials
-    from sweeps.launch import Trainable, launch
-    from trainables import load_data, parse_config, train_classifier
+    from trainables.config import parse_config
+    from trainables.data import load_data
 
     try:
         cfg = parse_config({**args.fixed, "lr": args.lr_range[1], "weight_decay": args.weight_decay_range[1]})
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+    from ray import tune
+    from ray.tune import CheckpointConfig
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from analysis.search import top_trials
+    from sweeps.launch import Trainable, launch
+    from trainables import train_classifier
+
     cli.probe_storage(f"{args.storage_path}/{args.name}")
     print(f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
           f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}", flush=True)

@@ -222,19 +222,20 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
     dump = json.loads((experiment / "sym_0.4_seed0" / "divergence.json").read_text())
     assert dump["gradients"] and dump["step"] == diverged["diverged/step"]
     assert "diverged (not ranked): sym_0.4_seed0" in out
-    # The best-run table counts the errored (0.3) and diverged (0.4) trials but ranks no value for them.
-    table = out[out.index("per configuration over seeds"):out.index("report:")].splitlines()[2:]
-    rows = {float(line.split()[0]): line.split() for line in table if line.strip()}
-    assert rows[0.1][1:3] == ["1", "0"] and float(rows[0.1][3]) > 0.5
-    assert rows[0.2][1:3] == ["1", "0"] and float(rows[0.2][3]) > 0.5
-    assert rows[0.3][1:4] == ["0", "1", "-"] and rows[0.4][1:4] == ["0", "1", "-"]
+    # The table counts the errored (0.3) and diverged (0.4) trials but shows no value for them.
+    table = out[out.index("test/acc (%)"):out.index("report:")].splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in table[2:6]}
+    assert float(rows["0.1"][0]) > 50 and rows["0.1"][-1] == "(1)"
+    assert float(rows["0.2"][0]) > 50 and rows["0.2"][-1] == "(1)"
+    assert rows["0.3"] == ["error"] and rows["0.4"] == ["diverged"]
+    assert "1 errored, 1 diverged" in out
 
 
 # --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
 
 def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> tuple[float, float]:
     """Run a sweep driver; with `kill_after`, SIGKILL it that many seconds after its experiment state
-    first exists. Returns (wall seconds, seconds from its 'trials,' line to its end)."""
+    first exists. Returns (wall seconds, seconds from its 'starting'/'resuming' line, Ray up, to its end)."""
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "sweeps/noise_grid.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -244,7 +245,7 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> t
     def read():
         for line in proc.stdout:
             lines.append(line)
-            if not fit_started and " trials, " in line:
+            if not fit_started and line.startswith(("starting noise_grid:", "resuming noise_grid:")):
                 fit_started.append(time.perf_counter())
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -294,10 +295,11 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
     # Extend the finished grid by one noise rate: only the new cell runs (in-process, same Ray).
     code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4,0.5", *grid[4:], "--name", "killed"])
     out = capsys.readouterr().out
-    assert code == 0 and "1 trials," in out and "4 finished trial(s) reused" in out
+    assert code == 0 and "1 to run, 4 reused" in out and "4 finished trial(s) reused" in out
     assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 5
-    table = out[out.index("mean"):out.index("results:")]
-    assert all(rate in table for rate in ("0.1", "0.2", "0.3", "0.4", "0.5"))
+    table = out[out.index("test/acc (%)"):out.index("results:")].splitlines()
+    assert [line.split()[0] for line in table[2:7]] == ["0.1", "0.2", "0.3", "0.4", "0.5"]  # every cell, old and new
+    assert all(line.split()[-1] == "(1)" for line in table[2:7])
 
 
 # --- the dashboard listens on loopback only ---------------------------------------------------
@@ -325,3 +327,35 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
     if not other_ip.startswith("127."):
         with pytest.raises(OSError):
             socket.create_connection((other_ip, int(port)), timeout=2)
+
+
+@pytest.mark.slow
+def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus, tmp_path):
+    """The driver is SIGKILLed right after a trial's last epoch, likely before Tune's next snapshot
+    of its experiment state; on --resume that trial trains nothing again and the other completes."""
+    address = ray_gpus.get_runtime_context().gcs_address
+    argv = ["sweeps/noise_grid.py", "--noise-types", "sym", "--noise-rates", "0.1,0.2", "--epochs", "4",
+            "--max-concurrent", "1", "--gpus-per-trial", "0", "--address", address, "--storage-path", str(tmp_path),
+            "--name", "window", "--quiet"]
+    experiment = tmp_path / "window"
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    finished = None
+    while finished is None:
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before a trial finished"
+        for trial in experiment.glob("sym_*"):
+            rows = results_of(trial) if (trial / "result.json").exists() else []
+            if rows and rows[-1].get("epoch") == 4:
+                finished = trial
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    rows_before = results_of(finished)
+    log_before = (finished / "stdout").read_text()
+
+    resumed = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert [r["epoch"] for r in results_of(finished)] == [r["epoch"] for r in rows_before] == [1, 2, 3, 4]
+    assert (finished / "stdout").read_text().count("Epoch [") == log_before.count("Epoch [") == 4  # not trained again
+    other = next(t for t in experiment.glob("sym_*") if t != finished)
+    assert [r["epoch"] for r in results_of(other)][-1] == 4

@@ -208,9 +208,9 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
         time.sleep(2)
     logs = client.get_job_logs(job_id)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    # The best-run table: one configuration, so no config column varies and none is shown.
-    assert re.search(r"^\s*n\s+failed\s+best val/acc mean\s+std\s+final test/acc mean\s+std\s*$", logs, re.M), logs[-3000:]
-    assert re.search(r"^\s*1\s+0\s+0\.\d+\s+-\s+0\.\d+\s+-\s*$", logs, re.M), logs[-3000:]  # ... and its row
+    # The table, laid out as the grid: one noise rate (row) x one noise type (column), one seed.
+    assert re.search(r"^noise_rate\s+sym\s*$", logs, re.M), logs[-3000:]
+    assert re.search(r"^0\.5\s+\d+\.\d\d \(1\)\s*$", logs, re.M), logs[-3000:]  # ... and its cell
     assert "dashboard: http://" in logs
     assert re.search(r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
                      r"\| best val/acc 0\.\d{4} \(sym_0\.5_seed0\) \| epochs 2/2", logs), logs[-3000:]

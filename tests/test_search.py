@@ -32,8 +32,8 @@ def trial_results(experiment: Path) -> dict[str, list[dict]]:
     }
 
 
-def search_argv(tmp_path, *extra) -> list[str]:
-    return ["--num-samples", "6", "--epochs", "3", "--grace-period", "1", "--reduction-factor", "2",
+def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
+    return ["--num-samples", "6", "--epochs", str(epochs), "--grace-period", "1", "--reduction-factor", "2",
             "--batch-sizes", "256", "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-concurrent", "2",
             "--storage-path", str(tmp_path), *extra]
 
@@ -59,7 +59,7 @@ def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_p
 @pytest.mark.slow
 def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path):
     experiment = tmp_path / "resumed"
-    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", "--epochs", "2")
+    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", epochs=2)
 
     def interrupt_after_three_trials_exist():  # as Ctrl+C would: Tune saves its state and returns
         deadline = time.time() + 300

@@ -68,8 +68,10 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
         raise ValueError("seeds is empty: give at least one seed")
     if data is None or data.get("key") != data_key(cfg):
         data = load_data(cfg)
+    states = restore_states(cfg, seeds) if _tune_trial_name() else {}
+    if states and min(state["epoch"] for state in states.values()) >= cfg.epochs:
+        return  # finished before the driver was killed (after Tune's last snapshot): nothing to run again
     trial_dir = start_trial(cfg, data)
-    states = restore_states(cfg, seeds) if trial_dir else {}
     runs = [train_epochs(dataclasses.replace(cfg, seed=s), data, states.get(s)) for s in seeds]
     gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
     memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
