@@ -3,6 +3,7 @@ trial runtime shared by the grid, the searches and PBT."""
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import types
@@ -136,11 +137,33 @@ def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path)
 
 
 @pytest.mark.slow
-def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus, tmp_path, capsys):
-    """lr in [9, 10] without clipping blows the mlp up: each trial ends diverged, naming the seed and
-    epoch, writes divergence.json, and is not retried; the search also takes --gpus-per-trial auto."""
-    code = lr_search.main(["--lr-range", "9,10", *DIVERGING, "--repeat", "2", "--num-samples", "2", "--epochs", "3",
-                           "--grace-period", "1", "--losses", "ce", "--batch-sizes", "256", "--gpus-per-trial", "auto",
+def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus, tmp_path, monkeypatch, capsys):
+    """Seed 1 of each --repeat 2 trial gets a NaN loss in epoch 2 (injected into the loss, so the runtime's
+    own per-step check finds it): each trial ends diverged, naming seed 1 and epoch 2, writes
+    divergence.json, and is neither an error nor retried. The search also takes --gpus-per-trial auto."""
+
+    def nan_in_seed_1(config, data=None, seeds=None):
+        import trainables.train as train
+        import trainables.trial as trial
+
+        real = train.build_loss
+
+        def build_loss(cfg):
+            loss_fn, calls = real(cfg), [0]
+
+            def loss(logits, y):
+                calls[0] += 1  # 5 steps per epoch (1221 samples, batch 256): call 8 is in epoch 2
+                return loss_fn(logits, y) * (float("nan") if cfg.seed == 1 and calls[0] >= 8 else 1.0)
+            return loss
+        train.build_loss = build_loss
+        try:
+            trial.train_classifier(config, data, seeds)
+        finally:
+            train.build_loss = real
+
+    monkeypatch.setattr("trainables.trial.train_classifier", nan_in_seed_1)
+    code = lr_search.main(["--repeat", "2", "--num-samples", "2", "--epochs", "3", "--grace-period", "3",
+                           "--losses", "ce", "--batch-sizes", "256", "--gpus-per-trial", "auto",
                            "--cpus-per-trial", "1", "--storage-path", str(tmp_path), "--name", "nan"])
     out = capsys.readouterr().out
     assert code == 1  # a diverged trial is reported in the exit code, as in the grid
@@ -150,11 +173,13 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
     state = json.loads(next((tmp_path / "nan").glob("experiment_state-*.json")).read_text())
     assert "ERROR" not in json.dumps(state["trial_data"])  # no trial errored (nor was retried)
     for trial in trials:
-        last = results_of(trial)[-1]
-        assert last["diverged"] is True and last["diverged/seed"] in (0, 1) and "val/acc" not in last
+        rows = results_of(trial)
+        assert [r["epoch"] for r in rows] == [1, 2]
+        last = rows[-1]
+        assert last["diverged"] is True and last["diverged/seed"] == 1 and "val/acc" not in last
         dump = json.loads((trial / "divergence.json").read_text())
-        assert dump["seed"] == last["diverged/seed"] and dump["num_seeds"] == 2 and dump["epoch"] == last["epoch"]
-        assert f"diverged (not ranked): {trial.name} at epoch {last['epoch']}" in out
+        assert dump["seed"] == 1 and dump["num_seeds"] == 2 and dump["epoch"] == 2 and dump["step"] == 8
+        assert f"diverged (not ranked): {trial.name} at epoch 2, step 8, seed 1" in out
         assert not (trial / "error.txt").exists()
     assert "sweep finished: 2 trials" in out and "2 diverged" in out  # the grid's progress block
 
@@ -202,7 +227,7 @@ def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path,
     assert code == 0
     assert "sweep finished: 2 trials: 0 running, 0 pending, 2 done, 0 errored, 0 diverged" in out
     trials = trial_dirs(tmp_path / "pbt")
-    assert [t.name for t in trials] == ["pbt_00001", "pbt_00002"]
+    assert len(trials) == 2 and all(re.fullmatch(r"pbt_\d{5}", t.name) for t in trials)
     for trial in trials:
         log = (trial / "stdout").read_text()
         assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [2/2]" in log

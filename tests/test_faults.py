@@ -245,7 +245,7 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> t
     def read():
         for line in proc.stdout:
             lines.append(line)
-            if not fit_started and line.startswith(("starting noise_grid:", "resuming noise_grid:")):
+            if not fit_started and ("starting noise_grid:" in line or "resuming noise_grid:" in line):
                 fit_started.append(time.perf_counter())
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
