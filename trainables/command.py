@@ -8,7 +8,7 @@
 stdout/stderr lines into the trial's `stdout`/`stderr` files with the grid's log prefix, turns
 every result it finds into one `tune.report`, and ends the whole process group when the trial ends.
 
-Results (no SDK needed), all three at once if the script likes:
+Results (no SDK needed), either way or both:
 - stdout lines `epoch=3 val_acc=0.81` / `epoch: 3, val/acc: 0.81` (or a `metric_pattern` regex);
 - JSON lines appended to `$RAYSWEEP_METRICS_FILE` (`trainables/report.py:report` does that).
 A result must hold the step key (default `epoch`); its value also goes to `epoch` so the
@@ -35,7 +35,7 @@ Which ends of a trial end the command's process group (SIGTERM, SIGKILL after `g
   `ray.shutdown()`): Ray itself SIGKILLs the worker's direct children (the command, with no grace
   period; `RAY_kill_child_processes_on_worker_exit`, default on), the direct child also gets
   SIGTERM from `prctl(PR_SET_PDEATHSIG)` where that Ray setting is off, and a detached watchdog
-  (`start_watchdog`: not a child of the worker, woken when the worker's end of a pipe closes)
+  (`trainables/watchdog.py`: not a child of the worker, woken when the worker's end of a pipe closes)
   sends SIGTERM, then SIGKILL, to what is left of the group (the script's own children).
 Not covered: processes that leave the group themselves (`setsid`, daemons), and the watchdog
 killed by hand before the worker.
@@ -63,49 +63,19 @@ from ray.tune import Checkpoint
 
 from trainables import divergence
 from trainables.command_parse import format_value, non_finite, parse_metrics_line, render
+from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for, trial_gpu_fraction
 from trainables.report import METRICS_FILE_ENV
+from trainables.watchdog import end_group
 
 WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 STEP_FILE = "command_step.json"  # in each reported Checkpoint: {"step": last reported step}
-GPU_MEMORY_HEADROOM = 0.1  # as TrainConfig.gpu_memory_headroom: share of a GPU slice left uncapped
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-# The watchdog: forks once more and lets its launcher exit, so it is no process's direct child (Ray
-# SIGKILLs a dying worker's direct children, RAY_kill_child_processes_on_worker_exit, which would
-# take a plain child watchdog along). It blocks on a pipe whose only write end the worker holds:
-# EOF means the worker closed it (trial over) or died. Then it ends the group, if anything is left.
-_WATCHDOG = """
-import os, signal, sys, time
-fd, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-if os.fork():
-    os._exit(0)
-try:
-    while os.read(fd, 1):
-        pass
-except OSError:
-    pass
-def alive():
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-if alive():
-    os.killpg(pgid, signal.SIGTERM)
-    end = time.monotonic() + grace
-    while alive() and time.monotonic() < end:
-        time.sleep(0.1)
-    if alive():
-        os.killpg(pgid, signal.SIGKILL)
-"""
 
 
 class CommandFailed(RuntimeError):
@@ -219,7 +189,7 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
     for key, value in config.items():
         env["RAYSWEEP_" + re.sub(r"\W", "_", str(key)).upper()] = format_value(value)
     env.update({"RAYSWEEP_TRIAL_DIR": str(work_dir), "RAYSWEEP_TRIAL_NAME": trial_name, METRICS_FILE_ENV: str(metrics_file)})
-    fraction = memory_fraction_for(gpus, GPU_MEMORY_HEADROOM)
+    fraction = memory_fraction_for(gpus, TrainConfig.gpu_memory_headroom)  # the built-in trainable's default
     if fraction is not None:
         env["RAYSWEEP_GPU_MEMORY_FRACTION"] = format_value(fraction)
     else:
@@ -248,7 +218,7 @@ def start_watchdog(pgid: int, grace_period_s: float) -> int:
     """
     read_end, write_end = os.pipe()  # not inheritable (PEP 446): only this process holds the write end
     try:
-        launcher = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(read_end), str(pgid), str(grace_period_s)],
+        launcher = subprocess.Popen([sys.executable, "-S", str(Path(__file__).with_name("watchdog.py")), str(read_end), str(pgid), str(grace_period_s)],
                                     pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
         launcher.wait()  # it forks the watchdog and exits at once
@@ -258,25 +228,9 @@ def start_watchdog(pgid: int, grace_period_s: float) -> int:
 
 
 def terminate_group(proc: subprocess.Popen, grace_period_s: float) -> None:
-    """SIGTERM the process group led by `proc`, SIGKILL what is left after `grace_period_s` seconds.
-
-    Waits until the group is empty (or SIGKILLed) and reaps `proc`. Safe to call twice.
-    """
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        proc.poll()
-        return
-    deadline = time.monotonic() + grace_period_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, so an exited leader does not count as alive
-        if not _group_alive(proc.pid):
-            return
-        time.sleep(0.05)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGTERM the process group led by `proc`, SIGKILL what is left after `grace_period_s` seconds;
+    reap `proc`. Safe to call twice."""
+    end_group(proc.pid, grace_period_s, reap=proc.poll)
     proc.wait()
 
 
@@ -382,16 +336,6 @@ def _stop_requested() -> bool:
         return bool(session and session.stop_event.is_set())
     except (ImportError, AttributeError):
         return False
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _die_with_parent() -> None:
