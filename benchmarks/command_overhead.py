@@ -79,21 +79,25 @@ def main() -> None:
         return
     repeats = args.repeats or (1 if args.quick else 3)
     epochs, sleep = (3 if args.quick else 10), 0.3
+    load = [os.getloadavg()[0]]  # a busy shared machine: the spread of "bare" says how much noise there is
     times = {"bare": [], "command": []}
     for _ in range(repeats):
         for mode in times:
             out = subprocess.run([sys.executable, __file__, "--one", mode, str(epochs), str(sleep)],
                                  capture_output=True, text=True, check=True).stdout
             times[mode].append(float(out.split("RESULT", 1)[1]))
+    load.append(os.getloadavg()[0])
     ratios = [c / b for c, b in zip(times["command"], times["bare"])]
     fmt = lambda v: f"{statistics.median(v):.2f} [{min(v):.2f}, {max(v):.2f}]"  # noqa: E731
-    print(f"train_script.py, {epochs} epochs of ~{sleep} s; median [min, max] of {repeats} fresh processes")
+    print(f"train_script.py, {epochs} epochs of ~{sleep} s; median [min, max] of {repeats} fresh processes; "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.1f} -> {load[1]:.1f}")
     print(f"{'bare s':>22}{'command s':>22}{'ratio':>22}{'extra s':>12}")
     extra = statistics.median(c - b for c, b in zip(times["command"], times["bare"]))
     print(f"{fmt(times['bare']):>22}{fmt(times['command']):>22}{fmt(ratios):>22}{extra:>12.2f}")
     if args.json:
         report = {"epochs": epochs, "epoch_sleep_s": sleep, "repeats": repeats, "bare_s": times["bare"],
-                  "command_s": times["command"], "ratio": statistics.median(ratios), "extra_s": extra}
+                  "command_s": times["command"], "ratio": statistics.median(ratios), "extra_s": extra,
+                  "cpus": os.cpu_count(), "load_average": load}
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 
