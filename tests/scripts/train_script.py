@@ -1,0 +1,108 @@
+"""A researcher's own training script, as the command-sweep tests run it; it knows nothing of Ray.
+
+    python tests/scripts/train_script.py --noise-rate 0.2 --seed 0 --out /tmp/run --epochs 4
+
+Trains a linear classifier on synthetic 10-class data (no download, no sklearn import) with symmetric label noise, prints
+`epoch=3 val_acc=0.81 loss=0.52` per epoch, and keeps its own checkpoint in `--out/ckpt.pt`,
+resuming from it when present. The other flags inject what the tests need (a crash, silence,
+NaN, a stuck grandchild, the JSON-lines routes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--noise-rate", type=float, default=0.0)
+    p.add_argument("--noise-type", default="sym")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--sleep", type=float, default=0.0, help="seconds of extra work per epoch")
+    p.add_argument("--start-delay", type=float, default=0.0, help="seconds to wait before training")
+    p.add_argument("--kill-self-at-epoch", type=int, default=0, help="SIGKILL itself after this epoch, first attempt only")
+    p.add_argument("--exit-code", type=int, default=0, help="exit with this code after training (after a stderr line)")
+    p.add_argument("--print-nothing", action="store_true")
+    p.add_argument("--nan-at-epoch", type=int, default=0)
+    p.add_argument("--spawn-child", action="store_true", help="start a grandchild that sleeps, marked with --out")
+    p.add_argument("--report", choices=("stdout", "jsonl", "helper", "colon"), default="stdout")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"env_{os.getpid()}.json").write_text(json.dumps(
+        {"pid": os.getpid(), "started": time.time(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+         **{k: v for k, v in os.environ.items() if k.startswith("RAYSWEEP_") or k == "CUDA_VISIBLE_DEVICES"}}))
+    if args.spawn_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", f"grandchild-of:{out}"])
+        (out / "grandchild.pid").write_text(str(child.pid))
+
+    time.sleep(args.start_delay)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(12345)  # the same data for every seed
+    x = torch.randn(1800, 64, generator=g)
+    y = (x @ torch.randn(64, 10, generator=g)).argmax(1)
+    g.manual_seed(args.seed)
+    flip = torch.rand(len(y), generator=g) < args.noise_rate
+    y_noisy = torch.where(flip, torch.randint(0, 10, (len(y),), generator=g), y)
+    train, val = slice(0, 1400), slice(1400, None)
+    model = torch.nn.Linear(64, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    start = 0
+    ckpt = out / "ckpt.pt"
+    if ckpt.exists():
+        state = torch.load(ckpt)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["epoch"]
+        print(f"resumed from epoch {start}", file=sys.stderr, flush=True)
+
+    for epoch in range(start + 1, args.epochs + 1):
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(model(x[train]), y_noisy[train])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        time.sleep(args.sleep)
+        val_acc = (model(x[val]).argmax(1) == y[val]).float().mean().item()
+        loss_value = float("nan") if epoch == args.nan_at_epoch else loss.item()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, ckpt)
+        metrics = {"epoch": epoch, "val_acc": round(val_acc, 4), "loss": loss_value}
+        if args.print_nothing:
+            pass
+        elif args.report == "stdout":
+            print(f"epoch={epoch} val_acc={val_acc:.4f} loss={loss_value:.4f}")
+        elif args.report == "colon":
+            print(f"Epoch: {epoch}, val/acc: {val_acc:.4f}, lr: 1e-3")
+        elif args.report == "jsonl":
+            with open(os.environ["RAYSWEEP_METRICS_FILE"], "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        else:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+            from trainables.report import report
+
+            report(metrics)
+        sys.stdout.flush()
+        marker = out / "killed_once"
+        if epoch == args.kill_self_at_epoch and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+    if args.exit_code:
+        print("Traceback (most recent call last):\nRuntimeError: injected failure for the test", file=sys.stderr)
+        return args.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""Command sweeps: checking a user's command before Ray starts, and running it as Tune trials
+(`trainables/command.py`) with tests/scripts/train_script.py, a PyTorch script that knows nothing of Ray."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sweeps.command_template import (
+    check_metric_producible, check_template, compile_metric_pattern, parse_axis, parse_metrics_line, placeholders, render,
+)
+from sweeps.common import UsageError
+from trainables.command import read_metrics_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with cwd=ROOT, like a user's sweep
+
+
+# --- axes, templates, patterns: before Ray starts ---------------------------------------------
+
+def test_axis_values_are_typed():
+    assert parse_axis("noise_rate=0.2,0.4,0.6") == ("noise_rate", [0.2, 0.4, 0.6])
+    assert parse_axis("epochs=10,20") == ("epochs", [10, 20])
+    assert parse_axis("lr = 1e-3, .5") == ("lr", [0.001, 0.5])
+    assert parse_axis("noise_type=sym,asym") == ("noise_type", ["sym", "asym"])
+    assert isinstance(parse_axis("width=64")[1][0], int)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("noise_rate", "has no '='"),
+    ("=0.1,0.2", "name '' is not allowed"),
+    ("noise-rate=0.1", "'noise-rate' is not allowed"),
+    ("trial_dir=a,b", "set by raysweep"),
+    ("noise_rate=", "one or more comma-separated values"),
+    ("noise_rate=0.1,,0.2", "none empty"),
+    ("noise_rate=0.2,0.4,0.2", "repeats 0.2"),
+    ("epochs=10,10.0", "repeats 10"),
+])
+def test_bad_axis_is_one_line_naming_the_flag(text, match):
+    with pytest.raises(UsageError, match=match) as e:
+        parse_axis(text)
+    assert str(e.value).startswith("--axis") and "\n" not in str(e.value)
+
+
+def test_placeholders_and_render_format_values_plainly():
+    template = ["python", "train.py", "--noise-rate={noise_rate}", "--lr", "{lr:.0e}", "--out", "{trial_dir}/{trial_name}", "{{literal}}"]
+    assert placeholders(template) == {"noise_rate", "lr", "trial_dir", "trial_name"}
+    argv = render(template, {"noise_rate": 0.1 + 0.2, "lr": 0.001, "seed": 3}, "/runs/t1/work", "t1")
+    assert argv == ["python", "train.py", "--noise-rate=0.3", "--lr", "1e-03", "--out", "/runs/t1/work/t1", "{literal}"]
+    assert render(["{seed}", "{rate}", "{lr}", "{flag}"], {"seed": 3, "rate": 0.0, "lr": 1e-5, "flag": True}, "d", "n") == ["3", "0.0", "1e-05", "True"]
+    with pytest.raises(UsageError, match=r"command: .*\{0\}"):
+        placeholders(["python", "{0}"])
+
+
+def test_check_template_accepts_a_complete_command():
+    check_template([*SCRIPT, "--noise-rate", "{noise_rate}", "--seed", "{seed}", "--out", "{trial_dir}"],
+                   {"noise_rate": [0.2, 0.4]}, seeds=True)
+
+
+@pytest.mark.parametrize("template, axes, seeds, match", [
+    ([], {}, False, "command: none given"),
+    (["python", "t.py", "--lr", "{lr}"], {}, False, r"placeholder \{lr\} is not defined.*--axis lr="),
+    (["python", "t.py", "--seed", "{seed}"], {}, False, r"placeholder \{seed\} is not defined"),
+    (["python", "t.py"], {"noise_rate": [0.1]}, False, r"--axis noise_rate: the command never uses \{noise_rate\}"),
+    (["python", "t.py", "--noise-rate", "{noise_rate}"], {"noise_rate": [0.1]}, True, r"--seeds: the command never uses \{seed\}"),
+    (["python", "--seed", "{seed}"], {"seed": [1, 2]}, True, "--axis seed=... and --seeds"),
+    (["no-such-program-g2", "{seed}"], {}, True, "program 'no-such-program-g2' is not found on PATH"),
+    (["./no/such/train.sh", "{seed}"], {}, True, "is not an executable file"),
+])
+def test_bad_template_is_refused(template, axes, seeds, match):
+    with pytest.raises(UsageError, match=match) as e:
+        check_template(template, axes, seeds)
+    assert "\n" not in str(e.value)
+
+
+def test_a_script_path_must_be_executable(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\necho epoch=1\n")
+    with pytest.raises(UsageError, match="chmod \\+x"):
+        check_template([str(script), "{seed}"], {}, seeds=True)
+    script.chmod(0o755)
+    check_template([str(script), "{seed}"], {}, seeds=True)
+
+
+def test_metric_pattern_and_metric_names_are_checked():
+    with pytest.raises(UsageError, match=r"--metric-pattern='\(unclosed' is not a valid regular expression"):
+        compile_metric_pattern("(unclosed")
+    with pytest.raises(UsageError, match="has no named group"):
+        compile_metric_pattern(r"epoch (\d+)")
+    pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+) .*acc (?P<val_acc>[\d.]+)")
+    check_metric_producible("val_acc", pattern, "epoch")
+    with pytest.raises(UsageError, match=r"--metric='val/acc' is not a named group of --metric-pattern \(groups: epoch, val_acc\)"):
+        check_metric_producible("val/acc", pattern, "epoch")
+    with pytest.raises(UsageError, match="--step-key='step' is not a named group"):
+        check_metric_producible("val_acc", pattern, "step")
+    check_metric_producible("val/acc", None, "epoch")  # the default pattern reads any key
+    with pytest.raises(UsageError, match="--metric='val acc' cannot be read"):
+        check_metric_producible("val acc", None, "epoch")
+
+
+def test_metrics_lines_default_and_custom_patterns():
+    assert parse_metrics_line("epoch=3 val_acc=0.81 loss=0.52\n", "epoch") == {"epoch": 3, "val_acc": 0.81, "loss": 0.52}
+    assert parse_metrics_line("epoch: 3, val/acc: 0.81, lr: 1e-3", "epoch") == {"epoch": 3, "val/acc": 0.81, "lr": 0.001}
+    assert parse_metrics_line("[GPU 0] step=120 | train.loss = -2.5e-1 | time=10ms | run=v1.2", "step") == {"step": 120, "train.loss": -0.25}
+    assert parse_metrics_line("loading: 3 files, val_acc=0.5", "epoch") is None  # no step key, no result
+    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") is None
+    nan = parse_metrics_line("epoch=4 loss=nan grad=inf", "epoch")
+    assert math.isnan(nan["loss"]) and math.isinf(nan["grad"])
+    pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+)/\d+ .*acc (?P<val_acc>[\d.]+)(?: best (?P<best>[\d.]+))?")
+    assert parse_metrics_line("Epoch 3/30 - loss 0.5 - acc 0.81", "epoch", pattern) == {"epoch": 3, "val_acc": 0.81}
+    assert parse_metrics_line("Epoch 3/30 - acc 0.81 best 0.9", "epoch", pattern)["best"] == 0.9
+    assert parse_metrics_line("epoch=3 acc=0.8", "epoch", pattern) is None
+
+
+def test_metrics_file_reads_whole_lines_only(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1, "val_acc": 0.5}\nnot json\n{"loss": 1}\n{"epoch": 2, "val')
+    results, offset = read_metrics_file(path, 0, "epoch")
+    assert results == [{"epoch": 1, "val_acc": 0.5}]  # junk and step-less lines skipped, the torn line kept
+    with open(path, "a") as f:
+        f.write('_acc": 0.6}\n')
+    assert read_metrics_file(path, offset, "epoch") == ([{"epoch": 2, "val_acc": 0.6}], path.stat().st_size)
+
+
+def test_report_helper_prints_or_appends_and_imports_nothing_heavy(tmp_path):
+    code = ("import sys; from trainables.report import report; report({'val/acc': 0.5}, epoch=2); "
+            "print(sorted(m for m in ('torch', 'ray', 'numpy') if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != "RAYSWEEP_METRICS_FILE"}
+    printed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert printed.stdout.splitlines() == ["val/acc=0.5 epoch=2", "[]"]
+    assert parse_metrics_line(printed.stdout.splitlines()[0], "epoch") == {"val/acc": 0.5, "epoch": 2}
+    metrics_file = tmp_path / "m.jsonl"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "RAYSWEEP_METRICS_FILE": str(metrics_file)}, check=True)
+    assert [json.loads(line) for line in metrics_file.read_text().splitlines()] == [{"val/acc": 0.5, "epoch": 2}]
+
+
+# --- process clean-up without Tune: the worker itself SIGKILLed ---------------------------------
+
+def wait_until(condition, deadline_s: float = 20.0) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def alive(pids) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+def test_killed_worker_takes_the_command_and_its_grandchildren_with_it(tmp_path):
+    """A stand-in worker starts a command (which forks a grandchild) as train_command does; then the
+    worker and its direct children are SIGKILLed, as Ray does when a worker exits."""
+    worker_code = (
+        "import sys, time\n"
+        "from trainables.command import start_command, start_watchdog\n"
+        "proc = start_command(['sh', '-c', 'sleep 600 & sleep 600'], {'PATH': '/usr/bin:/bin'})\n"
+        "start_watchdog(proc.pid, 1.0)\n"
+        "print(proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", worker_code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    leader = int(worker.stdout.readline())
+    assert wait_until(lambda: len([p for p in psutil.process_iter() if _pgid(p) == leader]) == 3)  # sh + 2 sleeps
+    group = [p.pid for p in psutil.process_iter() if _pgid(p) == leader]
+    direct = psutil.Process(worker.pid).children()
+    assert [p.pid for p in direct] == [leader]  # the watchdog is detached: Ray's kill of the children misses it
+    for process in [*direct, psutil.Process(worker.pid)]:
+        process.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert wait_until(lambda: not alive(group)), f"survivors: {alive(group)}"
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+# --- Ray Tune sweeps of the script ------------------------------------------------------------
+
+def tune_command(tmp_path, name: str, template: list[str], param_space: dict, *, resources=None, tune_config=None,
+                 max_failures: int = 0, stop=None, **kwargs):
+    """Run a sweep of `template` with the command trainable (the run settings of `sweep_run_config`)."""
+    from ray import tune
+    from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tuner
+
+    from trainables.command import train_command
+
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), grace_period_s=2.0, **kwargs)
+    tuner = Tuner(
+        tune.with_resources(trainable, resources or {"cpu": 0.5, "gpu": 0.5}),
+        param_space=param_space,
+        tune_config=tune_config,
+        run_config=RunConfig(storage_path=str(tmp_path), name=name, log_to_file=True, verbose=0,
+                             failure_config=FailureConfig(max_failures=max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/common.py:sweep_run_config
+                             sync_config=SyncConfig(sync_artifacts=True), stop=stop),
+    )
+    return tuner.fit()
+
+
+def rows(result) -> list[dict]:
+    path = Path(result.path) / "result.json"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def envs(result) -> list[dict]:
+    """What each run of the script saw, oldest first (one file per process)."""
+    found = [json.loads(p.read_text()) for p in (Path(result.path) / "work").glob("env_*.json")]
+    return sorted(found, key=lambda e: e["started"])
+
+
+@pytest.mark.slow
+def test_grid_of_two_axes_and_two_seeds_at_half_a_gpu(ray_gpus, tmp_path):
+    from ray import tune
+
+    template = [*SCRIPT, "--noise-rate", "{noise_rate}", "--noise-type", "{noise_type}", "--seed", "{seed}",
+                "--epochs", "3", "--out", "{trial_dir}"]
+    grid = tune_command(tmp_path, "grid", template, {"noise_rate": tune.grid_search([0.0, 0.4]),
+                                                     "noise_type": tune.grid_search(["sym"]),
+                                                     "seed": tune.grid_search([0, 1])})
+    assert len(grid) == 4 and not grid.errors
+    intervals = []
+    for result in grid:
+        assert [r["epoch"] for r in rows(result)] == [1, 2, 3]
+        assert all(0.0 <= r["val_acc"] <= 1.0 and r["loss"] > 0 for r in rows(result))
+        trial = Path(result.path)
+        (env,) = envs(result)  # one run of the script per trial
+        config = result.config
+        assert env["argv"][:2] == ["--noise-rate", str(config["noise_rate"])]  # 0.0 and 0.4, plainly
+        assert env["cwd"] == str(ROOT)
+        assert env["RAYSWEEP_NOISE_RATE"] == str(config["noise_rate"]) and env["RAYSWEEP_SEED"] == str(config["seed"])
+        assert env["RAYSWEEP_NOISE_TYPE"] == "sym"
+        assert env["RAYSWEEP_TRIAL_DIR"] == str(trial / "work") and env["argv"][-1] == str(trial / "work")
+        assert trial.name.startswith(env["RAYSWEEP_TRIAL_NAME"])
+        assert env["RAYSWEEP_METRICS_FILE"] == str(trial / "metrics.jsonl")
+        assert float(env["RAYSWEEP_GPU_MEMORY_FRACTION"]) == pytest.approx(0.45)
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        assert gpu != "" and "," not in gpu  # one GPU id, set by Ray
+        stdout = (trial / "stdout").read_text()
+        assert f"{env['RAYSWEEP_TRIAL_NAME']}:OUT | [GPU {gpu} | pid {env['pid']}] epoch=3 val_acc=" in stdout
+        intervals.append((gpu, env["started"], (trial / "work" / "ckpt.pt").stat().st_mtime))
+    for gpu, start, _ in intervals:
+        assert sum(1 for g, s, e in intervals if g == gpu and s <= start <= e) <= 2  # never three on one GPU
+
+
+@pytest.mark.slow
+def test_killed_command_is_retried_and_resumes_from_its_own_checkpoint(ray_gpus, tmp_path):
+    template = [*SCRIPT, "--epochs", "5", "--kill-self-at-epoch", "2", "--seed", "{seed}", "--out", "{trial_dir}"]
+    grid = tune_command(tmp_path, "retry", template, {"seed": 0}, max_failures=1)
+    (result,) = grid
+    assert result.error is None
+    assert [r["epoch"] for r in rows(result)] == [1, 2, 3, 4, 5]  # once each, in order
+    first, second = envs(result)
+    assert first["pid"] != second["pid"]
+    trial = Path(result.path)
+    assert "resumed from epoch 2" in (trial / "stderr").read_text()
+    assert "command exited with signal SIGKILL" in (trial / "error.txt").read_text()
+
+
+@pytest.mark.slow
+def test_asha_stops_the_worse_trial_and_its_process_tree_is_gone(ray_gpus, tmp_path):
+    from ray import tune
+    from ray.tune import TuneConfig
+    from ray.tune.schedulers import ASHAScheduler
+
+    # The noisy trial starts late, so it meets the clean trial's score at each rung and is cut.
+    template = [*SCRIPT, "--noise-rate", "{noise_rate}", "--epochs", "8", "--sleep", "0.2", "--spawn-child",
+                "--start-delay", "{start_delay}", "--out", "{trial_dir}"]
+    space = {"noise_rate": tune.grid_search([0.0, 0.95]),
+             "start_delay": tune.sample_from(lambda spec: 3.0 if spec.config["noise_rate"] > 0.5 else 0.0)}
+    scheduler = ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1, reduction_factor=2)
+    grid = tune_command(tmp_path, "asha", template, space,
+                        tune_config=TuneConfig(metric="val_acc", mode="max", scheduler=scheduler, reuse_actors=True))
+    assert not grid.errors
+    by_rate = {r.config["noise_rate"]: r for r in grid}
+    assert rows(by_rate[0.0])[-1]["epoch"] == 8
+    stopped = rows(by_rate[0.95])
+    assert stopped[-1]["epoch"] < 8 and stopped[-1]["val_acc"] < 0.3
+    work = str(Path(by_rate[0.95].path) / "work")
+    assert wait_until(lambda: not marked(work)), f"survivors: {marked(work)}"
+
+
+def marked(work: str) -> list[str]:
+    """Command lines of live processes started for the trial whose work folder is `work`."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if work in cmdline and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_end_of_sweep_mid_epoch_ends_the_command(ray_gpus, tmp_path):
+    """The sweep ends (a stopper's stop_all) while the script is inside a 120 s epoch: no result
+    is due, and the command's group (a grandchild too) is gone all the same."""
+    from ray import tune
+
+    class StopOnceStarted(tune.Stopper):
+        def __call__(self, trial_id, result):
+            return False
+
+        def stop_all(self):
+            return any(tmp_path.glob("budget/*/work/env_*.json"))
+
+    template = [*SCRIPT, "--epochs", "3", "--sleep", "120", "--spawn-child", "--seed", "{seed}", "--out", "{trial_dir}"]
+    (result,) = tune_command(tmp_path, "budget", template, {"seed": 0}, stop=StopOnceStarted())
+    work = str(Path(result.path) / "work")
+    assert envs(result) and not rows(result)  # it started, and was stopped before its first result
+    assert wait_until(lambda: not marked(work)), f"survivors: {marked(work)}"
+
+
+@pytest.mark.slow
+def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_path):
+    from ray import tune
+
+    template = [*SCRIPT, "--epochs", "3", "{variant}", "--out", "{trial_dir}"]
+    variants = ["--exit-code=3", "--print-nothing", "--nan-at-epoch=2", "--report=jsonl", "--report=helper"]
+    grid = tune_command(tmp_path, "variants", template, {"variant": tune.grid_search(variants)},
+                        resources={"cpu": 0.4, "gpu": 0})
+    by = {r.config["variant"]: r for r in grid}
+
+    failed = Path(by["--exit-code=3"].path) / "error.txt"
+    text = failed.read_text()
+    assert "CommandFailed: command exited with exit code 3" in text and "RuntimeError: injected failure for the test" in text
+    assert [r["epoch"] for r in rows(by["--exit-code=3"])] == [1, 2, 3]  # its results still count
+
+    silent = (Path(by["--print-nothing"].path) / "error.txt").read_text()
+    assert "reported no metric: expected stdout lines with `epoch=<number>`" in silent and "metrics.jsonl" in silent
+
+    diverged = by["--nan-at-epoch=2"]
+    assert diverged.error is None
+    history = rows(diverged)
+    assert [r["epoch"] for r in history] == [1, 2] and history[-1]["diverged"] is True
+    assert "val_acc" not in history[-1] and history[-1]["diverged/metrics"] == "loss"
+    assert json.loads((Path(diverged.path) / "divergence.json").read_text())["non_finite_metrics"] == ["loss"]
+
+    for variant in ("--report=jsonl", "--report=helper"):
+        result = by[variant]
+        assert result.error is None and [r["epoch"] for r in rows(result)] == [1, 2, 3], variant
+        assert all(0 <= r["val_acc"] <= 1 for r in rows(result))
+        assert "epoch=" not in (Path(result.path) / "stdout").read_text()  # nothing on stdout: the file did it

@@ -1,0 +1,386 @@
+"""Sweep any training command: each Tune trial runs the user's own script as a subprocess.
+
+    tune.with_parameters(train_command, template=["python", "train.py", "--noise-rate", "{noise_rate}",
+                                                  "--seed", "{seed}", "--out", "{trial_dir}"])
+
+`train_command(config, ...)` is a Tune Function-API trainable. Per trial it fills the template
+(`trainables/command_parse.py:render`), starts the command in a session of its own, copies its
+stdout/stderr lines into the trial's `stdout`/`stderr` files with the grid's log prefix, turns
+every result it finds into one `tune.report`, and ends the whole process group when the trial ends.
+
+Results (no SDK needed), either way or both:
+- stdout lines `epoch=3 val_acc=0.81` / `epoch: 3, val/acc: 0.81` (or a `metric_pattern` regex);
+- JSON lines appended to `$RAYSWEEP_METRICS_FILE` (`trainables/report.py:report` does that).
+A result must hold the step key (default `epoch`); its value also goes to `epoch` so the
+progress table and ASHA's `time_attr` work unchanged.
+
+Why the last reported step lives in a Tune `Checkpoint` (`command_step.json`, a few bytes, with
+every report): Tune records a result and its checkpoint together, restores that checkpoint to a
+retried trial (`FailureConfig`) and to a resumed experiment (`--resume`), on any node, just as for
+the built-in trainable. A file written after `tune.report` returns could be lost, or written for a
+result Tune never recorded, when the worker dies between the two. Tune's experiment state may be
+older than the trial's newest checkpoint after the driver is killed (see `trainables/checkpoints.py`),
+so the `checkpoint_*` folders of the trial are read as well and the highest step wins. A resumed
+script re-printing results at or below that step is skipped: no epoch is reported twice.
+
+Which ends of a trial end the command's process group (SIGTERM, SIGKILL after `grace_period_s`):
+- the command exits by itself: any process it left behind in its group;
+- Tune stops the trial (ASHA, a stopper, end of sweep, Ctrl-C, fail-fast), with or without
+  `reuse_actors`: Tune sets the session's stop event and the next `tune.report` raises SystemExit
+  (`ray/train/_internal/session.py`); this loop polls the stop event every 0.2 s as well, so a
+  trial stopped while its script is mid-epoch ends at once, not at its next result;
+- the trial raises (NaN metric, bad exit code, a bug here): the `finally` block;
+- the worker process exits or is killed before that `finally` block runs (Tune terminates the
+  actor right after `stop`, which returns at once; SIGKILL of the actor; OOM killer;
+  `ray.shutdown()`): Ray itself SIGKILLs the worker's direct children (the command, with no grace
+  period; `RAY_kill_child_processes_on_worker_exit`, default on), the direct child also gets
+  SIGTERM from `prctl(PR_SET_PDEATHSIG)` where that Ray setting is off, and a detached watchdog
+  (`trainables/watchdog.py`: not a child of the worker, woken when the worker's end of a pipe closes)
+  sends SIGTERM, then SIGKILL, to what is left of the group (the script's own children).
+Not covered: processes that leave the group themselves (`setsid`, daemons), and the watchdog
+killed by hand before the worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from ray import tune
+from ray.tune import Checkpoint
+
+from trainables import divergence
+from trainables.command_parse import format_value, non_finite, parse_metrics_line, render
+from trainables.config import TrainConfig
+from trainables.gpu import memory_fraction_for, trial_gpu_fraction
+from trainables.report import METRICS_FILE_ENV
+from trainables.watchdog import end_group
+
+WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
+METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
+STEP_FILE = "command_step.json"  # in each reported Checkpoint: {"step": last reported step}
+TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
+POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+class CommandFailed(RuntimeError):
+    """The trial's command exited with an error, or reported no metric at all."""
+
+
+def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | None = None,
+                  grace_period_s: float = 10.0, cwd: str | None = None) -> None:
+    """Run one trial's command and report what it prints (Tune Function API).
+
+    Args:
+        config: the trial's config; every key fills `{key}` in the template and `RAYSWEEP_<KEY>`.
+        template: the command as argv with `{name}` placeholders (config keys, `trial_dir`,
+            `trial_name`), checked beforehand by `sweeps/command_template.py:check_template`.
+        step_key: the metric counting progress; a result without it is ignored.
+        metric_pattern: regex with named groups for stdout lines; None: `key=value` / `key: value`.
+        grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
+        cwd: folder the command runs in (the launcher passes its own working folder, so relative
+            paths in the command work); None: the worker's folder, which Tune sets to the trial folder.
+    Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
+        a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
+    Raises:
+        CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
+            exited 0 without any result (which pattern / file was expected, the last stdout lines).
+    """
+    pattern = re.compile(metric_pattern) if metric_pattern else None
+    trial_name, trial_folder = _trial_name_and_folder()
+    work_dir = trial_folder / WORK_DIR
+    work_dir.mkdir(parents=True, exist_ok=True)
+    metrics_file = trial_folder / METRICS_FILE
+    metrics_file.touch()
+    last_step = _last_reported_step(tune.get_checkpoint(), trial_folder)
+    resumed = last_step is not None
+    parsed = 0  # results seen in this run, reported or skipped as reported before
+
+    def report_new(results: list[dict]) -> bool:
+        """Report the results not reported before; True when one diverged (the trial then ends)."""
+        nonlocal last_step, parsed
+        for result in results:
+            parsed += 1
+            if non_finite(result):
+                _report_divergence(result, step_key, trial_folder)
+                return True
+            if last_step is not None and result[step_key] <= last_step:
+                continue  # reported before a retry / resume; the script redid it from its own checkpoint
+            _report(result, step_key)
+            last_step = result[step_key]
+        return False
+
+    argv = render(template, config, str(work_dir), trial_name)
+    env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
+    out, err = sys.stdout, sys.stderr  # Tune's tees into this trial's files, bound now
+    proc = start_command(argv, env, cwd)
+    watchdog = None
+    gpu_ids = env.get("CUDA_VISIBLE_DEVICES", "")
+    prefixes = {name: log_prefix(trial_name, name, gpu_ids, proc.pid) for name in ("OUT", "ERR")}
+    lines: queue.Queue = queue.Queue()  # unbounded: the script never waits for Tune to take a result
+    for stream, name in ((proc.stdout, "OUT"), (proc.stderr, "ERR")):
+        threading.Thread(target=_read_lines, args=(stream, name, lines), daemon=True).start()
+    tails = {"OUT": collections.deque(maxlen=TAIL_LINES), "ERR": collections.deque(maxlen=TAIL_LINES)}
+    file_offset, open_streams, exited_at = 0, 2, None
+    try:
+        watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
+        while open_streams:
+            results = []
+            for name, line in _next_lines(lines, POLL_S):
+                if line is None:
+                    open_streams -= 1
+                    continue
+                (out if name == "OUT" else err).write(f"{prefixes[name]} {line}\n")
+                tails[name].append(line)
+                result = parse_metrics_line(line, step_key, pattern) if name == "OUT" else None
+                results += [result] if result else []
+            new_results, file_offset = read_metrics_file(metrics_file, file_offset, step_key)
+            if report_new(results + new_results) or _stop_requested():
+                return  # the finally block ends the command
+            if exited_at is None and proc.poll() is not None:
+                exited_at = time.monotonic()
+                terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
+            if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
+                break  # a process that left the group holds the pipes open; stop waiting for it
+        if report_new(read_metrics_file(metrics_file, file_offset, step_key)[0]):  # written just before the exit
+            return
+        code = proc.wait()
+        if code != 0:
+            raise CommandFailed(f"command exited with {_exit_status(code)}: {' '.join(argv)}\n"
+                                f"last {len(tails['ERR'])} lines of stderr:\n" + "\n".join(tails["ERR"]))
+        if parsed == 0 and not resumed:
+            raise CommandFailed(_no_metrics_message(step_key, metric_pattern, metrics_file, tails))
+    finally:
+        terminate_group(proc, grace_period_s)
+        if watchdog is not None:
+            os.close(watchdog)
+        out.flush()
+        err.flush()
+
+
+def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Path, gpus: float) -> dict:
+    """The command's environment: the worker's (with Ray's `CUDA_VISIBLE_DEVICES`) plus raysweep's.
+
+    Args:
+        config: the trial's config; each key becomes `RAYSWEEP_<KEY>` (upper case, non-alphanumerics
+            as `_`), e.g. `RAYSWEEP_NOISE_RATE=0.4`.
+        work_dir, trial_name, metrics_file: `RAYSWEEP_TRIAL_DIR`, `RAYSWEEP_TRIAL_NAME`, `RAYSWEEP_METRICS_FILE`.
+        gpus: the trial's GPU share; for 0 < gpus < 1 `RAYSWEEP_GPU_MEMORY_FRACTION` = gpus * 0.9,
+            the value a cooperative script passes to `torch.cuda.set_per_process_memory_fraction`.
+    Also sets `PYTHONUNBUFFERED=1` (unless set), so a Python script's lines arrive as it prints them.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    for key, value in config.items():
+        env["RAYSWEEP_" + re.sub(r"\W", "_", str(key)).upper()] = format_value(value)
+    env.update({"RAYSWEEP_TRIAL_DIR": str(work_dir), "RAYSWEEP_TRIAL_NAME": trial_name, METRICS_FILE_ENV: str(metrics_file)})
+    fraction = memory_fraction_for(gpus, TrainConfig.gpu_memory_headroom)  # the built-in trainable's default
+    if fraction is not None:
+        env["RAYSWEEP_GPU_MEMORY_FRACTION"] = format_value(fraction)
+    else:
+        env.pop("RAYSWEEP_GPU_MEMORY_FRACTION", None)
+    return env
+
+
+def start_command(argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
+    """Start `argv` as the leader of a new session / process group, its pipes captured (bytes).
+
+    The child asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
+    i.e. when the worker process is killed. The preexec function only makes one libc call,
+    prepared before the fork, so it is safe in the threaded Ray worker.
+    """
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent if _LIBC else None)
+
+
+def start_watchdog(pgid: int, grace_period_s: float) -> int:
+    """Start a detached process that ends group `pgid` (SIGTERM, then SIGKILL after the grace
+    period) as soon as this process dies or closes the returned file descriptor.
+
+    Returns:
+        The pipe's write end; `os.close` it when the trial is over (the watchdog then exits, after
+        ending whatever is still left in the group).
+    """
+    read_end, write_end = os.pipe()  # not inheritable (PEP 446): only this process holds the write end
+    try:
+        launcher = subprocess.Popen([sys.executable, "-S", str(Path(__file__).with_name("watchdog.py")), str(read_end), str(pgid), str(grace_period_s)],
+                                    pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        launcher.wait()  # it forks the watchdog and exits at once
+    finally:
+        os.close(read_end)
+    return write_end
+
+
+def terminate_group(proc: subprocess.Popen, grace_period_s: float) -> None:
+    """SIGTERM the process group led by `proc`, SIGKILL what is left after `grace_period_s` seconds;
+    reap `proc`. Safe to call twice."""
+    end_group(proc.pid, grace_period_s, reap=proc.poll)
+    proc.wait()
+
+
+def read_metrics_file(path: Path, offset: int, step_key: str) -> tuple[list[dict], int]:
+    """Results appended to the JSON-lines file `path` since byte `offset`.
+
+    Returns:
+        (results, new offset). Only complete lines are read (a line being written stays for the
+        next call); lines that are not a JSON object holding `step_key` are skipped.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    results = []
+    for raw in chunk[:end].splitlines():
+        try:
+            result = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and isinstance(result.get(step_key), (int, float)):
+            results.append(result)
+    return results, offset + end
+
+
+def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:
+    """`<trial>:<stream> | [GPU <ids> | pid <pid>]`, the grid's log prefix (`trainables/logs.py`) for a
+    line the command printed: stream `OUT` or `ERR`, the GPU ids Ray gave (`CPU` when none), its pid."""
+    where = f"GPU {gpu_ids}" if gpu_ids else "CPU"
+    return f"{trial_name}:{stream} | [{where} | pid {pid}]"
+
+
+def _report(result: dict, step_key: str) -> None:
+    """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring)."""
+    metrics = {**result, "epoch": result[step_key]} if step_key != "epoch" else result
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / STEP_FILE).write_text(json.dumps({"step": result[step_key]}))
+        tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+
+
+def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
+    """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report."""
+    bad = non_finite(result)
+    dump = {"epoch": result.get("epoch", result[step_key]), "step": result[step_key], "last_finite_loss": None,
+            "parameters": [], "gradients": [], "non_finite_metrics": bad,
+            "result": {k: v if k not in bad else str(v) for k, v in result.items()}}
+    divergence.write_dump(trial_folder, dump)
+    tune.report({**divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
+
+
+def _last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path) -> float | None:
+    """The highest step in Tune's checkpoint for this trial and in its `checkpoint_*` folders; None: none yet."""
+    steps = []
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            steps += _read_step(Path(folder) / STEP_FILE)
+    for path in trial_folder.glob(f"checkpoint_*/{STEP_FILE}"):
+        steps += _read_step(path)
+    return max(steps) if steps else None
+
+
+def _read_step(path: Path) -> list:
+    try:
+        return [json.loads(path.read_text())["step"]]
+    except (OSError, ValueError, KeyError, TypeError):  # a torn or foreign file: not a step
+        return []
+
+
+def _read_lines(stream, name: str, lines: queue.Queue) -> None:
+    """Put each line of `stream` (decoded, newline stripped) on `lines`, then `(name, None)` at EOF."""
+    for raw in iter(stream.readline, b""):
+        lines.put((name, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    stream.close()
+    lines.put((name, None))
+
+
+def _next_lines(lines: queue.Queue, timeout_s: float) -> list[tuple[str, str | None]]:
+    """Every `(stream, line)` queued now, waiting up to `timeout_s` seconds for the first one."""
+    try:
+        batch = [lines.get(timeout=timeout_s)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            batch.append(lines.get_nowait())
+        except queue.Empty:
+            return batch
+
+
+def _stop_requested() -> bool:
+    """Whether Tune asked this trial to stop (the session's stop event, `session.finish`).
+
+    Tune's public API only raises SystemExit at the next `tune.report`; reading the event lets a
+    trial stopped mid-epoch end its command at once. Without that internal attribute: False.
+    """
+    try:
+        from ray.train._internal.session import get_session
+
+        session = get_session()
+        return bool(session and session.stop_event.is_set())
+    except (ImportError, AttributeError):
+        return False
+
+
+def _die_with_parent() -> None:
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _exit_status(code: int) -> str:
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _no_metrics_message(step_key: str, metric_pattern: str | None, metrics_file: Path, tails: dict) -> str:
+    expected = (f"stdout lines matching --metric-pattern {metric_pattern!r} with a group named {step_key!r}" if metric_pattern
+                else f"stdout lines with `{step_key}=<number>` or `{step_key}: <number>` (e.g. `{step_key}=3 val_acc=0.81`)")
+    hint = ""
+    if any(parse_metrics_line(line, step_key, re.compile(metric_pattern) if metric_pattern else None) for line in tails["ERR"]):
+        hint = " (such lines went to stderr, which is not read for metrics: print them to stdout)"
+    return (f"command exited 0 but reported no metric: expected {expected}, or JSON lines holding {step_key!r} "
+            f"in ${METRICS_FILE_ENV} ({metrics_file}){hint}\nlast {len(tails['OUT'])} lines of stdout:\n"
+            + "\n".join(tails["OUT"]))
+
+
+def _trial_name_and_folder() -> tuple[str, Path]:
+    """Tune's name of the running trial and the folder that holds `{trial_dir}` and the metrics file.
+
+    That is the trial's folder on storage when storage is a local (or mounted network) file system:
+    it is the same for a retry and for `--resume`, on any node that mounts it. `get_trial_dir()` is a
+    staging folder named after the Ray session, which a resumed experiment does not see again, and
+    whose files Tune copies to storage (a second copy of the script's checkpoints). With remote
+    storage (s3://...) the staging folder is all there is: the script's own checkpoint then survives
+    retries on the same node only. Ray has no public API for the storage folder, hence the guarded
+    internal one.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        context = tune.get_context()
+        name, staging = context.get_trial_name(), Path(context.get_trial_dir())
+    try:
+        import pyarrow.fs
+        from ray.train._internal.session import get_session
+
+        storage = get_session().storage
+        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
+            return name, Path(storage.trial_fs_path)
+    except Exception:  # another Ray version: the staging folder
+        pass
+    return name, staging
