@@ -287,6 +287,27 @@ def grid_cells(axes: dict[str, list], max_trials: int) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*axes.values())]
 
 
+def trial_namer(axes: dict[str, list]):
+    """A `trial_name_creator`: every varying axis, then noise type, noise rate and seed when the
+    trial has them, e.g. `gce_lr0.1_asym_0.4_seed2` (strings as they are, numbers after their name)."""
+    last = ("noise_type", "noise_rate", "seed")
+    varying = [k for k, v in axes.items() if len(v) > 1 and k not in last]
+
+    def text(key: str, value, named: bool) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value:g}"
+            return f"{key.replace('_', '')}{value}" if named else value
+        return str(value)
+
+    def name(trial) -> str:
+        c = trial.config
+        parts = [text(k, c[k], named=True) for k in varying]
+        parts += [text(k, c[k], named=False) for k in last[:2] if k in c]
+        parts += [f"seed{c['seed']}"] if "seed" in c else []
+        return "_".join(parts) or "trial"
+    return name
+
+
 # --- run options, written by hand ----------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from trainables.command_parse import BUILTIN_PLACEHOLDERS, DEFAULT_METRIC_PATTERN, KEY, parse_metrics_line, render
 from trainables.command_parse import placeholders as _placeholders
 

@@ -52,7 +52,8 @@ class Trainable:
 
 def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_alg=None, scheduler=None,
            num_samples: int = 1, metric: str = METRIC, mode: str = MODE, settings: dict | None = None,
-           reused: dict | None = None, checkpoint_config: CheckpointConfig | None = None) -> tuple[int, list]:
+           reused: dict | None = None, checkpoint_config: CheckpointConfig | None = None,
+           test_metric: str = "test/acc") -> tuple[int, list]:
     """Run a sweep with Ray Tune and report it.
 
     Args:
@@ -64,6 +65,7 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
         reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
         checkpoint_config: default: the best two by `metric` (and the latest).
+        test_metric: the metric in the cells of the final table, at the epoch `metric` selects.
     Returns:
         (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
         the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
@@ -108,7 +110,7 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
     rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
-    print_summary(experiment_dir, metric, mode)
+    print_summary(experiment_dir, metric, mode, test_metric)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     return code, rounds
 

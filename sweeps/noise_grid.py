@@ -44,22 +44,11 @@ def grid_axes(args) -> dict[str, list]:
     axes = cli.config_axes(args, axes=True, defaults=GRID_DEFAULTS)
     if args.seeds is not None and "seed" in axes:
         raise cli.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
-    if args.seeds is not None:
-        axes["seed"] = list(range(args.seeds))
+    if "seed" not in axes:
+        axes["seed"] = list(range(args.seeds or 1))
     if args.smoke_test and "epochs" not in axes:
         axes["epochs"] = [cli.SMOKE_TEST_EPOCHS]
     return axes
-
-
-def trial_namer(axes: dict[str, list]):
-    """`gce_lr0.1_asym_0.4_seed2`: every varying axis, then noise type, rate and seed (always)."""
-    varying = [k for k, v in axes.items() if len(v) > 1 and k not in ("noise_type", "noise_rate", "seed")]
-
-    def name(trial) -> str:
-        c = trial.config
-        parts = [c[k] if isinstance(c[k], str) else f"{k.replace('_', '')}{c[k]:g}" for k in varying]
-        return "_".join(parts + [c.get("noise_type", "sym"), f"{c.get('noise_rate', 0.0):g}", f"seed{c.get('seed', 0)}"])
-    return name
 
 
 def main(argv: list[str]) -> int:
@@ -104,7 +93,7 @@ def main(argv: list[str]) -> int:
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
     trainable = Trainable(train_classifier, {"data": data}, ddp=train_classifier_ddp, probe_config=configs[0])
     code, rounds = launch(args, trainable, param_space=param_space, search_alg=search_alg,
-                          num_samples=len(todo) if search_alg else 1, trial_name=trial_namer(axes), reused=reused)
+                          num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(axes), reused=reused)
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
         print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")
     return code

@@ -18,7 +18,9 @@ in `trial_config.json`, written by the trial runtime at its start. Tune's files 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,37 +31,51 @@ from analysis import ExperimentError, load_trials
 from trainables.config import config_hash
 
 
-def finished_trials(experiment_dir: str | Path) -> dict[str, Path]:
+def command_hash(config: dict) -> str:
+    """The id of a command trial's config: sha1 of its sorted JSON (16 hex digits); a command
+    sweep has no `TrainConfig` defaults to fill in."""
+    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = config_hash) -> dict[str, Path]:
     """Finished trials of an experiment folder: config hash -> trial folder (the newest per hash).
 
-    Local folders only; a remote `storage_path` (s3://...) has no finished trials to reuse here.
+    A trial is finished when it diverged, or its last `epoch` is its config's `epochs`, or (a
+    command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error.
+    Its hash is the one in `trial_config.json` (the built-in trainable writes it), else
+    `hash_fn` of its config. Local folders only; a remote `storage_path` (s3://...) has none.
     """
-    trials = _local_trials(experiment_dir)
     found: dict[str, tuple[float, Path]] = {}
-    for row in trials.to_dict("records"):
+    for row in _local_trials(experiment_dir).to_dict("records"):
         trial_dir = Path(row["trial_dir"])
         saved = trial_dir / "trial_config.json"
-        if not saved.exists() or not _finished(row):
+        if saved.exists():  # the built-in trainable: its resolved config (epochs included) and hash
+            saved = json.loads(saved.read_text())
+            key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
+        else:
+            key = hash_fn({k[len("config/"):]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)})
+        if not _finished(row) or not (trial_dir / "result.json").exists():
             continue
-        saved = json.loads(saved.read_text())
         mtime = (trial_dir / "result.json").stat().st_mtime
-        if saved["config_hash"] not in found or mtime > found[saved["config_hash"]][0]:
-            found[saved["config_hash"]] = (mtime, trial_dir)
+        if key not in found or mtime > found[key][0]:
+            found[key] = (mtime, trial_dir)
     return {h: d for h, (_, d) in found.items()}
 
 
-def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: bool) -> tuple[list[dict], dict[str, Path]]:
+def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: bool,
+               hash_fn: Callable[[dict], str] = config_hash) -> tuple[list[dict], dict[str, Path]]:
     """Split the grid into cells to run and finished trials to reuse.
 
     Args:
         cells: one full trial config per cell of the grid.
         experiment_dir: `<storage-path>/<name>`.
         skip_existing: False runs every cell.
+        hash_fn: a config's id (`config_hash` for the built-in trainable, `command_hash` for commands).
     Returns:
         (configs to run, {config hash: trial folder} of the reused cells).
     """
-    done = finished_trials(experiment_dir) if skip_existing else {}
-    hashes = [config_hash(c) for c in cells]
+    done = finished_trials(experiment_dir, hash_fn) if skip_existing else {}
+    hashes = [hash_fn(c) for c in cells]
     todo = [c for c, h in zip(cells, hashes) if h not in done]
     reused = {h: done[h] for h in hashes if h in done}
     return todo, reused
@@ -75,10 +91,10 @@ def fresh_dirname(experiment_dir: str | Path, name: Callable) -> Callable:
     return dirname
 
 
-def cells_not_in(results, cells: list[dict]) -> list[dict]:
+def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = config_hash) -> list[dict]:
     """The cells whose config hash matches no trial of `results` (a `ResultGrid`)."""
-    ran = {config_hash(r.config) for r in results}
-    return [c for c in cells if config_hash(c) not in ran]
+    ran = {hash_fn(r.config) for r in results}
+    return [c for c in cells if hash_fn(c) not in ran]
 
 
 def report_outcome(grids: list | None, reused: dict[str, Path], metric: str, requeued: set[str] = frozenset()) -> int:
@@ -132,8 +148,17 @@ def _diverged_rows(reused: dict[str, Path]) -> list[dict]:
 
 
 def _finished(row: dict) -> bool:
-    """A trial row of `load_trials` whose last result is its last epoch, or a divergence."""
-    return bool(row.get("diverged")) or (row.get("last/epoch") is not None and row.get("last/epoch") == row.get("config/epochs"))
+    """A trial row of `load_trials` that diverged, reached its `epochs`, or (no `epochs` in its
+    config: a command) ended TERMINATED without error."""
+    if bool(row.get("diverged")):
+        return True
+    if _missing(row.get("config/epochs")):
+        return row.get("status") == "TERMINATED" and _missing(row.get("error"))
+    return row.get("last/epoch") == row.get("config/epochs")
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _local_trials(experiment_dir: str | Path) -> pd.DataFrame:

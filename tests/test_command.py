@@ -18,7 +18,7 @@ import pytest
 from sweeps.command_template import (
     check_metric_producible, check_template, compile_metric_pattern, parse_axis, parse_metrics_line, placeholders, render,
 )
-from sweeps.common import UsageError
+from sweeps.cli import UsageError
 from trainables.command import read_metrics_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +206,7 @@ def tune_command(tmp_path, name: str, template: list[str], param_space: dict, *,
         tune_config=tune_config,
         run_config=RunConfig(storage_path=str(tmp_path), name=name, log_to_file=True, verbose=0,
                              failure_config=FailureConfig(max_failures=max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/common.py:sweep_run_config
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/launch.py:sweep_run_config
                              sync_config=SyncConfig(sync_artifacts=True), stop=stop),
     )
     return tuner.fit()
@@ -354,3 +354,60 @@ def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_p
         assert result.error is None and [r["epoch"] for r in rows(result)] == [1, 2, 3], variant
         assert all(0 <= r["val_acc"] <= 1 for r in rows(result))
         assert "epoch=" not in (Path(result.path) / "stdout").read_text()  # nothing on stdout: the file did it
+
+
+# --- sweeps/run_command.py: the script on the shared launcher -------------------------------------
+
+RUN = ["--", sys.executable, "tests/scripts/train_script.py", "--noise-rate", "{noise_rate}", "--noise-type",
+       "{noise_type}", "--seed", "{seed}", "--out", "{trial_dir}", "--epochs", "2"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--axis", "noise_rate=0.2", "--"], "command: none given"),
+    (["--axis", "noise_rate=0.2", "--", "no-such-program-xyz", "{noise_rate}"], "program 'no-such-program-xyz' is not found"),
+    (["--axis", "noise_rate=0.2", "--", "python", "--rate", "{noise_rat}"], r"placeholder \{noise_rat\} is not defined"),
+    (["--axis", "noise_rate=0.2", "--axis", "lr=0.1", "--", "python", "{noise_rate}"], r"the command never uses \{lr\}"),
+    (["--axis", "noise_rate", "--", "python", "{noise_rate}"], "has no '='"),
+    (["--axis", "noise_rate=", "--", "python", "{noise_rate}"], "give one or more comma-separated values"),
+    (["--axis", "noise_rate=0.2,0.2", "--", "python", "{noise_rate}"], "repeats 0.2"),
+    (["--axis", "noise_rate=0.2", "--axis", "noise_rate=0.4", "--", "python", "{noise_rate}"], "--axis noise_rate is given twice"),
+    (["--axis", "noise_rate=0.2", "--metric-pattern", "epoch (?P<epoch", "--", "python", "{noise_rate}"], "--metric-pattern"),
+    (["--axis", "noise_rate=0.2", "--metric-pattern", r"e (?P<epoch>\d+) a (?P<acc>[\d.]+)", "--metric", "val_acc",
+      "--", "python", "{noise_rate}"], "--metric"),
+    (["--seeds", "2", "--", "python", "x.py"], r"the command never uses \{seed\}"),
+])
+def test_bad_command_sweeps_are_refused_before_ray_starts(argv, match, tmp_path):
+    from sweeps import run_command
+
+    storage = tmp_path / "runs"
+    with pytest.raises(UsageError, match=match):
+        run_command.main([*argv[:argv.index("--")], "--storage-path", str(storage), *argv[argv.index("--"):]])
+    assert not storage.exists()
+
+
+@pytest.mark.slow
+def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus, tmp_path, capsys):
+    """2 noise rates x 2 noise types x 2 seeds of a plain script at 0.5 logical GPU per trial; run again
+    with a third noise rate: only its 4 cells run, the 8 finished ones are reused."""
+    from sweeps import run_command
+
+    flags = ["--axis", "noise_type=sym,asym", "--seeds", "2", "--gpus-per-trial", "0.5", "--cpus-per-trial", "0.5",
+             "--storage-path", str(tmp_path), "--quiet"]
+    assert run_command.main(["--axis", "noise_rate=0.2,0.4", *flags, *RUN]) == 0
+    out = capsys.readouterr().out
+    experiment = tmp_path / "command"
+    trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
+    assert trials == sorted(f"{t}_{r}_seed{s}" for t in ("sym", "asym") for r in ("0.2", "0.4") for s in (0, 1))
+    for name in trials:
+        envs = [json.loads(p.read_text()) for p in (experiment / name / "work").glob("env_*.json")]
+        assert envs and envs[0]["RAYSWEEP_GPU_MEMORY_FRACTION"] == "0.45" and envs[0]["CUDA_VISIBLE_DEVICES"] in "0123"
+        assert envs[0]["RAYSWEEP_TRIAL_NAME"] == name
+        assert re.search(rf"^{name}:OUT \| \[GPU [0-3] \| pid \d+\] epoch=2 val_acc=", (experiment / name / "stdout").read_text(), re.M)
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["noise_rate"])
+    assert header.split() == ["noise_rate", "asym", "sym"]  # the table, laid out as the grid
+    assert (experiment / "report" / "report.md").exists()
+
+    assert run_command.main(["--axis", "noise_rate=0.2,0.4,0.6", *flags, *RUN]) == 0
+    out = capsys.readouterr().out
+    assert "4 to run, 8 reused" in out and "8 finished trial(s) reused" in out
+    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 12

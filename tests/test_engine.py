@@ -50,7 +50,7 @@ def test_comma_values_become_typed_axes_and_the_cross_product():
     cells = cli.grid_cells(axes, 10_000)
     assert len(cells) == 3 * 2 * 2 * 2 * 3 == 72
     assert len({json.dumps(c, sort_keys=True) for c in cells}) == 72
-    name = noise_grid.trial_namer(axes)
+    name = cli.trial_namer(axes)
     trial = types.SimpleNamespace(config={**cells[-1]})
     assert name(trial) == "sce_lr0.1_asym_0.4_seed2"  # every varying axis, readable
 
