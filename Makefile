@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	    $(PYTHON) -m venv --system-site-packages $(VENV); \
 	  else $(PYTHON) -m venv $(VENV); fi; fi
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==$(TORCH_VERSION)"
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install -e ".[dev,trackers]"
 	@touch $@
 
 sweep: install

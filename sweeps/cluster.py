@@ -1,16 +1,28 @@
 """Ray start-up for a sweep: a local Ray with a safe dashboard, or a connection to a cluster,
 and the checks that need the running cluster (can any node ever hold one trial?).
+
+Connecting to `--address HOST:PORT` is checked before `ray.init` so that a mistake is one line
+within seconds: nothing answering at the address, or a cluster that refuses this driver's
+authentication token (`connect_checks`). Left to Ray, both cost 20 s to minutes of retry lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sys
+import threading
 import time
 
 import ray
 
 from sweeps.cli import UsageError, check_dashboard_host
+
+CONNECT_TIMEOUT_S = 5.0  # the TCP probe of HOST:PORT, and again the GCS handshake: <= 10 s in all
+TOKEN_HELP = ("every node and every driver needs the same token: copy the head's token (`ray get-auth-token` there) "
+              "into ~/.ray/auth_token here or set RAY_AUTH_TOKEN, and set RAY_AUTH_MODE=token "
+              "(docs.ray.io/en/latest/ray-security/token-auth.html)")
 
 
 def secure_dashboard(host: str) -> None:
@@ -42,21 +54,151 @@ def secure_dashboard(host: str) -> None:
 def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False) -> None:
     """Start a local Ray (dashboard on `dashboard_host`) or connect to `address`; print the dashboard URL.
 
-    Trials' output is not copied to this console unless `log_to_driver`: it goes to each trial's
-    `stdout` / `stderr` files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
+    `address` (or, when None, the environment variable RAY_ADDRESS) names a running cluster:
+    `auto`, `HOST:PORT` of its head's GCS, or `ray://HOST:PORT` (Ray Client). A `HOST:PORT` is
+    checked first by `connect_checks` (token authentication, a probe of the port, the GCS
+    handshake). Trials' output is not copied to this console unless `log_to_driver`: it goes to
+    each trial's `stdout` / `stderr` files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
+    Raises:
+        UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token.
     """
     started = time.perf_counter()
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        connect_checks(address)  # also when Ray already runs here: a named address must answer
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(f"using the running Ray; dashboard: {ray.worker.get_dashboard_url() or 'not running'}", flush=True)
         return
     if address:
-        context = ray.init(address=address, log_to_driver=log_to_driver)
+        try:
+            context = ray.init(address=address, log_to_driver=log_to_driver)
+        except ConnectionError as e:  # after the checks, rare: e.g. the head died in between
+            raise UsageError(f"--address={address}: {str(e).splitlines()[0]}") from None
     else:
         secure_dashboard(dashboard_host)
         context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
                            log_to_driver=log_to_driver)
     url = context.dashboard_url
     print(f"Ray started in {time.perf_counter() - started:.1f} s; dashboard: " + (f"http://{url}" if url else "not running"), flush=True)
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a `HOST:PORT` or `[IPv6]:PORT` address; None for `auto`, `local` and `ray://...`.
+
+    Raises:
+        UsageError: neither of those forms, or a port outside 1..65535.
+    """
+    if address in ("auto", "local") or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--address={address!r} is not HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), "
+                         "'auto' or ray://HOST:PORT")
+    return host, int(port)
+
+
+def use_token_if_available() -> str:
+    """Turn on Ray's token authentication for this driver when a token is available and no mode was chosen.
+
+    Ray itself does so only for `address="auto"`, never for an explicit address (ray PR #64755;
+    docs.ray.io/en/latest/ray-security/token-auth.html), so a driver naming the head of a token
+    cluster would be refused. Ray looks for the token in RAY_AUTH_TOKEN, then the file named by
+    RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token; its own loader is asked, so the order is Ray's.
+    Returns:
+        The mode the driver will use: "token"; "disabled" (set so by RAY_AUTH_MODE); "no token"
+        (none found, whatever the mode); "" when this Ray has no token authentication.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR, _enable_token_auth
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:
+        return ""
+    loader = AuthenticationTokenLoader.instance()
+    loader.reset_cache()  # the environment may have changed since the last look (tests, notebooks)
+    if not loader.has_token(ignore_auth_mode=True):
+        return "disabled" if os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "disabled" else "no token"
+    if AUTH_MODE_ENV_VAR in os.environ:
+        return os.environ[AUTH_MODE_ENV_VAR].lower()
+    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as `auto` would
+    return "token"
+
+
+def connect_checks(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Before `ray.init(address=...)`: choose the token mode, probe the port, then try the GCS handshake.
+
+    Each step has its own deadline of `timeout_s` seconds, so a wrong address is reported within
+    about 2 * `timeout_s` instead of Ray's retry loop (20 s of retries for a refused token, minutes
+    for a closed port). `auto`, `local` and `ray://` addresses are left to Ray.
+    Raises:
+        UsageError: one line naming the address and what to do.
+    """
+    where = split_address(address)
+    if where is None:
+        return
+    host, port = where
+    mode = use_token_if_available()
+    if mode == "no token" and os.environ.get("RAY_AUTH_MODE", "").lower() == "token":  # Ray's C++ client would abort
+        raise UsageError(f"--address={address}: RAY_AUTH_MODE=token is set but there is no token in RAY_AUTH_TOKEN, "
+                         f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; {TOKEN_HELP}")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise UsageError(f"--address={address}: nothing answers at {host}:{port} ({reason}); start the head there "
+                         f"with `ray start --head --port {port}`, or check the host and the port") from None
+    error = gcs_handshake(f"{host}:{port}", timeout_s)
+    if error is None:
+        return
+    if type(error).__name__ == "AuthenticationError":
+        why = {"": "this Ray predates token authentication",
+               "disabled": "RAY_AUTH_MODE=disabled is set here",
+               "no token": "no token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
+               }.get(mode, "its token differs from the cluster's")
+        raise UsageError(f"--address={address}: the Ray cluster refused this driver's authentication ({why}); {TOKEN_HELP}")
+    raise UsageError(f"--address={address}: {host}:{port} answers but not as a Ray head's GCS port "
+                     f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+                     "give the port of `ray start --head --port` (default 6379)")
+
+
+def gcs_handshake(address: str, timeout_s: float) -> Exception | None:
+    """Open a GCS client to `HOST:PORT` as `ray.init` would; the error, or None when it connected.
+
+    Runs in a thread so that a port that answers but is not a GCS (Ray waits 40 s) is given up
+    after `timeout_s`; Ray's C++ warnings during the attempt go to /dev/null (our caller prints
+    one line instead).
+    """
+    from ray._raylet import GcsClient
+
+    outcome: dict = {}
+
+    def connect():
+        try:
+            GcsClient(address=address)
+        except Exception as e:  # AuthenticationError, RpcError (timed out) ...
+            outcome["error"] = e
+
+    with _stderr_silenced():
+        thread = threading.Thread(target=connect, daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+    if thread.is_alive():
+        return TimeoutError(f"no GCS handshake within {timeout_s:g} s")
+    return outcome.get("error")
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Point file descriptor 2 at /dev/null for the block (C++ logging writes there, not to sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def default_gpus_per_trial() -> float:

@@ -1,13 +1,15 @@
 """Choosing and packing GPUs for a sweep, before Ray starts: selection, busy GPUs, packing, storage.
 
 Plain functions; placement itself stays Ray's. The sweep script calls, in order:
-`parse_gpu_flags` (flags, before Ray), `choose_local_gpus` (NVML readings -> the GPUs Ray may use,
+`parse_gpu_flags` (flags, before Ray), `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
 exported as CUDA_VISIBLE_DEVICES before `ray.init`), then, with Ray up, `auto_gpus_per_trial`,
 `check_gpu_request` and `check_shared_storage`; after `Tuner.fit`, `oom_trials` and
 `next_fraction_after_oom` drive the re-queue of trials that ran out of GPU memory.
 
 Every NVML reading is a plain dict {"index", "name", "memory_total", "memory_free" (bytes),
 "utilization" (percent)}, so the logic is tested with recorded readings on machines without GPUs.
+GPUs are never invented: `--gpus` must name devices NVML (or torch) sees. Tests that need GPUs
+on a machine without them ask for logical ones with RAYSWEEP_LOGICAL_GPUS=N (`read_gpus`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is bus
 BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
 MAX_TRIALS_PER_GPU = 8  # `auto` packs at most 1/8 GPU per trial
 PROBE_MARGIN = 0.25  # `auto`: a trial's cap must exceed the probe's peak by 25 % (longer runs, eval spikes)
+LOGICAL_GPUS_ENV = "RAYSWEEP_LOGICAL_GPUS"  # for tests: N idle logical GPUs instead of the devices present
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
                        "fuse.sshfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "9p", "wekafs")
 
@@ -93,13 +96,54 @@ def read_nvml() -> list[dict] | None:
         pynvml.nvmlShutdown()
 
 
+def read_torch() -> list[dict] | None:
+    """One reading per CUDA device torch sees, when NVML is missing: memory and load unknown (None).
+
+    `torch.cuda.device_count()` does not initialise CUDA in this process (it asks NVML or the
+    driver), so the driver keeps no GPU memory. None when torch cannot be imported.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    return [{"index": i, "name": "CUDA device (no NVML: load unknown)", "memory_total": None, "memory_free": None,
+             "utilization": None} for i in range(torch.cuda.device_count())]
+
+
+def logical_readings(count: str) -> list[dict]:
+    """`count` idle logical GPUs (RAYSWEEP_LOGICAL_GPUS): Ray hands them out like real ones, nothing runs on them.
+
+    Raises:
+        UsageError: `count` is not a whole number >= 1.
+    """
+    if not count.isdigit() or int(count) < 1:
+        raise UsageError(f"{LOGICAL_GPUS_ENV}={count!r} must be a whole number >= 1 (logical GPUs, for tests)")
+    return [{"index": i, "name": f"logical GPU ({LOGICAL_GPUS_ENV})", "memory_total": 0, "memory_free": 0,
+             "utilization": 0.0} for i in range(int(count))]
+
+
+def read_gpus() -> list[dict] | None:
+    """The GPUs of this machine: logical ones when RAYSWEEP_LOGICAL_GPUS is set, else NVML's, else torch's.
+
+    Returns:
+        Readings as `read_nvml` (torch's have None for memory and load); None when neither NVML
+        nor torch can tell.
+    Raises:
+        UsageError: a bad RAYSWEEP_LOGICAL_GPUS.
+    """
+    if os.environ.get(LOGICAL_GPUS_ENV):
+        return logical_readings(os.environ[LOGICAL_GPUS_ENV])
+    readings = read_nvml()
+    return readings if readings is not None else read_torch()
+
+
 def busy_reason(reading: dict, min_free_fraction: float = BUSY_MIN_FREE_FRACTION,
                 max_utilization: float = BUSY_MAX_UTILIZATION) -> str | None:
-    """Why a GPU counts as busy ("3.1 of 80 GiB free", "97 % utilised"), or None when it is free."""
+    """Why a GPU counts as busy ("3.1 of 80 GiB free", "97 % utilised"), or None when it is free or unknown."""
     reasons = []
-    if reading["memory_free"] < min_free_fraction * reading["memory_total"]:
+    if reading["memory_free"] is not None and reading["memory_free"] < min_free_fraction * reading["memory_total"]:
         reasons.append(f"{reading['memory_free'] / 2**30:.1f} of {reading['memory_total'] / 2**30:.0f} GiB free")
-    if reading["utilization"] > max_utilization:
+    if reading["utilization"] is not None and reading["utilization"] > max_utilization:
         reasons.append(f"{reading['utilization']:.0f} % utilised")
     return ", ".join(reasons) or None
 
@@ -108,23 +152,30 @@ def select_gpus(readings: list[dict] | None, selection: list[int] | str | None) 
     """The GPUs a local sweep may use, and messages saying which were left out and why.
 
     Args:
-        readings: from `read_nvml()` (or recorded ones); None when NVML is unavailable.
+        readings: from `read_gpus()` (or recorded ones); None when neither NVML nor torch can
+            tell which GPUs exist.
         selection: None (every GPU that is not busy), "all" (every GPU), or indices from --gpus.
     Returns:
-        (indices, messages): indices None means "leave it to Ray" (no NVML and no --gpus list);
-        [] means no GPUs (CPU trials).
+        (indices, messages): indices None means "leave it to Ray" (nothing could be read and no
+        --gpus); [] means no GPUs (CPU trials).
     Raises:
-        UsageError: --gpus names a GPU this machine lacks, or every selected GPU is busy.
+        UsageError: --gpus names a GPU this machine lacks (or any GPU on a machine without one, or
+            where no GPU can be detected), or every selected GPU is busy.
     """
     if readings is None:
-        if isinstance(selection, list):
-            return selection, ["NVML is unavailable: busy GPUs were not checked"]
+        if selection is not None:
+            raise UsageError(f"--gpus={_flag(selection)}: no GPU can be detected here (neither NVML nor torch sees one); "
+                             f"drop --gpus (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)")
         return None, []
     present = [r["index"] for r in readings]
+    if selection is not None and not present:
+        raise UsageError(f"--gpus={_flag(selection)}: this machine has no GPU (NVML and torch see none); drop --gpus "
+                         f"for CPU trials (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)")
     if isinstance(selection, list):
         missing = [i for i in selection if i not in present]
         if missing:
-            raise UsageError(f"--gpus: GPU {missing[0]} does not exist; this machine has GPU(s) {present or 'none'}")
+            raise UsageError(f"--gpus: GPU {missing[0]} does not exist; this machine has GPU(s) "
+                             f"{', '.join(map(str, present))}")
     if selection == "all":
         return present, []
     wanted = [r for r in readings if selection is None or r["index"] in selection]
@@ -141,6 +192,10 @@ def select_gpus(readings: list[dict] | None, selection: list[int] | str | None) 
     return chosen, messages
 
 
+def _flag(selection: list[int] | str) -> str:
+    return selection if isinstance(selection, str) else ",".join(map(str, selection))
+
+
 def choose_local_gpus(selection: list[int] | str | None, address: str | None, readings: list[dict] | None = None) -> int | None:
     """Pick the GPUs of a local sweep and export them as CUDA_VISIBLE_DEVICES before `ray.init`.
 
@@ -148,20 +203,23 @@ def choose_local_gpus(selection: list[int] | str | None, address: str | None, re
     its share of exactly those (the trial sees the real indices, e.g. CUDA_VISIBLE_DEVICES=2).
     Returns:
         The number of GPUs to give `ray.init(num_gpus=...)`, or None to let Ray detect them
-        (a cluster via --address, or no NVML and no --gpus list).
+        (a cluster via --address or RAY_ADDRESS, or no GPU information and no --gpus).
+    Raises:
+        UsageError: from `select_gpus` and `read_gpus`.
     """
     import ray
 
-    if address:
+    if address or os.environ.get("RAY_ADDRESS"):
         return None
     if ray.is_initialized():  # a notebook or test started Ray: its GPUs are fixed
         if selection is not None:
             print(f"--gpus={selection} ignored: Ray is already running with its own GPUs", flush=True)
         return None
-    chosen, messages = select_gpus(read_nvml() if readings is None else readings, selection)
+    readings = read_gpus() if readings is None else readings
+    chosen, messages = select_gpus(readings, selection)
     for message in messages:
         print(message, flush=True)
-    if chosen is None:
+    if chosen is None or not readings:  # nothing detected, or no GPU at all: nothing to hide from Ray
         return None
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in chosen)
     if chosen:

@@ -34,42 +34,98 @@ RUNNING_LINES = 8  # running trials listed under each block; the rest are counte
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
 
 
+MLFLOW_DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
+TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
+
+
 def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
     """Flags for the console view and the optional experiment trackers."""
     parser.add_argument("--quiet", action="store_true", default=os.environ.get("RAYSWEEP_QUIET", "") not in ("", "0"),
                         help="no progress blocks, only errors and the final line (also: RAYSWEEP_QUIET=1)")
     parser.add_argument("--progress-every", type=float, default=15.0,
                         help="seconds between progress blocks on the console (default: 15)")
-    parser.add_argument("--mlflow-uri", default=None,
-                        help="also log every trial to MLflow at this tracking URI, e.g. file:./mlruns (needs mlflow)")
+    parser.add_argument("--mlflow-uri", nargs="?", const=MLFLOW_DEFAULT_URI, default=None,
+                        help=f"also log every trial to MLflow at this tracking URI: a database ({MLFLOW_DEFAULT_URI}, "
+                        f"the value when the flag is given alone) or a server (http://host:5000); needs the trackers extra")
     parser.add_argument("--wandb-project", default=None,
-                        help="also log every trial to this Weights & Biases project (needs wandb, and `wandb login`)")
+                        help="also log every trial to this Weights & Biases project (needs the trackers extra and "
+                        "`wandb login`, or WANDB_MODE=offline to write runs locally and `wandb sync` them later)")
 
 
 def monitoring_callbacks(args: argparse.Namespace) -> list[tune.Callback]:
     """The console progress callback, plus Ray's own MLflow / W&B logger callbacks when asked for.
 
-    Call before Ray starts: a missing tracker package is a user mistake.
+    Call before Ray starts: each tracker is set up here once (`check_mlflow`, `check_wandb`), so a
+    tracker that cannot work is one line and exit 2, not a traceback per trial.
     Raises:
-        UsageError: --progress-every not > 0, or --mlflow-uri / --wandb-project given without
-            the mlflow / wandb package installed.
+        UsageError: --progress-every not > 0, or a tracker that cannot be set up (package missing,
+            URI refused or unreachable, no W&B login).
     """
     if not args.progress_every > 0:
         raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
     callbacks: list[tune.Callback] = [SweepProgress(interval_s=args.progress_every, quiet=args.quiet)]
     if args.mlflow_uri:
-        if importlib.util.find_spec("mlflow") is None:
-            raise UsageError(f"--mlflow-uri={args.mlflow_uri!r} needs the mlflow package: pip install mlflow")
+        check_mlflow(args.mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
         callbacks.append(MLflowLoggerCallback(tracking_uri=args.mlflow_uri, experiment_name=args.name))
     if args.wandb_project:
-        if importlib.util.find_spec("wandb") is None:
-            raise UsageError(f"--wandb-project={args.wandb_project!r} needs the wandb package: pip install wandb")
+        check_wandb(args.wandb_project)
         from ray.air.integrations.wandb import WandbLoggerCallback
 
-        callbacks.append(WandbLoggerCallback(project=args.wandb_project, group=args.name))
+        # The logging actors run in Ray workers, whose environment is the cluster's, not this shell's:
+        # pass this shell's WANDB_MODE (offline, ...) to their `wandb.init` explicitly.
+        mode = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
+        callbacks.append(WandbLoggerCallback(project=args.wandb_project, group=args.name, **mode))
     return callbacks
+
+
+def check_mlflow(uri: str, timeout_s: float = 10.0) -> None:
+    """Open the MLflow tracking store at `uri` once (a sqlite database is created if missing).
+
+    One request (`MlflowClient.search_experiments`), no retries, `timeout_s` seconds for a server
+    (MLflow's own defaults retry for minutes). MLflow 3 refuses `file:` stores unless
+    MLFLOW_ALLOW_FILE_STORE=true: that refusal, like any other, comes back as one line.
+    Raises:
+        UsageError: mlflow missing, or the store refused or unreachable, naming the URI.
+    """
+    if importlib.util.find_spec("mlflow") is None:
+        raise UsageError(f"--mlflow-uri={uri!r} needs the mlflow package: {TRACKERS_INSTALL}")
+    from mlflow.tracking import MlflowClient
+
+    limits = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": f"{timeout_s:g}"}
+    saved = {k: os.environ.get(k) for k in limits}
+    os.environ.update(limits)
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as e:  # MlflowException and whatever the store's driver raises
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
+        raise UsageError(f"--mlflow-uri={uri!r}: MLflow cannot use this tracking store ({reason}); "
+                         f"give a database such as {MLFLOW_DEFAULT_URI} or a running server http://host:5000") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_wandb(project: str) -> None:
+    """W&B needs the package, and online a login; offline (WANDB_MODE=offline) it writes local run folders.
+
+    Raises:
+        UsageError: wandb missing, or online mode without credentials (`wandb.login(prompt=False)`
+            reads the API key from WANDB_API_KEY or ~/.netrc without asking).
+    """
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError(f"--wandb-project={project!r} needs the wandb package: {TRACKERS_INSTALL}")
+    if os.environ.get("WANDB_MODE", "online").lower() in ("offline", "disabled", "dryrun"):
+        return
+    import wandb
+
+    if not wandb.login(prompt=False):
+        raise UsageError(f"--wandb-project={project!r}: no W&B login here; run `wandb login`, set WANDB_API_KEY, "
+                         "or set WANDB_MODE=offline (runs are written locally; `wandb sync` uploads them later)")
 
 
 class SweepProgress(tune.Callback):

@@ -5,6 +5,7 @@ out-of-memory errors are injected, and Ray's logical GPUs stand in for devices.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,25 +56,80 @@ def test_gpu_list_restricts_and_all_overrides():
         gpus.select_gpus(READINGS, [1, 3])
 
 
-def test_without_nvml_selection_falls_back_cleanly():
+def test_without_gpu_information_selection_falls_back_cleanly():
     assert gpus.select_gpus(None, None) == (None, [])  # Ray detects GPUs (or none) itself
-    assert gpus.select_gpus(None, [0, 2]) == ([0, 2], ["NVML is unavailable: busy GPUs were not checked"])
-    assert gpus.select_gpus([], None) == ([], [])  # NVML but no GPU: CPU trials
+    assert gpus.select_gpus([], None) == ([], [])  # no GPU: CPU trials
     assert gpu.nvml_utilization_reader() is None or torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("readings,selection,match", [
+    (None, [0, 2], r"--gpus=0,2: no GPU can be detected here \(neither NVML nor torch sees one\)"),
+    ([], [0], r"--gpus=0: this machine has no GPU \(NVML and torch see none\); drop --gpus"),
+    ([], "all", r"--gpus=all: this machine has no GPU"),
+    (READINGS, [0, 7], r"--gpus: GPU 7 does not exist; this machine has GPU\(s\) 0, 1, 2, 3$"),
+])
+def test_gpus_are_never_invented(readings, selection, match):
+    with pytest.raises(UsageError, match=match):
+        gpus.select_gpus(readings, selection)
+
+
+def test_torch_readings_when_nvml_is_missing(monkeypatch):
+    """NVML missing: torch's device count decides what exists; load is unknown, so no GPU counts as busy."""
+    monkeypatch.setattr(gpus, "read_nvml", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    readings = gpus.read_gpus()
+    assert [r["index"] for r in readings] == [0, 1] and readings[0]["memory_free"] is None
+    assert gpus.select_gpus(readings, None) == ([0, 1], [])
+    with pytest.raises(UsageError, match=r"GPU 3 does not exist; this machine has GPU\(s\) 0, 1"):
+        gpus.select_gpus(readings, [1, 3])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert gpus.read_gpus() == []
+
+
+def test_logical_gpus_only_through_the_test_variable(monkeypatch):
+    monkeypatch.setattr(gpus, "read_nvml", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.delenv(gpus.LOGICAL_GPUS_ENV, raising=False)
+    assert gpus.read_gpus() == []
+    monkeypatch.setenv(gpus.LOGICAL_GPUS_ENV, "4")
+    assert [r["index"] for r in gpus.read_gpus()] == [0, 1, 2, 3]
+    assert gpus.select_gpus(gpus.read_gpus(), [1, 3]) == ([1, 3], [])  # idle: none is left out as busy
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv(gpus.LOGICAL_GPUS_ENV, bad)
+        with pytest.raises(UsageError, match=f"RAYSWEEP_LOGICAL_GPUS='{bad}' must be a whole number >= 1"):
+            gpus.read_gpus()
 
 
 def test_choose_local_gpus_exports_cuda_visible_devices(monkeypatch, capsys):
     import ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpus.choose_local_gpus(None, None, readings=READINGS) == 2
-    import os
-
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
     out = capsys.readouterr().out
     assert "leaving out busy GPU 1" in out and "GPUs for this sweep: 0,2" in out
     assert gpus.choose_local_gpus(None, "HEAD:6379", readings=READINGS) is None  # a cluster's GPUs are its own
+    monkeypatch.setenv("RAY_ADDRESS", "HEAD:6379")
+    assert gpus.choose_local_gpus(None, None, readings=READINGS) is None
+
+
+def test_choose_local_gpus_on_logical_gpus_and_on_none(monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "untouched")
+    monkeypatch.setattr(gpus, "read_nvml", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert gpus.choose_local_gpus(None, None) is None  # no GPU: Ray finds none itself
+    with pytest.raises(UsageError, match="this machine has no GPU"):
+        gpus.choose_local_gpus([0], None)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "untouched"
+    monkeypatch.setenv(gpus.LOGICAL_GPUS_ENV, "4")
+    assert gpus.choose_local_gpus([1, 3], None) == 2
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,3" and "GPUs for this sweep: 1,3" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags,match", [

@@ -128,9 +128,9 @@ def test_trial_log_line_names_trial_gpus_and_pid(monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv,match", [
     (["--progress-every", "0"], r"--progress-every=0.0 must be > 0 seconds"),
-    pytest.param(["--mlflow-uri", "file:./mlruns"], "needs the mlflow package: pip install mlflow",
+    pytest.param(["--mlflow-uri", "sqlite:///mlflow.db"], r"needs the mlflow package: pip install 'raysweep\[trackers\]'",
                  marks=pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed")),
-    pytest.param(["--wandb-project", "noise"], "needs the wandb package: pip install wandb",
+    pytest.param(["--wandb-project", "noise"], r"needs the wandb package: pip install 'raysweep\[trackers\]'",
                  marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")),
 ])
 def test_bad_monitoring_flags_are_refused_before_ray_starts(argv, match, tmp_path):

@@ -7,6 +7,7 @@ so eight trials over a 200 MB data set hold one copy, not eight.
 
 from __future__ import annotations
 
+import math
 import pickle
 import zipfile
 from pathlib import Path
@@ -33,24 +34,32 @@ def load_data(cfg) -> dict:
         (float32 per channel, from the training split), `name` and `key` (see `data_key`).
         Labels are clean: noise is applied per trial to the training labels only.
     Raises:
-        ValueError: missing or malformed data files, naming the path and what was expected.
+        ValueError: missing or malformed data files, naming the path and what was expected; data
+            no trial could learn from (`check_data`), naming the file and the count.
     """
     if cfg.dataset == "digits":
         x, y, x_test, y_test = _digits()
+        source = "digits (scikit-learn)"
     elif cfg.dataset == "cifar10":
         x, y, x_test, y_test = _cifar10(Path(cfg.data_root))
+        source = str(cfg.data_root)
     elif cfg.dataset == "npz":
         x, y, x_test, y_test = _npz(Path(cfg.data_root))
+        source = str(cfg.data_root)
     else:
         raise ValueError(f"dataset={cfg.dataset!r} is not one of digits, cifar10, npz")
+    check_data(source, x, y, x_test, y_test, cfg.val_fraction, None if x_test is not None else cfg.test_fraction)
 
-    if x_test is None:  # carve a test split out of the pool first
-        x, x_test, y, y_test = train_test_split(
-            x, y, test_size=cfg.test_fraction, stratify=y, random_state=cfg.data_seed
+    try:
+        if x_test is None:  # carve a test split out of the pool first
+            x, x_test, y, y_test = train_test_split(
+                x, y, test_size=cfg.test_fraction, stratify=y, random_state=cfg.data_seed
+            )
+        x_train, x_val, y_train, y_val = train_test_split(
+            x, y, test_size=cfg.val_fraction, stratify=y, random_state=cfg.data_seed
         )
-    x_train, x_val, y_train, y_val = train_test_split(
-        x, y, test_size=cfg.val_fraction, stratify=y, random_state=cfg.data_seed
-    )
+    except ValueError as e:  # a case check_data does not foresee: still name the file
+        raise ValueError(f"{source}: the stratified train/val/test split failed: {e}") from None
     num_classes = int(max(y.max(), y_test.max())) + 1
     mean, std = _channel_stats(x_train)
     return {
@@ -62,6 +71,66 @@ def load_data(cfg) -> dict:
         "num_classes": num_classes,
         "mean": mean, "std": std,
     }
+
+
+def check_data(source: str, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, y_test: np.ndarray | None,
+               val_fraction: float, test_fraction: float | None) -> None:
+    """Refuse data no sweep can learn from, before Ray starts: one message naming `source` and the count.
+
+    Checks, in order: finite features (NaN/inf make every trial diverge); labels 0..C-1 with every
+    class present in the training pool, and test labels among them; at least two classes; every
+    class large enough, and every split large enough, for the stratified splits of `load_data`
+    (scikit-learn's `train_test_split(stratify=...)` needs >= 2 samples per class and at least one
+    sample per class on each side; it rounds the held-out part up, `ceil(fraction * n)`).
+    Args:
+        source: the file or folder the data came from (named in every message).
+        x, y: the training pool (train + val, + test when `test_fraction` is given), (N, ...) and (N,).
+        x_test, y_test: a given test split, or None.
+        val_fraction: fraction of the pool held out for validation.
+        test_fraction: fraction carved out for testing first, or None when the test split is given.
+    Raises:
+        ValueError: naming `source`, the numbers that are wrong and the minimum needed.
+    """
+    for name, features in (("x", x), ("x_test", x_test)):
+        if features is not None and features.dtype.kind == "f" and (bad := int(np.size(features) - np.isfinite(features).sum())):
+            rows = int((~np.isfinite(features.reshape(len(features), -1))).any(axis=1).sum())
+            raise ValueError(f"{source}: {name} holds {bad} NaN/inf value(s) in {rows} of {len(features)} samples; "
+                             "remove or impute them (every trial would diverge)")
+    counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
+    if (missing := np.flatnonzero(counts == 0)).size:
+        raise ValueError(f"{source}: labels must be 0..C-1 but class(es) {missing.tolist()} of 0..{len(counts) - 1} "
+                         f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) as 0..{np.count_nonzero(counts) - 1}")
+    if len(counts) < 2:
+        raise ValueError(f"{source}: the training data has {len(counts)} class(es) ({len(y)} samples); "
+                         "classification needs at least 2")
+    if y_test is not None and len(y_test) and (y_test.min() < 0 or y_test.max() >= len(counts)):
+        raise ValueError(f"{source}: y_test has labels outside 0..{len(counts) - 1}, the classes of y "
+                         f"(min {int(y_test.min())}, max {int(y_test.max())})")
+    fractions = [("val", val_fraction)] if test_fraction is None else [("test", test_fraction), ("val", val_fraction)]
+    needed = _min_class_size([f for _, f in fractions])
+    if (small := {c: int(n) for c, n in enumerate(counts) if n < needed}):
+        raise ValueError(f"{source}: class sizes {small} (class: samples) are below the {needed} per class the stratified "
+                         f"{' and '.join(n for n, _ in fractions)} split(s) need; add samples or drop those classes")
+    pool = len(y)
+    for split, fraction in fractions:
+        held_out = math.ceil(fraction * pool)
+        if min(held_out, pool - held_out) < len(counts):
+            raise ValueError(f"{source}: {pool} samples split {fraction:g} for {split} give {held_out} / {pool - held_out}, "
+                             f"fewer than the {len(counts)} classes on one side; the data needs at least "
+                             f"{math.ceil(len(counts) / min(fraction, 1 - fraction))} samples for this split")
+        pool -= held_out
+
+
+def _min_class_size(fractions: list[float]) -> int:
+    """Smallest class that keeps >= 2 samples for each later stratified split: 2 for one split, more for two."""
+    n = 2
+    while True:
+        left = n
+        for fraction in fractions[:-1]:  # the held-out part is rounded up per class at worst
+            left -= math.ceil(fraction * left)
+        if left >= 2:
+            return n
+        n += 1
 
 
 def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,140 @@
+"""A real Ray cluster on this machine for tests: `ray start --block` processes the test owns.
+
+Each node is its own `ray start` process with its own `--temp-dir` and ports; the test stops
+exactly those processes by pid (never `ray stop`, which would end other people's Ray on this
+machine). HOME points into the test's folder, so the authentication token `ray start --head`
+finds (Ray 2.59+ turns token authentication on when ~/.ray/auth_token exists) is the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.25):
+    """Poll `condition()` until it returns something truthy; that value, or AssertionError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def token_env(home: Path) -> dict:
+    """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here), RAY_AUTH_MODE unset."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
+                                                            "RAY_AUTH_TOKEN_PATH")}
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    assert (home / ".ray" / "auth_token").is_file()
+    return env
+
+
+def start_node(folder: Path, env: dict, *, head_port: int | None = None, address: str | None = None,
+               node_ip: str | None = None, num_cpus: int = 1, num_gpus: int = 0, extra_env: dict | None = None,
+               timeout_s: float = 60) -> subprocess.Popen:
+    """Start one node (`head_port` for the head, else `address` of the head) and wait until it is up.
+
+    The node's Ray temp dir is a fresh short folder under /tmp (Unix socket paths must stay under
+    108 bytes, too short for pytest's tmp_path); `stop_node` removes it. `folder` gets the log.
+    Returns:
+        The `ray start --block` process (`.temp_dir` is its Ray temp dir); its children are the
+        node's raylet and the rest.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix="raysweep-node-")
+    cmd = [RAY, "start", "--block", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+           "--disable-usage-stats"]
+    if head_port is not None:
+        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false"]
+    else:
+        cmd += [f"--address={address}"]
+    if node_ip:
+        cmd += [f"--node-ip-address={node_ip}"]
+    log = folder / "ray_start.log"
+    proc = subprocess.Popen(cmd, env={**env, **(extra_env or {})}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its own process group: stopped as one, by its pid
+    proc.temp_dir = temp_dir
+    try:
+        wait_for(lambda: "block forever" in log.read_text() or proc.poll() is not None, timeout_s, f"ray start in {folder}")
+    except AssertionError:
+        stop_node(proc)
+        raise
+    assert proc.poll() is None, log.read_text()[-3000:]
+    return proc
+
+
+def raylet_pid(node: subprocess.Popen) -> int:
+    """The pid of the raylet that a `start_node` process runs (its direct child named `raylet`)."""
+    import psutil
+
+    return next(c.pid for c in psutil.Process(node.pid).children() if c.name() == "raylet")
+
+
+def stop_node(node: subprocess.Popen, timeout_s: float = 20) -> None:
+    """SIGTERM the node's process group (the `ray start` process and what it started), SIGKILL if it
+    lingers; then remove its temp dir."""
+    try:
+        os.killpg(node.pid, signal.SIGTERM)
+        node.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait(timeout_s)
+    except ProcessLookupError:  # the group is gone already
+        pass
+    shutil.rmtree(node.temp_dir, ignore_errors=True)
+
+
+def alive_nodes(address: str, env: dict) -> list[str]:
+    """Node IPs of the live nodes, asked from a separate Python (the test process keeps no Ray)."""
+    code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
+            "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))" % address)
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def ray_auth_restored():
+    """Undo what a test's connection checks did to this process's Ray authentication mode.
+
+    `sweeps.cluster.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
+    config, as a sweep's driver should; in the test process that would outlive the test and make
+    a later local `ray.init` use another token than its cluster's.
+    """
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HOME")
+    saved = {k: os.environ.get(k) for k in names}
+    yield
+    for key, value in saved.items():  # monkeypatch may have restored them already
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+    except ImportError:
+        return
+    AuthenticationTokenLoader.instance().reset_cache()
+    Config.initialize("")  # the mode as the restored environment says

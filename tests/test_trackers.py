@@ -1,0 +1,120 @@
+"""Experiment trackers for real: MLflow with a sqlite store and W&B offline, through `monitoring_callbacks`.
+
+The set-up checks run where the sweep runs them, before Ray starts. The logging tests run a tiny
+plain `Tuner` (a two-line trainable, not a sweep) with the callbacks `monitoring_callbacks` built,
+and read the runs back with the trackers' own APIs. Skipped where the `trackers` extra is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps import monitoring
+from sweeps.cli import UsageError
+
+needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)")
+needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
+
+
+def flags(**values) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    monitoring.add_monitoring_args(parser)
+    args = parser.parse_args([])
+    args.name = "trackers"
+    for key, value in values.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_mlflow_uri_alone_means_a_sqlite_database():
+    parser = argparse.ArgumentParser()
+    monitoring.add_monitoring_args(parser)
+    assert parser.parse_args(["--mlflow-uri"]).mlflow_uri == "sqlite:///mlflow.db"
+    assert parser.parse_args([]).mlflow_uri is None
+
+
+@pytest.mark.parametrize("module,kwargs,match", [
+    ("mlflow", {"mlflow_uri": "sqlite:///x.db"}, r"--mlflow-uri='sqlite:///x.db' needs the mlflow package: pip install 'raysweep\[trackers\]'"),
+    ("wandb", {"wandb_project": "noise"}, r"--wandb-project='noise' needs the wandb package"),
+])
+def test_a_missing_tracker_package_is_one_line(module, kwargs, match, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    with pytest.raises(UsageError, match=match):
+        monitoring.monitoring_callbacks(flags(**kwargs))
+
+
+@needs_mlflow
+@pytest.mark.parametrize("uri,match", [
+    ("file:./mlruns", r"--mlflow-uri='file:./mlruns': MLflow cannot use this tracking store \(.*filesystem tracking backend"),
+    ("http://127.0.0.1:9", r"--mlflow-uri='http://127.0.0.1:9': MLflow cannot use this tracking store \(API request"),
+    ("bogus://x", r"--mlflow-uri='bogus://x': MLflow cannot use this tracking store"),
+])
+def test_an_mlflow_store_that_cannot_work_is_one_line(uri, match, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(UsageError, match=match):
+        monitoring.monitoring_callbacks(flags(mlflow_uri=uri))
+    assert not (tmp_path / "mlruns").exists()
+
+
+@needs_wandb
+def test_wandb_online_without_a_login_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    with pytest.raises(UsageError, match=r"--wandb-project='noise': no W&B login here; .*WANDB_MODE=offline"):
+        monitoring.monitoring_callbacks(flags(wandb_project="noise"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert type(monitoring.monitoring_callbacks(flags(wandb_project="noise"))[-1]).__name__ == "WandbLoggerCallback"
+
+
+def tiny_tuner(callbacks: list, storage: Path):
+    """Two trials of a trainable that reports val/acc = x, then 2x: seconds, no data, no torch."""
+    from ray import tune
+
+    def trainable(config):
+        for step in (1, 2):
+            tune.report({"val/acc": config["x"] * step})
+            time.sleep(0.5)  # ~1 s trials: with Ray 2.60 the W&B callback lost the run of a trial ending at once
+
+    return tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space={"x": tune.grid_search([0.1, 0.2])},
+        run_config=tune.RunConfig(name="trackers", storage_path=str(storage), callbacks=callbacks, verbose=0),
+    )
+
+
+@needs_mlflow
+@pytest.mark.slow
+def test_mlflow_gets_one_run_per_trial_with_val_acc(ray_gpus, tmp_path):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    callbacks = monitoring.monitoring_callbacks(flags(mlflow_uri=uri, quiet=True))
+    results = tiny_tuner(callbacks, tmp_path / "runs").fit()
+    assert not results.errors
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["trackers"])
+    assert len(runs) == 2
+    assert sorted(runs["metrics.val/acc"]) == pytest.approx([0.2, 0.4])  # the last report of each trial
+    assert sorted(runs["params.x"]) == ["0.1", "0.2"]
+
+
+@needs_wandb
+@pytest.mark.slow
+def test_wandb_offline_writes_one_run_folder_per_trial(ray_gpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    callbacks = monitoring.monitoring_callbacks(flags(wandb_project="noise", quiet=True))
+    results = tiny_tuner(callbacks, tmp_path / "runs").fit()
+    assert not results.errors
+    run_dirs = sorted((tmp_path / "runs" / "trackers").glob("*/wandb/offline-run-*"))
+    assert len(run_dirs) == 2, sorted(str(p) for p in (tmp_path / "runs").rglob("*offline-run*"))
+    assert all(list(d.glob("*.wandb")) for d in run_dirs)  # each holds its run's records
