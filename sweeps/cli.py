@@ -28,6 +28,7 @@ from trainables.config import METRIC, MODE, TrainConfig, check_field
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
+MLFLOW_DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 
 
 class UsageError(ValueError):
@@ -350,9 +351,12 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
     watch.add_argument("--quiet", action="store_true", default=os.environ.get("RAYSWEEP_QUIET", "") not in ("", "0"),
                        help="no progress blocks, only errors and the final lines (also: RAYSWEEP_QUIET=1)")
     watch.add_argument("--progress-every", type=float, default=15.0, help="seconds between progress blocks (default: 15)")
-    watch.add_argument("--mlflow-uri", default=None, help="also log every trial to MLflow at this tracking URI, "
-                       "e.g. sqlite:///mlflow.db (needs mlflow)")
-    watch.add_argument("--wandb-project", default=None, help="also log every trial to this Weights & Biases project (needs wandb)")
+    watch.add_argument("--mlflow-uri", nargs="?", const=MLFLOW_DEFAULT_URI, default=None,
+                       help=f"also log every trial to MLflow at this tracking URI: a database ({MLFLOW_DEFAULT_URI}, "
+                       f"the value when the flag is given alone) or a server (http://host:5000); needs the trackers extra")
+    watch.add_argument("--wandb-project", default=None,
+                       help="also log every trial to this Weights & Biases project (needs the trackers extra and "
+                       "`wandb login`, or WANDB_MODE=offline to write runs locally and `wandb sync` them later)")
 
 
 def check_run_args(args: argparse.Namespace) -> None:
@@ -389,27 +393,29 @@ def check_run_args(args: argparse.Namespace) -> None:
 def probe_storage(experiment_dir: str) -> None:
     """Create the experiment folder and write and remove a probe file in it, before Ray starts.
 
-    `os.access` is not enough: read-only mounts, full disks, quotas and ACLs pass it. On failure
-    every folder this call created is removed again. URIs (s3://...) are left to Ray.
+    `os.access` is not enough: read-only mounts, full disks, quotas and ACLs pass it. The folders
+    this call creates are removed again, failure or not (Tune creates them when the sweep starts),
+    so a sweep refused later leaves nothing behind. URIs (s3://...) are left to Ray.
     Raises:
         UsageError: naming the path and the OS error.
     """
     if "://" in experiment_dir:
         return
     folder = Path(experiment_dir)
-    created = [p for p in [folder, *folder.parents] if not p.exists()]
+    created = [p for p in [folder, *folder.parents] if not p.exists()]  # innermost first
     probe = folder / ".raysweep_write_probe"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"probe")
         probe.unlink()
     except OSError as e:
-        for path in created:  # innermost first
+        raise UsageError(f"--storage-path: cannot write to {folder}: {e.strerror or e}") from None
+    finally:
+        for path in created:
             try:
                 path.rmdir()
             except OSError:
                 pass
-        raise UsageError(f"--storage-path: cannot write to {folder}: {e.strerror or e}") from None
 
 
 # --- searches (sweeps/lr_search.py, sweeps/pbt.py) ----------------------------------------

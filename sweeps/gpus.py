@@ -14,7 +14,6 @@ on a machine without them ask for logical ones with RAYSWEEP_LOGICAL_GPUS=N (`re
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -29,19 +28,6 @@ PROBE_MARGIN = 0.25  # `auto`: a trial's cap must exceed the probe's peak by 25 
 LOGICAL_GPUS_ENV = "RAYSWEEP_LOGICAL_GPUS"  # for tests: N idle logical GPUs instead of the devices present
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
                        "fuse.sshfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "9p", "wekafs")
-
-
-def add_gpu_args(parser: argparse.ArgumentParser) -> None:
-    """Flags for GPU selection and cluster storage (`--gpus-per-trial` is in `add_common_args`)."""
-    parser.add_argument(
-        "--gpus", default=None,
-        help="GPUs a local sweep may use: comma-separated indices such as 0,2 (busy ones are still left out), "
-        "or 'all' (every GPU, busy or not). Default: every GPU that is not busy",
-    )
-    parser.add_argument(
-        "--storage-is-shared", action="store_true",
-        help="trust that --storage-path is reachable from every node of a multi-node cluster (skips the file-system check)",
-    )
 
 
 def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str | None) -> tuple[list[int] | str | None, float | str | None]:

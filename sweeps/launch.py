@@ -28,7 +28,6 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from sweeps import resume
-from sweeps.cli import UsageError
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
     auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
@@ -73,15 +72,11 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage.
     """
     experiment_dir = f"{args.storage_path}/{args.name}"
-    try:
-        callbacks = monitoring_callbacks(args)  # before Ray: a tracker that cannot start is a usage error
-        init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
-        check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
-        gpus = gpus_per_trial(args, trainable)
-        check_resources(gpus, args.cpus_per_trial)
-    except UsageError:
-        _remove_if_empty(experiment_dir)  # the storage probe's folder: a refused sweep leaves nothing behind
-        raise
+    callbacks = monitoring_callbacks(args, metric, mode)  # before Ray: a tracker that cannot start is a usage error
+    init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
+    check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
+    gpus = gpus_per_trial(args, trainable)
+    check_resources(gpus, args.cpus_per_trial)
     concurrent = args.max_concurrent
     if gpus >= 2 and trainable.ddp:  # DDP drivers hold no resources: let no more start than the GPUs can hold
         concurrent = concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
@@ -232,10 +227,3 @@ def write_sweep_info(experiment_dir: str, info: dict) -> None:
     folder = Path(experiment_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "raysweep.json").write_text(json.dumps(info, indent=1))
-
-
-def _remove_if_empty(folder: str) -> None:
-    """Remove `folder` when it exists and is empty (local storage only)."""
-    path = Path(folder)
-    if "://" not in folder and path.is_dir() and not any(path.iterdir()):
-        path.rmdir()

@@ -27,33 +27,19 @@ from typing import TextIO
 
 from ray import tune
 
-from sweeps.cli import UsageError
+from sweeps.cli import MLFLOW_DEFAULT_URI, UsageError
 from trainables.config import METRIC, MODE
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
 
 
-MLFLOW_DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
 
 
-def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
-    """Flags for the console view and the optional experiment trackers."""
-    parser.add_argument("--quiet", action="store_true", default=os.environ.get("RAYSWEEP_QUIET", "") not in ("", "0"),
-                        help="no progress blocks, only errors and the final line (also: RAYSWEEP_QUIET=1)")
-    parser.add_argument("--progress-every", type=float, default=15.0,
-                        help="seconds between progress blocks on the console (default: 15)")
-    parser.add_argument("--mlflow-uri", nargs="?", const=MLFLOW_DEFAULT_URI, default=None,
-                        help=f"also log every trial to MLflow at this tracking URI: a database ({MLFLOW_DEFAULT_URI}, "
-                        f"the value when the flag is given alone) or a server (http://host:5000); needs the trackers extra")
-    parser.add_argument("--wandb-project", default=None,
-                        help="also log every trial to this Weights & Biases project (needs the trackers extra and "
-                        "`wandb login`, or WANDB_MODE=offline to write runs locally and `wandb sync` them later)")
-
-
-def monitoring_callbacks(args: argparse.Namespace) -> list[tune.Callback]:
-    """The console progress callback, plus Ray's own MLflow / W&B logger callbacks when asked for.
+def monitoring_callbacks(args: argparse.Namespace, metric: str = METRIC, mode: str = MODE) -> list[tune.Callback]:
+    """The console progress callback (best `metric` by `mode`), plus Ray's own MLflow / W&B logger
+    callbacks when asked for (flags of `sweeps/cli.py:add_run_args`).
 
     Call before Ray starts: each tracker is set up here once (`check_mlflow`, `check_wandb`), so a
     tracker that cannot work is one line and exit 2, not a traceback per trial.
@@ -63,7 +49,7 @@ def monitoring_callbacks(args: argparse.Namespace) -> list[tune.Callback]:
     """
     if not args.progress_every > 0:
         raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
-    callbacks: list[tune.Callback] = [SweepProgress(interval_s=args.progress_every, quiet=args.quiet)]
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=args.progress_every, quiet=args.quiet, metric=metric, mode=mode)]
     if args.mlflow_uri:
         check_mlflow(args.mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback

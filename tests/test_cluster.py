@@ -94,10 +94,6 @@ def trial_rows(experiment: Path) -> dict[str, list[dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="trainables/train.py writes noise.json into tune.get_context().get_trial_dir(), "
-                   "the driver's staging folder, which does not exist on another node: FileNotFoundError there. "
-                   "Passes when it writes into the trial's working directory (os.getcwd(), synced by "
-                   "SyncConfig(sync_artifacts=True)); drop this mark with that fix")
 def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
     """Head + second node (1 CPU each, so 1-CPU trials must spread), token auth, explicit address.
 

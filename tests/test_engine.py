@@ -89,12 +89,15 @@ def test_bad_axis_input_is_one_line_before_ray_starts(argv, match, tmp_path):
 
 def test_storage_probe_writes_and_removes_a_file_and_cleans_up_on_failure(tmp_path):
     cli.probe_storage(str(tmp_path / "a" / "b"))
-    assert (tmp_path / "a" / "b").is_dir() and list((tmp_path / "a" / "b").iterdir()) == []
+    assert not (tmp_path / "a").exists()  # created, written, and removed again
+    (tmp_path / "kept").mkdir()
+    cli.probe_storage(str(tmp_path / "kept" / "b"))
+    assert list((tmp_path / "kept").iterdir()) == []  # a folder that existed stays, what the probe made goes
     blocker = tmp_path / "file"  # a file where a folder must go: fails for root too (unlike modes)
     blocker.write_text("x")
     with pytest.raises(UsageError, match="cannot write to .*file/runs/x"):
         cli.probe_storage(str(blocker / "runs" / "x"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "file"]  # nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "kept"]  # nothing left behind
 
 
 def test_searches_refuse_axes_and_the_fields_they_search(tmp_path):

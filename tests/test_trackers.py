@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import monitoring
+from sweeps import cli, monitoring
 from sweeps.cli import UsageError
 
 needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)")
@@ -23,7 +23,7 @@ needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reas
 
 def flags(**values) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    monitoring.add_monitoring_args(parser)
+    cli.add_run_args(parser, name="trackers", grid=False)
     args = parser.parse_args([])
     args.name = "trackers"
     for key, value in values.items():
@@ -33,7 +33,7 @@ def flags(**values) -> argparse.Namespace:
 
 def test_mlflow_uri_alone_means_a_sqlite_database():
     parser = argparse.ArgumentParser()
-    monitoring.add_monitoring_args(parser)
+    cli.add_run_args(parser, name="trackers", grid=False)
     assert parser.parse_args(["--mlflow-uri"]).mlflow_uri == "sqlite:///mlflow.db"
     assert parser.parse_args([]).mlflow_uri is None
 

@@ -61,7 +61,7 @@ from pathlib import Path
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables import divergence
+from trainables import divergence, storage
 from trainables.command_parse import format_value, non_finite, parse_metrics_line, render
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for, trial_gpu_fraction
@@ -360,27 +360,8 @@ def _no_metrics_message(step_key: str, metric_pattern: str | None, metrics_file:
 
 
 def _trial_name_and_folder() -> tuple[str, Path]:
-    """Tune's name of the running trial and the folder that holds `{trial_dir}` and the metrics file.
-
-    That is the trial's folder on storage when storage is a local (or mounted network) file system:
-    it is the same for a retry and for `--resume`, on any node that mounts it. `get_trial_dir()` is a
-    staging folder named after the Ray session, which a resumed experiment does not see again, and
-    whose files Tune copies to storage (a second copy of the script's checkpoints). With remote
-    storage (s3://...) the staging folder is all there is: the script's own checkpoint then survives
-    retries on the same node only. Ray has no public API for the storage folder, hence the guarded
-    internal one.
-    """
+    """Tune's name of the running trial and the folder that holds `{trial_dir}` and the metrics file
+    (`trainables/storage.py:trial_folder`: the same for a retry and for `--resume`, on any node)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        context = tune.get_context()
-        name, staging = context.get_trial_name(), Path(context.get_trial_dir())
-    try:
-        import pyarrow.fs
-        from ray.train._internal.session import get_session
-
-        storage = get_session().storage
-        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
-            return name, Path(storage.trial_fs_path)
-    except Exception:  # another Ray version: the staging folder
-        pass
-    return name, staging
+        return tune.get_context().get_trial_name(), storage.trial_folder()

@@ -39,6 +39,7 @@ from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utili
 from trainables.logs import log_epoch, trial_logger
 from trainables.noise import add_label_noise, transition_matrix
 from trainables.seeds import apply_hyperparameters, seed_mean
+from trainables.storage import trial_folder, trial_storage_dir
 from trainables.train import noise_seed, train_epochs
 
 CONFUSION_FILE = "confusion.json"
@@ -144,8 +145,7 @@ def start_trial(cfg: TrainConfig, data: dict) -> Path | None:
     Outside Tune: None, nothing written."""
     if _tune_trial_name() is None:
         return None
-    trial_dir = Path(tune.get_context().get_trial_dir())
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_dir = trial_folder()  # on storage: every node of a cluster, every retry and --resume see it
     (trial_dir / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)}))
     write_noise_summary(cfg, data, trial_dir)
     return trial_dir
@@ -217,17 +217,8 @@ def _load_checkpoint(checkpoint: Checkpoint | None) -> dict | None:
 
     On local storage every `checkpoint_*` folder of the trial is a candidate, so a torn latest
     checkpoint falls back to an earlier one and a stale experiment state never costs an epoch.
-    Ray has no public API for the trial's storage folder, hence the guarded internal one.
     """
-    try:
-        import pyarrow.fs
-        from ray.train._internal.session import get_session
-
-        storage = get_session().storage
-        local = isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
-        trial_dir = storage.trial_fs_path if local else None
-    except Exception:  # another Ray version: Tune's checkpoint alone
-        trial_dir = None
+    trial_dir = trial_storage_dir()
     if trial_dir is not None or checkpoint is None:
         return load_latest_state(checkpoint.path if checkpoint else None, trial_dir)
     with checkpoint.as_directory() as folder:  # remote storage: Tune's checkpoint, downloaded
