@@ -6,6 +6,8 @@ Run:
     python sweeps/lr_search.py --noise-type asym --noise-rate 0.4 --repeat 3 --num-samples 60 \\
         --lr-range 1e-3,0.5 --losses ce,gce,sce --batch-sizes 64,128 --gpus-per-trial 0.25
     python sweeps/lr_search.py --resume                         # continue an interrupted search
+    python sweeps/lr_search.py --losses ce --metric val_acc -- python train.py --lr {lr} --wd {weight_decay} \\
+        --batch-size {batch_size} --out {trial_dir}             # search your own script's flags
 
 For a fixed data set / noise type / noise rate, searches the learning rate (log scale), weight
 decay (log scale), batch size and loss (`ce`; `gce` with its q; `sce` with its alpha and beta)
@@ -35,6 +37,7 @@ SEARCHED_LOSSES = ("ce", "gce", "sce")
 
 
 def parse_args(argv: list[str]):
+    argv, template = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = cli.ArgumentParser(prog="sweeps/lr_search.py", description=__doc__.split("\n\n")[0])
     cli.add_search_args(parser, num_samples=20, num_samples_help="configurations TPE proposes")
     parser.add_argument("--losses", default="ce,gce,sce", help="losses to search over, of ce, gce, sce (default: all three)")
@@ -45,6 +48,9 @@ def parse_args(argv: list[str]):
     parser.add_argument("--grace-period", type=int, default=None, help="epochs before ASHA may stop a trial (default: 2; 1 with --smoke-test)")
     parser.add_argument("--reduction-factor", type=float, default=3.0, help="ASHA keeps the top 1/F at each rung, F > 1 (default: 3)")
     parser.add_argument("--search-seed", type=int, default=0, help="seed of the TPE sampler (default: 0)")
+    parser.add_argument("--metric", default=None, help="with a command after --: the metric it prints that TPE and "
+                        "ASHA optimise (default: val_acc); the built-in trainable always uses val/acc")
+    parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
     cli.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
     cli.add_run_args(parser, name=NAME, grid=False)
     args = parser.parse_args(argv)
@@ -76,10 +82,41 @@ def parse_args(argv: list[str]):
         args.fixed.setdefault("epochs", cli.SMOKE_TEST_EPOCHS)
         args.num_samples = min(args.num_samples, 4)
     epochs = cli.epochs_of(args.fixed)
+    args.template = template
+    check_command(args)
     args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
     if args.grace_period > epochs:
         raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
     return args
+
+
+def check_command(args) -> None:
+    """With a command after `--` (your own script, `trainables/command.py`): its placeholders must be
+    searched or fixed options, and the program must exist; `--repeat` is the built-in trainable's.
+
+    Raises:
+        UsageError: one line naming the placeholder, the program or the flag.
+    """
+    if not args.template:
+        if args.metric not in (None, cli.METRIC):
+            raise UsageError(f"--metric={args.metric}: the built-in trainable is ranked by {cli.METRIC}; "
+                             "--metric names what a command after -- prints")
+        args.metric, args.mode = cli.METRIC, cli.MODE
+        return
+    from sweeps import command_template
+
+    args.metric = args.metric or "val_acc"
+    if args.repeat != 1:
+        raise UsageError("--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
+                         "(sweeps/run_command.py --seeds)")
+    known = set(SEARCHED) | set(args.fixed)
+    unknown = sorted(command_template.placeholders(args.template) - known - set(command_template.BUILTIN_PLACEHOLDERS))
+    if unknown:
+        raise UsageError(f"command: placeholder {{{unknown[0]}}} is neither searched nor fixed; use one of "
+                         + ", ".join(f"{{{k}}}" for k in sorted(known)) + ", {trial_dir}, {trial_name}")
+    used = {k: [0] for k in command_template.placeholders(args.template) if k in known}
+    command_template.check_template(args.template, used, seeds=False)
+    command_template.check_metric_producible(args.metric, None, "epoch")
 
 
 def search_space(trial: optuna.Trial, bounds: dict) -> None:
@@ -127,6 +164,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
 
+    from ray.tune import CheckpointConfig
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
@@ -139,14 +177,20 @@ def main(argv: list[str]) -> int:
           f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}", flush=True)
 
     trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
+    if args.template:  # your own script: the searched values reach it through its {placeholders}
+        from trainables.command import train_command
+
+        trainable = Trainable(train_command, {"template": args.template, "cwd": os.getcwd()})
     code, rounds = launch(
         args, trainable,
         param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
-        search_alg=OptunaSearch(functools.partial(search_space, bounds=bounds), metric=cli.METRIC, mode=cli.MODE,
+        search_alg=OptunaSearch(functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode,
                                 seed=args.search_seed),
         scheduler=ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
                                 grace_period=args.grace_period, reduction_factor=args.reduction_factor),
-        num_samples=args.num_samples, trial_name=trial_name, settings=settings,
+        num_samples=args.num_samples, trial_name=trial_name, settings=settings, metric=args.metric, mode=args.mode,
+        test_metric=args.metric if args.template else "test/acc",
+        checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
     )
     df = rounds[0].get_dataframe()
     if len(df):
@@ -154,7 +198,7 @@ def main(argv: list[str]) -> int:
         df["trial"] = df["trial_id"].map(names)
         stopped = int((df["training_iteration"] < cfg.epochs).sum())
         print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, epochs=cfg.epochs).to_string(index=False))
+        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=cfg.epochs).to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
     return code

@@ -411,3 +411,27 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
     out = capsys.readouterr().out
     assert "4 to run, 8 reused" in out and "8 finished trial(s) reused" in out
     assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 12
+
+
+@pytest.mark.slow
+def test_lr_search_sweeps_a_command_with_optuna_and_asha(ray_gpus, tmp_path, capsys):
+    """The search's proposals reach a plain script through its placeholders; TPE and ASHA read the
+    metric it prints."""
+    from sweeps import lr_search
+
+    code = lr_search.main(["--losses", "ce", "--lr-range", "0.05,0.6", "--num-samples", "3", "--epochs", "3",
+                           "--grace-period", "1", "--max-concurrent", "2", "--gpus-per-trial", "0", "--quiet",
+                           "--storage-path", str(tmp_path), "--", sys.executable, "tests/scripts/train_script.py",
+                           "--noise-rate", "{lr}", "--seed", "0", "--out", "{trial_dir}", "--epochs", "3"])
+    out = capsys.readouterr().out
+    assert code == 0
+    trials = sorted(p for p in (tmp_path / "lr_search").iterdir() if (p / "result.json").exists())
+    assert len(trials) == 3
+    for trial in trials:
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+        config = json.loads((trial / "params.json").read_text())
+        env = json.loads(next((trial / "work").glob("env_*.json")).read_text())
+        assert float(env["RAYSWEEP_LR"]) == pytest.approx(config["lr"], rel=1e-9)  # the search's proposal ...
+        assert env["argv"][0] == "--noise-rate" and float(env["argv"][1]) == pytest.approx(config["lr"], rel=1e-9)  # ... in the command
+        assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)) and all("val_acc" in r for r in rows)
+    assert "of 3 trials ran; ASHA stopped" in out
