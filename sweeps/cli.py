@@ -27,6 +27,7 @@ from pathlib import Path
 from trainables.config import METRIC, MODE, TrainConfig, check_field
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
+MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
 MLFLOW_DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 
@@ -340,7 +341,7 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         res.add_argument("--seeds", type=int, default=None, help="seeds per configuration: an axis 0..N-1 (default: 1, or --seed)")
         res.add_argument("--max-trials", type=int, default=MAX_TRIALS, help=f"refuse a grid of more trials (default: {MAX_TRIALS:,})")
     faults = parser.add_argument_group("failures, resuming and extending")
-    faults.add_argument("--max-failures", type=int, default=None, help="retries of a failed trial, each from its latest checkpoint (default: 2)")
+    faults.add_argument("--max-failures", type=int, default=None, help=f"retries of a failed trial, each from its latest checkpoint (default: {MAX_FAILURES})")
     faults.add_argument("--fail-fast", action="store_true", help="stop the whole sweep at the first trial error")
     faults.add_argument("--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)")
     if grid:
@@ -383,7 +384,7 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
     if args.fail_fast and args.max_failures:
         raise UsageError(f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them")
-    args.max_failures = 0 if args.fail_fast else (2 if args.max_failures is None else args.max_failures)
+    args.max_failures = 0 if args.fail_fast else (MAX_FAILURES if args.max_failures is None else args.max_failures)
     if getattr(args, "retry_errored", False) and not args.resume:
         raise UsageError("--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)")
     if args.resume and not getattr(args, "skip_existing", True):

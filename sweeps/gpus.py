@@ -317,50 +317,10 @@ def oom_trials(results) -> list[dict]:
 
 
 def requeued_trial_paths(rounds: list) -> set[str]:
-    """Trial folders of the GPU out-of-memory failures that a later round of `rerun_oom_trials` re-ran."""
+    """Trial folders of the GPU out-of-memory failures that a later round of `sweeps/launch.py:rerun_oom_trials` re-ran."""
     from trainables.gpu import is_gpu_oom
 
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}
-
-
-def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config, trial_name) -> list:
-    """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
-
-    Each round is a new `Tuner` over exactly the failed configs (`BasicVariantGenerator`'s
-    `points_to_evaluate`), written next to the first experiment as `<name>_oom_gpu<share>`; the
-    trials start afresh, Ray places them as usual.
-    Args:
-        results: the first `ResultGrid`.
-        trainable_for: share -> the trainable wrapped in `tune.with_resources` for that share.
-        gpus_per_trial: the share the first round ran with.
-        run_config: the first round's `RunConfig`; each round copies it under a new name.
-        trial_name: the `trial_name_creator` of the first round.
-    Returns:
-        [results, round 1, round 2, ...]: every `ResultGrid`, first included.
-    """
-    import dataclasses
-
-    from ray.tune import TuneConfig, Tuner
-    from ray.tune.search import BasicVariantGenerator
-
-    from trainables.config import METRIC, MODE
-
-    rounds = [results]
-    share = gpus_per_trial
-    while (configs := oom_trials(rounds[-1])) and (share := next_fraction_after_oom(share)) is not None:
-        print(f"{len(configs)} trial(s) ran out of GPU memory: re-queued with {share:g} GPU each", flush=True)
-        rounds.append(Tuner(
-            trainable_for(share),
-            param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
-            tune_config=TuneConfig(metric=METRIC, mode=MODE, num_samples=len(configs),
-                                   search_alg=BasicVariantGenerator(points_to_evaluate=configs),
-                                   trial_name_creator=trial_name, trial_dirname_creator=trial_name),
-            run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
-        ).fit())
-    if configs := oom_trials(rounds[-1]):
-        print(f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
-              "--gpus-per-trial 2 (data-parallel)", file=sys.stderr)
-    return rounds
 
 
 def next_fraction_after_oom(gpus_per_trial: float) -> float | None:

@@ -28,6 +28,7 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from sweeps import resume
+from sweeps.cli import MAX_FAILURES
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
     auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
@@ -148,7 +149,7 @@ def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
     return TuneConfig(**(settings | overrides))
 
 
-def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: bool = False, callbacks: list | None = None,
+def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, fail_fast: bool = False, callbacks: list | None = None,
                      metric: str = METRIC, mode: str = MODE, checkpoint_config: CheckpointConfig | None = None,
                      **overrides) -> RunConfig:
     """The `RunConfig` every sweep starts from.
