@@ -146,8 +146,12 @@ def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = 
     Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/` column that varies (prefix dropped), `epochs` (with
     `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
     as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
+    Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an
+    empty table.
     """
-    ranked = df.sort_values(metric, ascending=(mode == "min")).head(k)
+    if metric not in df:
+        return pd.DataFrame(columns=["trial", metric])
+    ranked = df[df[metric].notna()].sort_values(metric, ascending=(mode == "min")).head(k)
     out = pd.DataFrame(index=ranked.index)
     name_col = next((c for c in ("trial", "logdir", "trial_id") if c in ranked), None)
     if name_col == "logdir":
@@ -161,7 +165,7 @@ def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = 
         out["epochs"] = ranked["training_iteration"].astype(int).astype(str)
         if epochs is not None:
             out["epochs"] += np.where(ranked["training_iteration"] < epochs, " (stopped)", "")
-    seeds = ranked["num_seeds"].astype(int) if "num_seeds" in ranked else pd.Series(1, index=ranked.index)
+    seeds = ranked["num_seeds"].fillna(1).astype(int) if "num_seeds" in ranked else pd.Series(1, index=ranked.index)
     out["n_seeds"] = seeds
     ci = ranked[f"{metric}_ci95"] if f"{metric}_ci95" in ranked else pd.Series(np.nan, index=ranked.index)
     out[metric] = [f"{m:.3f}" + (f" ± {c:.3f}" if n > 1 and not math.isnan(c) else "")

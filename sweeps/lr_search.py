@@ -138,6 +138,21 @@ def search_space(trial: optuna.Trial, bounds: dict) -> None:
         trial.suggest_float("sce_beta", *bounds["sce_beta"], log=True)
 
 
+def skip_results_without(searcher_class, metric_name: str):
+    """`searcher_class` (Tune's `OptunaSearch`) told only of results that hold the metric.
+
+    A diverged trial's last report has no metric, so that schedulers skip it; Tune's
+    `OptunaSearch.on_trial_result` indexes `result[metric]` and would crash the whole search on it
+    (a KeyError in the driver). Its `on_trial_complete` already records such a trial as pruned.
+    """
+    class Searcher(searcher_class):
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if metric_name in result:
+                super().on_trial_result(trial_id, result)
+    Searcher.__name__ = Searcher.__qualname__ = searcher_class.__name__
+    return Searcher
+
+
 def trial_name(trial) -> str:
     """`lr_search_00003_gce_lr0.012`: the trial's number in the search, its loss and learning rate."""
     number = int(trial.experiment_tag.split("_")[0])  # Tune's running count of created trials
@@ -184,8 +199,8 @@ def main(argv: list[str]) -> int:
     code, rounds = launch(
         args, trainable,
         param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
-        search_alg=OptunaSearch(functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode,
-                                seed=args.search_seed),
+        search_alg=skip_results_without(OptunaSearch, args.metric)(
+            functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed),
         scheduler=ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
                                 grace_period=args.grace_period, reduction_factor=args.reduction_factor),
         num_samples=args.num_samples, trial_name=trial_name, settings=settings, metric=args.metric, mode=args.mode,

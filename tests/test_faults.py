@@ -4,6 +4,7 @@ checkpoints, extending a finished grid, bad flags, and the dashboard's bind addr
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -245,7 +246,7 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> t
     def read():
         for line in proc.stdout:
             lines.append(line)
-            if not fit_started and ("starting noise_grid:" in line or "resuming noise_grid:" in line):
+            if not fit_started and re.search(r"(starting|resuming) \S+: \d", line):  # the launcher's first line with Ray up
                 fit_started.append(time.perf_counter())
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
