@@ -37,6 +37,9 @@ from sweeps.monitoring import monitoring_callbacks
 from trainables.config import METRIC, MODE
 
 
+ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) reach storage at most this late
+
+
 @dataclasses.dataclass
 class Trainable:
     """What each trial runs: `function(config, **params)` (Tune's Function API), the same function
@@ -156,6 +159,11 @@ def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: 
     `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
     sweep); files trials write (noise.json, logs) synced to storage; each trial's stdout/stderr
     in files in its folder; our progress `callbacks` instead of Tune's tables (verbose=0).
+
+    Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
+    when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
+    makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
+    critical path every epoch (benchmarks/trainable_overhead.py).
     """
     settings = {
         "name": name,
@@ -163,7 +171,7 @@ def sweep_run_config(name: str, storage_path, max_failures: int = 2, fail_fast: 
         "checkpoint_config": checkpoint_config or CheckpointConfig(
             num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
         "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
-        "sync_config": SyncConfig(sync_artifacts=True),
+        "sync_config": SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S),
         "log_to_file": True,
         "callbacks": callbacks,
         "verbose": 0,
