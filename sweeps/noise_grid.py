@@ -75,7 +75,6 @@ def main(argv: list[str]) -> int:
     from sweeps import resume
     from sweeps.launch import Trainable, launch
     from trainables import load_data, parse_config, train_classifier
-    from trainables.ddp import train_classifier_ddp
 
     try:  # every cell is checked and the data loaded once, before Ray starts anything
         configs = [parse_config(cell) for cell in cells]
@@ -99,7 +98,10 @@ def main(argv: list[str]) -> int:
     if len(todo) < len(cells):  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
         param_space = {k: tune.choice(v) if len(v) > 1 else v[0] for k, v in axes.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
-    trainable = Trainable(train_classifier, {"data": data}, ddp=train_classifier_ddp, probe_config=configs[0])
+    ddp = None
+    if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
+        from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
+    trainable = Trainable(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
     code, rounds = launch(args, trainable, param_space=param_space, search_alg=search_alg,
                           num_samples=len(todo) if search_alg else 1, trial_name=trial_namer(axes), reused=reused)
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
