@@ -35,7 +35,8 @@ from sweeps.gpus import (
     requeued_trial_paths,
 )
 from sweeps.monitoring import monitoring_callbacks
-from trainables.config import METRIC, MODE
+from sweeps.cli import epochs_of
+from trainables.config import METRIC, MODE, TrainConfig
 
 
 ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) reach storage at most this late
@@ -139,6 +140,28 @@ def with_resources(trainable: Trainable, gpus: float, cpus: float, experiment_di
             trainable.ddp, **trainable.params, num_workers=int(gpus), cpus_per_worker=cpus,
             experiment_path=experiment_dir), {"cpu": 0.01})  # Tune needs some resource
     return tune.with_resources(tune.with_parameters(trainable.function, **trainable.params), {"cpu": cpus, "gpu": gpus})
+
+
+# Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
+# cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
+# an estimate (about 10x the cnn's FLOPs per sample). Only the order these give matters.
+MODEL_EPOCH_COST = {"mlp": 1.0, "cnn": 12.0, "resnet18": 120.0}
+
+
+def expected_cost(config: dict) -> float:
+    """Relative cost of a trial of `config`: epochs x its model's `MODEL_EPOCH_COST` (unknown models: 1)."""
+    return epochs_of(config) * MODEL_EPOCH_COST.get(config.get("model", TrainConfig.model), 1.0)
+
+
+def longest_first(points: list[dict], cost=expected_cost) -> list[dict]:
+    """`points` ordered by decreasing `cost(point)`; equal costs keep their order.
+
+    Tune's `BasicVariantGenerator` starts `points_to_evaluate` in the order given. Starting the
+    longest trials first (Graham's LPT rule, "Bounds on multiprocessing timing anomalies", 1969)
+    leaves short trials to fill the slots at the end, instead of one long trial running alone
+    while the other slots idle (benchmarks/sweep_efficiency.py).
+    """
+    return sorted(points, key=cost, reverse=True)
 
 
 def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:

@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     from ray.tune.search import BasicVariantGenerator
 
     from sweeps import resume
-    from sweeps.launch import Trainable, launch
+    from sweeps.launch import Trainable, launch, longest_first
     from trainables import load_data, parse_config, train_classifier
 
     try:  # every cell is checked and the data loaded once, before Ray starts anything
@@ -92,10 +92,12 @@ def main(argv: list[str]) -> int:
     print(f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
           f"{len(data['y_test'])} test); {len(todo)} to run, {len(reused)} reused", flush=True)
 
-    # The search space: a grid over every axis; when extending a grid, only the missing cells.
+    # The search space: a grid over every axis; when extending a grid, only the missing cells; when
+    # trials differ in length (epochs, model), the cells longest first (`launch.longest_first`).
     param_space = {k: tune.grid_search(v) if len(v) > 1 else v[0] for k, v in axes.items()}
     search_alg = None
-    if len(todo) < len(cells):  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
+    todo = longest_first(todo)
+    if todo != cells:  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
         param_space = {k: tune.choice(v) if len(v) > 1 else v[0] for k, v in axes.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
     ddp = None
