@@ -39,7 +39,7 @@ from sweeps.cli import epochs_of
 from trainables.config import METRIC, MODE, TrainConfig
 
 
-ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) reach storage at most this late
+ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy
 
 
 @dataclasses.dataclass
