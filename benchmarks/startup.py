@@ -4,6 +4,7 @@ Run:
     python benchmarks/startup.py             # default 12-trial grid and --smoke-test, 3 fresh processes each
     python benchmarks/startup.py --quick     # --smoke-test and --help, 1 process each (CI)
     python benchmarks/startup.py --json out.json
+    python benchmarks/startup.py --sweep /tmp/old/sweeps/noise_grid.py   # time another checkout's sweep
 
 Each sweep runs as a fresh process (`PYTHONUNBUFFERED=1`, storage in a new temporary folder, so
 nothing is reused); this process reads its stdout line by line and stamps each milestone, in
@@ -52,7 +53,7 @@ def milestone_of(line: str) -> str | None:
     return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)
 
 
-def time_sweep(flags: list[str]) -> dict[str, float]:
+def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
     """Run one sweep in a fresh process; return milestone -> seconds since it started.
 
     Raises:
@@ -62,8 +63,8 @@ def time_sweep(flags: list[str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as storage:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         t0 = time.perf_counter()
-        proc = subprocess.Popen(SWEEP + flags + ["--storage-path", storage], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+        proc = subprocess.Popen(sweep + flags + ["--storage-path", storage], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=Path(sweep[-1]).parents[1])
         reader = threading.Thread(target=lambda: [lines.put((time.perf_counter(), s)) for s in proc.stdout], daemon=True)
         reader.start()
         stamps, output, experiment = {}, [], Path(storage) / "noise_grid"
@@ -84,10 +85,10 @@ def time_sweep(flags: list[str]) -> dict[str, float]:
     return {name: stamps[name] for name in MILESTONES}
 
 
-def time_help() -> float:
+def time_help(sweep: list[str] = SWEEP) -> float:
     """Seconds from start to exit of `noise_grid.py --help` in a fresh process."""
     t0 = time.perf_counter()
-    subprocess.run(SWEEP + ["--help"], stdout=subprocess.DEVNULL, check=True, cwd=ROOT)
+    subprocess.run(sweep + ["--help"], stdout=subprocess.DEVNULL, check=True, cwd=Path(sweep[-1]).parents[1])
     return time.perf_counter() - t0
 
 
@@ -121,18 +122,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="--smoke-test only, 1 repetition")
     parser.add_argument("--repeats", type=int, default=None, help="fresh processes per form (default 3; 1 with --quick)")
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    parser.add_argument("--sweep", default=SWEEP[-1], help="the noise_grid.py to time (default: this checkout's)")
     args = parser.parse_args()
+    sweep = [sys.executable, str(Path(args.sweep).resolve())]
     repeats = args.repeats or (1 if args.quick else 3)
     forms = {"smoke": FORMS["smoke"]} if args.quick else FORMS
     runs: dict[str, list[dict]] = {form: [] for form in forms}
     helps = []
     for _ in range(repeats):  # interleaved: drifts of the shared machine hit every form alike
-        helps.append(time_help())
+        helps.append(time_help(sweep))
         for form, flags in forms.items():
-            runs[form].append(time_sweep(flags))
+            runs[form].append(time_sweep(flags, sweep))
     report = {
         "help_s": median_range(helps), "help_runs": helps, "repeats": repeats, "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
+        "load_average": os.getloadavg(), "sweep": sweep[-1],
         "forms": {form: {"flags": forms[form], "runs": runs[form],
                          "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES}}
                   for form in forms},
