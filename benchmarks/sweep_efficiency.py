@@ -15,7 +15,10 @@ each scheme runs in a fresh process. Definitions (per run):
     per_trial_overhead_s = mean over trials of (time in trial - its work) + mean idle gap between
                           consecutive trials on the same slot (the tail after the last trial is
                           not overhead: it is what heterogeneous lengths cost any scheduler)
-The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
+raysweep's scheme is what `sweeps/launch.py` sets up (actor reuse, checkpoints kept, trial files
+synced in the background) with the trials in the order `launch.longest_first` gives (the sweeps
+order by epochs x model; here the cost is the known duration). Tune's defaults run the grid in
+the order given. The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
 the next batch starts when the slowest of the four ends.
 """
 
@@ -67,17 +70,20 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     import ray
     from ray import tune
 
-    from sweeps.launch import sweep_run_config, sweep_tune_config
+    from ray.tune.search import BasicVariantGenerator
+
+    from sweeps.launch import longest_first, sweep_run_config, sweep_tune_config
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     trainable = tune.with_resources(sleep_trial, {"cpu": 0.25, "gpu": 1})
-    space = {"duration": tune.grid_search(work)}
-    if scheme == "raysweep":
-        tuner = tune.Tuner(trainable, param_space=space,
-                           tune_config=sweep_tune_config(max_concurrent=None),
+    if scheme == "raysweep":  # as noise_grid.py does: explicit points, longest trials first
+        points = longest_first([{"duration": d} for d in work], cost=lambda point: point["duration"])
+        tuner = tune.Tuner(trainable, param_space={"duration": tune.choice(work)},
+                           tune_config=sweep_tune_config(max_concurrent=None, num_samples=len(points),
+                                                         search_alg=BasicVariantGenerator(points_to_evaluate=points)),
                            run_config=sweep_run_config("bench", storage, verbose=0))
     else:  # Tune's defaults, as a first-time user writes it
-        tuner = tune.Tuner(trainable, param_space=space,
+        tuner = tune.Tuner(trainable, param_space={"duration": tune.grid_search(work)},
                            run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0))
     results = tuner.fit()
     end = time.time()

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,7 +36,11 @@ from sweeps.gpus import (
     requeued_trial_paths,
 )
 from sweeps.monitoring import monitoring_callbacks
-from trainables.config import METRIC, MODE
+from sweeps.cli import epochs_of
+from trainables.config import METRIC, MODE, TrainConfig
+
+
+ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy
 
 
 @dataclasses.dataclass
@@ -74,6 +79,8 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     """
     experiment_dir = f"{args.storage_path}/{args.name}"
     callbacks = monitoring_callbacks(args, metric, mode)  # before Ray: a tracker that cannot start is a usage error
+    # A Ray this sweep starts (no cluster given) is stopped by it at the end.
+    starts_ray = not ray.is_initialized() and not (args.address or os.environ.get("RAY_ADDRESS"))
     init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
     check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
     gpus = gpus_per_trial(args, trainable)
@@ -106,7 +113,7 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
     rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
-    print_summary(experiment_dir, metric, mode, test_metric)
+    print_summary(experiment_dir, metric, mode, test_metric, shutdown_ray=starts_ray)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     return code, rounds
 
@@ -139,6 +146,28 @@ def with_resources(trainable: Trainable, gpus: float, cpus: float, experiment_di
     return tune.with_resources(tune.with_parameters(trainable.function, **trainable.params), {"cpu": cpus, "gpu": gpus})
 
 
+# Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
+# cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
+# an estimate (about 10x the cnn's FLOPs per sample). Only the order these give matters.
+MODEL_EPOCH_COST = {"mlp": 1.0, "cnn": 12.0, "resnet18": 120.0}
+
+
+def expected_cost(config: dict) -> float:
+    """Relative cost of a trial of `config`: epochs x its model's `MODEL_EPOCH_COST` (unknown models: 1)."""
+    return epochs_of(config) * MODEL_EPOCH_COST.get(config.get("model", TrainConfig.model), 1.0)
+
+
+def longest_first(points: list[dict], cost=expected_cost) -> list[dict]:
+    """`points` ordered by decreasing `cost(point)`; equal costs keep their order.
+
+    Tune's `BasicVariantGenerator` starts `points_to_evaluate` in the order given. Starting the
+    longest trials first (Graham's LPT rule, "Bounds on multiprocessing timing anomalies", 1969)
+    leaves short trials to fill the slots at the end, instead of one long trial running alone
+    while the other slots idle (benchmarks/sweep_efficiency.py).
+    """
+    return sorted(points, key=cost, reverse=True)
+
+
 def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
     """The `TuneConfig` every sweep starts from: rank by `val/acc`, reuse trial actors.
 
@@ -159,6 +188,11 @@ def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, 
     `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
     sweep); files trials write (noise.json, logs) synced to storage; each trial's stdout/stderr
     in files in its folder; our progress `callbacks` instead of Tune's tables (verbose=0).
+
+    Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
+    when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
+    makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
+    critical path every epoch (benchmarks/trainable_overhead.py).
     """
     settings = {
         "name": name,
@@ -166,7 +200,7 @@ def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, 
         "checkpoint_config": checkpoint_config or CheckpointConfig(
             num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
         "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
-        "sync_config": SyncConfig(sync_artifacts=True),
+        "sync_config": SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S),
         "log_to_file": True,
         "callbacks": callbacks,
         "verbose": 0,
@@ -208,16 +242,29 @@ def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config: 
     return rounds
 
 
-def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, test_metric: str = "test/acc") -> None:
+def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, test_metric: str = "test/acc",
+                  shutdown_ray: bool = False) -> None:
     """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
     stated, the best configuration by `metric` named below) and then write the analysis report
-    (paper table, plots, report.md, with the same rule) next to the results."""
+    (paper table, plots, report.md, with the same rule) next to the results.
+
+    With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the report is
+    written: both take seconds (plots; stopping Ray's processes, about 1 s each), neither needs
+    the other, so the sweep exits after the slower of the two instead of their sum
+    (benchmarks/startup.py).
+    """
+    stopper = threading.Thread(target=ray.shutdown, name="ray-shutdown") if shutdown_ray else None
     try:
         print("\n" + analysis.sweep_summary(experiment_dir, metric, mode, test_metric=test_metric), flush=True)
+        if stopper:
+            stopper.start()
         report = analysis.write_report(experiment_dir, metric=metric, mode=mode, test_metric=test_metric)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
         return
+    finally:
+        if stopper and stopper.is_alive():
+            stopper.join()
     print(f"report: {report / 'report.md'}")
 
 

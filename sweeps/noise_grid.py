@@ -71,9 +71,8 @@ def main(argv: list[str]) -> int:
     from ray.tune.search import BasicVariantGenerator
 
     from sweeps import resume
-    from sweeps.launch import Trainable, launch
+    from sweeps.launch import Trainable, launch, longest_first
     from trainables import train_classifier
-    from trainables.ddp import train_classifier_ddp
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not todo:
@@ -85,13 +84,18 @@ def main(argv: list[str]) -> int:
     print(f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
           f"{len(data['y_test'])} test); {len(todo)} to run, {len(reused)} reused", flush=True)
 
-    # The search space: a grid over every axis; when extending a grid, only the missing cells.
+    # The search space: a grid over every axis; when extending a grid, only the missing cells; when
+    # trials differ in length (epochs, model), the cells longest first (`launch.longest_first`).
     param_space = {k: tune.grid_search(v) if len(v) > 1 else v[0] for k, v in axes.items()}
     search_alg = None
-    if len(todo) < len(cells):  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
+    todo = longest_first(todo)
+    if todo != cells:  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
         param_space = {k: tune.choice(v) if len(v) > 1 else v[0] for k, v in axes.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
-    trainable = Trainable(train_classifier, {"data": data}, ddp=train_classifier_ddp, probe_config=configs[0])
+    ddp = None
+    if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
+        from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
+    trainable = Trainable(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
     code, rounds = launch(args, trainable, param_space=param_space, search_alg=search_alg,
                           num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(axes), reused=reused)
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):

@@ -1,0 +1,150 @@
+"""Where does a sweep's wall clock go? Milestones of `sweeps/noise_grid.py` from process start to exit.
+
+Run:
+    python benchmarks/startup.py             # default 12-trial grid and --smoke-test, 3 fresh processes each
+    python benchmarks/startup.py --quick     # --smoke-test and --help, 1 process each (CI)
+    python benchmarks/startup.py --json out.json
+    python benchmarks/startup.py --sweep /tmp/old/sweeps/noise_grid.py   # time another checkout's sweep
+
+Each sweep runs as a fresh process (`PYTHONUNBUFFERED=1`, storage in a new temporary folder, so
+nothing is reused); this process reads its stdout line by line and stamps each milestone, in
+seconds since the child was started:
+    args        "N trials in the grid"           flags parsed and checked (no Ray, torch, pandas yet)
+    data        "data: ..."                      Ray, Tune, torch, analysis imported; data loaded once
+    ray         "Ray started in X s; dashboard"  local Ray up, dashboard URL printed
+    first_trial the first trial's `trial_config.json` appears (the trainable runs: written by
+                `trainables/trial.py:start_trial` as the trial's first act; polled every 20 ms)
+    last_trial  "sweep finished: ..."            every trial done (the progress line of `SweepProgress`)
+    table       "best configuration by ..."      the final table printed
+    report      "report: ..."                    report.md and its plots written
+    exit        the process has exited (Ray shut down)
+`--help` is timed from start to exit of `python sweeps/noise_grid.py --help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = [sys.executable, str(ROOT / "sweeps" / "noise_grid.py")]
+MILESTONES = {  # name -> how the line starts (None: not a stdout line)
+    "args": None, "data": "data: ", "ray": "Ray started in", "first_trial": None,
+    "last_trial": None, "table": "best configuration by", "report": "report: ", "exit": None,
+}
+FORMS = {"default": [], "smoke": ["--smoke-test"]}
+
+
+def milestone_of(line: str) -> str | None:
+    """The milestone a line of the sweep's stdout marks, or None."""
+    if line.rstrip().endswith("trials in the grid"):
+        return "args"
+    if "sweep finished:" in line:
+        return "last_trial"
+    return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)
+
+
+def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
+    """Run one sweep in a fresh process; return milestone -> seconds since it started.
+
+    Raises:
+        RuntimeError: the sweep exited non-zero or a milestone never came (its output is included).
+    """
+    lines: queue.Queue = queue.Queue()
+    with tempfile.TemporaryDirectory() as storage:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(sweep + flags + ["--storage-path", storage], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=Path(sweep[-1]).parents[1])
+        reader = threading.Thread(target=lambda: [lines.put((time.perf_counter(), s)) for s in proc.stdout], daemon=True)
+        reader.start()
+        stamps, output, experiment = {}, [], Path(storage) / "noise_grid"
+        while proc.poll() is None or reader.is_alive() or not lines.empty():
+            try:
+                when, line = lines.get(timeout=0.02)
+                output.append(line)
+                if (name := milestone_of(line)) and name not in stamps:
+                    stamps[name] = when - t0
+            except queue.Empty:
+                pass
+            if "first_trial" not in stamps and experiment.is_dir() and any(experiment.glob("*/trial_config.json")):
+                stamps["first_trial"] = time.perf_counter() - t0
+        stamps["exit"] = time.perf_counter() - t0
+    missing = [name for name in MILESTONES if name not in stamps]
+    if proc.returncode != 0 or missing:
+        raise RuntimeError(f"sweep {' '.join(flags)} exited {proc.returncode}, missing {missing}:\n{''.join(output[-40:])}")
+    return {name: stamps[name] for name in MILESTONES}
+
+
+def time_help(sweep: list[str] = SWEEP) -> float:
+    """Seconds from start to exit of `noise_grid.py --help` in a fresh process."""
+    t0 = time.perf_counter()
+    subprocess.run(sweep + ["--help"], stdout=subprocess.DEVNULL, check=True, cwd=Path(sweep[-1]).parents[1])
+    return time.perf_counter() - t0
+
+
+def median_range(values: list[float]) -> list[float]:
+    """[median, min, max] of `values`."""
+    return [statistics.median(values), min(values), max(values)]
+
+
+def format_table(report: dict) -> str:
+    """The milestone table of a report: rows are milestones, columns per form the time since
+    start and the phase before it (since the previous milestone), median [min, max]."""
+    forms = list(report["forms"])
+    cell = lambda m: f"{m[0]:.2f} [{m[1]:.2f}, {m[2]:.2f}]"  # noqa: E731
+    head = f"{'milestone':<12}" + "".join(f"{f + ' at':>24}{f + ' phase':>24}" for f in forms)
+    rows = [head]
+    for name in MILESTONES:
+        row = f"{name:<12}"
+        for form in forms:
+            runs = report["forms"][form]["runs"]
+            at = median_range([r[name] for r in runs])
+            before = list(MILESTONES)[list(MILESTONES).index(name) - 1] if name != "args" else None
+            phase = median_range([r[name] - (r[before] if before else 0.0) for r in runs])
+            row += f"{cell(at):>24}{cell(phase):>24}"
+        rows.append(row)
+    rows.append(f"{'--help':<12}{cell(report['help_s']):>24}")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="--smoke-test only, 1 repetition")
+    parser.add_argument("--repeats", type=int, default=None, help="fresh processes per form (default 3; 1 with --quick)")
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    parser.add_argument("--sweep", default=SWEEP[-1], help="the noise_grid.py to time (default: this checkout's)")
+    args = parser.parse_args()
+    sweep = [sys.executable, str(Path(args.sweep).resolve())]
+    repeats = args.repeats or (1 if args.quick else 3)
+    forms = {"smoke": FORMS["smoke"]} if args.quick else FORMS
+    runs: dict[str, list[dict]] = {form: [] for form in forms}
+    helps = []
+    for _ in range(repeats):  # interleaved: drifts of the shared machine hit every form alike
+        helps.append(time_help(sweep))
+        for form, flags in forms.items():
+            runs[form].append(time_sweep(flags, sweep))
+    report = {
+        "help_s": median_range(helps), "help_runs": helps, "repeats": repeats, "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(), "sweep": sweep[-1],
+        "forms": {form: {"flags": forms[form], "runs": runs[form],
+                         "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES}}
+                  for form in forms},
+    }
+    print(f"noise_grid.py milestones, seconds since process start; {repeats} fresh process(es) each; median [min, max]")
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
