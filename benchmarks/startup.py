@@ -4,7 +4,7 @@ Run:
     python benchmarks/startup.py             # default 12-trial grid and --smoke-test, 3 fresh processes each
     python benchmarks/startup.py --quick     # --smoke-test and --help, 1 process each (CI)
     python benchmarks/startup.py --json out.json
-    python benchmarks/startup.py --sweep /tmp/old/sweeps/noise_grid.py   # time another checkout's sweep
+    python benchmarks/startup.py --baseline /tmp/old/sweeps/noise_grid.py   # and another checkout's, interleaved
 
 Each sweep runs as a fresh process (`PYTHONUNBUFFERED=1`, storage in a new temporary folder, so
 nothing is reused); this process reads its stdout line by line and stamps each milestone, in
@@ -12,8 +12,10 @@ seconds since the child was started:
     args        "N trials in the grid"           flags parsed and checked (no Ray, torch, pandas yet)
     data        "data: ..."                      Ray, Tune, torch, analysis imported; data loaded once
     ray         "Ray started in X s; dashboard"  local Ray up, dashboard URL printed
-    first_trial the first trial's `trial_config.json` appears (the trainable runs: written by
-                `trainables/trial.py:start_trial` as the trial's first act; polled every 20 ms)
+    first_trial the first trial's `trial_config.json` appears in its working folder under Ray's
+                session (`<ray tmp>/session_*/artifacts/*/<name>/{driver_artifacts,working_dirs}/<trial>/`): the trainable
+                runs (written by `trainables/trial.py:start_trial` first thing; polled every 50 ms; each
+                run gets its own --name). Not the storage folder: Tune copies files there later.
     last_trial  "sweep finished: ..."            every trial done (the progress line of `SweepProgress`)
     table       "best configuration by ..."      the final table printed
     report      "report: ..."                    report.md and its plots written
@@ -24,6 +26,7 @@ seconds since the child was started:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import queue
@@ -42,6 +45,7 @@ MILESTONES = {  # name -> how the line starts (None: not a stdout line)
     "last_trial": None, "table": "best configuration by", "report": "report: ", "exit": None,
 }
 FORMS = {"default": [], "smoke": ["--smoke-test"]}
+RUN_NUMBER = itertools.count()
 
 
 def milestone_of(line: str) -> str | None:
@@ -53,6 +57,14 @@ def milestone_of(line: str) -> str | None:
     return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)
 
 
+def trial_started(name: str, since: float) -> bool:
+    """Whether a trial of experiment `name` has written `trial_config.json` in its working folder,
+    in a Ray session started after `since` (seconds since the epoch)."""
+    ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir()), "ray")
+    sessions = [s for s in ray_tmp.glob("session_2*") if s.stat().st_mtime >= since]
+    return any(any(s.glob(f"artifacts/*/{name}/*/*/trial_config.json")) for s in sessions)
+
+
 def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
     """Run one sweep in a fresh process; return milestone -> seconds since it started.
 
@@ -62,21 +74,22 @@ def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
     lines: queue.Queue = queue.Queue()
     with tempfile.TemporaryDirectory() as storage:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(sweep + flags + ["--storage-path", storage], stdout=subprocess.PIPE,
+        t0, started_at = time.perf_counter(), time.time() - 1
+        experiment = f"startup_{os.getpid()}_{next(RUN_NUMBER)}"
+        proc = subprocess.Popen(sweep + flags + ["--storage-path", storage, "--name", experiment], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=env, cwd=Path(sweep[-1]).parents[1])
         reader = threading.Thread(target=lambda: [lines.put((time.perf_counter(), s)) for s in proc.stdout], daemon=True)
         reader.start()
-        stamps, output, experiment = {}, [], Path(storage) / "noise_grid"
+        stamps, output = {}, []
         while proc.poll() is None or reader.is_alive() or not lines.empty():
             try:
-                when, line = lines.get(timeout=0.02)
+                when, line = lines.get(timeout=0.05)
                 output.append(line)
                 if (name := milestone_of(line)) and name not in stamps:
                     stamps[name] = when - t0
             except queue.Empty:
                 pass
-            if "first_trial" not in stamps and experiment.is_dir() and any(experiment.glob("*/trial_config.json")):
+            if "first_trial" not in stamps and trial_started(experiment, started_at):
                 stamps["first_trial"] = time.perf_counter() - t0
         stamps["exit"] = time.perf_counter() - t0
     missing = [name for name in MILESTONES if name not in stamps]
@@ -117,31 +130,47 @@ def format_table(report: dict) -> str:
     return "\n".join(rows)
 
 
+def summarise(sweep: str, helps: list[float], runs: dict[str, list[dict]], forms: dict) -> dict:
+    """The JSON report of one sweep script: --help times and each form's runs and medians."""
+    return {
+        "sweep": sweep, "help_s": median_range(helps), "help_runs": helps,
+        "forms": {form: {"flags": forms[form], "runs": runs[form],
+                         "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES}}
+                  for form in forms},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="--smoke-test only, 1 repetition")
     parser.add_argument("--repeats", type=int, default=None, help="fresh processes per form (default 3; 1 with --quick)")
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--sweep", default=SWEEP[-1], help="the noise_grid.py to time (default: this checkout's)")
+    parser.add_argument("--baseline", default=None,
+                        help="another checkout's sweeps/noise_grid.py, timed in the same run, interleaved (before/after)")
     args = parser.parse_args()
-    sweep = [sys.executable, str(Path(args.sweep).resolve())]
     repeats = args.repeats or (1 if args.quick else 3)
     forms = {"smoke": FORMS["smoke"]} if args.quick else FORMS
-    runs: dict[str, list[dict]] = {form: [] for form in forms}
-    helps = []
-    for _ in range(repeats):  # interleaved: drifts of the shared machine hit every form alike
-        helps.append(time_help(sweep))
-        for form, flags in forms.items():
-            runs[form].append(time_sweep(flags, sweep))
-    report = {
-        "help_s": median_range(helps), "help_runs": helps, "repeats": repeats, "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(), "sweep": sweep[-1],
-        "forms": {form: {"flags": forms[form], "runs": runs[form],
-                         "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES}}
-                  for form in forms},
-    }
-    print(f"noise_grid.py milestones, seconds since process start; {repeats} fresh process(es) each; median [min, max]")
-    print(format_table(report))
+    sweeps = {"this": SWEEP} | ({"baseline": [sys.executable, str(Path(args.baseline).resolve())]} if args.baseline else {})
+    runs = {who: {form: [] for form in forms} for who in sweeps}
+    helps: dict[str, list[float]] = {who: [] for who in sweeps}
+    for _ in range(repeats):  # interleaved: drifts of the shared machine hit every form and checkout alike
+        for who, sweep in sweeps.items():
+            helps[who].append(time_help(sweep))
+            for form, flags in forms.items():
+                runs[who][form].append(time_sweep(flags, sweep))
+    reports = {who: summarise(sweep[-1], helps[who], runs[who], forms) for who, sweep in sweeps.items()}
+    report = reports["this"] | {"repeats": repeats, "cpus": os.cpu_count(), "load_average_after": os.getloadavg()}
+    for who in reports:
+        print(f"{reports[who]['sweep']}: milestones, seconds since process start; {repeats} fresh process(es) each; "
+              "median [min, max]")
+        print(format_table(reports[who]))
+    if "baseline" in reports:
+        report["baseline"] = reports["baseline"]
+        ratios = {form: statistics.median(a["exit"] / b["exit"] for a, b in zip(runs["this"][form], runs["baseline"][form]))
+                  for form in forms}
+        report["exit_ratio_vs_baseline"] = ratios
+        print("wall time to exit, this / baseline (median of paired runs): "
+              + ", ".join(f"{form} {ratio:.2f}" for form, ratio in ratios.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 
