@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 CIFAR10_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
@@ -49,6 +48,10 @@ def load_data(cfg) -> dict:
     else:
         raise ValueError(f"dataset={cfg.dataset!r} is not one of digits, cifar10, npz")
     check_data(source, x, y, x_test, y_test, cfg.val_fraction, None if x_test is not None else cfg.test_fraction)
+
+    # Imported here, not at the top: trial workers import this module but get the data loaded
+    # (scikit-learn costs them about 1.5 s of start-up; benchmarks/startup.py).
+    from sklearn.model_selection import train_test_split
 
     try:
         if x_test is None:  # carve a test split out of the pool first
