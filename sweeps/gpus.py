@@ -197,12 +197,12 @@ def choose_local_gpus(selection: list[int] | str | None, address: str | None, re
 
     if address or os.environ.get("RAY_ADDRESS"):
         return None
+    readings = read_gpus() if readings is None else readings
+    chosen, messages = select_gpus(readings, selection)  # a GPU that does not exist is refused in any case
     if ray.is_initialized():  # a notebook or test started Ray: its GPUs are fixed
         if selection is not None:
             print(f"--gpus={selection} ignored: Ray is already running with its own GPUs", flush=True)
         return None
-    readings = read_gpus() if readings is None else readings
-    chosen, messages = select_gpus(readings, selection)
     for message in messages:
         print(message, flush=True)
     if chosen is None or not readings:  # nothing detected, or no GPU at all: nothing to hide from Ray
