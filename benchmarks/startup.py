@@ -12,10 +12,10 @@ seconds since the child was started:
     args        "N trials in the grid"           flags parsed and checked (no Ray, torch, pandas yet)
     data        "data: ..."                      Ray, Tune, torch, analysis imported; data loaded once
     ray         "Ray started in X s; dashboard"  local Ray up, dashboard URL printed
-    first_trial the first trial's `trial_config.json` appears in its working folder under Ray's
-                session (`<ray tmp>/session_*/artifacts/*/<name>/{driver_artifacts,working_dirs}/<trial>/`): the trainable
-                runs (written by `trainables/trial.py:start_trial` first thing; polled every 50 ms; each
-                run gets its own --name). Not the storage folder: Tune copies files there later.
+    first_trial the first trial's `trial_config.json` appears: the trainable runs (written by
+                `trainables/trial.py:start_trial` first thing, into the trial's folder on storage
+                (`trainables/storage.py`); older checkouts wrote it into the trial's working folder under
+                Ray's session, also watched; polled every 50 ms; each run gets its own --name).
     last_trial  "sweep finished: ..."            every trial done (the progress line of `SweepProgress`)
     table       "best configuration by ..."      the final table printed
     report      "report: ..."                    report.md and its plots written
@@ -57,9 +57,12 @@ def milestone_of(line: str) -> str | None:
     return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)
 
 
-def trial_started(name: str, since: float) -> bool:
-    """Whether a trial of experiment `name` has written `trial_config.json` in its working folder,
-    in a Ray session started after `since` (seconds since the epoch)."""
+def trial_started(name: str, since: float, storage: str) -> bool:
+    """Whether a trial of experiment `name` has written `trial_config.json`: in its folder under
+    `storage`, or (older checkouts) in its working folder in a Ray session started after `since`
+    (seconds since the epoch)."""
+    if any(Path(storage, name).glob("*/trial_config.json")):
+        return True
     ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir()), "ray")
     sessions = [s for s in ray_tmp.glob("session_2*") if s.stat().st_mtime >= since]
     return any(any(s.glob(f"artifacts/*/{name}/*/*/trial_config.json")) for s in sessions)
@@ -89,7 +92,7 @@ def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
                     stamps[name] = when - t0
             except queue.Empty:
                 pass
-            if "first_trial" not in stamps and trial_started(experiment, started_at):
+            if "first_trial" not in stamps and trial_started(experiment, started_at, storage):
                 stamps["first_trial"] = time.perf_counter() - t0
         stamps["exit"] = time.perf_counter() - t0
     missing = [name for name in MILESTONES if name not in stamps]
