@@ -3,6 +3,7 @@ trial runtime shared by the grid, the searches and PBT."""
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -132,6 +133,32 @@ def test_sweeps_modules_import_no_circle():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m == "sweeps" or m.startswith("sweeps.")}
+
+
+EXIT_SCRIPT = """
+import atexit, sys
+from sweeps import cli
+atexit.register(lambda: print("atexit ran"))  # os._exit skips interpreter teardown and atexit hooks
+def main(argv):
+    print("printed, no newline", end="")
+    print("to stderr", file=sys.stderr, end="")
+    if argv == ["usage"]:
+        raise cli.UsageError("--x=1 is bad")
+    return None if argv == ["none"] else int(argv[0])
+cli.run_main(main)
+"""
+
+
+@pytest.mark.parametrize("arg,code,err", [("0", 0, "to stderr"), ("3", 3, "to stderr"), ("none", 0, "to stderr"),
+                                          ("usage", 2, "to stderrerror: --x=1 is bad\n")])
+def test_run_main_flushes_and_leaves_with_the_sweeps_exit_code(arg, code, err, tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), arg], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])})
+    assert out.returncode == code
+    assert out.stdout == "printed, no newline"  # flushed before os._exit; no atexit hook ran
+    assert out.stderr == err
 
 
 # --- with Ray -------------------------------------------------------------------------------------
