@@ -14,7 +14,9 @@ each scheme runs in a fresh process. Definitions (per run):
     startup_s           = first trial start - script start
     per_trial_overhead_s = mean over trials of (time in trial - its work) + mean idle gap between
                           consecutive trials on the same slot (the tail after the last trial is
-                          not overhead: it is what heterogeneous lengths cost any scheduler)
+                          not overhead: it is what heterogeneous lengths cost any scheduler),
+                          broken down by `overhead_breakdown` (checkpoint write, its persist to
+                          storage, the rest of the report round trip, other, the gap)
 raysweep's scheme is what `sweeps/launch.py` sets up (actor reuse, checkpoints kept, trial files
 synced in the background) with the trials in the order `launch.longest_first` gives (the sweeps
 order by epochs x model; here the cost is the known duration). Tune's defaults run the grid in
@@ -48,20 +50,55 @@ def durations(quick: bool) -> list[float]:
     return [float(d) for d in rng.integers(10, 26, size=24)]  # trials >= 10 s, as the targets are stated
 
 
+def time_checkpoint_persist() -> dict:
+    """Time Ray's copy of each reported checkpoint to storage in this worker (benchmark instrumentation:
+    `StorageContext.persist_current_checkpoint`, which `tune.report` calls before handing the result
+    over). Returns the dict whose "last_s" holds the latest copy's seconds."""
+    from ray.train._internal.storage import StorageContext
+
+    timing = {"last_s": 0.0}
+    original = StorageContext.persist_current_checkpoint
+    if getattr(original, "timed", False):
+        return original.timing
+
+    def persist(self, checkpoint):
+        start = time.perf_counter()
+        try:
+            return original(self, checkpoint)
+        finally:
+            timing["last_s"] = time.perf_counter() - start
+
+    persist.timed, persist.timing = True, timing
+    StorageContext.persist_current_checkpoint = persist
+    return timing
+
+
 def sleep_trial(config: dict) -> None:
-    """A trial whose work is `duration` seconds of 1 s epochs, reported and checkpointed each epoch."""
+    """A trial whose work is `duration` seconds of 1 s epochs, reported and checkpointed each epoch.
+
+    Each report also carries what the previous epoch's overhead cost (seconds): `write_s` (the
+    checkpoint written to a local folder), `report_s` (the whole `tune.report` call) and
+    `persist_s` (Ray's copy of the checkpoint to storage, inside `tune.report`).
+    """
     from ray import tune
     from ray.tune import Checkpoint
 
+    persist = time_checkpoint_persist()
     start = time.time()
     epochs = int(config["duration"])
+    last = {"write_s": 0.0, "report_s": 0.0, "persist_s": 0.0}
     for epoch in range(1, epochs + 1):
         time.sleep(1.0)
         with tempfile.TemporaryDirectory() as folder:
+            t0 = time.perf_counter()
             Path(folder, "checkpoint.pt").write_bytes(b"\0" * 100_000)
+            write_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
             tune.report({"epoch": epoch, "val/acc": epoch / epochs, "trial_start": start, "wall_time": time.time(),
-                         "gpu_ids": os.environ.get("CUDA_VISIBLE_DEVICES", "")},
+                         "gpu_ids": os.environ.get("CUDA_VISIBLE_DEVICES", ""), **{f"prev_{k}": v for k, v in last.items()},
+                         "write_s": write_s},
                         checkpoint=Checkpoint.from_directory(folder))
+            last = {"write_s": write_s, "report_s": time.perf_counter() - t1, "persist_s": persist["last_s"]}
 
 
 def run_tune(scheme: str, work: list[float], storage: str) -> dict:
@@ -90,8 +127,14 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     trials = []
     for result in results:
         history = result.metrics_dataframe
-        trials.append({"slot": history["gpu_ids"].iloc[-1], "start": float(history["trial_start"].iloc[0]),
-                       "end": float(history["wall_time"].iloc[-1]), "work": float(result.config["duration"])})
+        trial = {"slot": history["gpu_ids"].iloc[-1], "start": float(history["trial_start"].iloc[0]),
+                 "end": float(history["wall_time"].iloc[-1]), "work": float(result.config["duration"])}
+        if "prev_report_s" in history:  # the first report carries zeros; the last one's own costs are not seen
+            seen = history.iloc[1:]
+            trial |= {"write_s": float(history["write_s"].sum()), "reports": len(history),
+                      "report_s": float(seen["prev_report_s"].mean()) if len(seen) else 0.0,
+                      "persist_s": float(seen["prev_persist_s"].mean()) if len(seen) else 0.0}
+        trials.append(trial)
     ray.shutdown()
     return {"t0": t0, "end": end, "trials": trials}
 
@@ -123,6 +166,7 @@ def summarise(run: dict) -> dict:
         on_slot = sorted((t for t in trials if t["slot"] == slot), key=lambda t: t["start"])
         gaps += [b["start"] - a["end"] for a, b in zip(on_slot, on_slot[1:])]
     return {
+        **overhead_breakdown(trials, gaps),
         "efficiency_steady": ideal / (last - first),
         "efficiency_total": ideal / (run["end"] - run["t0"]),
         "startup_s": first - run["t0"],
@@ -130,6 +174,28 @@ def summarise(run: dict) -> dict:
         "makespan_s": last - first,
         "ideal_makespan_s": ideal,
     }
+
+
+def overhead_breakdown(trials: list[dict], gaps: list[float]) -> dict:
+    """Where a trial's overhead goes, seconds per trial (means over trials): `write` the checkpoint
+    files, `persist` Ray's copy of them to storage, `report` the rest of `tune.report` (the round
+    trip through the driver: the result goes there, the trial waits for its next `train` call),
+    `other` the rest of the time in the trial beyond its work (sleep overshoot, folders, the first
+    report's set-up), `reuse_gap` the idle time between consecutive trials on one slot (actor reuse:
+    reset and the next trial's set-up). Schemes without the per-report figures (batches) give none."""
+    if not trials or "report_s" not in trials[0]:
+        return {}
+    per_trial = {
+        "write": statistics.mean(t["write_s"] for t in trials),
+        # the last report is stamped before it is made: its costs fall outside the trial's time
+        "persist": statistics.mean(t["persist_s"] * (t["reports"] - 1) for t in trials),
+        "report": statistics.mean((t["report_s"] - t["persist_s"]) * (t["reports"] - 1) for t in trials),
+    }
+    in_trial = statistics.mean(t["end"] - t["start"] - t["work"] for t in trials)
+    per_trial["other"] = in_trial - sum(per_trial.values())
+    per_trial["reuse_gap"] = statistics.mean(gaps) if gaps else 0.0
+    per_trial["reports_per_trial"] = statistics.mean(t["reports"] for t in trials)
+    return {f"overhead_{k}_s" if k != "reports_per_trial" else k: v for k, v in per_trial.items()}
 
 
 def one(scheme: str, quick: bool) -> dict:
@@ -167,7 +233,13 @@ def main() -> None:
     print(f"{'scheme':<14}" + "".join(f"{k:>30}" for k in keys))
     for scheme in runs:
         print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>30}" for k in keys))
-    report = {key: med("raysweep", key)[0] for key in keys}
+    parts = [k for k in runs["raysweep"][0] if k.startswith("overhead_")] + ["reports_per_trial"]
+    print("per-trial overhead, seconds per trial (write / persist the checkpoint, the rest of tune.report, "
+          "other time in the trial, idle gap before the next trial on the slot)")
+    print(f"{'scheme':<14}" + "".join(f"{k.removeprefix('overhead_'):>24}" for k in parts))
+    for scheme in ("raysweep", "ray_defaults"):
+        print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>24}" for k in parts))
+    report = {key: med("raysweep", key)[0] for key in keys + tuple(parts)}
     report |= {
         "batch4_efficiency": med("batch4", "efficiency_steady")[0],
         "ray_defaults_efficiency": med("ray_defaults", "efficiency_steady")[0],

@@ -1,11 +1,12 @@
 """The logic of the performance work, without timing anything: trial order, the start-up
-milestones, and the GPU packing kit's table and plot on recorded (here: made-up) figures."""
+milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded (here: made-up) figures."""
 
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
-from benchmarks import gpu_packing, startup
+from benchmarks import gpu_packing, startup, sweep_efficiency
 from sweeps.launch import expected_cost, longest_first
 
 
@@ -20,6 +21,22 @@ def test_longest_first_orders_by_epochs_times_model_and_keeps_ties_in_order():
 def test_longest_first_leaves_a_grid_of_equal_trials_unchanged():
     cells = [{"noise_rate": r, "seed": s} for r in (0.2, 0.4) for s in (0, 1)]
     assert longest_first(cells) == cells  # so noise_grid keeps its plain grid_search
+
+
+def test_per_trial_overhead_breaks_down_into_its_parts_and_sums_to_the_total():
+    # two trials on one slot: 3 reports each (the last one's costs fall after the trial's end stamp)
+    trials = [{"slot": "0", "start": 0.0, "end": 3.5, "work": 3.0, "write_s": 0.03, "reports": 3, "report_s": 0.05, "persist_s": 0.01},
+              {"slot": "0", "start": 3.7, "end": 6.9, "work": 3.0, "write_s": 0.01, "reports": 3, "report_s": 0.03, "persist_s": 0.01}]
+    parts = sweep_efficiency.overhead_breakdown(trials, gaps=[0.2])
+    assert parts["overhead_write_s"] == pytest.approx(0.02)
+    assert parts["overhead_persist_s"] == pytest.approx(0.02)  # 0.01 s x 2 reports inside the trial
+    assert parts["overhead_report_s"] == pytest.approx((0.04 * 2 + 0.02 * 2) / 2)
+    assert parts["overhead_reuse_gap_s"] == pytest.approx(0.2)
+    in_trial = (0.5 + 0.2) / 2
+    assert sum(v for k, v in parts.items() if k.startswith("overhead_") and k != "overhead_reuse_gap_s") == pytest.approx(in_trial)
+    summary = sweep_efficiency.summarise({"t0": -1.0, "end": 7.0, "trials": trials})
+    assert summary["per_trial_overhead_s"] == pytest.approx(in_trial + 0.2)
+    assert sweep_efficiency.overhead_breakdown([{"slot": "0", "start": 0, "end": 1, "work": 1}], []) == {}  # batches: no parts
 
 
 def test_startup_milestones_are_recognised_from_the_sweep_lines():
