@@ -11,7 +11,8 @@ each scheme runs in a fresh process. Definitions (per run):
     ideal makespan      = sum of trial durations / slots
     efficiency_steady   = ideal makespan / (last trial end - first trial start)
     efficiency_total    = ideal makespan / (end - script start, Ray start-up included)
-    startup_s           = first trial start - script start
+    startup_s           = first trial start - script start: imports and `ray.init` (startup_ray_s),
+                          the Tuner built (startup_tuner_s), `fit()` to the first trial (startup_fit_s)
     per_trial_overhead_s = mean over trials of (time in trial - its work) + mean idle gap between
                           consecutive trials on the same slot (the tail after the last trial is
                           not overhead: it is what heterogeneous lengths cost any scheduler),
@@ -112,6 +113,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     from sweeps.launch import longest_first, sweep_run_config, sweep_tune_config
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
+    ray_up = time.time()
     trainable = tune.with_resources(sleep_trial, {"cpu": 0.25, "gpu": 1})
     if scheme == "raysweep":  # as noise_grid.py does: explicit points, longest trials first
         points = longest_first([{"duration": d} for d in work], cost=lambda point: point["duration"])
@@ -122,6 +124,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     else:  # Tune's defaults, as a first-time user writes it
         tuner = tune.Tuner(trainable, param_space={"duration": tune.grid_search(work)},
                            run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0))
+    fit_start = time.time()
     results = tuner.fit()
     end = time.time()
     trials = []
@@ -136,7 +139,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
                       "persist_s": float(seen["prev_persist_s"].mean()) if len(seen) else 0.0}
         trials.append(trial)
     ray.shutdown()
-    return {"t0": t0, "end": end, "trials": trials}
+    return {"t0": t0, "ray_up": ray_up, "fit_start": fit_start, "end": end, "trials": trials}
 
 
 def run_batches(work: list[float]) -> dict:
@@ -170,6 +173,8 @@ def summarise(run: dict) -> dict:
         "efficiency_steady": ideal / (last - first),
         "efficiency_total": ideal / (run["end"] - run["t0"]),
         "startup_s": first - run["t0"],
+        **({"startup_ray_s": run["ray_up"] - run["t0"], "startup_tuner_s": run["fit_start"] - run["ray_up"],
+            "startup_fit_s": first - run["fit_start"]} if "fit_start" in run else {}),
         "per_trial_overhead_s": in_trial + (statistics.mean(gaps) if gaps else 0.0),
         "makespan_s": last - first,
         "ideal_makespan_s": ideal,
@@ -239,11 +244,16 @@ def main() -> None:
     print(f"{'scheme':<14}" + "".join(f"{k.removeprefix('overhead_'):>24}" for k in parts))
     for scheme in ("raysweep", "ray_defaults"):
         print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>24}" for k in parts))
-    report = {key: med("raysweep", key)[0] for key in keys + tuple(parts)}
+    steps = ("startup_ray_s", "startup_tuner_s", "startup_fit_s")
+    print("start-up to the first trial, seconds: imports + ray.init, the Tuner built, fit() to the first trial")
+    for scheme in ("raysweep", "ray_defaults"):
+        print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>24}" for k in steps))
+    report = {key: med("raysweep", key)[0] for key in keys + tuple(parts) + steps}
     report |= {
         "batch4_efficiency": med("batch4", "efficiency_steady")[0],
         "ray_defaults_efficiency": med("ray_defaults", "efficiency_steady")[0],
         "ray_defaults_per_trial_overhead_s": med("ray_defaults", "per_trial_overhead_s")[0],
+        **{f"ray_defaults_{k}": med("ray_defaults", k)[0] for k in ("startup_s",) + steps},
         "ideal_makespan_s": runs["raysweep"][0]["ideal_makespan_s"],
         "repeats": repeats, "trials": len(durations(args.quick)), "slots": SLOTS, "runs": runs,
     }
