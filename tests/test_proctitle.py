@@ -5,24 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.test_command import wait_until
 from trainables.proctitle import refresh_title, report_then_refresh, trial_process_title
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wait_until(condition, deadline_s: float = 30.0) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def title_of(pid: int) -> str:
