@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.status import exit_code, format_status, read_status, resume_command
+from analysis.status import exit_code, format_status, read_status, resume_command, watch
 from tests.analysis_fixtures import T0, trial_spec, write_experiment
 from tests.test_command import wait_until
 
@@ -108,6 +108,23 @@ def test_dead_driver_with_trials_left_says_resume_and_exits_1(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "driver: gone (was on" in result.stdout
     assert "4 trial(s) left: continue the sweep with `python sweeps/noise_grid.py --seeds 8 --resume`" in result.stdout
+
+
+def test_watch_prints_again_until_the_driver_ends(tmp_path):
+    import io
+    import threading
+
+    experiment = small_sweep(tmp_path, record(os.getpid()))
+    stream = io.StringIO()
+    blocks = lambda: stream.getvalue().count("driver: ")  # noqa: E731
+    ender = threading.Thread(target=lambda: wait_until(lambda: blocks() >= 2, 30) and (experiment / "driver.json").write_text(
+        json.dumps(record(os.getpid(), ended=time.time(), exit_code=0))))
+    ender.start()
+    assert watch(experiment, 0.1, stream) == 1  # ended with trials left: --resume
+    ender.join()
+    out = stream.getvalue()
+    assert out.count("driver: alive on") >= 2 and out.count("driver: finished at") == 1
+    assert out.rstrip().endswith("--seeds 8 --resume`")
 
 
 def test_resume_command_keeps_the_sweeps_own_flags():
