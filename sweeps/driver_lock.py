@@ -10,7 +10,7 @@ The driver writes it when the sweep starts, refreshes "heartbeat" (time.time()) 
 "ended" null and its heartbeat ages.
 
 No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local folders and
-URIs (s3://...) are read through pyarrow's filesystems.
+URIs (s3://...) are read through pyarrow's filesystems (`analysis/tune_state.py:resolve_source`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def read_holder(experiment_dir: str) -> dict | None:
     """
     path = f"{str(experiment_dir).rstrip('/')}/{DRIVER_FILE}"
     try:
-        if "://" in path:
-            import pyarrow.fs
+        if "://" in path:  # pyarrow's filesystems, else fsspec's (as the analysis reads experiments)
+            from analysis.tune_state import resolve_source
 
-            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
+            fs, inner, _ = resolve_source(path, None)
             with fs.open_input_stream(inner) as f:
                 data = f.readall()
         else:

@@ -127,6 +127,20 @@ def test_watch_prints_again_until_the_driver_ends(tmp_path):
     assert out.rstrip().endswith("--seeds 8 --resume`")
 
 
+def test_status_of_an_experiment_on_object_storage(tmp_path):
+    """The same block from a URI (fsspec's in-memory filesystem stands in for s3://)."""
+    fsspec = pytest.importorskip("fsspec")
+    experiment = small_sweep(tmp_path, record(dead_pid()))
+    memory = fsspec.filesystem("memory")
+    for file in experiment.rglob("*"):
+        if file.is_file():
+            memory.pipe(f"/status-exp/{file.relative_to(experiment).as_posix()}", file.read_bytes())
+    local, remote = read_status(experiment, now=T0 + 20), read_status("memory://status-exp", now=T0 + 20)
+    assert remote["where"] == "memory:///status-exp"
+    assert format_status(remote, now=T0) == format_status(local, now=T0)  # log line and driver record included
+    assert remote["driver_alive"] is False and exit_code(remote) == 1
+
+
 def test_resume_command_keeps_the_sweeps_own_flags():
     assert resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"]) == \
         "`python sweeps/run_command.py --name 'a b' --resume`"
