@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -203,9 +204,11 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
             time.sleep(0.5)
         assert seen is not None and " 0 running" not in seen.stdout.splitlines()[0], "no trial ran within 240 s"
         out = seen.stdout.splitlines()
-        assert out[0].startswith("[") and "] 12 trials: " in out[0], out
-        running = [line.split()[0] for line in out[1:] if line.startswith("  ") and " epoch " in line]
-        assert running and all(n.startswith(("sym_", "asym_")) for n in running), out
+        counts = re.search(r"^\[\d+:\d\d:\d\d\] 12 trials: (\d+) running, (\d+) pending, (\d+) done, (\d+) errored, (\d+) diverged", out[0])
+        assert counts and sum(map(int, counts.groups())) == 12, out
+        assert 1 <= int(counts[1]) <= 2  # 2 CPUs, 1 per trial
+        running = [line.split()[0] for line in out[1:] if re.match(r"  \S+ +epoch \d+/40 ", line)]
+        assert len(running) == int(counts[1]) and all(n.startswith(("sym_", "asym_")) for n in running), out
         assert any(line.startswith(f"driver: alive on {socket.gethostname()}, pid {driver.pid}") for line in out), out
         # `ps` names the trials: some running trial's worker is titled ray::<its name>.
         trial_names = {p.name for p in experiment.iterdir() if p.is_dir()}
