@@ -10,7 +10,9 @@ log line and the driver's state. Where it comes from (a local folder or a URI su
 - the newest `experiment_state-*.json` that Tune snapshots while it runs: every trial's status,
   config, last result and best values (`analysis/tune_state.py`);
 - for the trials it lists as running, and trial folders it does not list yet: the last lines
-  of `result.json` (newer than the snapshot) and of the `stdout` log;
+  of `result.json` (newer than the snapshot) and of the `stdout` log (as last copied to storage:
+  at a report, at most every `sweeps/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
+  a few seconds behind the metrics);
 - `raysweep.json`: the sweep's metric and mode, its command line and the grid's size;
 - `driver.json`: the driver's host, pid and heartbeat (`sweeps/driver_lock.py`).
 Only the running trials' files are opened, so a 1,000-trial experiment answers in well under 2 s
