@@ -115,6 +115,25 @@ def test_paper_table_best_bold_second_underlined_per_column(three_losses):
     assert r"\caption{test/acc (\%): test/acc at the epoch of best val/acc" in tex
 
 
+def test_no_marks_where_a_column_has_fewer_than_two_methods(tmp_path):
+    trials, history = analysis.load_experiment(paper_grid(tmp_path, "one", losses=("ce",)))
+    table = analysis.paper_table(trials, history)
+    assert table["rank"].isna().all()
+    md = analysis.format_paper_table(table, "markdown")
+    assert "**" not in md and "<u>" not in md and "No best marked: no column has two methods" in md
+    tex = analysis.format_paper_table(table, "latex")
+    assert r"\textbf{" not in tex and r"\underline{" not in tex
+    # two methods, but in one column only one has a value (every gce seed errored there)
+    fates = {("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)}
+    trials, history = analysis.load_experiment(paper_grid(tmp_path, "two", status=fates))
+    table = analysis.paper_table(trials, history).set_index(["loss", "noise_type", "noise_rate"])
+    assert math.isnan(table.loc[("ce", "asym", 0.2), "rank"])
+    assert table.loc[("ce", "sym", 0.2), "rank"] in (1, 2) and table.loc[("gce", "sym", 0.2), "rank"] in (1, 2)
+    md = analysis.format_paper_table(table.reset_index(), "markdown")
+    ce = next(line for line in md.splitlines() if line.startswith("| ce |")).split(" | ")
+    assert not ce[1].startswith(("**", "<u>")) and "Best per column in bold" in md
+
+
 def test_failed_and_diverged_cells_and_missing_seeds(tmp_path):
     fates = {("gce", "sym", 0.4, 1): "ERROR", **{("ce", "asym", 0.4, s): "DIVERGED" for s in (0, 1, 2)},
              **{("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)}}
