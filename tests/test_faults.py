@@ -349,6 +349,13 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
             if rows and rows[-1].get("epoch") == 4:
                 finished = trial
         time.sleep(0.02)
+    # The trial's `stdout` reaches storage by Tune's background artifact sync, after its last result:
+    # the test counts its epoch lines, so it waits (deadline) until all 4 are there, then kills.
+    stdout = finished / "stdout"
+    while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"the trial's stdout never reached storage with 4 epoch lines: {stdout.read_text() if stdout.exists() else 'absent'}")
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     rows_before = results_of(finished)
