@@ -402,3 +402,39 @@ def test_report_includes_confusion_of_best_configuration(tmp_path):
     out = analysis.write_report(path)
     assert (out / "confusion.png").stat().st_size > 0
     assert "![Confusion matrix of the best configuration](confusion.png)" in (out / "report.md").read_text()
+
+
+def test_duplicate_trials_count_once_and_are_reported(tmp_path):
+    """A copied trial folder and a second driver's run of the same cell (same config, seed included)
+    are one trial: the newest counts, the console and the report say what was left out and where."""
+    import shutil
+
+    path = paper_grid(tmp_path)
+    trials, _ = analysis.load_experiment(path)
+    original = trials[(trials["config/loss"] == "ce") & (trials["config/noise_type"] == "sym")
+                      & (trials["config/noise_rate"] == 0.2) & (trials["config/seed"] == 0)].iloc[0]
+    folder = Path(original["trial_dir"])
+    shutil.copytree(folder, path / "copied_by_hand")  # same trial id, same times: not in the state file
+    rerun = path / "second_driver_trial"  # another driver's trial of the same cell, finished later
+    rerun.mkdir()
+    shutil.copy(folder / "params.json", rerun / "params.json")
+    rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    for row in rows:
+        row.update(trial_id="zzzzz_00000", timestamp=row["timestamp"] + 3600, **{"test/acc": row["test/acc"] - 0.3})
+    (rerun / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    trials, history = analysis.load_experiment(path)
+    assert len(trials) == 24 and trials["trial_id"].is_unique and set(history["trial_id"]) == set(trials["trial_id"])
+    assert sorted(trials.attrs["duplicates"]) == sorted([str(folder), str(path / "copied_by_hand")])
+    assert "zzzzz_00000" in set(trials["trial_id"])  # the newest is the one counted
+    cell = analysis.paper_table(trials, history).set_index(["loss", "noise_type", "noise_rate"]).loc[("ce", "sym", 0.2)]
+    expected = np.mean([paper_base("ce", "sym", 0.2, s) + TEST_BUMP[1] for s in (0, 1, 2)]) - 0.3 / 3
+    assert cell["n"] == 3 and cell["mean"] == pytest.approx(expected)
+
+    summary = analysis.sweep_summary(str(path))
+    line = next(line for line in summary.splitlines() if line.startswith("duplicates left out: 2 finished trial(s)"))
+    assert str(folder) in line and "copied_by_hand" in line
+    report = (analysis.write_report(path) / "report.md").read_text()
+    assert "- duplicates left out: 2 finished trial(s) with the same config (seed included)" in report
+    # a different seed is another trial, not a duplicate; an unfinished repeat is not dropped either
+    assert analysis.load_trials(paper_grid(tmp_path, "plain")).attrs["duplicates"] == []
