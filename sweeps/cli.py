@@ -46,6 +46,8 @@ def run_main(main) -> None:
     except KeyboardInterrupt:
         print("interrupted: resume with the same command and --resume", file=sys.stderr)
         code = 130
+    if "sweeps.driver_lock" in sys.modules:  # the sweep held its experiment folder: record how it ended
+        sys.modules["sweeps.driver_lock"].release_all(code)
     sys.exit(code)
 
 

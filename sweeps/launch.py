@@ -28,8 +28,8 @@ from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tun
 from ray.tune.search import BasicVariantGenerator
 
 import analysis
-from sweeps import resume
-from sweeps.cli import MAX_FAILURES
+from sweeps import driver_lock, resume
+from sweeps.cli import MAX_FAILURES, UsageError
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
     auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
@@ -75,12 +75,17 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
         (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
         the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
     Raises:
-        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage.
+        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
+            another driver alive on `<storage-path>/<name>` (`sweeps.driver_lock`).
     """
     experiment_dir = f"{args.storage_path}/{args.name}"
     callbacks = monitoring_callbacks(args, metric, mode)  # before Ray: a tracker that cannot start is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and not (args.address or os.environ.get("RAY_ADDRESS"))
+    try:  # one driver per experiment folder, refused before Ray starts (released at exit)
+        held = driver_lock.hold(experiment_dir)
+    except driver_lock.ExperimentHeld as e:
+        raise UsageError(str(e)) from None
     init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
     check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
     gpus = gpus_per_trial(args, trainable)
@@ -115,6 +120,7 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
     print_summary(experiment_dir, metric, mode, test_metric, shutdown_ray=starts_ray)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+    held.release(code)
     return code, rounds
 
 

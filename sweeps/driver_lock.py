@@ -1,0 +1,218 @@
+"""One driver per experiment: the record `<storage-path>/<name>/driver.json` and the hold on it.
+
+Two drivers on one experiment folder would both run every cell and write two experiment states.
+So a sweep holds its folder while it runs: it refuses to start while another driver is alive there,
+writes `driver.json`, refreshes its heartbeat from a background thread, and at exit records when it
+ended and its exit code (the record is kept, for the status command). The record:
+
+    {"host": socket.gethostname(), "pid": int, "since": "YYYY-MM-DD HH:MM:SS" (local time),
+     "heartbeat": time.time() of the last refresh, "ended": null | time.time() at exit,
+     "exit_code": null | int}
+
+A holder is alive when it has not ended and either runs on this host with a live pid, or runs on
+another host and its heartbeat is younger than `STALE_AFTER_S`. A holder that is gone is taken
+over, with one line saying so. On a local folder a `filelock.FileLock` on `.driver.lock` settles
+the race of two drivers started at once on this machine (the OS drops the lock when its process
+dies); on object storage (s3://, no locks) the record is written and read back after
+`SETTLE_S`, and the later writer gives way.
+
+Nothing here imports Ray, torch or pandas (`read_holder` and `holder_alive` serve the status
+command too); pyarrow's file systems are imported for URIs only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import threading
+import time
+
+RECORD = "driver.json"
+LOCK = ".driver.lock"
+HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
+STALE_AFTER_S = 60.0  # a holder on another host whose heartbeat is older than this is gone
+SETTLE_S = 2.0  # object storage: read the record back after this long; the later writer gives way
+
+
+class ExperimentHeld(RuntimeError):
+    """Another driver is alive on the experiment folder; the message names it in one line."""
+
+
+def read_holder(experiment_dir: str) -> dict | None:
+    """The `driver.json` record of an experiment folder (local path or URI), or None when there
+    is none (an older experiment, or nothing started yet) or it cannot be parsed."""
+    try:
+        record = json.loads(_read(_join(experiment_dir, RECORD)))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def holder_alive(record: dict | None, now: float | None = None) -> bool:
+    """True when the driver of a `read_holder` record still runs: not ended, and on this host
+    its pid is alive (not a zombie), or on another host its heartbeat is younger than
+    `STALE_AFTER_S` seconds."""
+    if not record or record.get("ended") is not None:
+        return False
+    if record.get("host") == socket.gethostname():
+        return _pid_alive(int(record.get("pid") or 0))
+    return (now or time.time()) - float(record.get("heartbeat") or 0) < STALE_AFTER_S
+
+
+def describe_holder(record: dict, now: float | None = None) -> str:
+    """`host H, pid P, since S (heartbeat N s ago)` for messages."""
+    age = (now or time.time()) - float(record.get("heartbeat") or 0)
+    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')} (heartbeat {age:.0f} s ago)"
+
+
+class DriverHold:
+    """This process's hold on an experiment folder (see `hold`); `release(code)` ends it."""
+
+    def __init__(self, experiment_dir: str, file_lock=None):
+        self.experiment_dir = experiment_dir
+        self.record = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                       "heartbeat": time.time(), "ended": None, "exit_code": None}
+        self._file_lock = file_lock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
+
+    def _write(self) -> None:
+        _write(_join(self.experiment_dir, RECORD), json.dumps(self.record).encode())
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self.record["heartbeat"] = time.time()
+            try:
+                self._write()
+            except OSError:  # storage briefly unreachable: the next beat tries again
+                pass
+
+    def release(self, exit_code: int) -> None:
+        """Stop the heartbeat and record `ended` and `exit_code`; a second call does nothing."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code))
+        try:
+            self._write()
+        except OSError:
+            pass
+        if self._file_lock is not None:
+            self._file_lock.release()
+        _HELD.pop(self.experiment_dir, None)
+
+
+_HELD: dict[str, DriverHold] = {}
+
+
+def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
+    """Take the experiment folder for this driver, or refuse.
+
+    Args:
+        experiment_dir: `<storage-path>/<name>`, a local path or a URI pyarrow understands.
+        settle_s: object storage only: seconds between writing the record and reading it back.
+    Returns:
+        The hold; its heartbeat thread runs until `release(exit_code)` (called at exit by
+        `release_all`, or by `atexit` with exit code 1 if nothing else did).
+    Raises:
+        ExperimentHeld: another driver is alive there (names its host, pid and start).
+    Prints one line when it takes over from a driver that is gone.
+    """
+    if experiment_dir in _HELD:  # this process holds it already (a second sweep in one process)
+        return _HELD[experiment_dir]
+    file_lock = None
+    if "://" not in experiment_dir:
+        from filelock import FileLock, Timeout
+
+        os.makedirs(experiment_dir, exist_ok=True)
+        file_lock = FileLock(os.path.join(experiment_dir, LOCK))
+        try:
+            file_lock.acquire(timeout=0)
+        except Timeout:
+            record = read_holder(experiment_dir)
+            raise ExperimentHeld(f"{experiment_dir} is in use by another driver: "
+                                 + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
+                                 + "; wait for it to end, or use another --name") from None
+    record = read_holder(experiment_dir)
+    here = socket.gethostname()
+    # With the file lock, a same-host record is not alive whatever its pid says (a reused pid).
+    if holder_alive(record) and not (file_lock is not None and record.get("host") == here):
+        if file_lock is not None:
+            file_lock.release()
+        raise ExperimentHeld(f"{experiment_dir} is in use by another driver: {describe_holder(record)}; "
+                             "wait for it to end, or use another --name")
+    mine = DriverHold(experiment_dir, file_lock)
+    mine._write()
+    if file_lock is None:  # object storage: two drivers may have written at once; the later one wins
+        time.sleep(settle_s)
+        now = read_holder(experiment_dir)
+        if now and (now.get("host"), now.get("pid"), now.get("since")) != (here, mine.record["pid"], mine.record["since"]):
+            raise ExperimentHeld(f"{experiment_dir} was taken at the same time by another driver: {describe_holder(now)}")
+    if record and record.get("ended") is None:
+        gone = "its pid is gone" if record.get("host") == here else f"no heartbeat for over {STALE_AFTER_S:.0f} s"
+        print(f"taking over {experiment_dir}: its last driver ({describe_holder(record)}) is gone ({gone})", flush=True)
+    _HELD[experiment_dir] = mine
+    mine._thread.start()
+    return mine
+
+
+def release_all(exit_code: int) -> None:
+    """Release every hold of this process with `exit_code` (the sweep's exit, Ctrl-C included)."""
+    for held in list(_HELD.values()):
+        held.release(exit_code)
+
+
+atexit.register(release_all, 1)  # an uncaught exception ends the process with 1; normal exits release first
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _join(experiment_dir: str, name: str) -> str:
+    return experiment_dir.rstrip("/") + "/" + name
+
+
+def _read(path: str) -> bytes:
+    if "://" not in path:
+        with open(path, "rb") as f:
+            return f.read()
+    fs, inner = _filesystem(path)
+    with fs.open_input_stream(inner) as f:
+        return f.read()
+
+
+def _write(path: str, data: bytes) -> None:
+    """Write `data` whole: locally to a temporary file renamed over `path` (readers never see half)."""
+    if "://" not in path:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return
+    fs, inner = _filesystem(path)
+    with fs.open_output_stream(inner) as f:
+        f.write(data)
+
+
+def _filesystem(uri: str):
+    import pyarrow.fs
+
+    try:
+        return pyarrow.fs.FileSystem.from_uri(uri)
+    except (pyarrow.ArrowInvalid, ValueError) as e:
+        raise OSError(str(e)) from None
