@@ -29,6 +29,8 @@ import socket
 import threading
 import time
 
+from analysis import storage
+
 RECORD = "driver.json"
 LOCK = ".driver.lock"
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
@@ -44,7 +46,7 @@ def read_holder(experiment_dir: str) -> dict | None:
     """The `driver.json` record of an experiment folder (local path or URI), or None when there
     is none (an older experiment, or nothing started yet) or it cannot be parsed."""
     try:
-        record = json.loads(_read(_join(experiment_dir, RECORD)))
+        record = json.loads(storage.read_bytes(_join(experiment_dir, RECORD)))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
@@ -70,8 +72,9 @@ def describe_holder(record: dict, now: float | None = None) -> str:
 class DriverHold:
     """This process's hold on an experiment folder (see `hold`); `release(code)` ends it."""
 
-    def __init__(self, experiment_dir: str, file_lock=None):
+    def __init__(self, experiment_dir: str, file_lock=None, previous: dict | None = None, created: list[str] = ()):
         self.experiment_dir = experiment_dir
+        self.previous, self.created = previous, list(created)  # undone when the sweep never started (exit 2)
         self.record = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
                        "heartbeat": time.time(), "ended": None, "exit_code": None}
         self._file_lock = file_lock
@@ -79,7 +82,7 @@ class DriverHold:
         self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
 
     def _write(self) -> None:
-        _write(_join(self.experiment_dir, RECORD), json.dumps(self.record).encode())
+        storage.write_bytes(_join(self.experiment_dir, RECORD), json.dumps(self.record).encode())
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -90,17 +93,32 @@ class DriverHold:
                 pass
 
     def release(self, exit_code: int) -> None:
-        """Stop the heartbeat and record `ended` and `exit_code`; a second call does nothing."""
+        """Stop the heartbeat and record `ended` and `exit_code`; a second call does nothing.
+
+        Exit code 2 (a usage error: no trial started) leaves the folder as it was found: the
+        previous record back, or no record, and the folders `hold` created removed when empty."""
         if self._stop.is_set():
             return
         self._stop.set()
         self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code))
         try:
-            self._write()
+            if exit_code != 2:
+                self._write()
+            elif self.previous is not None:
+                storage.write_bytes(_join(self.experiment_dir, RECORD), json.dumps(self.previous).encode())
+            else:
+                storage.delete(_join(self.experiment_dir, RECORD))
+                if self.created:
+                    storage.delete(_join(self.experiment_dir, LOCK))
         except OSError:
             pass
         if self._file_lock is not None:
             self._file_lock.release()
+        for folder in self.created if exit_code == 2 else ():  # innermost first
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
         _HELD.pop(self.experiment_dir, None)
 
 
@@ -122,10 +140,14 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
     """
     if experiment_dir in _HELD:  # this process holds it already (a second sweep in one process)
         return _HELD[experiment_dir]
-    file_lock = None
+    file_lock, created = None, []
     if "://" not in experiment_dir:
         from filelock import FileLock, Timeout
 
+        folder = os.path.abspath(experiment_dir)
+        while not os.path.exists(folder):
+            created.append(folder)
+            folder = os.path.dirname(folder)
         os.makedirs(experiment_dir, exist_ok=True)
         file_lock = FileLock(os.path.join(experiment_dir, LOCK))
         try:
@@ -143,7 +165,7 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
             file_lock.release()
         raise ExperimentHeld(f"{experiment_dir} is in use by another driver: {describe_holder(record)}; "
                              "wait for it to end, or use another --name")
-    mine = DriverHold(experiment_dir, file_lock)
+    mine = DriverHold(experiment_dir, file_lock, record, created)
     mine._write()
     if file_lock is None:  # object storage: two drivers may have written at once; the later one wins
         time.sleep(settle_s)
@@ -185,34 +207,3 @@ def _pid_alive(pid: int) -> bool:
 
 def _join(experiment_dir: str, name: str) -> str:
     return experiment_dir.rstrip("/") + "/" + name
-
-
-def _read(path: str) -> bytes:
-    if "://" not in path:
-        with open(path, "rb") as f:
-            return f.read()
-    fs, inner = _filesystem(path)
-    with fs.open_input_stream(inner) as f:
-        return f.read()
-
-
-def _write(path: str, data: bytes) -> None:
-    """Write `data` whole: locally to a temporary file renamed over `path` (readers never see half)."""
-    if "://" not in path:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        return
-    fs, inner = _filesystem(path)
-    with fs.open_output_stream(inner) as f:
-        f.write(data)
-
-
-def _filesystem(uri: str):
-    import pyarrow.fs
-
-    try:
-        return pyarrow.fs.FileSystem.from_uri(uri)
-    except (pyarrow.ArrowInvalid, ValueError) as e:
-        raise OSError(str(e)) from None

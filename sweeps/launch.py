@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 import ray
 from ray import tune
@@ -28,6 +27,7 @@ from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tun
 from ray.tune.search import BasicVariantGenerator
 
 import analysis
+from analysis import storage
 from sweeps import driver_lock, resume
 from sweeps.cli import MAX_FAILURES, UsageError
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
@@ -81,15 +81,19 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     experiment_dir = f"{args.storage_path}/{args.name}"
     callbacks = monitoring_callbacks(args, metric, mode)  # before Ray: a tracker that cannot start is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
-    starts_ray = not ray.is_initialized() and not (args.address or os.environ.get("RAY_ADDRESS"))
+    starts_ray = not ray.is_initialized() and (args.address == "local" or not (args.address or os.environ.get("RAY_ADDRESS")))
     try:  # one driver per experiment folder, refused before Ray starts (released at exit)
         held = driver_lock.hold(experiment_dir)
     except driver_lock.ExperimentHeld as e:
         raise UsageError(str(e)) from None
-    init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
-    check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
-    gpus = gpus_per_trial(args, trainable)
-    check_resources(gpus, args.cpus_per_trial)
+    try:
+        init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
+        check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
+        gpus = gpus_per_trial(args, trainable)
+        check_resources(gpus, args.cpus_per_trial)
+    except UsageError:
+        held.release(2)  # no trial started: the folder is left as it was found
+        raise
     concurrent = args.max_concurrent
     if gpus >= 2 and trainable.ddp:  # DDP drivers hold no resources: let no more start than the GPUs can hold
         concurrent = concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
@@ -98,6 +102,11 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     print(f"{'resuming' if args.resume else 'starting'} {args.name}: {gpus:g} GPU and {args.cpus_per_trial:g} CPU per trial"
           + (f", {concurrent} at once" if concurrent else ""), flush=True)
 
+    # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
+    # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
+    # (Ray's switch), and one line says where the results and TensorBoard files are.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
@@ -275,9 +284,6 @@ def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, t
 
 
 def write_sweep_info(experiment_dir: str, info: dict) -> None:
-    """Record the sweep's metric, mode, command line and settings in `<experiment>/raysweep.json`."""
-    if "://" in str(experiment_dir):
-        return  # remote storage: Ray writes its own files there; nothing of ours to add
-    folder = Path(experiment_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "raysweep.json").write_text(json.dumps(info, indent=1))
+    """Record the sweep's metric, mode, command line and settings in `<experiment>/raysweep.json`
+    (a local folder or object storage)."""
+    storage.write_bytes(storage.join(experiment_dir, "raysweep.json"), json.dumps(info, indent=1).encode())

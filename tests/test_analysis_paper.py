@@ -438,3 +438,27 @@ def test_duplicate_trials_count_once_and_are_reported(tmp_path):
     assert "- duplicates left out: 2 finished trial(s) with the same config (seed included)" in report
     # a different seed is another trial, not a duplicate; an unfinished repeat is not dropped either
     assert analysis.load_trials(paper_grid(tmp_path, "plain")).attrs["duplicates"] == []
+
+
+def test_a_second_driver_session_in_the_folder_is_read_and_its_repeat_counted_once(tmp_path):
+    """Two drivers (or an extended grid) leave two experiment_state files; each lists its own trials.
+    Both are read, so the other session's trials keep their status (Tune's last result of a finished
+    function trial is not marked `done`), and a repeated cell is one trial."""
+    import shutil
+
+    path = paper_grid(tmp_path, losses=("ce",))
+    other = write_experiment(tmp_path / "elsewhere", "paper", [trial_spec(
+        "sym_0.2_seed0", {"loss": "ce", "noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 4},
+        [{"epoch": e, "val/acc": 0.5, "test/acc": 0.5} for e in range(4)], trial_id="zzzzz_00000", start=7200.0)])
+    for folder in other.glob("train_*"):
+        rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        (folder / "result.json").write_text("".join(json.dumps({**r, "done": False}) + "\n" for r in rows))
+        shutil.move(str(folder), str(path / (folder.name + "_b")))
+    state = json.loads(next(other.glob("experiment_state-*.json")).read_text())
+    state["trial_data"] = [[json.dumps({**json.loads(info), "relative_logdir": json.loads(info)["relative_logdir"] + "_b"}),
+                            meta] for info, meta in state["trial_data"]]
+    (path / "experiment_state-2026-01-02_00-00-00.json").write_text(json.dumps(state))
+
+    trials, _ = analysis.load_experiment(path)
+    assert len(trials) == 12 and (trials["status"] == "TERMINATED").all()
+    assert "zzzzz_00000" in set(trials["trial_id"]) and len(trials.attrs["duplicates"]) == 1

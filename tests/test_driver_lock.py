@@ -76,6 +76,16 @@ def test_holder_on_another_host_is_alive_until_its_heartbeat_is_a_minute_old(tmp
     assert driver_lock.read_holder(str(tmp_path / "absent")) is None and not driver_lock.holder_alive(None)
 
 
+def test_a_sweep_refused_by_a_usage_error_leaves_the_folder_as_it_was(tmp_path):
+    new = tmp_path / "runs" / "exp"
+    driver_lock.hold(str(new)).release(2)  # e.g. the cluster refused the driver: nothing written stays
+    assert not (tmp_path / "runs").exists()
+    driver_lock.hold(str(new)).release(0)
+    before = driver_lock.read_holder(str(new))
+    driver_lock.hold(str(new)).release(2)
+    assert driver_lock.read_holder(str(new)) == before  # the last real run's record is kept
+
+
 def test_heartbeat_is_refreshed_while_the_driver_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(driver_lock, "HEARTBEAT_S", 0.1)
     held = driver_lock.hold(str(tmp_path / "exp"))

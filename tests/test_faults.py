@@ -119,7 +119,7 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
     fake_trial(tmp_path, "sym_0.3_seed0", cells[2], 1, diverged=True)  # would diverge again: reused
     todo, reused = resume.plan_cells(cells, tmp_path, skip_existing=True)
     assert [c["noise_rate"] for c in todo] == [0.2, 0.4]
-    assert reused[config_hash(cells[0])] == done and len(reused) == 2
+    assert reused[config_hash(cells[0])] == str(done) and len(reused) == 2
     assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
     assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
     assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
