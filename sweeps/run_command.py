@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
     trainable = Trainable(train_command, {"template": args.template, "step_key": args.step_key,
                                           "metric_pattern": args.metric_pattern, "grace_period_s": args.grace_period_s,
                                           "cwd": os.getcwd()})
-    code, _ = launch(args, trainable, param_space=param_space, search_alg=search_alg,
+    code, _ = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
                      num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(args.axes),
                      metric=args.metric, mode=args.mode, reused=reused, test_metric=args.metric,
                      # every result carries a small step checkpoint; keep the latest two, whatever the metric
