@@ -152,3 +152,58 @@ def test_driver_killed_on_s3_resumes(s3):
         assert done[-1] == epochs and done.count(epochs) == 1, (name, done)
     assert cells(resumed.stdout) == ["(1)", "(1)"]
     assert driver_lock.read_holder(experiment)["exit_code"] == 0
+
+
+@pytest.mark.slow
+def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
+    """The two-raylet cluster of tests/test_cluster.py with s3 storage and no shared folder (no
+    --storage-is-shared needed): a trial trains on the second node, that node's raylet is killed,
+    the trial continues on the head from its checkpoint on s3, and every cell is done once."""
+    from tests import ray_cluster
+
+    env = {**ray_cluster.token_env(tmp_path / "home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
+    port = ray_cluster.free_port()
+    address = f"127.0.0.1:{port}"
+    worker_ip, epochs = "127.0.0.2", 40
+    experiment = f"s3://{BUCKET}/runs/two_nodes"
+    nodes = []
+    try:
+        nodes.append(ray_cluster.start_node(tmp_path / "head", env, head_port=port, extra_env={
+            "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}))
+        nodes.append(ray_cluster.start_node(tmp_path / "worker", env, address=address, node_ip=worker_ip,
+                                            extra_env={"RAY_AUTH_MODE": "token"}))
+        argv = [sys.executable, "sweeps/noise_grid.py", "--address", address, "--storage-path", f"s3://{BUCKET}/runs",
+                "--name", "two_nodes", "--noise-types", "sym", "--noise-rates", "0.2,0.4,0.6", "--epochs", str(epochs),
+                "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-failures", "3", "--quiet"]
+        driver = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=(tmp_path / "sweep.out").open("w"), stderr=subprocess.STDOUT)
+        try:
+            def trial_on_worker():
+                if not storage.exists(experiment):
+                    return None
+                for name, uri in trial_folders(experiment).items():
+                    rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+                    if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
+                        return name
+                return None
+
+            victim = wait_for(lambda: driver.poll() is not None or trial_on_worker(), 240, "a trial training on the second node")
+            assert driver.poll() is None, (tmp_path / "sweep.out").read_text()[-3000:]
+            os.kill(ray_cluster.raylet_pid(nodes[1]), signal.SIGKILL)
+            code = driver.wait(timeout=400)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        output = (tmp_path / "sweep.out").read_text()
+        assert code == 0, output[-4000:]
+        trials = trial_folders(experiment)
+        assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
+        rows = {name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+                for name, uri in trials.items()}
+        assert {row["node_ip"] for r in rows.values() for row in r} >= {worker_ip}
+        assert rows[victim][0]["node_ip"] == worker_ip
+        for name, r in rows.items():
+            assert r[-1]["epoch"] == epochs and r[-1]["node_ip"] != worker_ip, (name, r[-1])  # finished on the head
+        assert cells(output) == ["(1)", "(1)", "(1)"]
+    finally:
+        for node in reversed(nodes):
+            ray_cluster.stop_node(node)
