@@ -14,7 +14,7 @@ another host and its heartbeat is younger than `STALE_AFTER_S`. A holder that is
 over, with one line saying so. On a local folder a `filelock.FileLock` on `.driver.lock` settles
 the race of two drivers started at once on this machine (the OS drops the lock when its process
 dies); on object storage (s3://, no locks) the record is written and read back after
-`SETTLE_S`, and the later writer gives way.
+`SETTLE_S`: the driver whose record was overwritten gives way (the last writer keeps it).
 
 Nothing here imports Ray, torch or pandas (`read_holder` and `holder_alive` serve the status
 command too); pyarrow's file systems are imported for URIs only.
@@ -35,7 +35,7 @@ RECORD = "driver.json"
 LOCK = ".driver.lock"
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
 STALE_AFTER_S = 60.0  # a holder on another host whose heartbeat is older than this is gone
-SETTLE_S = 2.0  # object storage: read the record back after this long; the later writer gives way
+SETTLE_S = 2.0  # object storage: read the record back after this long; the overwritten one gives way
 
 
 class ExperimentHeld(RuntimeError):

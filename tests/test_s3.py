@@ -207,3 +207,19 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
     finally:
         for node in reversed(nodes):
             ray_cluster.stop_node(node)
+
+
+@pytest.mark.slow
+def test_driver_lock_on_s3_refuses_a_live_holder_and_takes_over_a_stale_one(s3, capsys):
+    experiment = f"s3://{BUCKET}/runs/locked"
+    record = {"host": "gpu-node-7", "pid": 1234, "since": "2026-01-01 10:00:00", "heartbeat": time.time(),
+              "ended": None, "exit_code": None}
+    storage.write_bytes(experiment + "/driver.json", json.dumps(record).encode())
+    with pytest.raises(driver_lock.ExperimentHeld, match=r"in use by another driver: host gpu-node-7, pid 1234"):
+        driver_lock.hold(experiment, settle_s=0.1)
+    storage.write_bytes(experiment + "/driver.json", json.dumps({**record, "heartbeat": time.time() - 120}).encode())
+    held = driver_lock.hold(experiment, settle_s=0.1)
+    assert "taking over s3://" in capsys.readouterr().out
+    assert driver_lock.read_holder(experiment)["pid"] == os.getpid()
+    held.release(1)
+    assert driver_lock.read_holder(experiment)["exit_code"] == 1
