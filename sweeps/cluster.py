@@ -82,7 +82,7 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
                              "`ray stop` clears it, --address local starts a private Ray") from None
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
-              f"dashboard: {ray.worker.get_dashboard_url() or 'not running'}", flush=True)
+              f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}", flush=True)
         return
     if address:
         try:
