@@ -162,38 +162,25 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
     from tests import ray_cluster
 
     env = {**ray_cluster.token_env(tmp_path / "home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
-    port = ray_cluster.free_port()
-    address = f"127.0.0.1:{port}"
     worker_ip, epochs = "127.0.0.2", 40
     experiment = f"s3://{BUCKET}/runs/two_nodes"
     nodes = []
     try:
-        nodes.append(ray_cluster.start_node(tmp_path / "head", env, head_port=port, extra_env={
-            "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}))
-        nodes.append(ray_cluster.start_node(tmp_path / "worker", env, address=address, node_ip=worker_ip,
-                                            extra_env={"RAY_AUTH_MODE": "token"}))
+        address = ray_cluster.start_two_nodes(tmp_path, env, worker_ip, nodes)
         argv = [sys.executable, "sweeps/noise_grid.py", "--address", address, "--storage-path", f"s3://{BUCKET}/runs",
                 "--name", "two_nodes", "--noise-types", "sym", "--noise-rates", "0.2,0.4,0.6", "--epochs", str(epochs),
                 "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-failures", "3", "--quiet"]
-        driver = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=(tmp_path / "sweep.out").open("w"), stderr=subprocess.STDOUT)
-        try:
-            def trial_on_worker():
-                if not storage.exists(experiment):
-                    return None
-                for name, uri in trial_folders(experiment).items():
-                    rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-                    if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
-                        return name
+        def trial_on_worker():
+            if not storage.exists(experiment):
                 return None
+            for name, uri in trial_folders(experiment).items():
+                rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+                if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
+                    return name
+            return None
 
-            victim = wait_for(lambda: driver.poll() is not None or trial_on_worker(), 240, "a trial training on the second node")
-            assert driver.poll() is None, (tmp_path / "sweep.out").read_text()[-3000:]
-            os.kill(ray_cluster.raylet_pid(nodes[1]), signal.SIGKILL)
-            code = driver.wait(timeout=400)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        output = (tmp_path / "sweep.out").read_text()
+        victim, code, output = ray_cluster.kill_node_under_a_trial(argv, env, ROOT, tmp_path / "sweep.out", nodes[1],
+                                                                   trial_on_worker, wait_s=240, sweep_s=400)
         assert code == 0, output[-4000:]
         trials = trial_folders(experiment)
         assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
