@@ -1,23 +1,24 @@
-"""One driver per experiment: the record `<storage-path>/<name>/driver.json` and the hold on it.
+"""The record a sweep's driver keeps at `<storage-path>/<name>/driver.json`: who runs the sweep, and
+whether it still does (the reader; shared contract of issues 20 and 21).
 
-Two drivers on one experiment folder would both run every cell and write two experiment states.
-So a sweep holds its folder while it runs: it refuses to start while another driver is alive there,
-writes `driver.json`, refreshes its heartbeat from a background thread, and at exit records when it
-ended and its exit code (the record is kept, for the status command). The record:
+    {"host": "gpu-box", "pid": 4242, "since": "2026-11-22 18:50:18", "heartbeat": 1795373431.2,
+     "ended": null, "exit_code": null}
 
-    {"host": socket.gethostname(), "pid": int, "since": "YYYY-MM-DD HH:MM:SS" (local time),
-     "heartbeat": time.time() of the last refresh, "ended": null | time.time() at exit,
-     "exit_code": null | int}
+The driver writes it when the sweep starts, refreshes "heartbeat" (time.time()) at least every
+10 s while it runs, and at a normal exit (any exit code, Ctrl-C included) sets "ended" and
+"exit_code"; the file is not deleted. A killed driver (SIGKILL, OOM killer, a reboot) leaves
+"ended" null and its heartbeat ages.
 
-A holder is alive when it has not ended and either runs on this host with a live pid, or runs on
-another host and its heartbeat is younger than `STALE_AFTER_S`. A holder that is gone is taken
-over, with one line saying so. On a local folder a `filelock.FileLock` on `.driver.lock` settles
-the race of two drivers started at once on this machine (the OS drops the lock when its process
-dies); on object storage (s3://, no locks) the record is written and read back after
-`SETTLE_S`: the driver whose record was overwritten gives way (the last writer keeps it).
+No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local folders and
+URIs (s3://...) are read through pyarrow's filesystems (`analysis/tune_state.py:resolve_source`).
 
-Nothing here imports Ray, torch or pandas (`read_holder` and `holder_alive` serve the status
-command too); pyarrow's file systems are imported for URIs only.
+The writer (`hold`, `DriverHold`, `release_all`) keeps one driver per experiment: a sweep refuses
+to start while another driver is alive there (`holder_alive`), writes the record, refreshes its
+heartbeat from a background thread every `HEARTBEAT_S`, and records its end at exit. A holder
+that is gone is taken over, with one line saying so. On a local folder a `filelock.FileLock` on
+`.driver.lock` settles the race of two drivers started at once on this machine (the OS drops the
+lock when its process dies); on object storage (s3://, no locks) the record is written and read
+back after `SETTLE_S`: the driver whose record was overwritten gives way (the last writer keeps it).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ import time
 
 from analysis import storage
 
-RECORD = "driver.json"
-LOCK = ".driver.lock"
+DRIVER_FILE = "driver.json"
+HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
+LOCK = ".driver.lock"  # the local file lock next to the record
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
-STALE_AFTER_S = 60.0  # a holder on another host whose heartbeat is older than this is gone
 SETTLE_S = 2.0  # object storage: read the record back after this long; the overwritten one gives way
 
 
@@ -43,24 +44,40 @@ class ExperimentHeld(RuntimeError):
 
 
 def read_holder(experiment_dir: str) -> dict | None:
-    """The `driver.json` record of an experiment folder (local path or URI), or None when there
-    is none (an older experiment, or nothing started yet) or it cannot be parsed."""
+    """The driver record of the experiment at `experiment_dir` (local path or URI).
+
+    Returns:
+        The record (see the module docstring), or None when there is none or it cannot be read
+        (an experiment from before driver records, or a file being written).
+    """
+    path = f"{str(experiment_dir).rstrip('/')}/{DRIVER_FILE}"
     try:
-        record = json.loads(storage.read_bytes(_join(experiment_dir, RECORD)))
-    except (OSError, ValueError):
+        if "://" in path:  # pyarrow's filesystems, else fsspec's (as the analysis reads experiments)
+            from analysis.tune_state import resolve_source
+
+            fs, inner, _ = resolve_source(path, None)
+            with fs.open_input_stream(inner) as f:
+                data = f.readall()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        record = json.loads(data)
+    except (OSError, ValueError):  # missing, unreachable, half written
         return None
-    return record if isinstance(record, dict) else None
+    return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
 
 
-def holder_alive(record: dict | None, now: float | None = None) -> bool:
-    """True when the driver of a `read_holder` record still runs: not ended, and on this host
-    its pid is alive (not a zombie), or on another host its heartbeat is younger than
-    `STALE_AFTER_S` seconds."""
-    if not record or record.get("ended") is not None:
+def holder_alive(record: dict, now: float | None = None) -> bool:
+    """Whether the driver of `record` still runs: it has not ended, and either it is on this host and
+    its pid is alive (not a zombie), or it is on another host and its heartbeat is less than
+    HEARTBEAT_TIMEOUT_S seconds old (`now`: time.time() by default)."""
+    if record.get("ended") is not None:
         return False
     if record.get("host") == socket.gethostname():
-        return _pid_alive(int(record.get("pid") or 0))
-    return (now or time.time()) - float(record.get("heartbeat") or 0) < STALE_AFTER_S
+        return _pid_alive(record["pid"])
+    heartbeat = record.get("heartbeat")
+    now = time.time() if now is None else now
+    return isinstance(heartbeat, (int, float)) and now - heartbeat < HEARTBEAT_TIMEOUT_S
 
 
 def describe_holder(record: dict, now: float | None = None) -> str:
@@ -82,7 +99,7 @@ class DriverHold:
         self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
 
     def _write(self) -> None:
-        storage.write_bytes(_join(self.experiment_dir, RECORD), json.dumps(self.record).encode())
+        storage.write_bytes(_join(self.experiment_dir, DRIVER_FILE), json.dumps(self.record).encode())
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -105,9 +122,9 @@ class DriverHold:
             if exit_code != 2:
                 self._write()
             elif self.previous is not None:
-                storage.write_bytes(_join(self.experiment_dir, RECORD), json.dumps(self.previous).encode())
+                storage.write_bytes(_join(self.experiment_dir, DRIVER_FILE), json.dumps(self.previous).encode())
             else:
-                storage.delete(_join(self.experiment_dir, RECORD))
+                storage.delete(_join(self.experiment_dir, DRIVER_FILE))
                 if self.created:
                     storage.delete(_join(self.experiment_dir, LOCK))
         except OSError:
@@ -160,7 +177,7 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
     record = read_holder(experiment_dir)
     here = socket.gethostname()
     # With the file lock, a same-host record is not alive whatever its pid says (a reused pid).
-    if holder_alive(record) and not (file_lock is not None and record.get("host") == here):
+    if record is not None and holder_alive(record) and not (file_lock is not None and record.get("host") == here):
         if file_lock is not None:
             file_lock.release()
         raise ExperimentHeld(f"{experiment_dir} is in use by another driver: {describe_holder(record)}; "
@@ -173,7 +190,7 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
         if now and (now.get("host"), now.get("pid"), now.get("since")) != (here, mine.record["pid"], mine.record["since"]):
             raise ExperimentHeld(f"{experiment_dir} was taken at the same time by another driver: {describe_holder(now)}")
     if record and record.get("ended") is None:
-        gone = "its pid is gone" if record.get("host") == here else f"no heartbeat for over {STALE_AFTER_S:.0f} s"
+        gone = "its pid is gone" if record.get("host") == here else f"no heartbeat for over {HEARTBEAT_TIMEOUT_S:.0f} s"
         print(f"taking over {experiment_dir}: its last driver ({describe_holder(record)}) is gone ({gone})", flush=True)
     _HELD[experiment_dir] = mine
     mine._thread.start()
@@ -190,18 +207,13 @@ atexit.register(release_all, 1)  # an uncaught exception ends the process with 1
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
+    import psutil  # a core dependency; imported here to keep the module's import light
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:  # a killed child its parent has not reaped yet is a zombie: dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
+    except psutil.AccessDenied:  # it exists, under another user
         return True
 
 

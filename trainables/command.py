@@ -65,6 +65,7 @@ from trainables import divergence, storage
 from trainables.command_parse import format_value, non_finite, parse_metrics_line, render
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for, trial_gpu_fraction
+from trainables.proctitle import refresh_title, titled_trial
 from trainables.report import METRICS_FILE_ENV
 from trainables.watchdog import end_group
 
@@ -82,6 +83,7 @@ class CommandFailed(RuntimeError):
     """The trial's command exited with an error, or reported no metric at all."""
 
 
+@titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
 def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | None = None,
                   grace_period_s: float = 10.0, cwd: str | None = None) -> None:
     """Run one trial's command and report what it prints (Tune Function API).
@@ -272,6 +274,7 @@ def _report(result: dict, step_key: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / STEP_FILE).write_text(json.dumps({"step": result[step_key]}))
         tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+    refresh_title()  # Ray retitled the worker around the report
 
 
 def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
