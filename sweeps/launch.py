@@ -82,31 +82,12 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
                                      wandb_project=o.wandb_project, metric=metric, mode=mode)  # before Ray: a bad tracker is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
-    try:  # one driver per experiment folder, refused before Ray starts (released at exit)
-        held = driver_lock.hold(experiment_dir)
-    except driver_lock.ExperimentHeld as e:
-        raise UsageError(str(e)) from None
-    try:
-        init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
-        check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
-        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
-        check_resources(gpus, o.cpus_per_trial)
-    except UsageError:
-        held.release(2)  # no trial started: the folder is left as it was found
-        raise
+    held, gpus = hold_and_start_ray(o, trainable)
     concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
     print(f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
           + (f", {concurrent} at once" if concurrent else ""), flush=True)
 
-    # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
-    # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
-    # (Ray's switch), and one line says where the results and TensorBoard files are.
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
-    # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    set_tune_environment(experiment_dir)
     run_config = sweep_run_config(o.name, o.storage_path, max_failures=o.max_failures, fail_fast=o.fail_fast,
                                   callbacks=callbacks, metric=metric, mode=mode, checkpoint_config=checkpoint_config)
     trainable_for = lambda share: with_resources(trainable, share, o.cpus_per_trial, experiment_dir)  # noqa: E731
@@ -127,6 +108,46 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     held.release(code)
     return code, rounds
+
+
+def hold_and_start_ray(options: RunOptions, trainable: Trainable):
+    """Take the experiment folder for this driver, start or join Ray, and check what needs Ray up:
+    shared storage on a cluster, the resources per trial.
+
+    Returns:
+        (the `driver_lock` hold, released by the caller with the sweep's exit code; GPUs per trial).
+    Raises:
+        UsageError: another driver alive on the folder (`sweeps.driver_lock`), or a check fails;
+            after the hold, the folder is then left as it was found (released with code 2).
+    """
+    o = options
+    try:  # one driver per experiment folder, refused before Ray starts (released at exit)
+        held = driver_lock.hold(o.experiment_dir)
+    except driver_lock.ExperimentHeld as e:
+        raise UsageError(str(e)) from None
+    try:
+        init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
+        check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
+        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
+        check_resources(gpus, o.cpus_per_trial)
+    except UsageError:
+        held.release(2)  # no trial started: the folder is left as it was found
+        raise
+    return held, gpus
+
+
+def set_tune_environment(experiment_dir: str) -> None:
+    """Tune's switches every sweep sets (environment variables, read when Tune runs), and one line
+    saying where the results and TensorBoard files are."""
+    # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
+    # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
+    # (Ray's switch), and one line says where the results and TensorBoard files are.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
+    # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 
 def max_concurrent_trials(max_concurrent: int | None, gpus: float, cpus: float, trainable: Trainable, search_alg,
