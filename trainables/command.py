@@ -188,12 +188,12 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
         written_late = read_metrics_file(metrics_file, file_offset, step_key)[0] if metrics_from != "tensorboard" else []
         if report_new(written_late + (events.poll() if events else [])):  # written just before the exit
             return
+        if report_new(context.close() + (events.close() if events else []), final=True):  # what the last step printed
+            return
         code = proc.wait()
         if code != 0:
             raise _failed(f"command exited with {_exit_status(code)}: {' '.join(argv)}", tails["ERR"], "stderr",
                           no_retry=code == 2, why="exit code 2 is a usage error")
-        if report_new(context.close() + (events.close() if events else []), final=True):
-            return
         if parsed == 0 and not resumed:
             raise _failed(_no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
                           tails["OUT"], "stdout", no_retry=True, why="it exited 0: running it again prints the same")

@@ -150,7 +150,8 @@ class StepContext:
     line). A step's result is complete, and returned, when a line names another step, when it
     holds every metric of `complete_when` (so `epoch=3 val_acc=0.81` is reported at once, not an
     epoch late), or at `close()` (the command exited). Metrics printed after the last step line,
-    or by a script that never prints a step, are a final result at the last step seen (or step 0).
+    or by a script that never prints a step, are a final result at the last step seen (or step 0),
+    reported once at `close()`.
     Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
     first step starts. Each step is returned once: metrics printed after its result was complete
     are dropped, unless they are the final result.
@@ -186,7 +187,7 @@ class StepContext:
                 done += self._flush()
             self.step = step
         self.pending.update(metrics)
-        if self.complete_when and self.complete_when <= self.pending.keys():
+        if self.step is not None and self.complete_when and self.complete_when <= self.pending.keys():
             done += self._flush()
         return done
 
