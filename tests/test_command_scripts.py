@@ -180,3 +180,5 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
     log = (trial / "command_stdout.txt").read_text()
     assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log
     assert history(trial)["epoch"].tolist() == list(range(1, 9))
+    assert re.search(r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
+                     (trial / "stdout").read_text())

@@ -141,7 +141,11 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
             last_step = result[step_key]
         return False
 
-    if resumed and metrics_from == "stdout" and report_new(unreported_results(stdout_log, last_step, step_key, patterns, complete_when)):
+    recovered = unreported_results(stdout_log, last_step, step_key, patterns, complete_when) if resumed and metrics_from == "stdout" else []
+    if recovered:
+        print(f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
+              f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})", flush=True)
+    if report_new(recovered):
         return
     parsed = 0
     context = StepContext(step_key, patterns, complete_when)
@@ -154,12 +158,12 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
     gpu_ids = env.get("CUDA_VISIBLE_DEVICES", "")
     prefixes = {name: log_prefix(trial_name, name, gpu_ids, proc.pid) for name in ("OUT", "ERR")}
     lines: queue.Queue = queue.Queue()  # unbounded: the script never waits for Tune to take a result
+    with open(stdout_log, "a", encoding="utf-8") as log:
+        log.write(ATTEMPT_LINE + time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
     for stream, name in ((proc.stdout, "OUT"), (proc.stderr, "ERR")):
-        threading.Thread(target=_read_lines, args=(stream, name, lines), daemon=True).start()
+        threading.Thread(target=_read_lines, args=(stream, name, lines, stdout_log if name == "OUT" else None), daemon=True).start()
     tails = {"OUT": collections.deque(maxlen=TAIL_LINES), "ERR": collections.deque(maxlen=TAIL_LINES)}
     file_offset, open_streams, exited_at = 0, 2, None
-    log = open(stdout_log, "a", encoding="utf-8")
-    log.write(ATTEMPT_LINE + time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
         while open_streams:
@@ -170,10 +174,8 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
                     continue
                 (out if name == "OUT" else err).write(f"{prefixes[name]} {line}\n")
                 tails[name].append(line)
-                if name == "OUT":
-                    log.write(line + "\n")
-                    results += context.feed(line) if metrics_from == "stdout" else []
-            log.flush()
+                if name == "OUT" and metrics_from == "stdout":
+                    results += context.feed(line)
             if metrics_from != "tensorboard":
                 new_results, file_offset = read_metrics_file(metrics_file, file_offset, step_key)
                 results += new_results
@@ -198,7 +200,6 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
             raise _failed(_no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
                           tails["OUT"], "stdout", no_retry=True, why="it exited 0: running it again prints the same")
     finally:
-        log.close()
         terminate_group(proc, grace_period_s)
         if watchdog is not None:
             os.close(watchdog)
@@ -397,11 +398,20 @@ def _read_step(path: Path) -> list:
         return []
 
 
-def _read_lines(stream, name: str, lines: queue.Queue) -> None:
-    """Put each line of `stream` (decoded, newline stripped) on `lines`, then `(name, None)` at EOF."""
+def _read_lines(stream, name: str, lines: queue.Queue, log_path: Path | None = None) -> None:
+    """Put each line of `stream` (decoded, newline stripped) on `lines`, then `(name, None)` at EOF;
+    append it to `log_path` (flushed) as soon as it is read: while the trial waits in `tune.report`
+    for a driver that was killed, the lines still reach the file that `--resume` reads back."""
+    log = open(log_path, "a", encoding="utf-8") if log_path else None
     for raw in iter(stream.readline, b""):
-        lines.put((name, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if log:
+            log.write(line + "\n")
+            log.flush()
+        lines.put((name, line))
     stream.close()
+    if log:
+        log.close()
     lines.put((name, None))
 
 

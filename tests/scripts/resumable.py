@@ -1,6 +1,7 @@
 """A script that keeps its own checkpoint in --out and resumes from it, like most research repos;
 with --kill-parent-after N it kills the process that started it (the trial's worker) right after
-printing epoch N, once: lines it printed that the worker never reported must not be lost.
+printing epoch N (once the trial's stdout file holds that line), once: lines it printed that the
+worker never reported must not be lost.
 
     python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6
 """
@@ -26,5 +27,8 @@ for epoch in range(start, args.epochs + 1):
     ckpt.write_text(json.dumps({"epoch": epoch}))
     if epoch == args.kill_parent_after and not (out / "killed").exists():
         (out / "killed").write_text("1")
+        log, deadline = out.parent / "command_stdout.txt", time.monotonic() + 20  # the trial's copy of these lines
+        while f"epoch {epoch}/" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(30)  # the worker's death takes this process with it
