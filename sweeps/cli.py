@@ -69,6 +69,32 @@ def parse_gpus_per_trial(text: str | None) -> float | None:
     return value
 
 
+def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str | None) -> tuple[list[int] | str | None, float | str | None]:
+    """Parse --gpus and --gpus-per-trial (which may be `auto`).
+
+    Returns:
+        (selection, gpus_per_trial): selection is None (default), "all" or a list of indices;
+        gpus_per_trial is None, "auto" or a float (see `parse_gpus_per_trial`).
+    Raises:
+        UsageError: a bad index list, or --gpus with --address (a cluster's GPUs are fixed at `ray start`).
+    """
+    share = "auto" if gpus_per_trial == "auto" else parse_gpus_per_trial(gpus_per_trial)
+    if gpus is None or gpus == "all":
+        selection = gpus
+    else:
+        try:
+            selection = [int(item) for item in gpus.split(",")]
+        except ValueError:
+            raise UsageError(f"--gpus={gpus!r} is not a list of GPU indices such as 0,2 (or 'all')") from None
+        if any(i < 0 for i in selection) or len(set(selection)) != len(selection):
+            raise UsageError(f"--gpus={gpus!r}: indices must be distinct whole numbers >= 0")
+    if selection is not None and address:
+        raise UsageError("--gpus applies to a local Ray only; on a cluster, set CUDA_VISIBLE_DEVICES before `ray start` on each node")
+    if isinstance(share, float) and isinstance(selection, list) and share > len(selection):
+        raise UsageError(f"--gpus-per-trial={share:g} is more than the {len(selection)} GPU(s) selected by --gpus={gpus}")
+    return selection, share
+
+
 def parse_float_list(flag: str, text: str, low: float, high: float) -> list[float]:
     """Parse a comma-separated list of floats, each in [low, high); UsageError names the bad item."""
     values = []
@@ -397,8 +423,6 @@ def check_run_args(args: argparse.Namespace) -> None:
     Raises:
         UsageError: naming the first bad flag, its value and what is allowed.
     """
-    from sweeps.gpus import parse_gpu_flags
-
     args.gpus, args.gpus_per_trial = parse_gpu_flags(args.gpus, args.gpus_per_trial, args.address)
     if not args.cpus_per_trial > 0:
         raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
@@ -419,6 +443,61 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError("--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)")
     if args.resume and not getattr(args, "skip_existing", True):
         raise UsageError("--resume continues trials from their checkpoints; --no-skip-existing (rerun everything) contradicts it")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a sweep runs: the flags of `add_run_args` (and a search's --time-budget-s), checked and
+    parsed by `check_run_args`. `run_options` builds it; `sweeps.launch.launch` takes it.
+
+    Fields, with their units:
+        name: the experiment, a folder under `storage_path`.
+        storage_path: a local folder (made absolute) or a URI (s3://...).
+        gpus_per_trial: GPUs per trial: a fraction of a GPU in (0, 1], whole GPUs (2+: data-parallel),
+            0.0 (CPU trials), "auto" (probe the memory, pack densely) or None (0.25 with GPUs, else 0).
+        cpus_per_trial: CPU cores per trial (> 0).
+        gpus: the GPUs a local Ray may use: None (every idle one), "all", or indices.
+        max_concurrent: at most this many trials at once (None: as resources allow).
+        address: an existing Ray cluster (None: start a local one).
+        dashboard_host: the interface Ray's dashboard listens on.
+        storage_is_shared: trust that `storage_path` is reachable from every node.
+        max_failures: retries of a failed trial (0 with `fail_fast`).
+        fail_fast: the first trial error stops the sweep.
+        resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
+        time_budget_s: stop the whole sweep after this many seconds (None: no limit).
+        quiet, progress_every: no progress blocks; seconds between them.
+        mlflow_uri, wandb_project: trackers to log every trial to (None: none).
+    """
+
+    name: str
+    storage_path: str
+    gpus_per_trial: float | str | None = None
+    cpus_per_trial: float = 1.0
+    gpus: list[int] | str | None = None
+    max_concurrent: int | None = None
+    address: str | None = None
+    dashboard_host: str = "127.0.0.1"
+    storage_is_shared: bool = False
+    max_failures: int = MAX_FAILURES
+    fail_fast: bool = False
+    resume: bool = False
+    retry_errored: bool = False
+    time_budget_s: float | None = None
+    quiet: bool = False
+    progress_every: float = 15.0
+    mlflow_uri: str | None = None
+    wandb_project: str | None = None
+
+    @property
+    def experiment_dir(self) -> str:
+        """`storage_path/name`: where Tune writes the experiment (a path or a URI)."""
+        return f"{self.storage_path}/{self.name}"
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """The `RunOptions` of flags parsed and checked by `check_run_args` (flags a script does not
+    have, such as --retry-errored or --time-budget-s, keep the field's default)."""
+    return RunOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions) if hasattr(args, f.name)})
 
 
 def probe_storage(experiment_dir: str) -> None:
@@ -473,6 +552,29 @@ def check_search_args(args: argparse.Namespace) -> None:
         check_positive_int(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.time_budget_s is not None and not (args.time_budget_s > 0):
         raise UsageError(f"--time-budget-s={args.time_budget_s:g} must be > 0")
+
+
+def prepare_search(args: argparse.Namespace, settings: dict) -> tuple[TrainConfig, dict]:
+    """What a search (`lr_search.py`, `pbt.py`) does before Ray: check --resume against its
+    `settings` (`check_resume`, no earlier search in a new one's folder), check the fixed options
+    (with the top of --lr-range and --weight-decay-range), load the data once, probe the storage.
+
+    Returns:
+        (the `TrainConfig` of the fixed options, the data as `trainables.data.load_data` gives it).
+    Raises:
+        UsageError: a --resume mismatch, a bad option, data that cannot load, storage that cannot be written.
+    """
+    check_resume(args, settings, new_ok=False)
+    from trainables.config import parse_config
+    from trainables.data import load_data
+
+    try:
+        cfg = parse_config({**args.fixed, "lr": args.lr_range[1], "weight_decay": args.weight_decay_range[1]})
+        data = load_data(cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    probe_storage(f"{args.storage_path}/{args.name}")
+    return cfg, data
 
 
 def check_resume(args: argparse.Namespace, settings: dict | None = None, new_ok: bool = True) -> None:

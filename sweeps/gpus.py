@@ -1,7 +1,7 @@
 """Choosing and packing GPUs for a sweep, before Ray starts: selection, busy GPUs, packing, storage.
 
-Plain functions; placement itself stays Ray's. The sweep script calls, in order:
-`parse_gpu_flags` (flags, before Ray), `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
+Plain functions; placement itself stays Ray's. After `sweeps.cli.parse_gpu_flags` (the flags,
+before Ray), the launcher calls, in order: `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
 exported as CUDA_VISIBLE_DEVICES before `ray.init`), then, with Ray up, `auto_gpus_per_trial`,
 `check_gpu_request` and `check_shared_storage`; after `Tuner.fit`, `oom_trials` and
 `next_fraction_after_oom` drive the re-queue of trials that ran out of GPU memory.
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from sweeps.cli import UsageError, parse_gpus_per_trial as parse_gpu_share
+from sweeps.cli import UsageError
 
 BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
 BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
@@ -28,32 +28,6 @@ PROBE_MARGIN = 0.25  # `auto`: a trial's cap must exceed the probe's peak by 25 
 LOGICAL_GPUS_ENV = "RAYSWEEP_LOGICAL_GPUS"  # for tests: N idle logical GPUs instead of the devices present
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
                        "fuse.sshfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "9p", "wekafs")
-
-
-def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str | None) -> tuple[list[int] | str | None, float | str | None]:
-    """Parse --gpus and --gpus-per-trial (which may be `auto`).
-
-    Returns:
-        (selection, gpus_per_trial): selection is None (default), "all" or a list of indices;
-        gpus_per_trial is None, "auto" or a float (see `sweeps.cli.parse_gpus_per_trial`).
-    Raises:
-        UsageError: a bad index list, or --gpus with --address (a cluster's GPUs are fixed at `ray start`).
-    """
-    share = "auto" if gpus_per_trial == "auto" else parse_gpu_share(gpus_per_trial)
-    if gpus is None or gpus == "all":
-        selection = gpus
-    else:
-        try:
-            selection = [int(item) for item in gpus.split(",")]
-        except ValueError:
-            raise UsageError(f"--gpus={gpus!r} is not a list of GPU indices such as 0,2 (or 'all')") from None
-        if any(i < 0 for i in selection) or len(set(selection)) != len(selection):
-            raise UsageError(f"--gpus={gpus!r}: indices must be distinct whole numbers >= 0")
-    if selection is not None and address:
-        raise UsageError("--gpus applies to a local Ray only; on a cluster, set CUDA_VISIBLE_DEVICES before `ray start` on each node")
-    if isinstance(share, float) and isinstance(selection, list) and share > len(selection):
-        raise UsageError(f"--gpus-per-trial={share:g} is more than the {len(selection)} GPU(s) selected by --gpus={gpus}")
-    return selection, share
 
 
 def read_nvml() -> list[dict] | None:

@@ -29,14 +29,13 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from sweeps import resume
-from sweeps.cli import MAX_FAILURES
+from sweeps.cli import MAX_FAILURES, RunOptions, epochs_of
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
     auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
     requeued_trial_paths,
 )
 from sweeps.monitoring import monitoring_callbacks
-from sweeps.cli import epochs_of
 from trainables.config import METRIC, MODE, TrainConfig
 
 
@@ -55,14 +54,14 @@ class Trainable:
     probe_config: object | None = None
 
 
-def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_alg=None, scheduler=None,
+def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, trial_name, search_alg=None, scheduler=None,
            num_samples: int = 1, metric: str = METRIC, mode: str = MODE, settings: dict | None = None,
            reused: dict | None = None, checkpoint_config: CheckpointConfig | None = None,
            test_metric: str = "test/acc") -> tuple[int, list]:
     """Run a sweep with Ray Tune and report it.
 
     Args:
-        args: the parsed flags of `cli.add_run_args` (checked by `cli.check_run_args`).
+        options: how the sweep runs (`cli.run_options` of the flags `cli.check_run_args` checked).
         trainable: see `Trainable`.
         param_space, search_alg, scheduler, num_samples: passed to `Tuner` / `TuneConfig` as they are.
         trial_name: Tune's `trial_name_creator` (also the trial folder's name).
@@ -77,37 +76,33 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage.
     """
-    experiment_dir = f"{args.storage_path}/{args.name}"
-    callbacks = monitoring_callbacks(args, metric, mode)  # before Ray: a tracker that cannot start is a usage error
+    o, experiment_dir = options, options.experiment_dir
+    callbacks = monitoring_callbacks(o.name, progress_every=o.progress_every, quiet=o.quiet, mlflow_uri=o.mlflow_uri,
+                                     wandb_project=o.wandb_project, metric=metric, mode=mode)  # before Ray: a bad tracker is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
-    starts_ray = not ray.is_initialized() and not (args.address or os.environ.get("RAY_ADDRESS"))
-    init_ray(args.address, args.dashboard_host, num_gpus=choose_local_gpus(args.gpus, args.address))
-    check_shared_storage(args.storage_path, sum(n["Alive"] for n in ray.nodes()), args.storage_is_shared)
-    gpus = gpus_per_trial(args, trainable)
-    check_resources(gpus, args.cpus_per_trial)
-    concurrent = args.max_concurrent
-    if gpus >= 2 and trainable.ddp:  # DDP drivers hold no resources: let no more start than the GPUs can hold
-        concurrent = concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
-    elif search_alg is not None:  # a searcher keeps only one trial pending unless told how many may run
-        concurrent = min(concurrent or concurrent_slots(gpus, args.cpus_per_trial), num_samples)
-    print(f"{'resuming' if args.resume else 'starting'} {args.name}: {gpus:g} GPU and {args.cpus_per_trial:g} CPU per trial"
+    starts_ray = not ray.is_initialized() and not (o.address or os.environ.get("RAY_ADDRESS"))
+    init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
+    check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
+    gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
+    check_resources(gpus, o.cpus_per_trial)
+    concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
+    print(f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
           + (f", {concurrent} at once" if concurrent else ""), flush=True)
 
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    run_config = sweep_run_config(args.name, args.storage_path, max_failures=args.max_failures, fail_fast=args.fail_fast,
+    run_config = sweep_run_config(o.name, o.storage_path, max_failures=o.max_failures, fail_fast=o.fail_fast,
                                   callbacks=callbacks, metric=metric, mode=mode, checkpoint_config=checkpoint_config)
-    trainable_for = lambda share: with_resources(trainable, share, args.cpus_per_trial, experiment_dir)  # noqa: E731
-    if args.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
-        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True,
-                              resume_errored=getattr(args, "retry_errored", False))
+    trainable_for = lambda share: with_resources(trainable, share, o.cpus_per_trial, experiment_dir)  # noqa: E731
+    if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
+        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored)
     else:
         write_sweep_info(experiment_dir, {"metric": metric, "mode": mode, "argv": sys.argv, "settings": settings or {},
                                           "started": time.strftime("%Y-%m-%d %H:%M:%S")})
         tune_config = sweep_tune_config(concurrent, metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler,
-                                        num_samples=num_samples, time_budget_s=getattr(args, "time_budget_s", None),
+                                        num_samples=num_samples, time_budget_s=o.time_budget_s,
                                         trial_name_creator=trial_name,
                                         trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name))
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
@@ -118,15 +113,31 @@ def launch(args, trainable: Trainable, *, param_space: dict, trial_name, search_
     return code, rounds
 
 
-def gpus_per_trial(args, trainable: Trainable) -> float:
-    """Resolve --gpus-per-trial with Ray up: the default (0.25 with GPUs, else 0), or `auto`
-    (probe the memory of one trial on a whole GPU, pack densely; `sweeps/gpus.py`)."""
-    if args.gpus_per_trial is None:
+def max_concurrent_trials(max_concurrent: int | None, gpus: float, cpus: float, trainable: Trainable, search_alg,
+                          num_samples: int) -> int | None:
+    """`TuneConfig.max_concurrent_trials`: --max-concurrent, or a limit the sweep needs (None: none).
+
+    Data-parallel trials (`gpus` >= 2 with `trainable.ddp`) hold no resources in their driver: no
+    more start than the GPUs can hold. A searcher keeps only one trial pending unless told how many
+    may run: as many as the resources per trial allow (`concurrent_slots`), at most `num_samples`.
+    """
+    if gpus >= 2 and trainable.ddp:
+        return max_concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
+    if search_alg is not None:
+        return min(max_concurrent or concurrent_slots(gpus, cpus), num_samples)
+    return max_concurrent
+
+
+def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trainable: Trainable) -> float:
+    """Resolve --gpus-per-trial with Ray up: `requested` as it is (GPUs, a float), the default (None:
+    0.25 with GPUs, else 0), or `auto` (probe the memory of one trial on a whole GPU, pack densely;
+    `sweeps/gpus.py`)."""
+    if requested is None:
         return default_gpus_per_trial()
-    if args.gpus_per_trial != "auto":
-        return args.gpus_per_trial
+    if requested != "auto":
+        return requested
     cfg, data = trainable.probe_config, trainable.params.get("data")
-    probe = (lambda: probe_on_gpu(cfg, data, args.cpus_per_trial)) if cfg is not None else (lambda: None)
+    probe = (lambda: probe_on_gpu(cfg, data, cpus_per_trial)) if cfg is not None else (lambda: None)
     headroom = cfg.gpu_memory_headroom if cfg is not None else 0.1
     gpus, why = auto_gpus_per_trial(ray.cluster_resources().get("GPU", 0), probe, headroom)
     print(f"--gpus-per-trial auto: {gpus:g} GPU per trial; {why}", flush=True)

@@ -168,16 +168,7 @@ def main(argv: list[str]) -> int:
     settings = {**args.fixed, **bounds, "repeat": args.repeat, "num_samples": args.num_samples,
                 "search_seed": args.search_seed, "grace_period": args.grace_period,
                 "reduction_factor": args.reduction_factor}
-    cli.check_resume(args, settings, new_ok=False)
-
-    from trainables.config import parse_config
-    from trainables.data import load_data
-
-    try:
-        cfg = parse_config({**args.fixed, "lr": args.lr_range[1], "weight_decay": args.weight_decay_range[1]})
-        data = load_data(cfg)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    cfg, data = cli.prepare_search(args, settings)
 
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import ASHAScheduler
@@ -187,7 +178,6 @@ def main(argv: list[str]) -> int:
     from sweeps.launch import Trainable, launch
     from trainables import train_classifier
 
-    cli.probe_storage(f"{args.storage_path}/{args.name}")
     print(f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
           f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}", flush=True)
 
@@ -198,7 +188,7 @@ def main(argv: list[str]) -> int:
         trainable = Trainable(train_command, {"template": args.template, "cwd": os.getcwd(),
                                               "complete_when": (args.metric,)})  # each step reported as soon as it has it
     code, rounds = launch(
-        args, trainable,
+        cli.run_options(args), trainable,
         param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
         search_alg=skip_results_without(OptunaSearch, args.metric)(
             functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed),

@@ -9,7 +9,7 @@ short block every `--progress-every` seconds from `SweepProgress`, a `tune.Callb
 
 Use it with Tune's own output switched off, so the two do not interleave:
 
-    RunConfig(callbacks=monitoring_callbacks(args), verbose=0, ...)
+    RunConfig(callbacks=monitoring_callbacks(name, progress_every=15, ...), verbose=0, ...)
 
 `--quiet` (or the environment variable RAYSWEEP_QUIET=1) keeps errors and the final line only:
 for CI and scripts.
@@ -17,7 +17,6 @@ for CI and scripts.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import math
 import os
@@ -37,35 +36,40 @@ HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many
 TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
 
 
-def monitoring_callbacks(args: argparse.Namespace, metric: str = METRIC, mode: str = MODE) -> list[tune.Callback]:
+def monitoring_callbacks(name: str, *, progress_every: float = 15.0, quiet: bool = False, mlflow_uri: str | None = None,
+                         wandb_project: str | None = None, metric: str = METRIC, mode: str = MODE) -> list[tune.Callback]:
     """The console progress callback (best `metric` by `mode`), plus Ray's own MLflow / W&B logger
     callbacks when asked for (flags of `sweeps/cli.py:add_run_args`).
 
     Call before Ray starts: each tracker is set up here once (`check_mlflow`, `check_wandb`), so a
     tracker that cannot work is one line and exit 2, not a traceback per trial.
+    Args:
+        name: the experiment: MLflow's experiment name, W&B's group.
+        progress_every: seconds between progress blocks; quiet: none at all.
+        mlflow_uri, wandb_project: the trackers (None: not used).
     Raises:
-        UsageError: --progress-every not > 0, or a tracker that cannot be set up (package missing,
+        UsageError: `progress_every` not > 0, or a tracker that cannot be set up (package missing,
             URI refused or unreachable, no W&B login).
     """
-    if not args.progress_every > 0:
-        raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
+    if not progress_every > 0:
+        raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
     from sweeps.no_retry import NoRetryOnMarkedError
 
-    callbacks: list[tune.Callback] = [SweepProgress(interval_s=args.progress_every, quiet=args.quiet, metric=metric, mode=mode),
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
                                       NoRetryOnMarkedError()]
-    if args.mlflow_uri:
-        check_mlflow(args.mlflow_uri)
+    if mlflow_uri:
+        check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-        callbacks.append(MLflowLoggerCallback(tracking_uri=args.mlflow_uri, experiment_name=args.name))
-    if args.wandb_project:
-        check_wandb(args.wandb_project)
+        callbacks.append(MLflowLoggerCallback(tracking_uri=mlflow_uri, experiment_name=name))
+    if wandb_project:
+        check_wandb(wandb_project)
         from ray.air.integrations.wandb import WandbLoggerCallback
 
         # The logging actors run in Ray workers, whose environment is the cluster's, not this shell's:
         # pass this shell's WANDB_MODE (offline, ...) to their `wandb.init` explicitly.
         mode = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
-        callbacks.append(WandbLoggerCallback(project=args.wandb_project, group=args.name, **mode))
+        callbacks.append(WandbLoggerCallback(project=wandb_project, group=name, **mode))
     return callbacks
 
 

@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trainable = Trainable(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
-    code, rounds = launch(args, trainable, param_space=param_space, search_alg=search_alg,
+    code, rounds = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
                           num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(axes), reused=reused)
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
         print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")

@@ -75,16 +75,7 @@ def main(argv: list[str]) -> int:
     settings = {**args.fixed, "lr": list(args.lr_range), "weight_decay": list(args.weight_decay_range), "repeat": args.repeat,
                 "num_samples": args.num_samples, "perturbation_interval": args.perturbation_interval,
                 "quantile_fraction": args.quantile_fraction}
-    cli.check_resume(args, settings, new_ok=False)
-
-    from trainables.config import parse_config
-    from trainables.data import load_data
-
-    try:
-        cfg = parse_config({**args.fixed, "lr": args.lr_range[1], "weight_decay": args.weight_decay_range[1]})
-        data = load_data(cfg)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    cfg, data = cli.prepare_search(args, settings)
 
     from ray import tune
     from ray.tune import CheckpointConfig
@@ -94,14 +85,13 @@ def main(argv: list[str]) -> int:
     from sweeps.launch import Trainable, launch
     from trainables import train_classifier
 
-    cli.probe_storage(f"{args.storage_path}/{args.name}")
     print(f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
           f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}", flush=True)
 
     mutations = {"lr": tune.loguniform(*args.lr_range), "weight_decay": tune.loguniform(*args.weight_decay_range)}
     trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
     code, rounds = launch(
-        args, trainable,
+        cli.run_options(args), trainable,
         param_space={**args.fixed, **mutations},  # each member starts from its own draw
         scheduler=PopulationBasedTraining(
             time_attr="training_iteration",

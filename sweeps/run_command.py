@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
                                           "metric_pattern": args.metric_pattern or None, "metrics_from": args.metrics_from,
                                           "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
                                           "grace_period_s": args.grace_period_s, "cwd": os.getcwd()})
-    code, _ = launch(args, trainable, param_space=param_space, search_alg=search_alg,
+    code, _ = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
                      num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(flat),
                      metric=args.metric, mode=args.mode, reused=reused, test_metric=args.test_metric,
                      # every result carries a small step checkpoint; keep the latest two, whatever the metric

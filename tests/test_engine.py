@@ -109,6 +109,31 @@ def test_searches_refuse_axes_and_the_fields_they_search(tmp_path):
     assert args.gpus_per_trial == "auto" and args.fixed["model"] == "cnn" and args.fixed["noise_rate"] == 0.5
 
 
+def test_run_options_carry_the_checked_flags_typed(tmp_path):
+    args = noise_grid.parse_args(["--gpus-per-trial", "0.5", "--cpus-per-trial", "2", "--fail-fast", "--name", "g",
+                                  "--storage-path", str(tmp_path / "runs"), "--max-concurrent", "3"])
+    options = cli.run_options(args)
+    assert isinstance(options, cli.RunOptions)
+    assert (options.gpus_per_trial, options.cpus_per_trial, options.max_concurrent) == (0.5, 2.0, 3)
+    assert options.max_failures == 0 and options.fail_fast  # --fail-fast: no retries
+    assert options.experiment_dir == f"{tmp_path / 'runs'}/g"
+    assert options.time_budget_s is None and options.retry_errored is False  # flags a grid lacks keep their defaults
+    search = cli.run_options(pbt.parse_args(["--time-budget-s", "30", "--storage-path", str(tmp_path)]))
+    assert search.time_budget_s == 30.0 and search.max_failures == cli.MAX_FAILURES
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.name = "other"
+
+
+def test_sweeps_modules_import_no_circle():
+    """cli is the bottom of sweeps/: it imports no other sweeps module, so none imports it back."""
+    import ast
+
+    tree = ast.parse(Path(cli.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m == "sweeps" or m.startswith("sweeps.")}
+
+
 # --- with Ray -------------------------------------------------------------------------------------
 
 

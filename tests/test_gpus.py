@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeps import gpus, noise_grid
+from sweeps import cli, gpus, noise_grid
 from sweeps.cli import UsageError
 from trainables import gpu
 
@@ -141,13 +141,13 @@ def test_choose_local_gpus_on_logical_gpus_and_on_none(monkeypatch, capsys):
 ])
 def test_bad_gpu_flags_are_refused(flags, match):
     with pytest.raises(UsageError, match=match):
-        gpus.parse_gpu_flags(*flags)
+        cli.parse_gpu_flags(*flags)
 
 
 def test_gpu_flags_parse():
-    assert gpus.parse_gpu_flags("0,2", "0.5", None) == ([0, 2], 0.5)
-    assert gpus.parse_gpu_flags("all", "auto", None) == ("all", "auto")
-    assert gpus.parse_gpu_flags(None, None, "auto") == (None, None)
+    assert cli.parse_gpu_flags("0,2", "0.5", None) == ([0, 2], 0.5)
+    assert cli.parse_gpu_flags("all", "auto", None) == ("all", "auto")
+    assert cli.parse_gpu_flags(None, None, "auto") == (None, None)
 
 
 def test_bad_gpu_flags_stop_the_sweep_before_ray(tmp_path):

@@ -21,14 +21,14 @@ needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, re
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
 
 
-def flags(**values) -> argparse.Namespace:
+def flags(**values) -> dict:
+    """`monitoring_callbacks`' keyword arguments: the run flags' defaults, with `values`."""
     parser = argparse.ArgumentParser()
     cli.add_run_args(parser, name="trackers", grid=False)
-    args = parser.parse_args([])
-    args.name = "trackers"
-    for key, value in values.items():
-        setattr(args, key, value)
-    return args
+    options = cli.run_options(parser.parse_args([]))
+    fields = {"name": "trackers", "progress_every": options.progress_every, "quiet": options.quiet,
+              "mlflow_uri": options.mlflow_uri, "wandb_project": options.wandb_project}
+    return fields | values
 
 
 def test_mlflow_uri_alone_means_a_sqlite_database():
@@ -46,7 +46,7 @@ def test_a_missing_tracker_package_is_one_line(module, kwargs, match, monkeypatc
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
     with pytest.raises(UsageError, match=match):
-        monitoring.monitoring_callbacks(flags(**kwargs))
+        monitoring.monitoring_callbacks(**flags(**kwargs))
 
 
 @needs_mlflow
@@ -59,7 +59,7 @@ def test_an_mlflow_store_that_cannot_work_is_one_line(uri, match, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     with pytest.raises(UsageError, match=match):
-        monitoring.monitoring_callbacks(flags(mlflow_uri=uri))
+        monitoring.monitoring_callbacks(**flags(mlflow_uri=uri))
     assert not (tmp_path / "mlruns").exists()
 
 
@@ -70,9 +70,9 @@ def test_wandb_online_without_a_login_is_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     with pytest.raises(UsageError, match=r"--wandb-project='noise': no W&B login here; .*WANDB_MODE=offline"):
-        monitoring.monitoring_callbacks(flags(wandb_project="noise"))
+        monitoring.monitoring_callbacks(**flags(wandb_project="noise"))
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert type(monitoring.monitoring_callbacks(flags(wandb_project="noise"))[-1]).__name__ == "WandbLoggerCallback"
+    assert type(monitoring.monitoring_callbacks(**flags(wandb_project="noise"))[-1]).__name__ == "WandbLoggerCallback"
 
 
 def tiny_tuner(callbacks: list, storage: Path):
@@ -97,7 +97,7 @@ def test_mlflow_gets_one_run_per_trial_with_val_acc(ray_gpus, tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    callbacks = monitoring.monitoring_callbacks(flags(mlflow_uri=uri, quiet=True))
+    callbacks = monitoring.monitoring_callbacks(**flags(mlflow_uri=uri, quiet=True))
     results = tiny_tuner(callbacks, tmp_path / "runs").fit()
     assert not results.errors
     mlflow.set_tracking_uri(uri)
@@ -112,7 +112,7 @@ def test_mlflow_gets_one_run_per_trial_with_val_acc(ray_gpus, tmp_path):
 def test_wandb_offline_writes_one_run_folder_per_trial(ray_gpus, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    callbacks = monitoring.monitoring_callbacks(flags(wandb_project="noise", quiet=True))
+    callbacks = monitoring.monitoring_callbacks(**flags(wandb_project="noise", quiet=True))
     results = tiny_tuner(callbacks, tmp_path / "runs").fit()
     assert not results.errors
     run_dirs = sorted((tmp_path / "runs" / "trackers").glob("*/wandb/offline-run-*"))
