@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -182,3 +183,33 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
     assert history(trial)["epoch"].tolist() == list(range(1, 9))
     assert re.search(r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
                      (trial / "stdout").read_text())
+
+
+@pytest.mark.slow
+def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
+    """The driver is SIGKILLed mid-run; the script's rows printed after Tune's last record are in the
+    trial's stdout file; `--resume` reports them before the script (resumed from its own checkpoint)
+    goes on: the history holds every epoch, each once."""
+    argv = ["--axis", "epochs=12", "--", PY, "tests/scripts/resumable.py", "--out", "{trial_dir}", "--epochs", "{epochs}",
+            "--sleep", "0.5"]
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    driver = subprocess.Popen([PY, "sweeps/run_command.py", *flags, *argv], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    experiment = tmp_path / "runs" / "command"
+    deadline = time.monotonic() + 300
+    logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
+    while not any("epoch 4/" in p.read_text() for p in logs()) and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    assert driver.poll() is None, "the sweep ended before it could be killed"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    (log,) = logs()
+    time.sleep(3)  # the worker and the script outlive the driver for a moment and print on
+    proc = subprocess.run([PY, "sweeps/run_command.py", *flags, "--resume", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trial = log.parent
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    epochs = [r["epoch"] for r in rows]
+    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, epochs

@@ -8,11 +8,16 @@
 stdout/stderr lines into the trial's `stdout`/`stderr` files with the grid's log prefix, turns
 every result it finds into one `tune.report`, and ends the whole process group when the trial ends.
 
-Results (no SDK needed), either way or both:
-- stdout lines `epoch=3 val_acc=0.81` / `epoch: 3, val/acc: 0.81` (or a `metric_pattern` regex);
-- JSON lines appended to `$RAYSWEEP_METRICS_FILE` (`trainables/report.py:report` does that).
-A result must hold the step key (default `epoch`); its value also goes to `epoch` so the
-progress table and ASHA's `time_attr` work unchanged.
+Results (no SDK needed), by `metrics_from`:
+- `stdout`: lines `epoch=3 val_acc=0.81`, `Epoch [3/50]` then `val_acc: 81.2%`, a final-result
+  block after the last step (or `metric_pattern` regexes), grouped per step by
+  `command_parse.StepContext`; and JSON lines appended to `$RAYSWEEP_METRICS_FILE`
+  (`trainables/report.py:report` does that);
+- `jsonl`: only that file; `tensorboard`: the event files under `{trial_dir}` (`TensorBoardResults`).
+A result holds the step key (default `epoch`); its value also goes to `epoch` so the progress
+table and ASHA's `time_attr` work unchanged. Every stdout line is also appended to the trial's
+`command_stdout.txt` as soon as it is read, so a retried or resumed trial reports the rows printed
+after Tune's last record (`unreported_results`) before its command starts again.
 
 Why the last reported step lives in a Tune `Checkpoint` (`command_step.json`, a few bytes, with
 every report): Tune records a result and its checkpoint together, restores that checkpoint to a

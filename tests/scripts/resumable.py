@@ -17,6 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--epochs", type=int, default=8)
 p.add_argument("--kill-parent-after", type=int, default=0)
+p.add_argument("--sleep", type=float, default=0.0, help="seconds of work per epoch")
 args = p.parse_args()
 out = Path(args.out)
 ckpt = out / "ckpt.json"
@@ -25,6 +26,7 @@ print(f"resuming from epoch {start}" if start > 1 else "starting", flush=True)
 for epoch in range(start, args.epochs + 1):
     print(f"epoch {epoch}/{args.epochs} val_acc={0.5 + epoch / 100:.2f}", flush=True)
     ckpt.write_text(json.dumps({"epoch": epoch}))
+    time.sleep(args.sleep)
     if epoch == args.kill_parent_after and not (out / "killed").exists():
         (out / "killed").write_text("1")
         log, deadline = out.parent / "command_stdout.txt", time.monotonic() + 20  # the trial's copy of these lines
