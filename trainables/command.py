@@ -51,6 +51,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import json
+import math
 import os
 import queue
 import re
@@ -129,6 +130,8 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
     stdout_log = trial_folder / STDOUT_LOG
     last_step = _last_reported_step(tune.get_checkpoint(), trial_folder)
     resumed = last_step is not None
+    if resumed and (trial_folder / "result.json").exists():  # the history itself: a checkpoint may outlive its row
+        last_step = _recorded_step(trial_folder / "result.json")
     parsed = 0  # results seen in this run, reported or skipped as reported before
 
     def report_new(results: list[dict], final: bool = False) -> bool:
@@ -146,7 +149,8 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
             last_step = result[step_key]
         return False
 
-    recovered = unreported_results(stdout_log, last_step, step_key, patterns, complete_when) if resumed and metrics_from == "stdout" else []
+    recovered = (unreported_results(stdout_log, last_step if last_step is not None else -math.inf, step_key, patterns, complete_when)
+                 if resumed and metrics_from == "stdout" else [])
     if recovered:
         print(f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
               f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})", flush=True)
@@ -393,6 +397,24 @@ def _last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path) -> fl
             steps += _read_step(Path(folder) / STEP_FILE)
     for path in trial_folder.glob(f"checkpoint_*/{STEP_FILE}"):
         steps += _read_step(path)
+    return max(steps) if steps else None
+
+
+def _recorded_step(result_file: Path) -> float | None:
+    """The highest `epoch` (= step) in the trial's history, Tune's `result.json` (one JSON object a
+    line; a line torn by a killed driver is skipped); None when it holds none.
+
+    A step's checkpoint is stored by the worker before the driver logs its row, so after a driver
+    kill the newest `checkpoint_*` folder may belong to a row the history never got: that row is
+    then reported again (from `command_stdout.txt`), not lost."""
+    steps = []
+    for line in result_file.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("epoch"), (int, float)):
+            steps.append(row["epoch"])
     return max(steps) if steps else None
 
 
