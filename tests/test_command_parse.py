@@ -132,3 +132,15 @@ def test_bad_task_files_are_one_line_errors(tmp_path, name, text, match):
         read_tasks(str(path))
     with pytest.raises(UsageError, match="cannot read it"):
         read_tasks(str(tmp_path / "missing.csv"))
+
+
+def test_quoted_keys_and_progress_bar_redraws():
+    line = "{'eval_loss': 0.31, 'eval_accuracy': 0.912, 'epoch': 2.0}"
+    assert line_metrics(line, "epoch") == {"eval_loss": 0.31, "eval_accuracy": 0.912, "epoch": 2.0}
+    assert line_metrics('{"epoch": 3, "val/acc": 81.5}', "epoch") == {"epoch": 3, "val/acc": 81.5}
+    ctx = StepContext("epoch", complete_when={"val_acc"})
+    bar = ("Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
+           "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]")
+    assert ctx.feed(bar) == [{"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}]  # the last redraw wins
+    assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3}
+    assert line_metrics("Epoch [3/50], Step [100/600], Loss: 0.2", "epoch") == {"epoch": 3, "Loss": 0.2}

@@ -29,7 +29,9 @@ NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its er
 KEY = r"[A-Za-z_][\w./\-]*"
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
 # `97.0%` is read as 97.0; `Elapsed: 0:00:03` and `total: 1,000` are not numbers (a `:` or `,` and a digit follow).
-DEFAULT_METRIC_PATTERN = re.compile(rf"(?<![\w./\-])(?P<key>{KEY})\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)")
+# A key may be quoted, as Python dicts and JSON print it (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`).
+DEFAULT_METRIC_PATTERN = re.compile(
+    rf"(?<![\w./\-])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)")
 _INT = re.compile(r"[-+]?\d+")
 
 
@@ -172,8 +174,9 @@ class StepContext:
         self.completed = None  # the step last returned
 
     def feed(self, line: str) -> list[dict]:
-        """Results completed by this stdout line (0, 1 or 2), each {metric: value, step_key: step}."""
-        return self.add(line_metrics(line, self.step_key, self.patterns))
+        """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
+        bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        return [r for part in line.split("\r") for r in self.add(line_metrics(part, self.step_key, self.patterns))]
 
     def add(self, metrics: dict) -> list[dict]:
         """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step})."""
