@@ -199,8 +199,12 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     experiment = tmp_path / "runs" / "command"
     deadline = time.monotonic() + 300
     logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
-    while not any("epoch 4/" in p.read_text() for p in logs()) and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(0.05)
+    # killed right after Tune recorded the first row: before 2 more step checkpoints could make Tune
+    # drop the one its (possibly stale) experiment state names, which --resume could not restore
+    recorded = lambda: any(p.with_name("result.json").exists() and p.with_name("result.json").read_text().strip()  # noqa: E731
+                           for p in logs())
+    while not recorded() and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.02)
     assert driver.poll() is None, "the sweep ended before it could be killed"
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()

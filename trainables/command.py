@@ -129,8 +129,8 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
     metrics_file.touch()
     stdout_log = trial_folder / STDOUT_LOG
     last_step = _last_reported_step(tune.get_checkpoint(), trial_folder)
-    resumed = last_step is not None
-    if resumed and (trial_folder / "result.json").exists():  # the history itself: a checkpoint may outlive its row
+    restarted = last_step is not None or stdout_log.exists()  # a retry or --resume of this trial
+    if restarted and (trial_folder / "result.json").exists():  # the history itself: a checkpoint may outlive its row
         last_step = _recorded_step(trial_folder / "result.json")
     parsed = 0  # results seen in this run, reported or skipped as reported before
 
@@ -150,7 +150,7 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
         return False
 
     recovered = (unreported_results(stdout_log, last_step if last_step is not None else -math.inf, step_key, patterns, complete_when)
-                 if resumed and metrics_from == "stdout" else [])
+                 if restarted and metrics_from == "stdout" else [])
     if recovered:
         print(f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
               f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})", flush=True)
@@ -205,7 +205,7 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
         if code != 0:
             raise _failed(f"command exited with {_exit_status(code)}: {' '.join(argv)}", tails["ERR"], "stderr",
                           no_retry=code == 2, why="exit code 2 is a usage error")
-        if parsed == 0 and not resumed:
+        if parsed == 0 and last_step is None:
             raise _failed(_no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
                           tails["OUT"], "stdout", no_retry=True, why="it exited 0: running it again prints the same")
     finally:
