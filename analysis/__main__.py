@@ -3,6 +3,7 @@
     python -m analysis runs/noise_grid [--metric val/acc --mode max --out DIR --svg]
     python -m analysis runs/ce runs/gce --paper [--select best-val|last|last-k] [--k 10]
                        [--rows loss] [--baseline ce] [--test-metric test/acc]
+    python -m analysis runs/noise_grid --status [--watch 30]     # a running (or ended) sweep
 
 Arguments are parsed and checked before pandas, matplotlib or scipy are imported, so --help and
 usage errors are immediate. Bad input: one line ``error: ...`` on stderr, exit code 2.
@@ -36,11 +37,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="config keys that make a method row (default: every varying key but noise and seed)")
     parser.add_argument("--baseline", default="auto",
                         help="method row to test the others against (default: the ce row when present)")
+    parser.add_argument("--status", action="store_true",
+                        help="print the sweep's status (running, pending, done..., ETA, driver alive) and write nothing; "
+                             "exit 1 when its driver is gone with trials left")
+    parser.add_argument("--watch", type=float, metavar="N",
+                        help="with --status: print it again every N seconds until the sweep ends")
     args = parser.parse_args(argv)
     try:
         check_select(args.select, args.k)
     except ExperimentError as error:
         parser.exit(2, f"error: {error}\n")
+    if args.watch is not None or args.status:
+        return _status(parser, args)
 
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     import matplotlib
@@ -62,6 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     print((text if text.exists() else out / "best_runs.txt").read_text(), end="")
     print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _status(parser: argparse.ArgumentParser, args) -> int:
+    """`--status [--watch N]`: the status block of one experiment (`analysis/status.py`)."""
+    if len(args.experiment) > 1:
+        parser.exit(2, f"error: --status takes one experiment, not {len(args.experiment)}\n")
+    if args.watch is not None and not args.watch > 0:
+        parser.exit(2, f"error: --watch={args.watch:g} must be > 0 seconds\n")
+    from analysis.status import watch
+
+    try:
+        return watch(args.experiment[0], args.watch)
+    except (ExperimentError, FileNotFoundError, PermissionError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
 
 
 def _paper(source, args) -> int:

@@ -331,8 +331,8 @@ def plot_confusion(matrix: np.ndarray, title: str = "", *, class_names: Sequence
 def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
     """Gantt chart of the sweep: one row per GPU (or CPU slot), one bar per trial and slot.
 
-    Bars are coloured by status (:data:`STATUS_COLORS`; diverged trials orange). The title
-    gives the sweep efficiency, busy slot-time / (slots × makespan), from
+    Bars are coloured by status (:data:`STATUS_COLORS`; diverged trials orange) and carry the
+    trial's name where it fits inside the bar (:func:`_label_bars`). The title gives the sweep efficiency, busy slot-time / (slots × makespan), from
     :func:`analysis.sweep_efficiency`. Rows and packing are those of :func:`analysis.timeline`.
 
     Args:
@@ -340,8 +340,8 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
         slots: slots available, passed to :func:`analysis.sweep_efficiency`.
 
     Returns:
-        Figure with one Axes holding one ``Rectangle`` per (trial, slot) in ``ax.patches``;
-        y tick labels are the slot names. A figure saying "no timed trials" when no trial has
+        Figure with one Axes holding one ``Rectangle`` per (trial, slot) in ``ax.patches`` and
+        one text per bar wide enough for its trial's name in ``ax.texts``; y tick labels are the slot names. A figure saying "no timed trials" when no trial has
         start and end times.
     """
     rows = timeline(trials)
@@ -372,7 +372,25 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
                  f"{efficiency:.0%} (busy slot-time / (slots × makespan))")
     ax.legend(handles=present, loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
+    _label_bars(fig, ax, rows["trial_name"].fillna(rows["trial_id"]).astype(str), rows["start_s"] / scale,
+                rows["end_s"] / scale, y)
     return fig
+
+
+def _label_bars(fig: Figure, ax, names: pd.Series, left: pd.Series, right: pd.Series, y: pd.Series,
+                fontsize: float = 7.0, padding_px: float = 4.0) -> None:
+    """Write each name centred on its bar, and keep only the names narrower than their bar.
+
+    Widths are measured in display pixels after the figure's layout is done
+    (``Figure.draw_without_rendering``), so whether a name fits holds for the saved figure.
+    """
+    texts = [ax.text((a + b) / 2, row, name, ha="center", va="center", fontsize=fontsize, color="white", clip_on=True)
+             for name, a, b, row in zip(names, left, right, y)]
+    fig.draw_without_rendering()
+    for text, a, b in zip(texts, left, right):
+        (x0, _), (x1, _) = ax.transData.transform([(a, 0), (b, 0)])
+        if text.get_window_extent().width + padding_px > abs(x1 - x0):
+            text.remove()
 
 
 def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png",), dpi: int = 150) -> list[Path]:

@@ -10,9 +10,8 @@ Ray 2.x layout::
     <experiment>/<trial dir>/error.txt             traceback of an errored trial
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
 
-Fields Tune stores pickled (placement group factory, storage context) are read with an
-unpickler that replaces every class by a stub, so no Ray code is imported or run. Trial
-folders that the state file does not list yet (an experiment still running, or a copied
+The state file and ``raysweep.json`` are read by `analysis/tune_state.py` (no pandas; the
+status command uses it alone). Trial folders that the state file does not list yet (an experiment still running, or a copied
 folder without its state file) are found by scanning for ``result.json`` / ``params.json``.
 """
 
@@ -21,12 +20,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import pickle
 import posixpath
 import re
 import warnings
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -35,6 +32,13 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
 from analysis.errors import ExperimentError  # noqa: F401  (re-exported)
+from analysis.tune_state import folder_trial as _folder_trial
+from analysis.tune_state import list_dir as _list_dir
+from analysis.tune_state import read_bytes as _read_bytes
+from analysis.tune_state import read_state as _read_state
+from analysis.tune_state import resolve_source  # noqa: F401  (re-exported)
+from analysis.tune_state import state_trials as _state_trials
+from analysis.tune_state import sweep_settings as _sweep_settings
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -42,50 +46,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # --------------------------------------------------------------------------------------------
 # Finding the files
 # --------------------------------------------------------------------------------------------
-
-
-def resolve_source(source: Any, filesystem: pafs.FileSystem | None) -> tuple:
-    """(filesystem, path on it, prefix that turns such a path back into a URI or local path)."""
-    if hasattr(source, "experiment_path") and hasattr(source, "filesystem"):  # ResultGrid
-        fs = source.filesystem or pafs.LocalFileSystem()
-        prefix = "" if isinstance(fs, pafs.LocalFileSystem) else f"{fs.type_name}://"
-        return fs, str(source.experiment_path).rstrip("/"), prefix
-    text = os.fspath(source)
-    if filesystem is not None:
-        return filesystem, text.rstrip("/"), ""
-    if "://" not in text:
-        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text)), ""
-    scheme = text.split("://", 1)[0]
-    try:
-        fs, path = pafs.FileSystem.from_uri(text)
-    except (ValueError, OSError):  # pyarrow.ArrowInvalid is a ValueError
-        import fsspec  # only needed for schemes pyarrow does not know
-
-        fsspec_fs, path = fsspec.core.url_to_fs(text)
-        fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs))
-    return fs, path.rstrip("/"), f"{scheme}://"
-
-
-def _read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
-    """Contents of ``path``, or None when it does not exist."""
-    if isinstance(fs, pafs.LocalFileSystem):  # plain open() is several times faster locally
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-    try:
-        with fs.open_input_stream(path) as f:
-            return f.readall()
-    except FileNotFoundError:
-        return None
-
-
-def _list_dir(fs: pafs.FileSystem, path: str, display: str) -> list[pafs.FileInfo]:
-    info = fs.get_file_info(path)
-    if info.type != pafs.FileType.Directory:
-        raise ExperimentError(f"{display} is not a folder")
-    return fs.get_file_info(pafs.FileSelector(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,83 +109,6 @@ def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
                for i in fs.get_file_info(pafs.FileSelector(posixpath.join(root, d), allow_not_found=True)))
     ]
     return f"; it holds experiments: {', '.join(inner[:5])}" if inner else ""
-
-
-def _read_state(fs, path: str) -> dict | None:
-    data = _read_bytes(fs, path)
-    try:
-        state = json.loads(data)
-        if isinstance(state.get("trial_data"), list):
-            return state
-    except (ValueError, TypeError, AttributeError):
-        pass
-    warnings.warn(f"{path}: unreadable experiment state (being written?); scanning trial folders instead",
-                  stacklevel=5)
-    return None
-
-
-def _state_trials(state: dict, dirs: list[str]) -> list[dict]:
-    """Trials as the experiment state file describes them (fields Tune 2.x writes)."""
-    trials = []
-    for entry in state["trial_data"]:
-        try:
-            info, meta = json.loads(entry[0]), json.loads(entry[1])
-        except (ValueError, TypeError, IndexError, KeyError):
-            continue
-        trial_id = info.get("trial_id")
-        folder = info.get("relative_logdir") or _unpickle_stub(info.get("storage")).get("trial_dir_name")
-        if not folder and trial_id:  # older layouts: find the folder by its trial id
-            folder = next((d for d in dirs if trial_id in d), None)
-        resources: dict[str, float] = {}
-        for bundle in _unpickle_stub(info.get("placement_group_factory")).get("_bundles") or []:
-            for name, amount in bundle.items():
-                resources[name] = resources.get(name, 0.0) + float(amount)
-        name = info.get("custom_trial_name") or (
-            f"{info['trainable_name']}_{trial_id}" if info.get("trainable_name") and trial_id else folder
-        )
-        config = _unpickled_as_text(info.get("config"))
-        trials.append({
-            **_folder_trial(folder),
-            "trial_id": trial_id,
-            "trial_name": name,
-            "status": info.get("status"),
-            "config": config if isinstance(config, dict) else None,
-            "start": _finite_or_none(meta.get("start_time")),
-            "end": _finite_or_none(meta.get("last_result_time")),  # -inf before the first result
-            "resources": resources,
-        })
-    return trials
-
-
-def _unpickled_as_text(value: Any) -> Any:
-    """Config values Tune could only store pickled (``CLOUDPICKLE_FALLBACK``) become a string."""
-    if isinstance(value, dict):
-        if value.get("_type") == "CLOUDPICKLE_FALLBACK":
-            return "<pickled object>"
-        return {k: _unpickled_as_text(v) for k, v in value.items()}
-    return value
-
-
-def _finite_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _folder_trial(folder: str | None) -> dict:
-    return {"trial_id": None, "trial_name": folder, "status": None, "dir": folder, "config": None,
-            "start": None, "end": None, "resources": {}, "error": None}
-
-
-def _sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:
-    """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric)."""
-    if "raysweep.json" in files:
-        try:
-            settings = json.loads(_read_bytes(fs, posixpath.join(root, "raysweep.json")))
-            if settings.get("metric"):
-                return {"metric": settings["metric"], "mode": settings.get("mode")}
-        except (ValueError, TypeError, AttributeError):
-            warnings.warn(f"{root}/raysweep.json is unreadable; ignoring it", stacklevel=4)
-    metric = ((state or {}).get("runner_data") or {}).get("_metric")  # TuneConfig(metric=...)
-    return {"metric": metric} if isinstance(metric, str) else {}
 
 
 def _read_trial_files(fs, root: str, trial: dict) -> None:
@@ -399,34 +282,3 @@ def flatten(d: Mapping, prefix: str = "") -> dict:
         else:
             out[name] = tuple(value) if isinstance(value, list) else value
     return out
-
-
-class _Stub:
-    """Stands in for any class while reading a pickle, so no Ray class is imported or run."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        self.__dict__["state"] = state
-
-
-class _StubUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        return _Stub
-
-
-def _unpickle_stub(field: Any) -> dict:
-    """The attribute dict of an object Tune stored as hex cloudpickle, or {} if unreadable."""
-    if isinstance(field, dict):  # {"_type": "CLOUDPICKLE_FALLBACK", "value": hex}
-        field = field.get("value")
-    if not isinstance(field, str):
-        return {}
-    try:
-        state = _StubUnpickler(io.BytesIO(bytes.fromhex(field))).load()
-    except Exception:  # any malformed or unexpected pickle: the field is simply unknown
-        return {}
-    state = getattr(state, "state", None)
-    if isinstance(state, tuple):  # (state, slotstate)
-        state = state[0]
-    return state if isinstance(state, dict) else {}

@@ -100,7 +100,8 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
         tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored)
     else:
         write_sweep_info(experiment_dir, {"metric": metric, "mode": mode, "argv": sys.argv, "settings": settings or {},
-                                          "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+                                          "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                          "total_trials": num_samples * grid_size(param_space)})
         tune_config = sweep_tune_config(concurrent, metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler,
                                         num_samples=num_samples, time_budget_s=o.time_budget_s,
                                         trial_name_creator=trial_name,
@@ -279,8 +280,19 @@ def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, t
     print(f"report: {report / 'report.md'}")
 
 
+def grid_size(param_space: dict) -> int:
+    """Trials per sample of `param_space`: the product of the lengths of its `tune.grid_search` lists
+    (nested dicts included); 1 without a grid."""
+    size = 1
+    for value in param_space.values():
+        if isinstance(value, dict):
+            size *= len(value["grid_search"]) if set(value) == {"grid_search"} else grid_size(value)
+    return size
+
+
 def write_sweep_info(experiment_dir: str, info: dict) -> None:
-    """Record the sweep's metric, mode, command line and settings in `<experiment>/raysweep.json`."""
+    """Record the sweep's metric, mode, command line, settings and number of trials (`total_trials`,
+    for `python -m analysis EXP --status`) in `<experiment>/raysweep.json`."""
     if "://" in str(experiment_dir):
         return  # remote storage: Ray writes its own files there; nothing of ours to add
     folder = Path(experiment_dir)

@@ -26,10 +26,10 @@ from typing import TextIO
 
 from ray import tune
 
+from analysis.progress import format_duration, format_progress, sweep_status  # noqa: F401  (the block, shared with `--status`)
 from sweeps.cli import MLFLOW_DEFAULT_URI, UsageError
 from trainables.config import METRIC, MODE
 
-RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
 
 
@@ -173,94 +173,3 @@ class SweepProgress(tune.Callback):
         stream = self.stream or sys.stdout
         stream.write("\n".join(lines) + "\n")
         stream.flush()
-
-
-def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE) -> dict:
-    """Count trials by state and add up epochs done and planned.
-
-    Args:
-        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
-            and a `str()` name); the searcher may not have created all of them yet.
-        total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
-    Returns:
-        dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
-        `diverged` (finished with `diverged: True` in the last result), `total`, `best`
-        (value, trial name) or None, `epochs_done`, `epochs_planned` (a finished trial counts
-        the epochs it ran; trials not created yet count the mean planned epochs of the others),
-        and `running_trials`: (name, last result, planned epochs) per running trial, best first.
-    """
-    counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
-    best, epochs_done, epochs_planned, planned_per_trial, running = None, 0, 0, [], []
-    for trial in trials:
-        result = trial.last_result or {}
-        epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
-        planned = int(trial.config.get("epochs", epochs) or epochs)
-        planned_per_trial.append(planned)
-        finished = trial.status in ("TERMINATED", "ERROR")
-        epochs_done += epochs
-        epochs_planned += epochs if finished else max(planned, epochs)
-        if trial.status == "RUNNING":
-            counts["running"] += 1
-            running.append((str(trial), result, planned))
-        elif trial.status == "ERROR":
-            counts["errored"] += 1
-        elif trial.status == "TERMINATED":
-            counts["diverged" if result.get("diverged") else "done"] += 1
-        else:  # PENDING, PAUSED
-            counts["pending"] += 1
-        value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
-        if value is not None and not math.isnan(value) and (
-                best is None or (value > best[0] if mode == "max" else value < best[0])):
-            best = (value, str(trial))
-    total = max(total_trials or 0, len(trials))
-    not_created = total - len(trials)
-    counts["pending"] += not_created
-    if not_created and planned_per_trial:
-        epochs_planned += round(not_created * sum(planned_per_trial) / len(planned_per_trial))
-    sign = -1 if mode == "max" else 1
-    running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
-    return {**counts, "total": total, "best": best, "epochs_done": epochs_done,
-            "epochs_planned": epochs_planned, "running_trials": running}
-
-
-def format_progress(status: dict, elapsed_s: float, epochs_at_start: int = 0, metric: str = METRIC) -> list[str]:
-    """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
-
-    The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
-    an epoch has finished. At most RUNNING_LINES trial lines; the rest are counted.
-    """
-    s = status
-    done_now = s["epochs_done"] - epochs_at_start
-    remaining = s["epochs_planned"] - s["epochs_done"]
-    eta = format_duration(remaining * elapsed_s / done_now) if done_now > 0 else "?"
-    best = f"best {metric} {s['best'][0]:.4f} ({s['best'][1]})" if s["best"] else f"best {metric} -"
-    lines = [
-        f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
-        f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
-        f"epochs {s['epochs_done']}/{s['epochs_planned']} | ETA {eta}"
-    ]
-    width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
-    for name, result, planned in s["running_trials"][:RUNNING_LINES]:
-        gpus = result.get("gpu_ids")
-        lines.append(
-            f"  {name:<{width}}  epoch {result.get('epoch', 0)}/{planned}  "
-            f"{metric} {_num(result.get(metric))}  train/loss {_num(result.get('train/loss'))}  "
-            + (f"GPU {gpus}" if gpus else "CPU")
-        )
-    if len(s["running_trials"]) > RUNNING_LINES:
-        lines.append(f"  ... and {len(s['running_trials']) - RUNNING_LINES} more running")
-    return lines
-
-
-def format_duration(seconds: float) -> str:
-    """`H:MM:SS` for a duration in seconds (negative counts as 0)."""
-    seconds = max(0, round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def _num(value) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-
-
-def _finite(value, default: float) -> float:
-    return value if isinstance(value, (int, float)) and not math.isnan(value) else default

@@ -66,7 +66,9 @@ def write_experiment(root: Path, name: str, trials: list[dict], *, state: bool =
                 "placement_group_factory": pickle.dumps(PlacementGroupFactory([spec["resources"]])).hex()}
         meta = {"start_time": start if spec["status"] != "PENDING" else None,
                 "last_result_time": start + elapsed if spec["rows"] else None,
-                "error_filename": "error.txt" if spec["error"] else None}
+                "error_filename": "error.txt" if spec["error"] else None,
+                "last_result": json.loads(lines[-1]) if lines else {},
+                "metric_analysis": _metric_analysis(spec["rows"])}
         trial_data.append([json.dumps(info), json.dumps(meta)])
     if state:
         runner = {"_metric": metric} if metric else {}
@@ -75,6 +77,13 @@ def write_experiment(root: Path, name: str, trials: list[dict], *, state: bool =
     if raysweep and metric:
         (experiment / "raysweep.json").write_text(json.dumps({"metric": metric, "mode": mode}))
     return experiment
+
+
+def _metric_analysis(rows: list[dict]) -> dict:
+    """Tune's per-metric summary of a trial (the fields the status command reads)."""
+    names = {k for row in rows for k, v in row.items() if isinstance(v, (int, float))}
+    return {k: {"max": max(v), "min": min(v), "last": v[-1]}
+            for k in names if (v := [row[k] for row in rows if isinstance(row.get(k), (int, float))])}
 
 
 def noise_grid(root: Path, name: str = "noise_grid", *, seeds=(0, 1, 2), rates=(0.0, 0.2, 0.4),

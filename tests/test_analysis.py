@@ -413,6 +413,18 @@ def test_plot_timeline_colours_status_and_cpu_slots():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["terminated", "error", "running"]
 
 
+def test_plot_timeline_names_the_trials_on_bars_wide_enough():
+    spans = [(0, 300), (300, 302), (0, 290)]  # the 2-s bar is far too narrow for a name
+    trials = _timed(spans).assign(trial_name=["asym_0.375_seed1", "sym_0.5_seed0", "sym_0.125_seed2"])
+    fig = analysis.plot_timeline(trials)
+    (ax,) = fig.axes
+    assert sorted(t.get_text() for t in ax.texts) == ["asym_0.375_seed1", "sym_0.125_seed2"]
+    for text in ax.texts:  # each name lies inside its own bar
+        bar = next(p for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - text.get_position()[0]) < 1e-9)
+        assert text.get_window_extent().width < abs(ax.transData.transform((bar.get_width(), 0))[0]
+                                                    - ax.transData.transform((0, 0))[0])
+
+
 def test_save_figure_png_and_svg(loaded, tmp_path):
     trials, _ = loaded
     paths = analysis.save_figure(analysis.plot_timeline(trials), tmp_path / "timeline", ("png", "svg"))

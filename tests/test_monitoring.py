@@ -223,14 +223,27 @@ def find_chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
+def headless_chromium(*flags: str, profile: Path) -> subprocess.CompletedProcess:
+    """One run of headless Chromium (no sandbox: CI containers run as root) with a throwaway profile."""
+    return subprocess.run(
+        [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--window-size=1400,1330", "--virtual-time-budget=15000", *flags],
+        check=True, timeout=120, capture_output=True, text=True,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.skipif(find_chromium() is None, reason="needs headless Chromium (Debian: apt-get install chromium)")
+@pytest.mark.skipif(find_chromium() is None and os.environ.get("CI") != "true",  # CI installs it (.ci/run): never skip there
+                    reason="needs headless Chromium (Debian: apt-get install chromium)")
 def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_path):
-    """Run a sweep, open its dashboard's Cluster view in headless Chromium and keep a screenshot.
+    """Run a sweep, open its dashboard's Cluster view in headless Chromium, find a running trial's
+    name among the workers (their process titles, `ray::<trial name>`) and keep a screenshot.
 
     The screenshot goes to $RAYSWEEP_SCREENSHOT when set (docs/dashboard.png was made so), else tmp_path.
     """
+    assert find_chromium(), "CI=true but no chromium: .ci/run installs Debian's chromium"
     shot = Path(os.environ.get("RAYSWEEP_SCREENSHOT", tmp_path / "dashboard.png"))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # a local, 127.0.0.1-only dashboard for the browser
     env.pop("RAY_ADDRESS", None)
@@ -247,14 +260,13 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
             if url and "2 running" in line:
                 break
         assert url, "".join(seen)[-3000:]
-        profile = tmp_path / "chromium-profile"
-        subprocess.run(
-            [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1400,1330",
-             "--virtual-time-budget=15000", f"{url}/#/cluster"],
-            check=True, timeout=120, capture_output=True,
-        )
+        profile, names = tmp_path / "chromium-profile", ("sym_0.25_seed0", "sym_0.5_seed0")
+        # The dashboard samples each worker's title every few seconds: load the page until a trial's shows.
+        deadline, page = time.monotonic() + 180, ""
+        while time.monotonic() < deadline and not any(f"ray::{n}" in page for n in names):
+            page = headless_chromium("--dump-dom", f"{url}/#/cluster", profile=profile).stdout
+        assert any(f"ray::{n}" in page for n in names), re.findall(r"ray::[\w.]+", page)
+        headless_chromium(f"--screenshot={shot}", f"{url}/#/cluster", profile=profile)
         assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
     finally:
         os.killpg(sweep.pid, signal.SIGINT)

@@ -71,6 +71,7 @@ from trainables import divergence, storage
 from trainables.command_parse import NO_RETRY_METRIC, StepContext, format_value, line_metrics, non_finite, render
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for, trial_gpu_fraction
+from trainables.proctitle import refresh_title, titled_trial
 from trainables.report import METRICS_FILE_ENV
 from trainables.watchdog import end_group
 
@@ -91,6 +92,7 @@ class CommandFailed(RuntimeError):
     """The trial's command exited with an error, or reported no metric at all."""
 
 
+@titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
 def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | list[str] | None = None,
                   metrics_from: str = "stdout", complete_when: tuple = (), grace_period_s: float = 10.0,
                   cwd: str | None = None) -> None:
@@ -377,6 +379,7 @@ def _report(result: dict, step_key: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / STEP_FILE).write_text(json.dumps({"step": result[step_key]}))
         tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+    refresh_title()  # Ray retitled the worker around the report
 
 
 def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:

@@ -8,7 +8,8 @@ every global batch. `TuneReportCallback` forwards rank 0's metrics to Tune, so a
 the same metric names as a single-GPU trial. Each worker runs the shared per-epoch runtime
 (`trainables/trial.py:report_epochs`): rank 0 writes the log line, `confusion.json` and, on a NaN,
 `divergence.json` into the Tune trial's folder, and saves checkpoints; Ray Train keeps them under
-`<trial>/ddp/` and, when Tune retries the trial, resumes from the latest one.
+`<trial>/ddp/` and, when Tune retries the trial, resumes from the latest one. Every worker's
+process is titled `ray::<trial name>` (`trainables/proctitle.py`), as a single-process trial's is.
 
 The Tune trial itself holds no CPU or GPU (the workers hold them), so the sweep limits how many
 DDP trials run at once with `max_concurrent_trials`.
@@ -29,6 +30,7 @@ from trainables.checkpoints import CHECKPOINT_FILE
 from trainables.config import parse_config
 from trainables.data import data_key, load_data
 from trainables.gpu import gpu_metrics, nvml_utilization_reader, sample_gpu_utilization
+from trainables.proctitle import report_then_refresh, trial_process_title
 from trainables.train import train_epochs
 from trainables.trial import report_epochs, start_trial
 
@@ -56,13 +58,15 @@ def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers:
     trial_path = f"{experiment_path}/{context.get_trial_name()}" if experiment_path else str(trial_dir)
     trainer = TorchTrainer(
         _train_worker,
-        train_loop_config={"config": config, "data": ray.put(data), "trial_dir": trial_path},
+        train_loop_config={"config": config, "data": ray.put(data), "trial_dir": trial_path,
+                           "trial_name": context.get_trial_name()},
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
                                      resources_per_worker={"CPU": cpus_per_worker, "GPU": 1 if use_gpu else 0}),
         torch_config=TorchConfig(backend="nccl" if use_gpu and torch.version.cuda else "gloo"),
         run_config=RunConfig(name="ddp", storage_path=trial_path, callbacks=[TuneReportCallback()]),
     )
-    trainer.fit()
+    with trial_process_title(context.get_trial_name()):  # until Ray retitles it at the first report
+        trainer.fit()
 
 
 def _train_worker(loop_config: dict) -> None:
@@ -80,9 +84,10 @@ def _train_worker(loop_config: dict) -> None:
     trial_dir = Path(loop_config["trial_dir"]) if context.get_world_rank() == 0 else None
     if trial_dir is not None:
         trial_dir.mkdir(parents=True, exist_ok=True)
-    with sample_gpu_utilization(nvml_utilization_reader()) as utilization:
+    with trial_process_title(loop_config.get("trial_name")), \
+            sample_gpu_utilization(nvml_utilization_reader()) as utilization:
         def extra_metrics() -> dict:  # one whole GPU per worker: no memory cap
             return {**gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization),
                     "ddp/world_size": context.get_world_size()}
         report_epochs(cfg, (cfg.seed,), [train_epochs(cfg, data, state)], trial_dir, extra_metrics,
-                      report=train.report, checkpoint_type=Checkpoint)
+                      report=report_then_refresh(train.report), checkpoint_type=Checkpoint)

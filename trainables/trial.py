@@ -5,6 +5,7 @@ the grid (one seed per trial), the searches' `--repeat N` (N seeds side by side 
 reported as their mean) and, through `trainables/ddp.py`, each rank of a data-parallel trial.
 Around `train_epochs` it does, once for all of them:
 
+- title the worker process `ray::<trial name>` while the trial runs (`trainables/proctitle.py`);
 - resume from the newest loadable `checkpoint_*` of the trial (`trainables/checkpoints.py`);
 - write `trial_config.json` (config + hash: skip-existing) and `noise.json` (realised noise);
 - cap a fractional GPU's memory, turn CUDA OOM into `GpuOutOfMemory` with its marker, sample
@@ -38,6 +39,7 @@ from trainables.data import data_key, load_data
 from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utilization_reader, sample_gpu_utilization, trial_gpu_fraction
 from trainables.logs import log_epoch, trial_logger
 from trainables.noise import add_label_noise, transition_matrix
+from trainables.proctitle import report_then_refresh, titled_trial
 from trainables.seeds import apply_hyperparameters, seed_mean
 from trainables.storage import trial_folder, trial_storage_dir
 from trainables.train import noise_seed, train_epochs
@@ -45,6 +47,7 @@ from trainables.train import noise_seed, train_epochs
 CONFUSION_FILE = "confusion.json"
 
 
+@titled_trial
 def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int] | None = None) -> None:
     """Train one trial under Ray Tune (or plainly, printing one line per epoch).
 
@@ -78,7 +81,7 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
     memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
     with sample_gpu_utilization(nvml_utilization_reader()) as utilization, mark_gpu_oom(gpu_fraction, trial_dir):
         report_epochs(cfg, seeds, runs, trial_dir, lambda: gpu_metrics(gpu_fraction, memory_cap, utilization),
-                      report=tune.report if trial_dir else None)
+                      report=report_then_refresh(tune.report) if trial_dir else None)
 
 
 def report_epochs(cfg: TrainConfig, seeds: Sequence[int], runs: list, trial_dir: Path | None, extra_metrics: Callable[[], dict],

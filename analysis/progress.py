@@ -1,0 +1,118 @@
+"""The sweep's progress block, shared by the driver's console and `python -m analysis EXP --status`.
+
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0) | epochs 20/360 | ETA 0:12:30
+      sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
+      ...
+
+`sweep_status` counts Tune trials (or anything shaped like them: the status command builds them
+from the experiment folder) and `format_progress` lays the block out. No Ray, pandas or torch:
+the status command imports this module alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from analysis.rules import DEFAULT_METRIC as METRIC
+from analysis.rules import DEFAULT_MODE as MODE
+
+RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
+
+
+def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE) -> dict:
+    """Count trials by state and add up epochs done and planned.
+
+    Args:
+        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
+            and a `str()` name); the searcher may not have created all of them yet.
+        total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
+    Returns:
+        dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
+        `diverged` (finished with `diverged: True` in the last result), `total`, `best`
+        (value, trial name) or None, `epochs_done`, `epochs_planned` (a finished trial counts
+        the epochs it ran; trials not created yet count the mean planned epochs of the others),
+        and `running_trials`: (name, last result, planned epochs) per running trial, best first.
+    """
+    counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
+    best, epochs_done, epochs_planned, planned_per_trial, running = None, 0, 0, [], []
+    for trial in trials:
+        result = trial.last_result or {}
+        epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
+        planned = int(trial.config.get("epochs", epochs) or epochs)
+        planned_per_trial.append(planned)
+        finished = trial.status in ("TERMINATED", "ERROR")
+        epochs_done += epochs
+        epochs_planned += epochs if finished else max(planned, epochs)
+        if trial.status == "RUNNING":
+            counts["running"] += 1
+            running.append((str(trial), result, planned))
+        elif trial.status == "ERROR":
+            counts["errored"] += 1
+        elif trial.status == "TERMINATED":
+            counts["diverged" if result.get("diverged") else "done"] += 1
+        else:  # PENDING, PAUSED
+            counts["pending"] += 1
+        value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
+        if value is not None and not math.isnan(value) and (
+                best is None or (value > best[0] if mode == "max" else value < best[0])):
+            best = (value, str(trial))
+    total = max(total_trials or 0, len(trials))
+    not_created = total - len(trials)
+    counts["pending"] += not_created
+    if not_created and planned_per_trial:
+        epochs_planned += round(not_created * sum(planned_per_trial) / len(planned_per_trial))
+    sign = -1 if mode == "max" else 1
+    running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
+    return {**counts, "total": total, "best": best, "epochs_done": epochs_done,
+            "epochs_planned": epochs_planned, "running_trials": running}
+
+
+def format_progress(status: dict, elapsed_s: float, epochs_at_start: int = 0, metric: str = METRIC,
+                    log_lines: Mapping[str, str] | None = None) -> list[str]:
+    """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
+
+    The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
+    an epoch has finished. At most RUNNING_LINES trial lines; the rest are counted.
+    Args:
+        elapsed_s: seconds since the sweep (this run of it) began.
+        epochs_at_start: epochs already done when it began (a resumed sweep), left out of the rate.
+        log_lines: trial name -> last line of its log, printed under the trial's line (`--status`).
+    """
+    s = status
+    done_now = s["epochs_done"] - epochs_at_start
+    remaining = s["epochs_planned"] - s["epochs_done"]
+    eta = format_duration(remaining * elapsed_s / done_now) if done_now > 0 else "?"
+    best = f"best {metric} {s['best'][0]:.4f} ({s['best'][1]})" if s["best"] else f"best {metric} -"
+    lines = [
+        f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
+        f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
+        f"epochs {s['epochs_done']}/{s['epochs_planned']} | ETA {eta}"
+    ]
+    width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
+    for name, result, planned in s["running_trials"][:RUNNING_LINES]:
+        gpus = result.get("gpu_ids")
+        lines.append(
+            f"  {name:<{width}}  epoch {result.get('epoch', 0)}/{planned}  "
+            f"{metric} {_num(result.get(metric))}  train/loss {_num(result.get('train/loss'))}  "
+            + (f"GPU {gpus}" if gpus else "CPU")
+        )
+        if log_lines and log_lines.get(name):
+            lines.append(f"    {log_lines[name]}")
+    if len(s["running_trials"]) > RUNNING_LINES:
+        lines.append(f"  ... and {len(s['running_trials']) - RUNNING_LINES} more running")
+    return lines
+
+
+def format_duration(seconds: float) -> str:
+    """`H:MM:SS` for a duration in seconds (negative counts as 0)."""
+    seconds = max(0, round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _num(value) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+def _finite(value, default: float) -> float:
+    return value if isinstance(value, (int, float)) and not math.isnan(value) else default
