@@ -23,7 +23,7 @@ from analysis.rules import (
 )
 
 _WHERE = {
-    "analysis.load": ("SEED_KEY", "config_column", "guess_mode", "latest_experiment", "load_experiment",
+    "analysis.load": ("SEED_KEY", "config_column", "duplicates_line", "guess_mode", "latest_experiment", "load_experiment",
                       "load_history", "load_trials", "metric_column", "reported_metrics", "varying_config_columns"),
     "analysis.select": ("add_selected", "select_values"),
     "analysis.paper": ("format_paper_table", "paired_test", "paper_caption", "paper_table", "write_paper_table"),

@@ -93,7 +93,7 @@ def _paper(source, args) -> int:
     """Only the paper table: written to --out (default: the report folder) and printed."""
     from pathlib import Path
 
-    from analysis.load import load_experiment
+    from analysis.load import duplicates_line, load_experiment
     from analysis.paper import format_paper_table, paper_table, write_paper_table
     from analysis.report import report_folder, resolve_metric
 
@@ -104,6 +104,8 @@ def _paper(source, args) -> int:
     out = Path(args.out) if args.out else report_folder(trials)
     written = write_paper_table(table, out / "paper_table")
     print(format_paper_table(table, "markdown"), end="")
+    if duplicates_line(trials):
+        print(duplicates_line(trials))
     print("paper table: " + ", ".join(str(p) for p in written))
     return 0
 

@@ -61,9 +61,10 @@ def load_experiment(
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
     trials_df, history = _assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
+    trials_df, history, duplicates = _drop_duplicates(trials_df, history)
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
-    trials_df.attrs.update(experiment=prefix + root, metric=metric, mode=mode)
+    trials_df.attrs.update(experiment=prefix + root, metric=metric, mode=mode, duplicates=duplicates)
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
 
@@ -117,6 +118,13 @@ def load_trials(
         ``df.attrs`` holds ``experiment`` (the source as a string) and ``metric`` / ``mode`` as
         the sweep recorded them (``raysweep.json``, else the metric given to ``TuneConfig``,
         with :func:`guess_mode`); None when not recorded.
+
+        A trial is identified by its config, seed included: of several finished (TERMINATED)
+        trials of one experiment with equal configs (a second driver on the same folder, a
+        copied trial folder) only the newest (latest end, then start) is kept, so a repeat
+        never counts as another seed. ``df.attrs["duplicates"]`` lists the folders (or trial
+        ids) left out, and :func:`duplicates_line` says so in one line. Experiments loaded
+        together are never compared with each other this way.
 
     Raises:
         ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;
@@ -249,6 +257,36 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
     return max(stamps, key=stamps.get)
 
 
+def duplicates_line(trials: pd.DataFrame) -> str | None:
+    """One line saying how many duplicate trials :func:`load_trials` left out and where, or
+    None when there were none (``trials.attrs["duplicates"]``)."""
+    left_out = trials.attrs.get("duplicates") or []
+    if not left_out:
+        return None
+    shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
+    return (f"duplicates left out: {len(left_out)} finished trial(s) with the same config (seed included) "
+            f"as a newer one, which is counted instead: {shown}")
+
+
+def _drop_duplicates(trials: pd.DataFrame, history: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Keep the newest of the finished trials that share a config (see :func:`load_trials`)."""
+    config = [c for c in trials.columns if c.startswith("config/")]
+    finished = trials["status"] == "TERMINATED"
+    if not config or finished.sum() < 2:
+        return trials, history, []
+    key = trials[config].apply(lambda row: repr(tuple(_hashable(v) for v in row)), axis=1)
+    newest_first = trials[finished].assign(_key=key[finished]).sort_values(
+        ["end_time", "start_time"], ascending=False, na_position="last", kind="stable")
+    dropped = newest_first.index[newest_first.duplicated("_key", keep="first")]
+    if len(dropped) == 0:
+        return trials, history, []
+    left_out = [d if isinstance(d, str) else i for d, i in
+                zip(trials.loc[dropped, "trial_dir"], trials.loc[dropped, "trial_id"])]
+    kept = trials.drop(index=dropped).reset_index(drop=True)
+    history = history[history["trial_id"].isin(set(kept["trial_id"]))].reset_index(drop=True)
+    return kept, history, sorted(left_out)
+
+
 def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
                filesystem: pafs.FileSystem | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Several experiments stacked, with an ``experiment`` column (see :func:`load_trials`)."""
@@ -278,7 +316,8 @@ def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
     trials = pd.concat(trial_parts, ignore_index=True)
     history = pd.concat(history_parts, ignore_index=True)
     metric, mode = next(iter(recorded)) if recorded else (None, None)
-    trials.attrs.update(experiment=", ".join(paths), experiments=paths, metric=metric, mode=mode)
+    trials.attrs.update(experiment=", ".join(paths), experiments=paths, metric=metric, mode=mode,
+                        duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])])
     history.attrs.update(experiment=", ".join(paths), experiments=paths)
     return trials, history
 

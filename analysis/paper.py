@@ -79,7 +79,8 @@ def paper_table(
         DataFrame with the row keys (``config/`` dropped), ``noise_type``, ``noise_rate`` (those
         present), then ``n`` (usable seeds), ``n_failed`` (errored or diverged trials),
         ``n_diverged``, ``mean``, ``std`` (ddof=1; NaN for n < 2), ``ci95`` (half width, Student
-        t over seeds), ``rank`` (1 = best in its column, ties share; NaN when n = 0),
+        t over seeds), ``rank`` (1 = best in its column, ties share; NaN when n = 0 or when
+        fewer than two methods in the column have a value: nothing to be best against),
         ``is_baseline``, and against the baseline (:func:`paired_test`): ``n_pairs``,
         ``diff_mean`` (row − baseline), ``diff_ci95_low``/``diff_ci95_high``, ``p_ttest``,
         ``p_wilcoxon``, ``test`` (what was done, in words). Sorted by the row keys, then noise
@@ -133,7 +134,9 @@ def paper_table(
 
     column_of = table[columns].apply(tuple, axis=1) if columns else pd.Series([()] * len(table))
     usable = table["n"] > 0
-    table["rank"] = table["mean"].where(usable).groupby(column_of).rank(ascending=(mode == "min"), method="min")
+    ranked = table["mean"].where(usable)
+    contested = usable.groupby(column_of).transform("sum") >= 2  # a rank among one method means nothing
+    table["rank"] = ranked.where(contested).groupby(column_of).rank(ascending=(mode == "min"), method="min")
 
     base_label = _resolve_baseline(baseline, table, keys)
     table["is_baseline"] = table["_label"] == base_label if base_label is not None else False
@@ -213,7 +216,9 @@ def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
     pm, dagger = ("±", "†") if style != "latex" else (r"$\pm$", r"$^\dagger$")
     text = (f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean {pm} std over "
             f"{a['n_seeds']} seeds; (n=…) where fewer seeds finished; failed / diverged: every seed of the "
-            "cell errored / diverged. Best per column in bold, second best underlined.")
+            "cell errored / diverged.")
+    text += (" Best per column in bold, second best underlined (columns with two or more methods)."
+             if table["rank"].notna().any() else " No best marked: no column has two methods to compare.")
     if a["baseline"] is None:
         return text + " No significance test (no baseline row)."
     p = f"$p < {ALPHA:g}$" if style == "latex" else f"p < {ALPHA:g}"

@@ -12,6 +12,7 @@ from analysis.confusion import CONFUSION_SELECT, load_confusion
 from analysis.load import (
     ExperimentError,
     config_column,
+    duplicates_line,
     guess_mode,
     load_experiment,
     metric_column,
@@ -127,7 +128,9 @@ def write_report(
     table = best_runs(selected, metric, mode, scope="select")
     write_table(table, out / "best_runs")
     rule = selected.attrs["select_text"][metric]
-    (out / "best_runs.txt").write_text(f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n" + format_table(table))
+    duplicates = duplicates_line(trials)
+    (out / "best_runs.txt").write_text(f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n" + format_table(table)
+                                       + (duplicates + "\n" if duplicates else ""))
     trials.to_csv(out / "trials.csv", index=False)
 
     figures: dict[str, str] = {}
@@ -225,6 +228,7 @@ def _markdown(trials: pd.DataFrame, table: pd.DataFrame, metric: str, mode: str,
     lines += [
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({status}; {diverged} diverged)",
+        *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
         f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
         if efficiency == efficiency else "- sweep efficiency: n/a (no timed trials)",

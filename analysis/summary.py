@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.errors import ExperimentError
-from analysis.load import load_experiment
+from analysis.load import duplicates_line, load_experiment
 from analysis.paper import format_cell, paper_table
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 
@@ -57,7 +57,8 @@ def summary_text(
     (every varying config key but noise type and seed) and one column per noise type, each
     cell ``mean ± std (n)`` over seeds of ``test_metric`` under ``select`` (the numbers of
     :func:`analysis.paper_table`, formatted the same way: accuracies in %); the count of
-    errored and diverged trials; one line naming the best configuration by ``metric`` under
+    errored and diverged trials; the duplicates left out (:func:`analysis.load.duplicates_line`,
+    only when there were some); one line naming the best configuration by ``metric`` under
     the same rule, with its ``metric`` and ``test_metric`` cells.
 
     Raises:
@@ -91,6 +92,8 @@ def summary_text(
              + (", columns: noise type" if wide else ""),
              *_aligned(header, body, len(keys)),
              f"failed trials (left out of the cells): {errored} errored, {diverged} diverged"]
+    if duplicates_line(trials):
+        lines.append(duplicates_line(trials))
     best = best_cell(val, mode)
     if best is None:
         lines.append(f"best configuration: none (no usable {metric} value)")

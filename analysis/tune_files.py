@@ -4,6 +4,7 @@ Ray 2.x layout::
 
     <experiment>/experiment_state-<session>.json   trial list: status, config, resources,
                                                    start time and time of the last result
+                                                   (one per driver session: all are read)
     <experiment>/<trial dir>/result.json           one JSON object per reported result
     <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent)
     <experiment>/<trial dir>/params.json           the resolved config
@@ -72,8 +73,15 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
     state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
 
-    state = _read_state(fs, posixpath.join(root, state_files[-1])) if state_files else None
-    trials = _state_trials(state, dirs) if state else []
+    # Every state file, oldest first: a grid extended (or a second driver) writes a new one listing
+    # only its own trials; a trial listed in several (a resumed sweep) takes its newest entry.
+    states = [state for f in state_files if (state := _read_state(fs, posixpath.join(root, f))) is not None]
+    state = states[-1] if states else None
+    by_folder: dict = {}
+    for one in states:
+        for trial in _state_trials(one, dirs):
+            by_folder[trial["dir"] or ("id", trial["trial_id"])] = trial
+    trials = list(by_folder.values())
 
     # Folders the state file does not list yet: trials of a running experiment, or a copied
     # experiment without its state file.

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from analysis.errors import ExperimentError
+from analysis.storage import filesystem_of
 
 
 def resolve_source(source: Any, filesystem: pafs.FileSystem | None) -> tuple:
@@ -34,17 +35,7 @@ def resolve_source(source: Any, filesystem: pafs.FileSystem | None) -> tuple:
     text = os.fspath(source)
     if filesystem is not None:
         return filesystem, text.rstrip("/"), ""
-    if "://" not in text:
-        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text)), ""
-    scheme = text.split("://", 1)[0]
-    try:
-        fs, path = pafs.FileSystem.from_uri(text)
-    except (ValueError, OSError):  # pyarrow.ArrowInvalid is a ValueError
-        import fsspec  # only needed for schemes pyarrow does not know
-
-        fsspec_fs, path = fsspec.core.url_to_fs(text)
-        fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs))
-    return fs, path.rstrip("/"), f"{scheme}://"
+    return filesystem_of(text)
 
 
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:

@@ -11,7 +11,7 @@ nothing is reused); this process reads its stdout line by line and stamps each m
 seconds since the child was started:
     args        "N trials in the grid"           flags parsed and checked (no Ray, torch, pandas yet)
     data        "data: ..."                      Ray, Tune, torch, analysis imported; data loaded once
-    ray         "Ray started in X s; dashboard"  local Ray up, dashboard URL printed
+    ray         "started a local Ray with ..."   local Ray up, dashboard URL printed (older checkouts: "Ray started in")
     first_trial the first trial's `trial_config.json` appears: the trainable runs (written by
                 `trainables/trial.py:start_trial` first thing, into the trial's folder on storage
                 (`trainables/storage.py`); older checkouts wrote it into the trial's working folder under
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, str(ROOT / "sweeps" / "noise_grid.py")]
 MILESTONES = {  # name -> how the line starts (None: not a stdout line)
-    "args": None, "data": "data: ", "ray": "Ray started in", "first_trial": None,
+    "args": None, "data": "data: ", "ray": ("started a local Ray with", "Ray started in"), "first_trial": None,
     "last_trial": None, "table": "best configuration by", "report": "report: ", "exit": None,
 }
 FORMS = {"default": [], "smoke": ["--smoke-test"]}
@@ -54,7 +54,7 @@ def milestone_of(line: str) -> str | None:
         return "args"
     if "sweep finished:" in line:
         return "last_trial"
-    return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)
+    return next((name for name, start in MILESTONES.items() if start and line.startswith(start)), None)  # str or tuple
 
 
 def trial_started(name: str, since: float, storage: str) -> bool:

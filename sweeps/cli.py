@@ -47,6 +47,8 @@ def run_main(main) -> None:
     except KeyboardInterrupt:
         print("interrupted: resume with the same command and --resume", file=sys.stderr)
         code = 130
+    if "sweeps.driver_lock" in sys.modules:  # the sweep held its experiment folder: record how it ended
+        sys.modules["sweeps.driver_lock"].release_all(code)
     sys.exit(code)
 
 
@@ -88,7 +90,7 @@ def parse_gpu_flags(gpus: str | None, gpus_per_trial: str | None, address: str |
             raise UsageError(f"--gpus={gpus!r} is not a list of GPU indices such as 0,2 (or 'all')") from None
         if any(i < 0 for i in selection) or len(set(selection)) != len(selection):
             raise UsageError(f"--gpus={gpus!r}: indices must be distinct whole numbers >= 0")
-    if selection is not None and address:
+    if selection is not None and address and address != "local":
         raise UsageError("--gpus applies to a local Ray only; on a cluster, set CUDA_VISIBLE_DEVICES before `ray start` on each node")
     if isinstance(share, float) and isinstance(selection, list) and share > len(selection):
         raise UsageError(f"--gpus-per-trial={share:g} is more than the {len(selection)} GPU(s) selected by --gpus={gpus}")
@@ -386,7 +388,8 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
     res.add_argument("--max-concurrent", type=int, default=None, help="at most this many trials at once (default: as many as resources allow)")
     res.add_argument("--gpus", default=None, help="GPUs a local sweep may use: indices such as 0,2 (busy ones are still "
                      "left out), or 'all' (every GPU, busy or not) (default: every GPU that is not busy)")
-    res.add_argument("--address", default=None, help="an existing Ray cluster, e.g. 'auto' or 'HEAD_IP:6379' (default: start a local one)")
+    res.add_argument("--address", default=None, help="an existing Ray cluster, e.g. 'auto' or 'HEAD_IP:6379'; 'local' always starts a private Ray "
+                     "(default: join the cluster `ray start` runs on this machine, else start a local Ray)")
     res.add_argument("--dashboard-host", default="127.0.0.1", help="interface the Ray dashboard listens on (default: 127.0.0.1)")
     res.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
     res.add_argument("--storage-is-shared", action="store_true",
@@ -458,7 +461,8 @@ class RunOptions:
         cpus_per_trial: CPU cores per trial (> 0).
         gpus: the GPUs a local Ray may use: None (every idle one), "all", or indices.
         max_concurrent: at most this many trials at once (None: as resources allow).
-        address: an existing Ray cluster (None: start a local one).
+        address: an existing Ray cluster; "local": always a private Ray (None: the cluster `ray start`
+            runs on this machine, else a local one).
         dashboard_host: the interface Ray's dashboard listens on.
         storage_is_shared: trust that `storage_path` is reachable from every node.
         max_failures: retries of a failed trial (0 with `fail_fast`).
@@ -505,11 +509,20 @@ def probe_storage(experiment_dir: str) -> None:
 
     `os.access` is not enough: read-only mounts, full disks, quotas and ACLs pass it. The folders
     this call creates are removed again, failure or not (Tune creates them when the sweep starts),
-    so a sweep refused later leaves nothing behind. URIs (s3://...) are left to Ray.
+    so a sweep refused later leaves nothing behind. On object storage (s3://...) the probe is an
+    object written and deleted through pyarrow (`analysis.storage`), as Ray will write.
     Raises:
         UsageError: naming the path and the OS error.
     """
     if "://" in experiment_dir:
+        from analysis import storage
+
+        probe = storage.join(experiment_dir, ".raysweep_write_probe")
+        try:
+            storage.write_bytes(probe, b"probe")
+            storage.delete(probe)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--storage-path: cannot write to {experiment_dir}: {str(e).splitlines()[0]}") from None
         return
     folder = Path(experiment_dir)
     created = [p for p in [folder, *folder.parents] if not p.exists()]  # innermost first
@@ -585,20 +598,24 @@ def check_resume(args: argparse.Namespace, settings: dict | None = None, new_ok:
     Raises:
         UsageError: naming the folder, or the first setting that differs and its recorded value.
     """
-    experiment_dir = Path(f"{args.storage_path}/{args.name}")
-    if "://" in str(args.storage_path):
-        return  # remote storage: Tuner.restore says what is missing
+    from analysis import storage  # local paths without pyarrow; URIs (s3://...) through it
+
+    experiment_dir = f"{args.storage_path}/{args.name}"
+    try:
+        has_sweep = storage.exists(storage.join(experiment_dir, "tuner.pkl"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--storage-path: cannot read {experiment_dir}: {str(e).splitlines()[0]}") from None
     if not args.resume:
-        if not new_ok and (experiment_dir / "tuner.pkl").exists():
+        if not new_ok and has_sweep:
             raise UsageError(f"{experiment_dir} already holds a search: add --resume to continue it, or pick another --name")
         return
-    if not (experiment_dir / "tuner.pkl").exists():
+    if not has_sweep:
         raise UsageError(f"--resume: no sweep to resume in {experiment_dir} (no tuner.pkl); check --name and "
                          "--storage-path, or drop --resume to start it")
-    info_file = experiment_dir / "raysweep.json"
-    if settings is None or not info_file.exists():
+    info_file = storage.join(experiment_dir, "raysweep.json")
+    if settings is None or not storage.exists(info_file):
         return
-    recorded = json.loads(info_file.read_text()).get("settings", {})
+    recorded = json.loads(storage.read_bytes(info_file)).get("settings", {})
     for key, value in json.loads(json.dumps(settings)).items():  # tuples as lists, as recorded
         if key in recorded and recorded[key] != value:
             raise UsageError(f"--resume: {key}={value!r} differs from the sweep being resumed ({recorded[key]!r}); "

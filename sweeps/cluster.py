@@ -9,6 +9,7 @@ authentication token (`connect_checks`). Left to Ray, both cost 20 s to minutes 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -52,22 +53,36 @@ def secure_dashboard(host: str) -> None:
 
 
 def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False) -> None:
-    """Start a local Ray (dashboard on `dashboard_host`) or connect to `address`; print the dashboard URL.
+    """Start a local Ray (dashboard on `dashboard_host`) or join a running cluster; say which, in one line.
 
     `address` (or, when None, the environment variable RAY_ADDRESS) names a running cluster:
     `auto`, `HOST:PORT` of its head's GCS, or `ray://HOST:PORT` (Ray Client). A `HOST:PORT` is
     checked first by `connect_checks` (token authentication, a probe of the port, the GCS
-    handshake). Trials' output is not copied to this console unless `log_to_driver`: it goes to
-    each trial's `stdout` / `stderr` files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
+    handshake). Without an address, a cluster that `ray start --head` runs on this machine is
+    joined (Ray's own default for `ray.init()`: several sweeps then share its GPUs); `local`
+    always starts a private Ray, whatever runs here and whatever RAY_ADDRESS says. The line is
+    `started a local Ray with N CPUs and G GPUs in T s; dashboard: URL` or `joined the running
+    cluster at ADDRESS with N CPUs and G GPUs (K nodes); dashboard: URL`. Trials' output is not
+    copied to this console unless `log_to_driver`: it goes to each trial's `stdout` / `stderr`
+    files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
     Raises:
         UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token.
     """
     started = time.perf_counter()
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    private = address == "local"
+    found = None if private or address or os.environ.get("RAY_ADDRESS") else running_local_cluster()
+    address = None if private else (address or os.environ.get("RAY_ADDRESS") or found)
     if address:
-        connect_checks(address)  # also when Ray already runs here: a named address must answer
+        try:
+            connect_checks(address)  # also when Ray already runs here: a named address must answer
+        except UsageError as e:
+            if not found:
+                raise
+            raise UsageError(f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
+                             "`ray stop` clears it, --address local starts a private Ray") from None
     if ray.is_initialized():  # a notebook or test that started Ray itself
-        print(f"using the running Ray; dashboard: {ray.worker.get_dashboard_url() or 'not running'}", flush=True)
+        print(f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
+              f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}", flush=True)
         return
     if address:
         try:
@@ -76,10 +91,63 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
             raise UsageError(f"--address={address}: {str(e).splitlines()[0]}") from None
     else:
         secure_dashboard(dashboard_host)
-        context = ray.init(dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
+        new_token = quiet_local_token_auth()
+        context = ray.init(address="local", dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
                            log_to_driver=log_to_driver)
     url = context.dashboard_url
-    print(f"Ray started in {time.perf_counter() - started:.1f} s; dashboard: " + (f"http://{url}" if url else "not running"), flush=True)
+    dashboard = f"dashboard: {'http://' + url if url else 'not running'}"
+    if address:
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        print(f"joined the running cluster at {ray.get_runtime_context().gcs_address} with {_capacity()} "
+              f"({nodes} node{'s' if nodes != 1 else ''}); {dashboard}", flush=True)
+    else:
+        print(f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True)
+        if new_token and new_token.exists():
+            print(f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
+                  flush=True)
+
+
+def quiet_local_token_auth():
+    """Before a local `ray.init`: choose token authentication, Ray's own default for a new local
+    cluster since 2.59, explicitly, so that Ray does not log its WARNING that it did (Ray is silent
+    when RAY_AUTH_MODE is set; docs.ray.io/en/latest/ray-security/token-auth.html). A mode the
+    user set is left alone.
+    Returns:
+        The path of the token file Ray will generate (`~/.ray/auth_token`, its INFO line silenced:
+        the caller says it in its own line), or None (a mode was set, a token exists, or this Ray
+        has no token authentication).
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            AUTH_MODE_ENV_VAR, _enable_token_auth, _get_default_token_path,
+        )
+    except ImportError:
+        return None
+    if AUTH_MODE_ENV_VAR in os.environ:
+        return None
+    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as Ray would
+    path = _get_default_token_path()
+    if path.exists() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return None
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.WARNING)
+    return path
+
+
+def running_local_cluster() -> str | None:
+    """The GCS address of the cluster `ray start` last started on this machine (Ray's
+    `ray_current_cluster` file, which `ray.init()` without an address joins), or None."""
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        return find_bootstrap_address(None)
+    except Exception:  # another Ray version: leave it to ray.init
+        return None
+
+
+def _capacity() -> str:
+    """`N CPUs and G GPUs` of the whole cluster (fractions as Ray counts them)."""
+    cpus, gpus = (ray.cluster_resources().get(name, 0) for name in ("CPU", "GPU"))
+    return f"{cpus:g} CPU{'' if cpus == 1 else 's'} and {gpus:g} GPU{'' if gpus == 1 else 's'}"
 
 
 def split_address(address: str) -> tuple[str, int] | None:

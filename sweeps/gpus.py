@@ -163,13 +163,21 @@ def choose_local_gpus(selection: list[int] | str | None, address: str | None, re
     its share of exactly those (the trial sees the real indices, e.g. CUDA_VISIBLE_DEVICES=2).
     Returns:
         The number of GPUs to give `ray.init(num_gpus=...)`, or None to let Ray detect them
-        (a cluster via --address or RAY_ADDRESS, or no GPU information and no --gpus).
+        (a cluster via --address, RAY_ADDRESS or one `ray start` runs on this machine, unless
+        `address` is `local`; or no GPU information and no --gpus).
     Raises:
         UsageError: from `select_gpus` and `read_gpus`.
     """
     import ray
 
-    if address or os.environ.get("RAY_ADDRESS"):
+    from sweeps.cluster import running_local_cluster
+
+    if address != "local" and (address or os.environ.get("RAY_ADDRESS")):
+        return None
+    if address != "local" and not ray.is_initialized() and running_local_cluster():
+        if selection is not None:
+            print(f"--gpus ignored: joining the cluster `ray start` runs on this machine (its GPUs); "
+                  f"--address local starts a private Ray", flush=True)
         return None
     readings = read_gpus() if readings is None else readings
     chosen, messages = select_gpus(readings, selection)  # a GPU that does not exist is refused in any case

@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 import ray
 from ray import tune
@@ -28,8 +27,9 @@ from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tun
 from ray.tune.search import BasicVariantGenerator
 
 import analysis
-from sweeps import resume
-from sweeps.cli import MAX_FAILURES, RunOptions, epochs_of
+from analysis import storage
+from sweeps import driver_lock, resume
+from sweeps.cli import MAX_FAILURES, RunOptions, UsageError, epochs_of
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
     auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
@@ -74,21 +74,35 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
         (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
         the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
     Raises:
-        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage.
+        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
+            another driver alive on `<storage-path>/<name>` (`sweeps.driver_lock`).
     """
     o, experiment_dir = options, options.experiment_dir
     callbacks = monitoring_callbacks(o.name, progress_every=o.progress_every, quiet=o.quiet, mlflow_uri=o.mlflow_uri,
                                      wandb_project=o.wandb_project, metric=metric, mode=mode)  # before Ray: a bad tracker is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
-    starts_ray = not ray.is_initialized() and not (o.address or os.environ.get("RAY_ADDRESS"))
-    init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
-    check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
-    gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
-    check_resources(gpus, o.cpus_per_trial)
+    starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
+    try:  # one driver per experiment folder, refused before Ray starts (released at exit)
+        held = driver_lock.hold(experiment_dir)
+    except driver_lock.ExperimentHeld as e:
+        raise UsageError(str(e)) from None
+    try:
+        init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
+        check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
+        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
+        check_resources(gpus, o.cpus_per_trial)
+    except UsageError:
+        held.release(2)  # no trial started: the folder is left as it was found
+        raise
     concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
     print(f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
           + (f", {concurrent} at once" if concurrent else ""), flush=True)
 
+    # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
+    # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
+    # (Ray's switch), and one line says where the results and TensorBoard files are.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
@@ -111,6 +125,7 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
     print_summary(experiment_dir, metric, mode, test_metric, shutdown_ray=starts_ray)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+    held.release(code)
     return code, rounds
 
 
@@ -292,9 +307,5 @@ def grid_size(param_space: dict) -> int:
 
 def write_sweep_info(experiment_dir: str, info: dict) -> None:
     """Record the sweep's metric, mode, command line, settings and number of trials (`total_trials`,
-    for `python -m analysis EXP --status`) in `<experiment>/raysweep.json`."""
-    if "://" in str(experiment_dir):
-        return  # remote storage: Ray writes its own files there; nothing of ours to add
-    folder = Path(experiment_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "raysweep.json").write_text(json.dumps(info, indent=1))
+    for `python -m analysis EXP --status`) in `<experiment>/raysweep.json` (a local folder or object storage)."""
+    storage.write_bytes(storage.join(experiment_dir, "raysweep.json"), json.dumps(info, indent=1).encode())

@@ -21,13 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import posixpath
 import warnings
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from analysis import ExperimentError, load_trials
+from analysis import ExperimentError, load_trials, storage
 from trainables.config import config_hash
 
 
@@ -37,33 +38,33 @@ def command_hash(config: dict) -> str:
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = config_hash) -> dict[str, Path]:
+def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = config_hash) -> dict[str, str]:
     """Finished trials of an experiment folder: config hash -> trial folder (the newest per hash).
 
     A trial is finished when it diverged, or its last `epoch` is its config's `epochs`, or (a
     command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error.
     Its hash is the one in `trial_config.json` (the built-in trainable writes it), else
-    `hash_fn` of its config. Local folders only; a remote `storage_path` (s3://...) has none.
+    `hash_fn` of its config. The folder may be local or on object storage (s3://...): trial
+    folders are returned as strings, local paths or URIs, and read through pyarrow.
     """
-    found: dict[str, tuple[float, Path]] = {}
-    for row in _local_trials(experiment_dir).to_dict("records"):
-        trial_dir = Path(row["trial_dir"])
-        saved = trial_dir / "trial_config.json"
-        if saved.exists():  # the built-in trainable: its resolved config (epochs included) and hash
-            saved = json.loads(saved.read_text())
+    found: dict[str, tuple[float, str]] = {}
+    for row in _trials_of(experiment_dir).to_dict("records"):
+        trial_dir = row["trial_dir"]
+        saved = _read_json(storage.join(trial_dir, "trial_config.json"))
+        if saved is not None:  # the built-in trainable: its resolved config (epochs included) and hash
             key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
         else:
             key = hash_fn({k[len("config/"):]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)})
-        if not _finished(row) or not (trial_dir / "result.json").exists():
+        if not _finished(row):
             continue
-        mtime = (trial_dir / "result.json").stat().st_mtime
-        if key not in found or mtime > found[key][0]:
+        mtime = storage.modified(storage.join(trial_dir, "result.json"))
+        if mtime is not None and (key not in found or mtime > found[key][0]):
             found[key] = (mtime, trial_dir)
     return {h: d for h, (_, d) in found.items()}
 
 
 def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: bool,
-               hash_fn: Callable[[dict], str] = config_hash) -> tuple[list[dict], dict[str, Path]]:
+               hash_fn: Callable[[dict], str] = config_hash) -> tuple[list[dict], dict[str, str]]:
     """Split the grid into cells to run and finished trials to reuse.
 
     Args:
@@ -83,11 +84,10 @@ def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: boo
 
 def fresh_dirname(experiment_dir: str | Path, name: Callable) -> Callable:
     """A `trial_dirname_creator`: `name(trial)`, plus `_<trial_id>` when that folder already exists
-    (a cell rerun next to its old, unfinished or errored, trial)."""
+    (a cell rerun next to its old, unfinished or errored, trial), locally or on object storage."""
     def dirname(trial) -> str:
         base = name(trial)
-        exists = "://" not in str(experiment_dir) and (Path(experiment_dir) / base).exists()
-        return f"{base}_{trial.trial_id}" if exists else base
+        return f"{base}_{trial.trial_id}" if storage.exists(storage.join(str(experiment_dir), base)) else base
     return dirname
 
 
@@ -97,7 +97,7 @@ def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = co
     return [c for c in cells if hash_fn(c) not in ran]
 
 
-def report_outcome(grids: list | None, reused: dict[str, Path], metric: str, requeued: set[str] = frozenset()) -> int:
+def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset()) -> int:
     """Print errored and diverged trials, and why no trial has a result if none has; return the exit code.
 
     Args:
@@ -112,12 +112,12 @@ def report_outcome(grids: list | None, reused: dict[str, Path], metric: str, req
     """
     results = [r for grid in (grids or []) for r in grid if r.path not in requeued]
     ran = {Path(r.path).name for r in results}
-    reused = {h: d for h, d in reused.items() if d.name not in ran}  # a resumed sweep holds some of them
+    reused = {h: d for h, d in reused.items() if posixpath.basename(str(d)) not in ran}  # a resumed sweep holds some
     if reused:
         print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
     diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
     reused_diverged = _diverged_rows(reused)
-    diverged += [(Path(row["trial_dir"]), {"epoch": row.get("last/epoch"), "diverged/step": row.get("last/diverged/step"),
+    diverged += [(Path(row["trial_dir"]) if "://" not in row["trial_dir"] else PurePosixPath(row["trial_dir"].split("://", 1)[1]), {"epoch": row.get("last/epoch"), "diverged/step": row.get("last/diverged/step"),
                                             "diverged/seed": row.get("last/diverged/seed")}) for row in reused_diverged]
     for folder, last in diverged:
         seed = f", seed {last['diverged/seed']:g}" if isinstance(last.get("diverged/seed"), (int, float)) else ""
@@ -147,11 +147,11 @@ def _reported(result, metric: str) -> bool:
     return frame is not None and metric in frame and frame[metric].notna().any()
 
 
-def _diverged_rows(reused: dict[str, Path]) -> list[dict]:
+def _diverged_rows(reused: dict[str, str]) -> list[dict]:
     """`load_trials` rows of the reused trials whose last result is a divergence."""
     if not reused:
         return []
-    rows = _local_trials(next(iter(reused.values())).parent)
+    rows = _trials_of(posixpath.dirname(str(next(iter(reused.values())))))
     folders = {str(d) for d in reused.values()}
     return [r for r in rows.to_dict("records") if r["trial_dir"] in folders and bool(r.get("diverged"))]
 
@@ -170,9 +170,16 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _local_trials(experiment_dir: str | Path) -> pd.DataFrame:
-    """`analysis.load_trials` of a local experiment folder; an empty frame when there is none."""
-    if "://" in str(experiment_dir) or not Path(experiment_dir).is_dir():
+def _read_json(path: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(path))
+    except (OSError, ValueError):
+        return None
+
+
+def _trials_of(experiment_dir: str | Path) -> pd.DataFrame:
+    """`analysis.load_trials` of an experiment folder (local or a URI); an empty frame when there is none."""
+    if not storage.exists(str(experiment_dir)):
         return pd.DataFrame()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a half-written line of a killed trial: not finished anyway

@@ -106,6 +106,37 @@ def stop_node(node: subprocess.Popen, timeout_s: float = 20) -> None:
     shutil.rmtree(node.temp_dir, ignore_errors=True)
 
 
+def start_two_nodes(folder: Path, env: dict, worker_ip: str, nodes: list) -> str:
+    """A head (fast failure detection: Ray's defaults wait ~15 s before declaring a node dead) and a
+    second node on `worker_ip` that joins with RAY_AUTH_MODE=token, 1 CPU each; each is appended to
+    `nodes` as soon as it runs (the caller stops them). Returns the head's `HOST:PORT`."""
+    port = free_port()
+    nodes.append(start_node(folder / "head", env, head_port=port, extra_env={
+        "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}))
+    nodes.append(start_node(folder / "worker", env, address=f"127.0.0.1:{port}", node_ip=worker_ip,
+                            extra_env={"RAY_AUTH_MODE": "token"}))
+    return f"127.0.0.1:{port}"
+
+
+def kill_node_under_a_trial(argv: list[str], env: dict, cwd: Path, log: Path, node: subprocess.Popen, find_victim,
+                            wait_s: float = 120, sweep_s: float = 240) -> tuple[str, int, str]:
+    """Run a sweep driver (`argv`, output to `log`); once `find_victim()` names a trial training on
+    `node` (polled up to `wait_s`), SIGKILL that node's raylet and wait up to `sweep_s` for the driver.
+    Returns:
+        (the trial's name, the driver's exit code, its output).
+    """
+    driver = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        victim = wait_for(lambda: find_victim() or (driver.poll() is not None), wait_s, "a trial training on that node")
+        assert isinstance(victim, str), f"the sweep ended first: {log.read_text()[-3000:]}"
+        os.kill(raylet_pid(node), signal.SIGKILL)
+        code = driver.wait(timeout=sweep_s)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    return victim, code, log.read_text()
+
+
 def alive_nodes(address: str, env: dict) -> list[str]:
     """Node IPs of the live nodes, asked from a separate Python (the test process keeps no Ray)."""
     code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "

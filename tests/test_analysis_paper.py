@@ -115,6 +115,25 @@ def test_paper_table_best_bold_second_underlined_per_column(three_losses):
     assert r"\caption{test/acc (\%): test/acc at the epoch of best val/acc" in tex
 
 
+def test_no_marks_where_a_column_has_fewer_than_two_methods(tmp_path):
+    trials, history = analysis.load_experiment(paper_grid(tmp_path, "one", losses=("ce",)))
+    table = analysis.paper_table(trials, history)
+    assert table["rank"].isna().all()
+    md = analysis.format_paper_table(table, "markdown")
+    assert "**" not in md and "<u>" not in md and "No best marked: no column has two methods" in md
+    tex = analysis.format_paper_table(table, "latex")
+    assert r"\textbf{" not in tex and r"\underline{" not in tex
+    # two methods, but in one column only one has a value (every gce seed errored there)
+    fates = {("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)}
+    trials, history = analysis.load_experiment(paper_grid(tmp_path, "two", status=fates))
+    table = analysis.paper_table(trials, history).set_index(["loss", "noise_type", "noise_rate"])
+    assert math.isnan(table.loc[("ce", "asym", 0.2), "rank"])
+    assert table.loc[("ce", "sym", 0.2), "rank"] in (1, 2) and table.loc[("gce", "sym", 0.2), "rank"] in (1, 2)
+    md = analysis.format_paper_table(table.reset_index(), "markdown")
+    ce = next(line for line in md.splitlines() if line.startswith("| ce |")).split(" | ")
+    assert not ce[1].startswith(("**", "<u>")) and "Best per column in bold" in md
+
+
 def test_failed_and_diverged_cells_and_missing_seeds(tmp_path):
     fates = {("gce", "sym", 0.4, 1): "ERROR", **{("ce", "asym", 0.4, s): "DIVERGED" for s in (0, 1, 2)},
              **{("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)}}
@@ -383,3 +402,63 @@ def test_report_includes_confusion_of_best_configuration(tmp_path):
     out = analysis.write_report(path)
     assert (out / "confusion.png").stat().st_size > 0
     assert "![Confusion matrix of the best configuration](confusion.png)" in (out / "report.md").read_text()
+
+
+def test_duplicate_trials_count_once_and_are_reported(tmp_path):
+    """A copied trial folder and a second driver's run of the same cell (same config, seed included)
+    are one trial: the newest counts, the console and the report say what was left out and where."""
+    import shutil
+
+    path = paper_grid(tmp_path)
+    trials, _ = analysis.load_experiment(path)
+    original = trials[(trials["config/loss"] == "ce") & (trials["config/noise_type"] == "sym")
+                      & (trials["config/noise_rate"] == 0.2) & (trials["config/seed"] == 0)].iloc[0]
+    folder = Path(original["trial_dir"])
+    shutil.copytree(folder, path / "copied_by_hand")  # same trial id, same times: not in the state file
+    rerun = path / "second_driver_trial"  # another driver's trial of the same cell, finished later
+    rerun.mkdir()
+    shutil.copy(folder / "params.json", rerun / "params.json")
+    rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    for row in rows:
+        row.update(trial_id="zzzzz_00000", timestamp=row["timestamp"] + 3600, **{"test/acc": row["test/acc"] - 0.3})
+    (rerun / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    trials, history = analysis.load_experiment(path)
+    assert len(trials) == 24 and trials["trial_id"].is_unique and set(history["trial_id"]) == set(trials["trial_id"])
+    assert sorted(trials.attrs["duplicates"]) == sorted([str(folder), str(path / "copied_by_hand")])
+    assert "zzzzz_00000" in set(trials["trial_id"])  # the newest is the one counted
+    cell = analysis.paper_table(trials, history).set_index(["loss", "noise_type", "noise_rate"]).loc[("ce", "sym", 0.2)]
+    expected = np.mean([paper_base("ce", "sym", 0.2, s) + TEST_BUMP[1] for s in (0, 1, 2)]) - 0.3 / 3
+    assert cell["n"] == 3 and cell["mean"] == pytest.approx(expected)
+
+    summary = analysis.sweep_summary(str(path))
+    line = next(line for line in summary.splitlines() if line.startswith("duplicates left out: 2 finished trial(s)"))
+    assert str(folder) in line and "copied_by_hand" in line
+    report = (analysis.write_report(path) / "report.md").read_text()
+    assert "- duplicates left out: 2 finished trial(s) with the same config (seed included)" in report
+    # a different seed is another trial, not a duplicate; an unfinished repeat is not dropped either
+    assert analysis.load_trials(paper_grid(tmp_path, "plain")).attrs["duplicates"] == []
+
+
+def test_a_second_driver_session_in_the_folder_is_read_and_its_repeat_counted_once(tmp_path):
+    """Two drivers (or an extended grid) leave two experiment_state files; each lists its own trials.
+    Both are read, so the other session's trials keep their status (Tune's last result of a finished
+    function trial is not marked `done`), and a repeated cell is one trial."""
+    import shutil
+
+    path = paper_grid(tmp_path, losses=("ce",))
+    other = write_experiment(tmp_path / "elsewhere", "paper", [trial_spec(
+        "sym_0.2_seed0", {"loss": "ce", "noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 4},
+        [{"epoch": e, "val/acc": 0.5, "test/acc": 0.5} for e in range(4)], trial_id="zzzzz_00000", start=7200.0)])
+    for folder in other.glob("train_*"):
+        rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        (folder / "result.json").write_text("".join(json.dumps({**r, "done": False}) + "\n" for r in rows))
+        shutil.move(str(folder), str(path / (folder.name + "_b")))
+    state = json.loads(next(other.glob("experiment_state-*.json")).read_text())
+    state["trial_data"] = [[json.dumps({**json.loads(info), "relative_logdir": json.loads(info)["relative_logdir"] + "_b"}),
+                            meta] for info, meta in state["trial_data"]]
+    (path / "experiment_state-2026-01-02_00-00-00.json").write_text(json.dumps(state))
+
+    trials, _ = analysis.load_experiment(path)
+    assert len(trials) == 12 and (trials["status"] == "TERMINATED").all()
+    assert "zzzzz_00000" in set(trials["trial_id"]) and len(trials.attrs["duplicates"]) == 1

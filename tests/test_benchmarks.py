@@ -25,7 +25,8 @@ def test_longest_first_leaves_a_grid_of_equal_trials_unchanged():
 def test_startup_milestones_are_recognised_from_the_sweep_lines():
     assert startup.milestone_of("12 trials in the grid\n") == "args"
     assert startup.milestone_of("data: digits (1221 train / 216 val / 360 test); 12 to run, 0 reused\n") == "data"
-    assert startup.milestone_of("Ray started in 5.2 s; dashboard: http://127.0.0.1:8265\n") == "ray"
+    assert startup.milestone_of("Ray started in 5.2 s; dashboard: http://127.0.0.1:8265\n") == "ray"  # --baseline
+    assert startup.milestone_of("started a local Ray with 2 CPUs and 0 GPUs in 5.2 s; dashboard: http://127.0.0.1:8265\n") == "ray"
     assert startup.milestone_of("[0:00:16] sweep finished: 12 trials: 0 running\n") == "last_trial"
     assert startup.milestone_of("report: runs/noise_grid/report/report.md\n") == "report"
     assert startup.milestone_of("results: runs/noise_grid\n") is None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -103,15 +102,9 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
     two short trials the head could finish both before the second node's actor has started.)
     """
     env = ray_cluster.token_env(tmp_path / "home")
-    port = ray_cluster.free_port()
-    address = f"127.0.0.1:{port}"
     nodes = []
     try:
-        # Fast failure detection on the head (Ray's defaults wait ~15 s before declaring a node dead).
-        nodes.append(ray_cluster.start_node(tmp_path / "head", env, head_port=port, extra_env={
-            "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}))
-        nodes.append(ray_cluster.start_node(tmp_path / "worker", env, address=address, node_ip=WORKER_IP,
-                                            extra_env={"RAY_AUTH_MODE": "token"}))
+        address = ray_cluster.start_two_nodes(tmp_path, env, WORKER_IP, nodes)
         ips = ray_cluster.alive_nodes(address, env)
         assert len(ips) == 2 and WORKER_IP in ips
         head_ip = next(ip for ip in ips if ip != WORKER_IP)
@@ -129,25 +122,18 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
         # With the token in HOME and RAY_AUTH_MODE unset, the sweep connects; kill the second node mid-trial.
         experiment = tmp_path / "runs" / "two_nodes"
         epochs = 40
-        driver = subprocess.Popen(sweep(address, tmp_path / "runs", "two_nodes", env, epochs=epochs), cwd=ROOT, env=env,
-                                  stdout=(tmp_path / "sweep.out").open("w"), stderr=subprocess.STDOUT)
-        try:
-            def trial_on_worker():
-                if not experiment.is_dir():
-                    return None
-                for error in experiment.glob("*/error.txt"):  # a trial that failed there: say why at once
-                    if f"ip={WORKER_IP}" in (text := error.read_text()):
-                        raise AssertionError(f"a trial failed on the second node: {text.strip().splitlines()[-1]}")
-                return next((name for name, r in trial_rows(experiment).items()
-                             if r and r[-1]["node_ip"] == WORKER_IP and r[-1]["epoch"] < epochs - 5), None)
+        def trial_on_worker():
+            if not experiment.is_dir():
+                return None
+            for error in experiment.glob("*/error.txt"):  # a trial that failed there: say why at once
+                if f"ip={WORKER_IP}" in (text := error.read_text()):
+                    raise AssertionError(f"a trial failed on the second node: {text.strip().splitlines()[-1]}")
+            return next((name for name, r in trial_rows(experiment).items()
+                         if r and r[-1]["node_ip"] == WORKER_IP and r[-1]["epoch"] < epochs - 5), None)
 
-            victim = ray_cluster.wait_for(trial_on_worker, 120, "a trial training on the second node")
-            os.kill(ray_cluster.raylet_pid(nodes[1]), signal.SIGKILL)
-            code = driver.wait(timeout=240)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        output = (tmp_path / "sweep.out").read_text()
+        victim, code, output = ray_cluster.kill_node_under_a_trial(
+            sweep(address, tmp_path / "runs", "two_nodes", env, epochs=epochs), env, ROOT, tmp_path / "sweep.out", nodes[1],
+            trial_on_worker)
         assert code == 0, output[-4000:]
         rows = trial_rows(experiment)
         assert sorted(rows) == [f"sym_{r}_seed0" for r in ("0.2", "0.4", "0.6")]  # each cell once: no second folder

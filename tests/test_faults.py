@@ -119,7 +119,7 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
     fake_trial(tmp_path, "sym_0.3_seed0", cells[2], 1, diverged=True)  # would diverge again: reused
     todo, reused = resume.plan_cells(cells, tmp_path, skip_existing=True)
     assert [c["noise_rate"] for c in todo] == [0.2, 0.4]
-    assert reused[config_hash(cells[0])] == done and len(reused) == 2
+    assert reused[config_hash(cells[0])] == str(done) and len(reused) == 2
     assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
     assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
     assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
@@ -348,6 +348,13 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
             rows = results_of(trial) if (trial / "result.json").exists() else []
             if rows and rows[-1].get("epoch") == 4:
                 finished = trial
+        time.sleep(0.02)
+    # The trial's `stdout` reaches storage by Tune's background artifact sync, after its last result:
+    # the test counts its epoch lines, so it waits (deadline) until all 4 are there, then kills.
+    stdout = finished / "stdout"
+    while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"the trial's stdout never reached storage with 4 epoch lines: {stdout.read_text() if stdout.exists() else 'absent'}")
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
