@@ -13,42 +13,154 @@ import re
 import shutil
 
 from sweeps.cli import UsageError
-from trainables.command_parse import BUILTIN_PLACEHOLDERS, DEFAULT_METRIC_PATTERN, KEY, parse_metrics_line, render
+from trainables.command_parse import BUILTIN_PLACEHOLDERS, DEFAULT_METRIC_PATTERN, KEY, METRICS_SOURCES, parse_metrics_line, render
 from trainables.command_parse import placeholders as _placeholders
 
-__all__ = ["parse_axis", "placeholders", "check_template", "compile_metric_pattern", "check_metric_producible",
-           "render", "parse_metrics_line", "DEFAULT_METRIC_PATTERN"]
+__all__ = ["parse_axis", "read_tasks", "expand_cells", "cell_axes", "placeholders", "check_template", "compile_metric_pattern", "check_metric_producible",
+           "render", "parse_metrics_line", "DEFAULT_METRIC_PATTERN", "METRICS_SOURCES"]
 
 _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 EXAMPLE = "-- python train.py --noise-rate {noise_rate} --seed {seed} --out {trial_dir}"
 
 
-def parse_axis(text: str) -> tuple[str, list]:
-    """Parse one `--axis NAME=V1,V2,...` into `(name, values)`.
+def parse_axis(text: str) -> tuple[str | tuple[str, ...], list]:
+    """Parse one `--axis NAME=V1,V2,...` into `(name, values)`, or a linked axis
+    `--axis A,B=a1:b1,a2:b2` into `((A, B), [(a1, b1), (a2, b2)])` (paired values, one cell each).
 
     Values that read as integers become ints, other numbers floats (`1e-3`, `.5`), the rest strings
-    (`sym,asym`). `nan`/`inf` stay strings.
+    (`sym,asym`, `configs/fast.yaml`: paths reach the command verbatim). `nan`/`inf` stay strings.
     Raises:
         UsageError: no `=`, a name that is not an identifier or is `trial_dir` / `trial_name`,
-            an empty value list or item, or a value given twice.
+            an empty value list or item, a linked value with another number of parts than names,
+            or a value given twice.
     """
     name, sep, rest = text.partition("=")
-    name = name.strip()
+    names = [n.strip() for n in name.split(",")]
     if not sep:
         raise UsageError(f"--axis {text!r} has no '='; write NAME=V1,V2,... e.g. --axis noise_rate=0.2,0.4,0.6")
-    if not name.isidentifier():
-        raise UsageError(f"--axis {text!r}: the name {name!r} is not allowed; use letters, digits and _ (e.g. noise_rate)")
-    if name in BUILTIN_PLACEHOLDERS:
-        raise UsageError(f"--axis {text!r}: {name} is set by raysweep for each trial; choose another name")
+    for n in names:
+        if not n.isidentifier():
+            raise UsageError(f"--axis {text!r}: the name {n!r} is not allowed; use letters, digits and _ (e.g. noise_rate)")
+        if n in BUILTIN_PLACEHOLDERS:
+            raise UsageError(f"--axis {text!r}: {n} is set by raysweep for each trial; choose another name")
+    if len(set(names)) < len(names):
+        raise UsageError(f"--axis {text!r} names a setting twice")
     items = [item.strip() for item in rest.split(",")]
     if not rest.strip() or any(not item for item in items):
         raise UsageError(f"--axis {text!r}: give one or more comma-separated values after '=', none empty")
-    values = [_value(item) for item in items]
+    if len(names) == 1:
+        values = [_value(item) for item in items]
+    else:
+        parts = [[p.strip() for p in item.split(":")] for item in items]
+        bad = next((item for item, ps in zip(items, parts) if len(ps) != len(names) or not all(ps)), None)
+        if bad is not None:
+            raise UsageError(f"--axis {text!r}: {bad!r} must have {len(names)} non-empty parts joined by ':' "
+                             f"({':'.join(names)}), e.g. --axis dataset,num_classes=caltech101:100,oxford_pets:37")
+        values = [tuple(_value(p) for p in ps) for ps in parts]
     repeated = sorted({str(v) for i, v in enumerate(values) if v in values[:i]})
     if repeated:
         raise UsageError(f"--axis {text!r} repeats {', '.join(repeated)}; give each value once")
-    return name, values
+    return (names[0] if len(names) == 1 else tuple(names)), values
+
+
+def read_tasks(path: str) -> list[dict]:
+    """The cells of a task file: a CSV with a header row, or a YAML / JSON list of mappings.
+
+    Args:
+        path: `*.csv`, `*.yaml` / `*.yml` or `*.json`; every row names the same settings, e.g.
+            `dataset,num_classes` / `caltech101,100` (CSV values typed as `--axis` values are).
+    Returns:
+        One {setting: value} per row, in the file's order.
+    Raises:
+        UsageError: a missing or unreadable file, another suffix, no rows, a row that is not a
+            mapping or names other settings than the first, a setting name that is not an
+            identifier, or a row given twice.
+    """
+    import json
+
+    suffix = os.path.splitext(path)[1].lower()
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            if suffix == ".csv":
+                import csv
+
+                rows = [{k.strip(): None if v is None else _value(v.strip()) for k, v in row.items() if k is not None}
+                        for row in csv.DictReader(f)]
+            elif suffix in (".yaml", ".yml"):
+                import yaml
+
+                rows = yaml.safe_load(f)
+            elif suffix == ".json":
+                rows = json.load(f)
+            else:
+                raise UsageError(f"--tasks {path}: use a .csv (header row), .yaml/.yml or .json file (a list of mappings)")
+    except OSError as e:
+        raise UsageError(f"--tasks {path}: cannot read it: {e.strerror or e}") from None
+    except ValueError as e:  # JSON and YAML errors (yaml.YAMLError is not one: below)
+        raise UsageError(f"--tasks {path}: not valid {suffix[1:].upper()}: {str(e).splitlines()[0]}") from None
+    except Exception as e:
+        if type(e).__module__.startswith("yaml"):
+            raise UsageError(f"--tasks {path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        raise
+    if not isinstance(rows, list) or not rows:
+        raise UsageError(f"--tasks {path}: expected a non-empty list of rows (mappings of setting: value)")
+    keys = list(rows[0]) if isinstance(rows[0], dict) else []
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or list(row) != keys or not keys:
+            raise UsageError(f"--tasks {path}: row {i} must be a mapping of the same settings as row 1 ({', '.join(map(str, keys))})")
+        if any(v is None or v == "" or isinstance(v, (dict, list)) for v in row.values()):
+            raise UsageError(f"--tasks {path}: row {i} has an empty or nested value: {row}")
+    for key in keys:
+        if not str(key).isidentifier() or key in BUILTIN_PLACEHOLDERS:
+            raise UsageError(f"--tasks {path}: setting {key!r} must be a name of letters, digits and _ "
+                             f"(not {' or '.join(BUILTIN_PLACEHOLDERS)})")
+    if any(row in rows[:i] for i, row in enumerate(rows)):
+        raise UsageError(f"--tasks {path}: a row is given twice; give each task once")
+    return rows
+
+
+def expand_cells(axes: dict, tasks: list[dict] | None, max_trials: int) -> list[dict]:
+    """Every cell of a command sweep: the task rows crossed with every axis (linked axes as one).
+
+    Args:
+        axes: {name: values} and {(name, ...): [(value, ...), ...]} from `parse_axis` (plus `seed`).
+        tasks: rows of `read_tasks`, or None.
+        max_trials: --max-trials.
+    Returns:
+        Flat config dicts, tasks outermost, then the axes in their order.
+    Raises:
+        UsageError: more than `max_trials` cells, or a setting both in the task file and an axis.
+    """
+    import itertools
+    import math
+
+    flat = [n for key in axes for n in (key if isinstance(key, tuple) else (key,))]
+    both = sorted(set(flat) & set(tasks[0] if tasks else {}))
+    if both:
+        raise UsageError(f"{both[0]} is set by both --tasks and --axis; give it in one of them")
+    count = len(tasks or [{}]) * math.prod(len(v) for v in axes.values())
+    if count > max_trials:
+        raise UsageError(f"the grid has {count:,} trials, more than --max-trials={max_trials:,}; "
+                         "check the axes (a typo in --seeds?) or raise --max-trials")
+    cells = []
+    for task in tasks or [{}]:
+        for values in itertools.product(*axes.values()):
+            cell = dict(task)
+            for key, value in zip(axes, values):
+                cell.update(zip(key, value) if isinstance(key, tuple) else [(key, value)])
+            cells.append(cell)
+    return cells
+
+
+def cell_axes(cells: list[dict]) -> dict[str, list]:
+    """{setting: its distinct values, in first-seen order} over `cells`: what `cli.trial_namer` names."""
+    axes: dict[str, list] = {}
+    for cell in cells:
+        for key, value in cell.items():
+            if value not in axes.setdefault(key, []):
+                axes[key].append(value)
+    return axes
 
 
 def _value(text: str) -> int | float | str:
@@ -126,22 +238,31 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
-def check_metric_producible(metric: str, pattern: re.Pattern | None, step_key: str) -> None:
-    """Refuse a `--metric` / `--step-key` that no result of this sweep can hold.
+def check_metric_producible(metric: str, patterns: list[re.Pattern] | re.Pattern | None, step_key: str,
+                            metrics_from: str = "stdout", test_metric: str | None = None) -> None:
+    """Refuse a `--metric` / `--test-metric` / `--step-key` that no result of this sweep can hold.
 
     Args:
         metric: the metric the sweep ranks (and ASHA / Optuna read), e.g. `val_acc`.
-        pattern: the compiled `--metric-pattern`, or None for the default `key=value` pattern.
-        step_key: the metric counting progress (`epoch`).
+        patterns: the compiled `--metric-pattern`s (one or a list), or None for the default
+            `key=value` pattern.
+        step_key: the metric counting progress (`epoch`); read in any default step form, so it
+            need not be a group of a pattern.
+        metrics_from: `stdout`, `jsonl` or `tensorboard` (JSON keys and TensorBoard tags may be
+            any name, so only `stdout` is checked).
+        test_metric: `--test-metric`, or None.
     Raises:
-        UsageError: with a custom pattern, a name that is not one of its named groups; with the
+        UsageError: with custom patterns, a metric that is none of their named groups; with the
             default pattern, a name that cannot be a key (spaces, leading digit, ...).
     """
-    for flag, name in (("--metric", metric), ("--step-key", step_key)):
-        if pattern is None and not re.fullmatch(KEY, name):
+    patterns = [patterns] if isinstance(patterns, re.Pattern) else list(patterns or [])
+    groups = [g for p in patterns for g in p.groupindex]
+    flags = [("--metric", metric), ("--step-key", step_key)] + ([("--test-metric", test_metric)] if test_metric else [])
+    for flag, name in flags if metrics_from == "stdout" else ():
+        if not re.fullmatch(KEY, name) and not (patterns and flag != "--step-key" and name in groups):
             raise UsageError(f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - "
                              "starting with a letter")
-        if pattern is not None and name not in pattern.groupindex:
+        if patterns and flag != "--step-key" and name not in groups:
             raise UsageError(f"{flag}={name!r} is not a named group of --metric-pattern (groups: "
-                             f"{', '.join(pattern.groupindex)}); add (?P<{name}>...) or drop --metric-pattern if the "
+                             f"{', '.join(dict.fromkeys(groups))}); add (?P<{name}>...) or drop --metric-pattern if the "
                              "script writes $RAYSWEEP_METRICS_FILE")

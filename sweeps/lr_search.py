@@ -185,7 +185,8 @@ def main(argv: list[str]) -> int:
     if args.template:  # your own script: the searched values reach it through its {placeholders}
         from trainables.command import train_command
 
-        trainable = Trainable(train_command, {"template": args.template, "cwd": os.getcwd()})
+        trainable = Trainable(train_command, {"template": args.template, "cwd": os.getcwd(),
+                                              "complete_when": (args.metric,)})  # each step reported as soon as it has it
     code, rounds = launch(
         cli.run_options(args), trainable,
         param_space=args.fixed,  # what stays fixed; the searched part is `search_space`

@@ -53,7 +53,10 @@ def monitoring_callbacks(name: str, *, progress_every: float = 15.0, quiet: bool
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
-    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode)]
+    from sweeps.no_retry import NoRetryOnMarkedError
+
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
+                                      NoRetryOnMarkedError()]
     if mlflow_uri:
         check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -155,7 +158,7 @@ class SweepProgress(tune.Callback):
         if key == self.last_key and now - self.last_print < HEARTBEAT_S:
             return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
         self.last_print, self.last_key = now, key
-        self._print(format_progress(status, now - self.started, self.epochs_at_start))
+        self._print(format_progress(status, now - self.started, self.epochs_at_start, self.metric))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
@@ -163,7 +166,7 @@ class SweepProgress(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         status = sweep_status(trials, self.total_trials, self.metric, self.mode)
-        lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0)
+        lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0, self.metric)
         self._print([lines[0].replace("] ", "] sweep finished: ", 1)])
 
     def _print(self, lines: list[str]) -> None:

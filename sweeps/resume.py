@@ -130,12 +130,21 @@ def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requ
               f"error file: {Path(r.path) / 'error.txt'}")
     if failed:
         print(f"{len(failed)} trial(s) ended in error; `--resume --retry-errored` continues them from their checkpoints")
-    scored = [r for r in results if r.error is None and isinstance(r.metrics.get(metric), (int, float))]
+    scored = [r for r in results if r.error is None and _reported(r, metric)]
     if not scored and len(reused) == len(reused_diverged):
         why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"
         print(f"no result: no trial reported {metric} ({why})")
         return 1
     return 1 if failed or diverged else 0
+
+
+def _reported(result, metric: str) -> bool:
+    """Whether a trial's `Result` reported `metric`: in its last result, or (a command's final
+    result holds only what was printed after the last step) in any row of its history."""
+    if isinstance(result.metrics.get(metric), (int, float)):
+        return True
+    frame = result.metrics_dataframe
+    return frame is not None and metric in frame and frame[metric].notna().any()
 
 
 def _diverged_rows(reused: dict[str, str]) -> list[dict]:

@@ -9,7 +9,11 @@ Run:
 Everything after `--` is the command; `{name}` placeholders are filled per trial from the axes and
 `{seed}`, `{trial_dir}` (a folder kept across retries and --resume: the script's own checkpoints
 go there) and `{trial_name}`. The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
-(or `key: value`) lines, or appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`).
+(or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block; other
+shapes by --metric-pattern), appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
+or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
+linked axis (--axis dataset,num_classes=caltech101:100,oxford_pets:37) or rows of --tasks FILE;
+--dry-run prints every cell's command, --check runs the first one without Ray.
 Retries, resume, skip-existing, progress, the final table and the report are those of every sweep
 (`sweeps/launch.py`); each trial is `trainables/command.py:train_command`.
 """
@@ -17,13 +21,16 @@ Retries, resume, skip-existing, progress, the final table and the report are tho
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps import cli, command_template  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.cli import UsageError  # noqa: E402
+from trainables.command_parse import METRICS_SOURCES  # noqa: E402
 
 NAME = "command"
 
@@ -31,40 +38,82 @@ NAME = "command"
 def parse_args(argv: list[str]):
     flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = cli.ArgumentParser(prog="sweeps/run_command.py", description=__doc__.split("\n\n")[0],
-                                usage="%(prog)s [--axis NAME=V1,V2 ...] [--seeds N] [options] -- COMMAND {name} ...")
+                                usage="%(prog)s [--axis NAME=V1,V2 ...] [--tasks FILE] [--seeds N] [options] -- COMMAND {name} ...")
     parser.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
-                        help="an axis of the grid and its values; use {NAME} in the command (repeatable)")
+                        help="an axis of the grid and its values; use {NAME} in the command (repeatable). Linked values: "
+                        "--axis dataset,num_classes=caltech101:100,oxford_pets:37 (one axis of pairs)")
+    parser.add_argument("--tasks", default=None, metavar="FILE",
+                        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; crossed with --axis and --seeds")
     parser.add_argument("--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)")
+    parser.add_argument("--test-metric", default=None,
+                        help="a metric shown in the tables at the step --metric selects, e.g. test_acc (default: --metric)")
     parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
-    parser.add_argument("--step-key", default="epoch", help="a result is a line (or JSON object) holding this key (default: epoch)")
-    parser.add_argument("--metric-pattern", default=None,
+    parser.add_argument("--step-key", default="epoch", help="the metric counting progress: a line naming it starts a step, "
+                        "read as epoch=3, epoch: 3, epoch 3, epoch 3/50, epoch [3/50] or [epoch 3] (default: epoch)")
+    parser.add_argument("--metric-pattern", action="append", default=[],
                         help="a regex with named groups for lines not in key=value form, e.g. "
-                        r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)' (default: key=value and key: value pairs)")
+                        r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)'; repeat it for each line shape "
+                        "(default: key=value and key: value pairs)")
+    parser.add_argument("--metrics-from", choices=METRICS_SOURCES, default="stdout",
+                        help="stdout: printed lines and $RAYSWEEP_METRICS_FILE; jsonl: that file only; tensorboard: "
+                        "event files the script writes under {trial_dir} (default: stdout)")
     parser.add_argument("--grace-period-s", type=float, default=10.0,
                         help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)")
+    parser.add_argument("--dry-run", action="store_true", help="print every cell's command, one per line, and exit")
+    parser.add_argument("--check", action="store_true",
+                        help="run the first cell's command once without Ray, print each metrics row read, and say "
+                        "whether --metric (and --test-metric) were seen; exit 0 only if they were")
     cli.add_run_args(parser, name=NAME, grid=True)
     args = parser.parse_args(flags)
     cli.check_run_args(args)
     axes = {}
     for text in args.axis:
         name, values = command_template.parse_axis(text)
-        if name in axes:
-            raise UsageError(f"--axis {name} is given twice; give all its values in one --axis {name}=V1,V2")
+        given = set(name if isinstance(name, tuple) else (name,))
+        twice = sorted(given & {n for key in axes for n in (key if isinstance(key, tuple) else (key,))})
+        if twice:
+            raise UsageError(f"--axis {twice[0]} is given twice; give all its values in one --axis {twice[0]}=V1,V2")
         axes[name] = values
-    command_template.check_template(template, axes, seeds=args.seeds is not None)
+    tasks = command_template.read_tasks(args.tasks) if args.tasks else None
+    settings = {n: [] for key in axes for n in (key if isinstance(key, tuple) else (key,))} | dict.fromkeys(tasks[0] if tasks else [], [])
+    if args.seeds is not None and "seed" in settings:
+        raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
+    command_template.check_template(template, settings, seeds=args.seeds is not None)
     if args.seeds is not None:
         axes["seed"] = list(range(args.seeds))
-    pattern = command_template.compile_metric_pattern(args.metric_pattern) if args.metric_pattern else None
-    command_template.check_metric_producible(args.metric, pattern, args.step_key)
+    patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
+    if patterns and args.metrics_from != "stdout":
+        raise UsageError(f"--metric-pattern reads stdout lines; --metrics-from {args.metrics_from} reads no stdout")
+    command_template.check_metric_producible(args.metric, patterns, args.step_key, args.metrics_from, args.test_metric)
     if not args.grace_period_s >= 0:
         raise UsageError(f"--grace-period-s={args.grace_period_s} must be >= 0 seconds")
+    if args.dry_run and args.check:
+        raise UsageError("--dry-run prints the commands and --check runs the first one; give one of them")
     args.template, args.axes = template, axes
+    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
+    args.test_metric = args.test_metric or args.metric
     return args
+
+
+def dry_run(args) -> int:
+    """Print each cell's trial name and rendered command (`{trial_dir}` as the folder it will be), one per line."""
+    namer = cli.trial_namer(command_template.cell_axes(args.cells))
+    for cell in args.cells:
+        name = namer(types.SimpleNamespace(config=cell))
+        argv = command_template.render(args.template, cell, f"{args.storage_path}/{args.name}/{name}/work", name)
+        print(f"{name}: {shlex.join(argv)}")
+    print(f"{len(args.cells)} trials; nothing was run (--dry-run)")
+    return 0
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    cells = cli.grid_cells(args.axes, args.max_trials)
+    if args.dry_run:
+        return dry_run(args)
+    if args.check:
+        from sweeps.command_check import check_command
+        return check_command(args)
+    cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
     cli.check_resume(args)
 
@@ -81,23 +130,26 @@ def main(argv: list[str]) -> int:
     if not args.resume and not todo:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
         from sweeps.launch import print_summary
-        print_summary(experiment_dir, args.metric, args.mode, test_metric=args.metric)
+        print_summary(experiment_dir, args.metric, args.mode, test_metric=args.test_metric)
         return resume.report_outcome(None, reused, args.metric)
     cli.probe_storage(experiment_dir)
     print(f"command: {' '.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
 
-    # The search space: a grid over every axis; when extending a grid, only the missing cells.
+    # The search space: a grid over every axis; with linked axes, a task file, or when extending a
+    # grid, exactly the cells to run (Ray's restore cannot extend a grid).
+    flat = command_template.cell_axes(cells)
     param_space = {k: tune.grid_search(v) for k, v in args.axes.items()}
     search_alg = None
-    if len(todo) < len(cells):  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
-        param_space = {k: tune.choice(v) for k, v in args.axes.items()}
+    if len(todo) < len(cells) or set(flat) != set(args.axes):  # every sample is one of the explicit points
+        param_space = {k: tune.choice(v) for k, v in flat.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
     trainable = Trainable(train_command, {"template": args.template, "step_key": args.step_key,
-                                          "metric_pattern": args.metric_pattern, "grace_period_s": args.grace_period_s,
-                                          "cwd": os.getcwd()})
+                                          "metric_pattern": args.metric_pattern or None, "metrics_from": args.metrics_from,
+                                          "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
+                                          "grace_period_s": args.grace_period_s, "cwd": os.getcwd()})
     code, _ = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
-                     num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(args.axes),
-                     metric=args.metric, mode=args.mode, reused=reused, test_metric=args.metric,
+                     num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(flat),
+                     metric=args.metric, mode=args.mode, reused=reused, test_metric=args.test_metric,
                      # every result carries a small step checkpoint; keep the latest two, whatever the metric
                      checkpoint_config=CheckpointConfig(num_to_keep=2))
     return code

@@ -101,8 +101,11 @@ def test_metric_pattern_and_metric_names_are_checked():
     check_metric_producible("val_acc", pattern, "epoch")
     with pytest.raises(UsageError, match=r"--metric='val/acc' is not a named group of --metric-pattern \(groups: epoch, val_acc\)"):
         check_metric_producible("val/acc", pattern, "epoch")
-    with pytest.raises(UsageError, match="--step-key='step' is not a named group"):
-        check_metric_producible("val_acc", pattern, "step")
+    check_metric_producible("val_acc", pattern, "step")  # a step is read in its default forms too
+    with pytest.raises(UsageError, match="--test-metric='test_acc' is not a named group"):
+        check_metric_producible("val_acc", [pattern], "epoch", test_metric="test_acc")
+    check_metric_producible("val_acc", [pattern, compile_metric_pattern(r"test (?P<test_acc>\S+)")], "epoch", test_metric="test_acc")
+    check_metric_producible("val acc", None, "epoch", metrics_from="tensorboard")  # tags are not checked
     check_metric_producible("val/acc", None, "epoch")  # the default pattern reads any key
     with pytest.raises(UsageError, match="--metric='val acc' cannot be read"):
         check_metric_producible("val acc", None, "epoch")
@@ -113,13 +116,14 @@ def test_metrics_lines_default_and_custom_patterns():
     assert parse_metrics_line("epoch: 3, val/acc: 0.81, lr: 1e-3", "epoch") == {"epoch": 3, "val/acc": 0.81, "lr": 0.001}
     assert parse_metrics_line("[GPU 0] step=120 | train.loss = -2.5e-1 | time=10ms | run=v1.2", "step") == {"step": 120, "train.loss": -0.25}
     assert parse_metrics_line("loading: 3 files, val_acc=0.5", "epoch") is None  # no step key, no result
-    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") is None
+    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") == {"epoch": 3}  # a step form; `Loss 1.23` is no pair
     nan = parse_metrics_line("epoch=4 loss=nan grad=inf", "epoch")
     assert math.isnan(nan["loss"]) and math.isinf(nan["grad"])
     pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+)/\d+ .*acc (?P<val_acc>[\d.]+)(?: best (?P<best>[\d.]+))?")
-    assert parse_metrics_line("Epoch 3/30 - loss 0.5 - acc 0.81", "epoch", pattern) == {"epoch": 3, "val_acc": 0.81}
-    assert parse_metrics_line("Epoch 3/30 - acc 0.81 best 0.9", "epoch", pattern)["best"] == 0.9
-    assert parse_metrics_line("epoch=3 acc=0.8", "epoch", pattern) is None
+    assert parse_metrics_line("Epoch 3/30 - loss 0.5 - acc 0.81", "epoch", [pattern]) == {"epoch": 3, "val_acc": 0.81}
+    assert parse_metrics_line("Epoch 3/30 - acc 0.81 best 0.9", "epoch", [pattern])["best"] == 0.9
+    assert parse_metrics_line("epoch=3 acc=0.8", "epoch", [pattern]) == {"epoch": 3}  # the step in a default form
+    assert parse_metrics_line("step=3 acc=0.8", "epoch", [pattern]) is None
 
 
 def test_metrics_file_reads_whole_lines_only(tmp_path):
@@ -341,7 +345,7 @@ def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_p
     assert [r["epoch"] for r in rows(by["--exit-code=3"])] == [1, 2, 3]  # its results still count
 
     silent = (Path(by["--print-nothing"].path) / "error.txt").read_text()
-    assert "reported no metric: expected stdout lines with `epoch=<number>`" in silent and "metrics.jsonl" in silent
+    assert "reported no metric: expected stdout lines with `name=<number>`" in silent and "metrics.jsonl" in silent
 
     diverged = by["--nan-at-epoch=2"]
     assert diverged.error is None

@@ -274,3 +274,16 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
             sweep.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(sweep.pid, signal.SIGKILL)
+
+
+def test_progress_block_and_final_line_name_the_sweeps_metric():
+    out = io.StringIO()
+    progress = SweepProgress(interval_s=0.0, stream=out, metric="val_accuracy", mode="max")
+    progress.setup(total_num_samples=1)
+    trial = FakeTrial(name="lr0.1", status="RUNNING", config={}, last_result={"epoch": 2, "val_accuracy": 0.7},
+                      metric_analysis={"val_accuracy": {"max": 0.7}}, error_file=None, path="/runs/lr0.1")
+    progress.on_step_end(iteration=1, trials=[trial])
+    progress.on_experiment_end(trials=[trial])
+    blocks = [line for line in out.getvalue().splitlines() if " trials: " in line]
+    assert len(blocks) == 2 and all("best val_accuracy 0.7000 (lr0.1)" in line for line in blocks)
+    assert "val/acc" not in out.getvalue()

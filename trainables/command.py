@@ -8,11 +8,16 @@
 stdout/stderr lines into the trial's `stdout`/`stderr` files with the grid's log prefix, turns
 every result it finds into one `tune.report`, and ends the whole process group when the trial ends.
 
-Results (no SDK needed), either way or both:
-- stdout lines `epoch=3 val_acc=0.81` / `epoch: 3, val/acc: 0.81` (or a `metric_pattern` regex);
-- JSON lines appended to `$RAYSWEEP_METRICS_FILE` (`trainables/report.py:report` does that).
-A result must hold the step key (default `epoch`); its value also goes to `epoch` so the
-progress table and ASHA's `time_attr` work unchanged.
+Results (no SDK needed), by `metrics_from`:
+- `stdout`: lines `epoch=3 val_acc=0.81`, `Epoch [3/50]` then `val_acc: 81.2%`, a final-result
+  block after the last step (or `metric_pattern` regexes), grouped per step by
+  `command_parse.StepContext`; and JSON lines appended to `$RAYSWEEP_METRICS_FILE`
+  (`trainables/report.py:report` does that);
+- `jsonl`: only that file; `tensorboard`: the event files under `{trial_dir}` (`TensorBoardResults`).
+A result holds the step key (default `epoch`); its value also goes to `epoch` so the progress
+table and ASHA's `time_attr` work unchanged. Every stdout line is also appended to the trial's
+`command_stdout.txt` as soon as it is read, so a retried or resumed trial reports the rows printed
+after Tune's last record (`unreported_results`) before its command starts again.
 
 Why the last reported step lives in a Tune `Checkpoint` (`command_step.json`, a few bytes, with
 every report): Tune records a result and its checkpoint together, restores that checkpoint to a
@@ -46,6 +51,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import json
+import math
 import os
 import queue
 import re
@@ -62,7 +68,7 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence, storage
-from trainables.command_parse import format_value, non_finite, parse_metrics_line, render
+from trainables.command_parse import NO_RETRY_METRIC, StepContext, format_value, line_metrics, non_finite, render
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for, trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
@@ -72,7 +78,10 @@ from trainables.watchdog import end_group
 WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 STEP_FILE = "command_step.json"  # in each reported Checkpoint: {"step": last reported step}
+STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's stdout, every attempt
+ATTEMPT_LINE = "# raysweep: command started "  # first line of each attempt in STDOUT_LOG
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
+QUOTED_LINES = 3  # of which the error's last line quotes this many
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -84,49 +93,74 @@ class CommandFailed(RuntimeError):
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
-def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | None = None,
-                  grace_period_s: float = 10.0, cwd: str | None = None) -> None:
+def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | list[str] | None = None,
+                  metrics_from: str = "stdout", complete_when: tuple = (), grace_period_s: float = 10.0,
+                  cwd: str | None = None) -> None:
     """Run one trial's command and report what it prints (Tune Function API).
 
     Args:
         config: the trial's config; every key fills `{key}` in the template and `RAYSWEEP_<KEY>`.
         template: the command as argv with `{name}` placeholders (config keys, `trial_dir`,
             `trial_name`), checked beforehand by `sweeps/command_template.py:check_template`.
-        step_key: the metric counting progress; a result without it is ignored.
-        metric_pattern: regex with named groups for stdout lines; None: `key=value` / `key: value`.
+        step_key: the metric counting progress (`command_parse.StepContext` groups results by it).
+        metric_pattern: regex(es) with named groups for stdout lines, one per line shape;
+            None: `key=value` / `key: value` pairs.
+        metrics_from: `stdout` (stdout lines and the JSON-lines file), `jsonl` (the file only) or
+            `tensorboard` (event files the command writes under `{trial_dir}`, step = global step,
+            tags as metric names, read with `tensorboard`'s `EventFileLoader` while it runs).
+        complete_when: metric names whose presence completes a step's result at once (the sweep's
+            metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         cwd: folder the command runs in (the launcher passes its own working folder, so relative
             paths in the command work); None: the worker's folder, which Tune sets to the trial folder.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
+        On a retry or `--resume`, results the command printed before (in `command_stdout.txt`)
+        but that were never reported are reported first, so each printed step is reported once.
     Raises:
         CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
             exited 0 without any result (which pattern / file was expected, the last stdout lines).
+            Exit code 2 (a usage error) and "no result" are reported with `NO_RETRY_METRIC` first,
+            so that `sweeps/no_retry.py` stops Tune from retrying them.
     """
-    pattern = re.compile(metric_pattern) if metric_pattern else None
+    patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir = trial_folder / WORK_DIR
     work_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
+    stdout_log = trial_folder / STDOUT_LOG
     last_step = _last_reported_step(tune.get_checkpoint(), trial_folder)
-    resumed = last_step is not None
+    restarted = last_step is not None or stdout_log.exists()  # a retry or --resume of this trial
+    if restarted and (trial_folder / "result.json").exists():  # the history itself: a checkpoint may outlive its row
+        last_step = _recorded_step(trial_folder / "result.json")
     parsed = 0  # results seen in this run, reported or skipped as reported before
 
-    def report_new(results: list[dict]) -> bool:
-        """Report the results not reported before; True when one diverged (the trial then ends)."""
+    def report_new(results: list[dict], final: bool = False) -> bool:
+        """Report the results not reported before; True when one diverged (the trial then ends).
+        A final result (printed after the last step line) may share the last reported step."""
         nonlocal last_step, parsed
         for result in results:
             parsed += 1
             if non_finite(result):
                 _report_divergence(result, step_key, trial_folder)
                 return True
-            if last_step is not None and result[step_key] <= last_step:
+            if last_step is not None and (result[step_key] < last_step or (result[step_key] == last_step and not final)):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             _report(result, step_key)
             last_step = result[step_key]
         return False
 
+    recovered = (unreported_results(stdout_log, last_step if last_step is not None else -math.inf, step_key, patterns, complete_when)
+                 if restarted and metrics_from == "stdout" else [])
+    if recovered:
+        print(f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
+              f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})", flush=True)
+    if report_new(recovered):
+        return
+    parsed = 0
+    context = StepContext(step_key, patterns, complete_when)
+    events = TensorBoardResults(work_dir, step_key, complete_when) if metrics_from == "tensorboard" else None
     argv = render(template, config, str(work_dir), trial_name)
     env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
     out, err = sys.stdout, sys.stderr  # Tune's tees into this trial's files, bound now
@@ -135,8 +169,10 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
     gpu_ids = env.get("CUDA_VISIBLE_DEVICES", "")
     prefixes = {name: log_prefix(trial_name, name, gpu_ids, proc.pid) for name in ("OUT", "ERR")}
     lines: queue.Queue = queue.Queue()  # unbounded: the script never waits for Tune to take a result
+    with open(stdout_log, "a", encoding="utf-8") as log:
+        log.write(ATTEMPT_LINE + time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
     for stream, name in ((proc.stdout, "OUT"), (proc.stderr, "ERR")):
-        threading.Thread(target=_read_lines, args=(stream, name, lines), daemon=True).start()
+        threading.Thread(target=_read_lines, args=(stream, name, lines, stdout_log if name == "OUT" else None), daemon=True).start()
     tails = {"OUT": collections.deque(maxlen=TAIL_LINES), "ERR": collections.deque(maxlen=TAIL_LINES)}
     file_offset, open_streams, exited_at = 0, 2, None
     try:
@@ -149,30 +185,99 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
                     continue
                 (out if name == "OUT" else err).write(f"{prefixes[name]} {line}\n")
                 tails[name].append(line)
-                result = parse_metrics_line(line, step_key, pattern) if name == "OUT" else None
-                results += [result] if result else []
-            new_results, file_offset = read_metrics_file(metrics_file, file_offset, step_key)
-            if report_new(results + new_results) or _stop_requested():
+                if name == "OUT" and metrics_from == "stdout":
+                    results += context.feed(line)
+            if metrics_from != "tensorboard":
+                new_results, file_offset = read_metrics_file(metrics_file, file_offset, step_key)
+                results += new_results
+            results += events.poll() if events else []
+            if report_new(results) or _stop_requested():
                 return  # the finally block ends the command
             if exited_at is None and proc.poll() is not None:
                 exited_at = time.monotonic()
                 terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
             if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
                 break  # a process that left the group holds the pipes open; stop waiting for it
-        if report_new(read_metrics_file(metrics_file, file_offset, step_key)[0]):  # written just before the exit
+        written_late = read_metrics_file(metrics_file, file_offset, step_key)[0] if metrics_from != "tensorboard" else []
+        if report_new(written_late + (events.poll() if events else [])):  # written just before the exit
+            return
+        if report_new(context.close() + (events.close() if events else []), final=True):  # what the last step printed
             return
         code = proc.wait()
         if code != 0:
-            raise CommandFailed(f"command exited with {_exit_status(code)}: {' '.join(argv)}\n"
-                                f"last {len(tails['ERR'])} lines of stderr:\n" + "\n".join(tails["ERR"]))
-        if parsed == 0 and not resumed:
-            raise CommandFailed(_no_metrics_message(step_key, metric_pattern, metrics_file, tails))
+            raise _failed(f"command exited with {_exit_status(code)}: {' '.join(argv)}", tails["ERR"], "stderr",
+                          no_retry=code == 2, why="exit code 2 is a usage error")
+        if parsed == 0 and last_step is None:
+            raise _failed(_no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
+                          tails["OUT"], "stdout", no_retry=True, why="it exited 0: running it again prints the same")
     finally:
         terminate_group(proc, grace_period_s)
         if watchdog is not None:
             os.close(watchdog)
         out.flush()
         err.flush()
+
+
+def unreported_results(stdout_log: Path, last_step, step_key: str, patterns: list[re.Pattern], complete_when=()) -> list[dict]:
+    """Results in the stdout lines of earlier attempts (`command_stdout.txt`) past `last_step`.
+
+    After a driver kill the command may have printed rows Tune never recorded; a resumed script
+    restarts from its own checkpoint, which may be later. Each attempt's lines (after its
+    `ATTEMPT_LINE`) are read with their own `StepContext`, as the trial read them.
+    Returns:
+        The results with step > `last_step`, in the order printed, each step once.
+    """
+    try:
+        text = stdout_log.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    found = {}
+    for attempt in text.split(ATTEMPT_LINE)[1:]:
+        context = StepContext(step_key, patterns, complete_when)
+        for result in [r for line in attempt.splitlines()[1:] for r in context.feed(line)] + context.close():
+            if result[step_key] > last_step:
+                found.setdefault(result[step_key], result)
+    return [found[step] for step in sorted(found)]
+
+
+class TensorBoardResults:
+    """Results from the TensorBoard event files a command writes under its `{trial_dir}`.
+
+    Each scalar event is `{tag: value, step_key: event.step}`; events are grouped per step by a
+    `StepContext` (a step is complete when a later step appears, or at `close`). Files are read
+    incrementally with `tensorboard`'s `EventFileLoader`, which stops at a record still being
+    written and continues from there at the next `poll`.
+    """
+
+    def __init__(self, folder: Path, step_key: str, complete_when=()):
+        self.folder, self.step_key = folder, step_key
+        self.context = StepContext(step_key, None, complete_when)
+        self.loaders: dict = {}  # event file -> its EventFileLoader
+
+    def poll(self) -> list[dict]:
+        """Results completed by the events written since the last call."""
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
+
+        for path in sorted(self.folder.rglob("*tfevents*")):
+            if path not in self.loaders:
+                self.loaders[path] = EventFileLoader(str(path))
+        scalars = []
+        for loader in self.loaders.values():
+            for event in loader.Load():
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name in ("scalars", "") and value.HasField("tensor"):
+                        array = tensor_util.make_ndarray(value.tensor)
+                        if array.size == 1 and array.dtype.kind in "fiu":
+                            scalars.append((event.step, value.tag, array.item()))
+        results = []
+        for step, tag, number in sorted(scalars, key=lambda s: s[0]):  # stable: a step's tags in file order
+            results += self.context.add({tag: number, self.step_key: step})
+        return results
+
+    def close(self) -> list[dict]:
+        """The last step's result, after a final `poll`."""
+        return self.poll() + self.context.close()
 
 
 def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Path, gpus: float) -> dict:
@@ -298,6 +403,24 @@ def _last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path) -> fl
     return max(steps) if steps else None
 
 
+def _recorded_step(result_file: Path) -> float | None:
+    """The highest `epoch` (= step) in the trial's history, Tune's `result.json` (one JSON object a
+    line; a line torn by a killed driver is skipped); None when it holds none.
+
+    A step's checkpoint is stored by the worker before the driver logs its row, so after a driver
+    kill the newest `checkpoint_*` folder may belong to a row the history never got: that row is
+    then reported again (from `command_stdout.txt`), not lost."""
+    steps = []
+    for line in result_file.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("epoch"), (int, float)):
+            steps.append(row["epoch"])
+    return max(steps) if steps else None
+
+
 def _read_step(path: Path) -> list:
     try:
         return [json.loads(path.read_text())["step"]]
@@ -305,11 +428,20 @@ def _read_step(path: Path) -> list:
         return []
 
 
-def _read_lines(stream, name: str, lines: queue.Queue) -> None:
-    """Put each line of `stream` (decoded, newline stripped) on `lines`, then `(name, None)` at EOF."""
+def _read_lines(stream, name: str, lines: queue.Queue, log_path: Path | None = None) -> None:
+    """Put each line of `stream` (decoded, newline stripped) on `lines`, then `(name, None)` at EOF;
+    append it to `log_path` (flushed) as soon as it is read: while the trial waits in `tune.report`
+    for a driver that was killed, the lines still reach the file that `--resume` reads back."""
+    log = open(log_path, "a", encoding="utf-8") if log_path else None
     for raw in iter(stream.readline, b""):
-        lines.put((name, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if log:
+            log.write(line + "\n")
+            log.flush()
+        lines.put((name, line))
     stream.close()
+    if log:
+        log.close()
     lines.put((name, None))
 
 
@@ -351,15 +483,29 @@ def _exit_status(code: int) -> str:
     return f"exit code {code}"
 
 
-def _no_metrics_message(step_key: str, metric_pattern: str | None, metrics_file: Path, tails: dict) -> str:
-    expected = (f"stdout lines matching --metric-pattern {metric_pattern!r} with a group named {step_key!r}" if metric_pattern
-                else f"stdout lines with `{step_key}=<number>` or `{step_key}: <number>` (e.g. `{step_key}=3 val_acc=0.81`)")
+def _no_metrics_message(step_key: str, patterns: list, metrics_from: str, metrics_file: Path, work_dir: Path, tails: dict) -> str:
+    if metrics_from == "tensorboard":
+        expected = f"TensorBoard scalars in event files under {work_dir} (write them to {{trial_dir}})"
+    else:
+        expected = (f"stdout lines matching --metric-pattern {' or '.join(repr(p.pattern) for p in patterns)}" if patterns
+                    else f"stdout lines with `name=<number>` or `name: <number>` (e.g. `{step_key}=3 val_acc=0.81`)")
+        expected = (expected + " or " if metrics_from == "stdout" else "") + f"JSON lines in ${METRICS_FILE_ENV} ({metrics_file})"
     hint = ""
-    if any(parse_metrics_line(line, step_key, re.compile(metric_pattern) if metric_pattern else None) for line in tails["ERR"]):
+    if metrics_from == "stdout" and any(line_metrics(line, step_key, patterns) for line in tails["ERR"]):
         hint = " (such lines went to stderr, which is not read for metrics: print them to stdout)"
-    return (f"command exited 0 but reported no metric: expected {expected}, or JSON lines holding {step_key!r} "
-            f"in ${METRICS_FILE_ENV} ({metrics_file}){hint}\nlast {len(tails['OUT'])} lines of stdout:\n"
-            + "\n".join(tails["OUT"]))
+    return f"command exited 0 but reported no metric: expected {expected}{hint}"
+
+
+def _failed(summary: str, tail, stream: str, no_retry: bool, why: str) -> CommandFailed:
+    """The error of a failed command: `summary`, the tail of `stream`, and a last line (the one the
+    console shows) quoting that tail. With `no_retry`, first a report that tells Tune not to retry."""
+    tail = list(tail)
+    if no_retry:
+        tune.report({NO_RETRY_METRIC: 1})
+    quoted = " | ".join(line.strip() for line in tail[-QUOTED_LINES:] if line.strip()) or f"(no {stream} output)"
+    last = summary.split(": ", 1)[0] if summary.startswith("command exited with") else summary.split(": expected")[0]
+    return CommandFailed(f"{summary}\nlast {len(tail)} lines of {stream}:\n" + "\n".join(tail) + "\n"
+                         + f"{last}{f' (not retried: {why})' if no_retry else ''}; {stream} ends: {quoted}")
 
 
 def _trial_name_and_folder() -> tuple[str, Path]:

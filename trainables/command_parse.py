@@ -8,9 +8,10 @@ A template is the user's command as an argv list whose items may hold `{name}` p
 `{lr:.0e}`). Names are config keys of the trial (axes, `seed`) plus `trial_dir` and `trial_name`.
 
 Metrics come from stdout lines. The default pattern reads `key=value` and `key: value` pairs
-whose value is a number (`epoch=3 val_acc=0.81 loss=0.52`, `epoch: 3, val/acc: 0.81`); a line
-is one result when it holds the step key. A custom pattern is a regex with named groups, one per
-metric (`Epoch (?P<epoch>\\d+) .* acc (?P<val_acc>[\\d.]+)`).
+whose value is a number (`epoch=3 val_acc=0.81 loss=0.52`, `epoch: 3, val/acc: 0.81`, `acc: 97.0%`);
+the step also in the forms `epoch 3`, `epoch 3/50`, `epoch [3/50]`, `[epoch 3]`. Custom patterns
+are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P<val_acc>[\\d.]+)`).
+`StepContext` groups the lines into one result per step (a final-result block included).
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ import re
 import string
 
 BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name")  # filled by the trainable, not from the config
+METRICS_SOURCES = ("stdout", "jsonl", "tensorboard")  # --metrics-from
+NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
 
 # A key starts with a letter or `_`, may hold `. / -` (val/acc, train.loss); a value is an int,
 # a float (1e-3, .5) or nan/inf, and must end the token (so `10ms`, `v1.2.3`, `abc123` are not read).
 KEY = r"[A-Za-z_][\w./\-]*"
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
-DEFAULT_METRIC_PATTERN = re.compile(rf"(?<![\w./\-])(?P<key>{KEY})\s*[=:]\s*(?P<value>{NUMBER})(?![\w.])")
+# `97.0%` is read as 97.0; `Elapsed: 0:00:03` and `total: 1,000` are not numbers (a `:` or `,` and a digit follow).
+# A key may be quoted, as Python dicts and JSON print it (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`).
+DEFAULT_METRIC_PATTERN = re.compile(
+    rf"(?<![\w./\-])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)")
 _INT = re.compile(r"[-+]?\d+")
 
 
@@ -83,8 +89,9 @@ def render(template: list[str], config: dict, trial_dir: str, trial_name: str) -
 
 
 def _number(text: str) -> int | float | None:
-    """`text` as an int (when it is one) or a float; None when it is not a number."""
-    text = text.strip()
+    """`text` as an int (when it is one) or a float, a trailing `%` dropped (`97.0%` -> 97.0);
+    None when it is not a number."""
+    text = text.strip().removesuffix("%").rstrip()
     if _INT.fullmatch(text):
         return int(text)
     try:
@@ -93,33 +100,111 @@ def _number(text: str) -> int | float | None:
         return None
 
 
-def parse_metrics_line(line: str, step_key: str, pattern: re.Pattern | None = None) -> dict | None:
-    """The metrics one stdout line reports, or None when it reports none.
+def step_pattern(step_key: str) -> re.Pattern:
+    """The default forms of a step on a line, case-insensitive: `epoch=3`, `epoch: 3`, `epoch 3`,
+    `epoch 3/50`, `epoch [3/50]`, `[epoch 3]` (for step key `epoch`); group `step` holds the number."""
+    return re.compile(rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?\s*\]?(?![\w.])",
+                      re.IGNORECASE)
+
+
+def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict:
+    """The metrics one stdout line prints, with the step when the line names one.
 
     Args:
         line: one line of the command's stdout (trailing newline allowed).
-        step_key: the metric that counts training progress (`epoch`, `step`); a line without it
-            is not a result (so `loading data: 3 files` is ignored).
-        pattern: None for the default `key=value` / `key: value` pattern; else a compiled regex
-            whose named groups are metrics (searched once per line; groups that did not take part
-            or hold no number are left out).
+        step_key: the metric counting progress (`epoch`, `step`); found in any form of
+            `step_pattern`, or as a named group of a pattern.
+        patterns: None (or empty) for the default `key=value` / `key: value` pairs; else compiled
+            regexes, one per line shape, each searched once per line: their named groups that took
+            part and hold a number are metrics (the first pattern to give a name wins).
     Returns:
-        {metric: int | float} including `step_key`; None when the step key is absent.
-        NaN and inf values are kept: the trainable treats them as divergence.
+        {metric: int | float}, `step_key` included when the line names the step; {} for a line
+        with no number in these forms. `97.0%` reads 97.0; NaN and inf are kept (the trainable
+        treats them as divergence).
     """
     metrics = {}
-    if pattern is None:
+    if not patterns:
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
             metrics.setdefault(match["key"], _number(match["value"]))
-    else:
+    for pattern in patterns or ():
         match = pattern.search(line)
         for key, text in (match.groupdict() if match else {}).items():
             value = None if text is None else _number(text)
             if value is not None:
-                metrics[key] = value
-    if step_key not in metrics:
-        return None
+                metrics.setdefault(key, value)
+    if step_key not in metrics and (match := step_pattern(step_key).search(line)):
+        metrics = {k: v for k, v in metrics.items() if k.lower() != step_key.lower()}  # `Epoch: 3` read as a key
+        metrics[step_key] = int(match["step"])
     return metrics
+
+
+def parse_metrics_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict | None:
+    """`line_metrics` of a line that names the step (one result on its own), else None."""
+    metrics = line_metrics(line, step_key, patterns)
+    return metrics if step_key in metrics else None
+
+
+class StepContext:
+    """Turns stdout lines into results, one per step, the way training scripts print them.
+
+    A line naming the step (`Epoch [3/50] ...`, `epoch=3 val_acc=0.8`) starts that step; metrics
+    on it and on later lines without a step belong to it (`* accuracy: 97.0%` under the epoch's
+    line). A step's result is complete, and returned, when a line names another step, when it
+    holds every metric of `complete_when` (so `epoch=3 val_acc=0.81` is reported at once, not an
+    epoch late), or at `close()` (the command exited). Metrics printed after the last step line,
+    or by a script that never prints a step, are a final result at the last step seen (or step 0),
+    reported once at `close()`.
+    Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
+    first step starts. Each step is returned once: metrics printed after its result was complete
+    are dropped, unless they are the final result.
+
+        ctx = StepContext("epoch", complete_when={"val_acc"})
+        ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
+        ctx.feed("val_acc: 71.5%")                     # -> [{"val_acc": 71.5, "epoch": 1}]
+        ctx.feed("* test_acc: 70.2%")                  # -> []
+        ctx.close()                                    # -> [{"test_acc": 70.2, "epoch": 1}]
+    """
+
+    def __init__(self, step_key: str, patterns: list[re.Pattern] | None = None, complete_when=()):
+        """Args: step_key and patterns as for `line_metrics`; complete_when: metric names whose
+        presence completes a step's result (the sweep's `--metric` and `--test-metric`)."""
+        self.step_key, self.patterns, self.complete_when = step_key, patterns, frozenset(complete_when)
+        self.step = None  # the current step; None before the first step line
+        self.pending: dict = {}  # metrics of the current step not returned yet
+        self.completed = None  # the step last returned
+
+    def feed(self, line: str) -> list[dict]:
+        """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
+        bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        return [r for part in line.split("\r") for r in self.add(line_metrics(part, self.step_key, self.patterns))]
+
+    def add(self, metrics: dict) -> list[dict]:
+        """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step})."""
+        metrics = dict(metrics)
+        done = []
+        if self.step_key in metrics:
+            step = metrics.pop(self.step_key)
+            if self.step is None:
+                self.pending = {}  # preamble
+            elif step != self.step:
+                done += self._flush()
+            self.step = step
+        self.pending.update(metrics)
+        if self.step is not None and self.complete_when and self.complete_when <= self.pending.keys():
+            done += self._flush()
+        return done
+
+    def close(self) -> list[dict]:
+        """The final result: metrics not returned yet, at the last step seen (0 if none); [] if none."""
+        return self._flush(final=True)
+
+    def _flush(self, final: bool = False) -> list[dict]:
+        step = 0 if self.step is None else self.step
+        result, self.pending = {**self.pending, self.step_key: step}, {}
+        if len(result) == 1 or (step == self.completed and not final):
+            return []  # nothing but the step; or the rest of a step already returned (kept only as the final result)
+        self.completed = step
+        return [result]
 
 
 def non_finite(metrics: dict) -> list[str]:

@@ -1,0 +1,81 @@
+"""`run_command.py --check`: run the first cell's command once, without Ray, and show what the sweep would read.
+
+The command runs as a trial would run it (same environment, `RAYSWEEP_*` variables, working
+folder, metric parsing by `trainables/command_parse.py:StepContext`), but in this process, with
+`{trial_dir}` a temporary folder removed afterwards: nothing is written under --storage-path.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+
+from sweeps import cli, command_template
+
+
+def check_command(args) -> int:
+    """Run `args.cells[0]`'s command, stream its output, print each metrics row read.
+
+    Args:
+        args: the parsed flags of `sweeps/run_command.py` (cells, template, step key, patterns,
+            --metrics-from, --metric, --test-metric).
+    Returns:
+        0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
+    """
+    import re
+
+    from trainables.command import (
+        METRICS_FILE, StepContext, TensorBoardResults, command_env, read_metrics_file, start_command, terminate_group,
+    )
+
+    cell = args.cells[0]
+    name = cli.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
+    patterns = [re.compile(p) for p in args.metric_pattern]
+    complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
+    seen: set = set()
+    with tempfile.TemporaryDirectory(prefix="raysweep-check-") as folder:
+        work_dir, metrics_file = Path(folder) / "work", Path(folder) / METRICS_FILE
+        work_dir.mkdir()
+        metrics_file.touch()
+        argv = command_template.render(args.template, cell, str(work_dir), name)
+        print(f"--check {name}: {shlex.join(argv)}", flush=True)
+        context = StepContext(args.step_key, patterns, complete)
+        events = TensorBoardResults(work_dir, args.step_key, complete) if args.metrics_from == "tensorboard" else None
+
+        def show(rows: list[dict]) -> None:
+            for row in rows:
+                seen.update(row)
+                print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+        proc = start_command(argv, command_env(cell, work_dir, name, metrics_file, 0.0))
+        stderr = threading.Thread(target=_echo, args=(proc.stderr, "  stderr | "), daemon=True)
+        stderr.start()
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                print(f"  | {line}", flush=True)
+                show(context.feed(line) if args.metrics_from == "stdout" else [])
+                show(events.poll() if events else [])
+            code = proc.wait()
+        finally:
+            terminate_group(proc, 2.0)
+        stderr.join(timeout=5)
+        rows = context.close() if args.metrics_from == "stdout" else []
+        rows += read_metrics_file(metrics_file, 0, args.step_key)[0] if args.metrics_from != "tensorboard" else events.close()
+        show(rows)
+    missing = [m for m in complete if m not in seen]
+    print(f"exit code {code}; " + "; ".join(f"{flag} {m}: {'seen' if m in seen else 'NOT seen'}"
+                                            for flag, m in zip(("--metric", "--test-metric"), complete)), flush=True)
+    if missing and seen:
+        print(f"rows held: {', '.join(sorted(seen))}; check --metric / --metric-pattern / --step-key", file=sys.stderr)
+    return 0 if code == 0 and not missing else 1
+
+
+def _echo(stream, prefix: str) -> None:
+    """Print each line of `stream` (bytes) with `prefix` until it closes."""
+    for raw in iter(stream.readline, b""):
+        print(prefix + raw.decode("utf-8", errors="replace").rstrip("\r\n"), flush=True)

@@ -1,0 +1,36 @@
+"""A script that keeps its own checkpoint in --out and resumes from it, like most research repos;
+with --kill-parent-after N it kills the process that started it (the trial's worker) right after
+printing epoch N (once the trial's stdout file holds that line), once: lines it printed that the
+worker never reported must not be lost.
+
+    python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6
+"""
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+p = argparse.ArgumentParser()
+p.add_argument("--out", required=True)
+p.add_argument("--epochs", type=int, default=8)
+p.add_argument("--kill-parent-after", type=int, default=0)
+p.add_argument("--sleep", type=float, default=0.0, help="seconds of work per epoch")
+args = p.parse_args()
+out = Path(args.out)
+ckpt = out / "ckpt.json"
+start = json.loads(ckpt.read_text())["epoch"] + 1 if ckpt.exists() else 1
+print(f"resuming from epoch {start}" if start > 1 else "starting", flush=True)
+for epoch in range(start, args.epochs + 1):
+    print(f"epoch {epoch}/{args.epochs} val_acc={0.5 + epoch / 100:.2f}", flush=True)
+    ckpt.write_text(json.dumps({"epoch": epoch}))
+    time.sleep(args.sleep)
+    if epoch == args.kill_parent_after and not (out / "killed").exists():
+        (out / "killed").write_text("1")
+        log, deadline = out.parent / "command_stdout.txt", time.monotonic() + 20  # the trial's copy of these lines
+        while f"epoch {epoch}/" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(30)  # the worker's death takes this process with it

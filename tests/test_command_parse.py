@@ -1,0 +1,146 @@
+"""Metrics from real training output (`trainables/command_parse.py`), linked axes, task files and
+safe trial names (`sweeps/command_template.py`, `sweeps/cli.py`): fast, no Ray, no subprocess."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+
+from sweeps.cli import UsageError, short_forms, trial_namer
+from sweeps.command_template import cell_axes, expand_cells, parse_axis, read_tasks
+from trainables.command_parse import StepContext, line_metrics
+
+
+@pytest.mark.parametrize("line", ["epoch=3 loss=0.5", "epoch: 3 loss=0.5", "Epoch 3 loss=0.5", "epoch 3/50 loss=0.5",
+                                  "EPOCH [3/50] loss=0.5", "[epoch 3] loss=0.5", "[Epoch 3/50]  loss: 0.5"])
+def test_every_default_step_form_sets_the_step(line):
+    assert line_metrics(line, "epoch") == {"epoch": 3, "loss": 0.5}
+
+
+def test_percent_values_and_numbers_that_are_not_metrics():
+    assert line_metrics("* accuracy: 97.0%", "epoch") == {"accuracy": 97.0}
+    assert line_metrics("val_acc=71.5 %", "epoch") == {"val_acc": 71.5}
+    assert line_metrics("Elapsed: 0:00:03", "epoch") == {}  # a duration, not elapsed=0
+    assert line_metrics("* total: 1,000", "epoch") == {}  # a thousands separator, not total=1
+    assert line_metrics("epochs: 3 stepped", "epoch") == {"epochs": 3}  # another key, not the step
+    assert line_metrics("best epoch 2, val_acc=0.8", "step") == {"val_acc": 0.8}
+
+
+def test_several_patterns_one_per_line_shape_and_a_step_group():
+    patterns = [re.compile(r"^Iter (?P<step>\d+): loss (?P<loss>[\d.]+)"), re.compile(r"^Eval .*top1 (?P<top1>[\d.]+%)")]
+    ctx = StepContext("step", patterns)
+    assert ctx.feed("Iter 100: loss 2.5") == []
+    assert ctx.feed("Eval on val: top1 41.5%") == []
+    assert ctx.feed("Iter 200: loss 1.5") == [{"loss": 2.5, "top1": 41.5, "step": 100}]
+    assert ctx.feed("loss=9 top1=1") == []  # no default pairs when patterns are given
+    assert ctx.close() == [{"loss": 1.5, "step": 200}]
+
+
+def test_step_context_dassl_style_lines_and_final_result_block():
+    ctx = StepContext("epoch", complete_when={"val_acc", "accuracy"})
+    lines = ["Loading dataset: caltech101, classes: 100",
+             "epoch [1/2] batch [1/2] time 0.1 loss 0.9 acc 60.0 lr 2.0e-03 eta 0:00:02",
+             "epoch [1/2] batch [2/2] time 0.1 loss 0.8 acc 61.0 lr 2.0e-03 eta 0:00:01",
+             "val_acc: 62.5%",
+             "epoch [2/2] batch [1/2] time 0.1 loss 0.5 acc 70.0 lr 2.0e-03 eta 0:00:02",
+             "val_acc: 71.0%", "=> result", "* total: 1,000", "* accuracy: 72.5%", "Elapsed: 0:00:03"]
+    out = [r for line in lines for r in ctx.feed(line)]
+    # the preamble `classes: 100` is not a result; the test block belongs to the last step, complete once
+    # it holds both metrics
+    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "accuracy": 72.5, "epoch": 2}]
+    assert ctx.close() == []
+    ctx = StepContext("epoch", complete_when={"val_acc"})
+    out = [r for line in lines for r in ctx.feed(line)] + ctx.close()
+    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "epoch": 2}, {"accuracy": 72.5, "epoch": 2}]
+
+
+def test_step_complete_at_once_when_it_holds_the_sweep_metrics_and_each_step_once():
+    ctx = StepContext("epoch", complete_when={"val_acc"})
+    assert ctx.feed("epoch=1 val_acc=0.5 loss=2") == [{"val_acc": 0.5, "loss": 2, "epoch": 1}]
+    assert ctx.feed("lr: 0.1") == []  # after the step was reported: dropped, unless it is the final result
+    assert ctx.feed("epoch=2 val_acc=0.6") == [{"val_acc": 0.6, "epoch": 2}]
+    assert ctx.feed("test_acc: 0.55") == []
+    assert ctx.close() == [{"test_acc": 0.55, "epoch": 2}]
+
+
+def test_a_script_that_never_prints_a_step_reports_once_at_step_0():
+    ctx = StepContext("epoch")
+    for line in ["training...", "val_acc: 0.5", "val_acc: 0.7", "test_acc = 0.65"]:
+        assert ctx.feed(line) == []
+    assert ctx.close() == [{"val_acc": 0.7, "test_acc": 0.65, "epoch": 0}]
+    assert StepContext("epoch").close() == []
+
+
+def test_linked_axes_and_path_values():
+    assert parse_axis("dataset,num_classes=caltech101:100,oxford_pets:37") == (
+        ("dataset", "num_classes"), [("caltech101", 100), ("oxford_pets", 37)])
+    assert parse_axis("config=configs/a b.yaml,configs/c.yaml") == ("config", ["configs/a b.yaml", "configs/c.yaml"])
+    with pytest.raises(UsageError, match=r"'oxford_pets' must have 2 non-empty parts joined by ':' \(dataset:num_classes\)"):
+        parse_axis("dataset,num_classes=caltech101:100,oxford_pets")
+    with pytest.raises(UsageError, match="names a setting twice"):
+        parse_axis("a,a=1:2")
+    cells = expand_cells({("dataset", "num_classes"): [("c", 100), ("o", 37)], "seed": [0, 1]}, None, 100)
+    assert cells == [{"dataset": "c", "num_classes": 100, "seed": 0}, {"dataset": "c", "num_classes": 100, "seed": 1},
+                     {"dataset": "o", "num_classes": 37, "seed": 0}, {"dataset": "o", "num_classes": 37, "seed": 1}]
+    with pytest.raises(UsageError, match="more than --max-trials=3"):
+        expand_cells({("dataset", "num_classes"): [("c", 100), ("o", 37)], "seed": [0, 1]}, None, 3)
+
+
+def test_trial_names_of_paths_are_safe_short_and_unique():
+    values = ["configs/fast.yaml", "configs/slow.yaml", "other/fast.yaml", "my runs/x y.yaml", "sym"]
+    forms = short_forms(values)
+    assert forms["sym"] == "sym" and forms["configs/slow.yaml"] == "slow.yaml"
+    assert len(set(forms.values())) == len(values)
+    assert all(re.fullmatch(r"[A-Za-z0-9._+-]+", f) and len(f) <= 60 for f in forms.values())
+    long = ["a/" + "x" * 80 + "/run.yaml", "b/" + "x" * 80 + "/run.yaml"]
+    assert len(set(short_forms(long).values())) == 2 and all(len(f) <= 60 for f in short_forms(long).values())
+    cells = expand_cells({"config": values, ("dataset", "k"): [("c", 1), ("o", 2)]}, None, 100)
+    namer = trial_namer(cell_axes(cells))
+    names = [namer(types.SimpleNamespace(config=c)) for c in cells]
+    assert len(set(names)) == len(cells) and not any("/" in n or " " in n for n in names)
+    assert "slow.yaml_c_k1" in names  # each linked name appears
+
+
+@pytest.mark.parametrize("suffix,text", [
+    (".csv", "dataset,num_classes\ncaltech101,100\noxford_pets,37\n"),
+    (".yaml", "- {dataset: caltech101, num_classes: 100}\n- dataset: oxford_pets\n  num_classes: 37\n"),
+    (".json", '[{"dataset": "caltech101", "num_classes": 100}, {"dataset": "oxford_pets", "num_classes": 37}]'),
+])
+def test_task_file_in_three_formats(tmp_path, suffix, text):
+    path = tmp_path / f"tasks{suffix}"
+    path.write_text(text)
+    rows = read_tasks(str(path))
+    assert rows == [{"dataset": "caltech101", "num_classes": 100}, {"dataset": "oxford_pets", "num_classes": 37}]
+    assert len(expand_cells({"seed": [0, 1, 2]}, rows, 100)) == 6
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("t.csv", "dataset,k\na,1\nb\n", r"row 2 has an empty or nested value"),
+    ("t.yaml", "dataset: a\n", r"expected a non-empty list of rows"),
+    ("t.yaml", "- {a: 1}\n- {b: 2}\n", r"row 2 must be a mapping of the same settings as row 1 \(a\)"),
+    ("t.json", "[{\"a\": 1}, ", r"not valid JSON"),
+    ("t.txt", "a\n", r"use a \.csv"),
+    ("t.csv", "trial_dir\n1\n", r"setting 'trial_dir' must be a name"),
+    ("t.json", '[{"a": 1}, {"a": 1}]', r"a row is given twice"),
+])
+def test_bad_task_files_are_one_line_errors(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UsageError, match=match):
+        read_tasks(str(path))
+    with pytest.raises(UsageError, match="cannot read it"):
+        read_tasks(str(tmp_path / "missing.csv"))
+
+
+def test_quoted_keys_and_progress_bar_redraws():
+    line = "{'eval_loss': 0.31, 'eval_accuracy': 0.912, 'epoch': 2.0}"
+    assert line_metrics(line, "epoch") == {"eval_loss": 0.31, "eval_accuracy": 0.912, "epoch": 2.0}
+    assert line_metrics('{"epoch": 3, "val/acc": 81.5}', "epoch") == {"epoch": 3, "val/acc": 81.5}
+    ctx = StepContext("epoch", complete_when={"val_acc"})
+    bar = ("Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
+           "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]")
+    assert ctx.feed(bar) == [{"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}]  # the last redraw wins
+    assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3}
+    assert line_metrics("Epoch [3/50], Step [100/600], Loss: 0.2", "epoch") == {"epoch": 3, "Loss": 0.2}

@@ -1,0 +1,219 @@
+"""Real training scripts as they are (tests/scripts/*): each shape of output and input, through
+`python sweeps/run_command.py` as a subprocess, as a user types it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
+
+
+def run_sweep(tmp_path: Path, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
+    """`python sweeps/run_command.py ARGV` from the repository root, storage under tmp_path, CPU trials."""
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    split = argv.index("--")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    proc = subprocess.run([PY, "sweeps/run_command.py", *argv[:split], *(flags if not check else []), *argv[split:]],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    return proc
+
+
+def history(trial: Path) -> pd.DataFrame:
+    """A trial's reported rows (Tune's result.json, one JSON object per report)."""
+    return pd.DataFrame([json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()])
+
+
+def trials(experiment: Path) -> dict[str, Path]:
+    return {p.name: p for p in experiment.iterdir() if (p / "result.json").exists()}
+
+
+# --- before Ray: dry run and check ---------------------------------------------------------------
+
+
+def test_dry_run_prints_every_cell_and_imports_nothing_heavy(tmp_path):
+    tasks = tmp_path / "tasks.csv"
+    tasks.write_text("dataset,num_classes\ncaltech101,100\noxford_pets,37\n")
+    proc = subprocess.run(
+        [PY, "-X", "importtime", "sweeps/run_command.py", "--dry-run", "--tasks", str(tasks), "--axis", "config=configs/a b.yaml,configs/c.yaml",
+         "--seeds", "2", "--storage-path", str(tmp_path / "runs"), "--", PY, "tests/scripts/dassl_style.py",
+         "--config", "{config}", "--dataset", "{dataset}", "--num-classes", "{num_classes}", "--seed", "{seed}"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "8 trials; nothing was run (--dry-run)"
+    cells = [line for line in lines if " --config " in line]
+    assert len(cells) == 8
+    names = [line.split(":", 1)[0] for line in cells]
+    assert len(set(names)) == 8 and not any(c in n for n in names for c in "/ ")
+    assert f"caltech101_numclasses100_a-b.yaml_seed1: {PY} tests/scripts/dassl_style.py --config 'configs/a b.yaml' " \
+           "--dataset caltech101 --num-classes 100 --seed 1" in cells
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"ray", "torch", "pandas", "matplotlib"}
+    assert not (tmp_path / "runs").exists()
+
+
+def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_path):
+    argv = ["--axis", "dataset,num_classes=caltech101:100,oxford_pets:37", "--test-metric", "accuracy", "--",
+            PY, "tests/scripts/dassl_style.py", "--dataset", "{dataset}", "--num-classes", "{num_classes}", "--epochs", "2"]
+    ok = run_sweep(tmp_path, "--check", *argv, check=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "--check caltech101_numclasses100: " in ok.stdout and "--dataset caltech101 --num-classes 100" in ok.stdout
+    assert "  | * accuracy: 70.0%" in ok.stdout  # the output, streamed
+    assert "  metrics row: val_acc=66.0, epoch=1" in ok.stdout
+    assert "  metrics row: val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins the last step
+    assert "--metric val_acc: seen; --test-metric accuracy: seen" in ok.stdout
+    bad = run_sweep(tmp_path, "--check", "--metric", "top1", *argv, check=True)
+    assert bad.returncode == 1 and "--metric top1: NOT seen" in bad.stdout
+    assert not (tmp_path / "runs").exists() and not Path(ROOT / "runs" / "command").exists()
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_path):
+    """Seed 001/004's shapes: a config-file path axis (with a space), (dataset, classes) pairs, per-batch
+    `epoch [3/5]` lines and a `* accuracy: 97.0%` block at the end, selected at the best val_acc epoch."""
+    proc = run_sweep(tmp_path, "--axis", "config=configs/fast.yaml,my configs/fast.yaml", "--axis",
+                     "dataset,num_classes=caltech101:100,oxford_pets:37", "--test-metric", "accuracy", "--",
+                     PY, "tests/scripts/dassl_style.py", "--config", "{config}", "--dataset", "{dataset}",
+                     "--num-classes", "{num_classes}", "--epochs", "3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    experiment = tmp_path / "runs" / "command"
+    found = trials(experiment)
+    assert len(found) == 4 and not any(" " in name for name in found)
+    for name, trial in found.items():
+        rows = history(trial)
+        # one row per epoch; epoch 3's is complete (and reported) once `* accuracy` joins its val_acc;
+        # the rest of the final block (`* error: 27.0%`) comes at the exit, at the same step
+        assert rows["epoch"].tolist() == [1, 2, 3, 3]
+        assert rows["accuracy"].notna().tolist() == [False, False, True, False]
+        assert rows["error"].notna().tolist() == [False, False, False, True]
+        config = json.loads((trial / "params.json").read_text())
+        assert f"config {config['config']}" in (trial / "command_stdout.txt").read_text()  # the path, verbatim
+    out = proc.stdout
+    assert "accuracy: accuracy at the epoch of best val_acc (ties: earliest)" in out
+    header = next(line for line in out.splitlines() if line.startswith("config "))
+    assert header.split() == ["config", "dataset", "num_classes", "accuracy"]
+    assert re.search(r"^my configs/fast\.yaml\s+oxford_pets\s+37\s+82\.7000 \(1\)$", out, re.M)  # 50 + 37/10 + len(config) + 3 * 3
+    assert re.search(r"^best configuration by best val_acc over epochs: config=my configs/fast.yaml, dataset=caltech101, "
+                     r"num_classes=100: val_acc .*, accuracy ", out, re.M)
+
+
+@pytest.mark.slow
+def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text("- {dataset: cifar10, num_classes: 10}\n- {dataset: cifar100, num_classes: 100}\n")
+    proc = run_sweep(tmp_path, "--tasks", str(tasks), "--seeds", "2", "--step-key", "iter", "--metric", "top1",
+                     "--metric-pattern", r"^Iter (?P<iter>\d+)/\d+ .*loss (?P<loss>[\d.]+)",
+                     "--metric-pattern", r"^Eval @ (?P<iter>\d+) :: top1 (?P<top1>[\d.]+%) top5 (?P<top5>[\d.]+%)", "--",
+                     PY, "tests/scripts/pattern_style.py", "--dataset", "{dataset}", "--num-classes", "{num_classes}",
+                     "--seed", "{seed}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = trials(tmp_path / "runs" / "command")
+    assert sorted(found) == sorted(f"{d}_numclasses{k}_seed{s}" for d, k in (("cifar10", 10), ("cifar100", 100)) for s in (0, 1))
+    rows = history(found["cifar100_numclasses100_seed1"])
+    assert rows["iter"].tolist() == [50, 100, 150, 200, 250, 300]
+    assert rows["top1"].dropna().tolist() == [46.0, 51.0, 56.0] and rows["loss"].tolist()[:2] == [6.0, 3.0]
+    assert rows["top5"].dropna().tolist() == [66.0, 71.0, 76.0]
+    assert re.search(r"^cifar100\s+100\s+55\.5000 ± 0\.7071 \(2\)$", proc.stdout, re.M)
+
+
+@pytest.mark.slow
+def test_tensorboard_only_script(tmp_path):
+    proc = run_sweep(tmp_path, "--metrics-from", "tensorboard", "--metric", "val/accuracy", "--axis", "lr=0.1,0.2", "--",
+                     PY, "tests/scripts/tb_only.py", "--logdir", "{trial_dir}/tb", "--lr", "{lr}", "--steps", "4")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = trials(tmp_path / "runs" / "command")
+    rows = history(found["lr0.2"])
+    assert rows["epoch"].tolist() == [1, 2, 3, 4]
+    assert rows["val/accuracy"].round(4).tolist() == [0.52, 0.54, 0.56, 0.58]
+    assert rows["train/loss"].round(4).tolist() == [1.0, 0.5, 0.3333, 0.25]
+    assert "best configuration by best val/accuracy over epochs: lr=0.2" in proc.stdout
+
+
+@pytest.mark.slow
+def test_script_shapes_and_failures_that_are_not_retried(tmp_path):
+    """One sweep, the script itself an axis: Keras-style `Epoch 3/5` then a metrics line, a script with
+    no step (its result once, at step 0), a usage error (exit 2) and a script printing no metric:
+    the last two fail once, with the stderr tail / the lines the parser saw in the error line."""
+    scripts = ",".join(f"tests/scripts/{s}.py" for s in ("keras_style", "final_only", "strict_args", "quiet"))
+    started = time.monotonic()
+    proc = run_sweep(tmp_path, "--axis", f"script={scripts}", "--metric", "val_accuracy", "--max-failures", "2", "--",
+                     PY, "{script}", "--lr", "0.1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = trials(tmp_path / "runs" / "command")
+    assert history(found["keras_style.py"])["val_accuracy"].tolist() == [0.50, 0.51, 0.52]
+    final = history(found["final_only.py"])
+    assert final[["epoch", "val_accuracy", "accuracy"]].values.tolist() == [[0, 0.89, 88.4]]
+    out = proc.stdout
+    assert re.search(r"^error: trial strict_args\.py failed: command exited with exit code 2 \(not retried: exit code 2 is a usage "
+                     r"error\); stderr ends: usage: strict_args\.py \[-h\] --learning-rate LEARNING_RATE \| strict_args\.py: "
+                     r"error: the following arguments are required: --learning-rate", out, re.M), out
+    assert re.search(r"^error: trial quiet\.py failed: command exited 0 but reported no metric \(not retried: .*\); stdout ends: "
+                     r"Training with learning rate 0\.1 \| Model saved to \./model\.pt;", out, re.M), out
+    for name in ("strict_args.py", "quiet.py"):  # one attempt each, though --max-failures 2
+        assert (found[name] / "command_stdout.txt").read_text().count("# raysweep: command started") == 1
+        assert (found[name] / "error.txt").read_text().count("Failure #") == 1
+
+
+@pytest.mark.slow
+def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
+    """The script prints epochs 1-6 and kills its trial's worker at once: Tune retries the trial from
+    its last recorded step; the rows after it, in the trial's stdout file, are reported first, and the
+    script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
+    proc = run_sweep(tmp_path, "--axis", "epochs=8", "--max-failures", "1", "--",
+                     PY, "tests/scripts/resumable.py", "--out", "{trial_dir}", "--epochs", "{epochs}", "--kill-parent-after", "6")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (trial,) = trials(tmp_path / "runs" / "command").values()
+    log = (trial / "command_stdout.txt").read_text()
+    assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log
+    assert history(trial)["epoch"].tolist() == list(range(1, 9))
+    assert re.search(r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
+                     (trial / "stdout").read_text())
+
+
+@pytest.mark.slow
+def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
+    """The driver is SIGKILLed mid-run; the script's rows printed after Tune's last record are in the
+    trial's stdout file; `--resume` reports them before the script (resumed from its own checkpoint)
+    goes on: the history holds every epoch, each once."""
+    argv = ["--axis", "epochs=12", "--", PY, "tests/scripts/resumable.py", "--out", "{trial_dir}", "--epochs", "{epochs}",
+            "--sleep", "0.5"]
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    driver = subprocess.Popen([PY, "sweeps/run_command.py", *flags, *argv], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    experiment = tmp_path / "runs" / "command"
+    deadline = time.monotonic() + 300
+    logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
+    # killed right after Tune recorded the first row: before 2 more step checkpoints could make Tune
+    # drop the one its (possibly stale) experiment state names, which --resume could not restore
+    recorded = lambda: any(p.with_name("result.json").exists() and p.with_name("result.json").read_text().strip()  # noqa: E731
+                           for p in logs())
+    while not recorded() and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.02)
+    assert driver.poll() is None, "the sweep ended before it could be killed"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    (log,) = logs()
+    time.sleep(3)  # the worker and the script outlive the driver for a moment and print on
+    proc = subprocess.run([PY, "sweeps/run_command.py", *flags, "--resume", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trial = log.parent
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+    epochs = [r["epoch"] for r in rows]
+    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, epochs
