@@ -36,7 +36,7 @@ from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
 from analysis.tune_state import list_dir, read_bytes, read_state, resolve_source, state_trials, sweep_settings
-from sweeps.driver_lock import holder_alive, read_holder
+from sweeps.driver_lock import DRIVER_FILE, holder_alive, read_holder
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -79,7 +79,7 @@ def read_status(source, now: float | None = None) -> dict:
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
     state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
     state = read_state(fs, posixpath.join(root, state_files[-1])) if state_files else None
-    if state is None and "raysweep.json" not in files:
+    if state is None and not files & {"raysweep.json", DRIVER_FILE}:  # a sweep that is starting has these first
         raise ExperimentError(f"{prefix + root} is not a Ray Tune experiment folder (no experiment_state-*.json)")
     info = _read_json(fs, posixpath.join(root, "raysweep.json")) if "raysweep.json" in files else {}
     settings = sweep_settings(fs, root, files, state)
@@ -118,6 +118,7 @@ def read_status(source, now: float | None = None) -> dict:
         "status": status, "metric": metric, "mode": mode, "where": prefix + root,
         "elapsed_s": max(0.0, until - min(starts)) if starts else 0.0, "log_lines": log_lines,
         "driver": driver, "driver_alive": alive, "left": left, "argv": info.get("argv"),
+        "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
     }
 
 
@@ -127,7 +128,11 @@ def format_status(report: dict, now: float | None = None) -> list[str]:
     lines = format_progress(report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"])
     lines.append(driver_line(report, time.time() if now is None else now))
     if report["driver_alive"] is False and report["left"]:
-        lines.append(f"  {report['left']} trial(s) left: continue the sweep with {resume_command(report['argv'])}")
+        if report["resumable"]:
+            lines.append(f"  {report['left']} trial(s) left: continue the sweep with {resume_command(report['argv'])}")
+        else:  # killed before Tune saved the sweep: nothing to restore yet
+            lines.append(f"  {report['left']} trial(s) left, none saved yet: start the sweep again with "
+                         f"{resume_command(report['argv'], resume=False)}")
     return lines
 
 
@@ -147,12 +152,13 @@ def driver_line(report: dict, now: float) -> str:
     return f"driver: gone (was on {where}, since {record.get('since', '?')}; {ago})"
 
 
-def resume_command(argv: list | None) -> str:
-    """The sweep's own command line with `--resume` (from `raysweep.json`), or a generic hint."""
+def resume_command(argv: list | None, resume: bool = True) -> str:
+    """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
+    without it), or a generic hint when the command line is unknown."""
     if not argv:
-        return "its command line and --resume"
-    args = [a for a in argv if a != "--resume"]
-    return "`python " + " ".join(shlex.quote(str(a)) for a in args) + " --resume`"
+        return "its command line and --resume" if resume else "its command line"
+    args = [a for a in argv if a != "--resume"] + (["--resume"] if resume else [])
+    return "`python " + " ".join(shlex.quote(str(a)) for a in args) + "`"
 
 
 def exit_code(report: dict) -> int:

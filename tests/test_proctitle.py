@@ -65,7 +65,8 @@ def test_command_trial_worker_is_titled_with_its_name_and_the_command_gets_it_in
     out = tmp_path / "out"
     out.mkdir()
     name = "asym_0.375_seed1"
-    trainable = tune.with_parameters(train_command, template=[sys.executable, str(script), str(out)], grace_period_s=2.0)
+    trainable = tune.with_parameters(train_command, template=[sys.executable, str(script), str(out)], grace_period_s=2.0,
+                                     complete_when=("val_acc",))  # epoch 1 is reported at once, not when epoch 2 starts
     tuner = Tuner(tune.with_resources(trainable, {"cpu": 0.5}), param_space={"seed": 1},
                   tune_config=TuneConfig(trial_name_creator=lambda trial: name, trial_dirname_creator=lambda trial: name),
                   run_config=RunConfig(storage_path=str(tmp_path), name="titles", verbose=0))

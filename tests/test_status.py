@@ -42,6 +42,7 @@ def small_sweep(tmp_path: Path, driver: dict | None) -> Path:
     info = json.loads((experiment / "raysweep.json").read_text())
     (experiment / "raysweep.json").write_text(json.dumps({**info, "total_trials": 8,  # 2 not created by Tune yet
                                                           "argv": ["sweeps/noise_grid.py", "--seeds", "8"]}))
+    (experiment / "tuner.pkl").write_bytes(b"")  # Tune saved the sweep: --resume can restore it
     running = next(experiment.glob("train_abcde_00004_*"))
     (running / "stdout").write_text("sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [1/5] | Loss 1.0\n"
                                     "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5\n")
@@ -143,10 +144,26 @@ def test_status_of_an_experiment_on_object_storage(tmp_path):
     assert remote["driver_alive"] is False and exit_code(remote) == 1
 
 
+def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(tmp_path):
+    experiment = tmp_path / "early"
+    experiment.mkdir()
+    (experiment / "driver.json").write_text(json.dumps(record(dead_pid())))
+    report = read_status(experiment)
+    assert (report["status"]["total"], report["left"], report["driver_alive"]) == (0, 0, False)
+    assert format_status(report)[-1].startswith("driver: gone (was on")
+    (experiment / "raysweep.json").write_text(json.dumps({"metric": "val/acc", "mode": "max", "total_trials": 12,
+                                                          "argv": ["sweeps/noise_grid.py"]}))
+    report = read_status(experiment)
+    assert (report["status"]["pending"], report["left"], exit_code(report)) == (12, 12, 1)
+    assert format_status(report)[-1] == ("  12 trial(s) left, none saved yet: start the sweep again with "
+                                         "`python sweeps/noise_grid.py`")  # --resume needs Tune's tuner.pkl
+
+
 def test_resume_command_keeps_the_sweeps_own_flags():
     assert resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"]) == \
         "`python sweeps/run_command.py --name 'a b' --resume`"
     assert resume_command(None) == "its command line and --resume"
+    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "`python sweeps/run_command.py`"
 
 
 @pytest.mark.parametrize("argv,match", [
