@@ -33,7 +33,7 @@ _WHERE = {
                        "plot_paper_curves", "plot_timeline", "save_figure"),
     "analysis.report": ("resolve_metric", "write_report"),
     "analysis.tables": ("best_runs", "failed", "format_table", "write_table"),
-    "analysis.timeline": ("sweep_efficiency", "timeline"),
+    "analysis.packing": ("sweep_efficiency", "timeline"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

@@ -21,7 +21,7 @@ from analysis.load import (
     varying_config_columns,
 )
 from analysis.tables import best_runs, failed
-from analysis.timeline import sweep_efficiency, timeline
+from analysis.packing import sweep_efficiency, timeline
 
 STATUS_COLORS = {
     "TERMINATED": "tab:green",

@@ -33,7 +33,7 @@ from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELE
 from analysis.select import add_selected
 from analysis.summary import best_cell, cell_trials, summary_text
 from analysis.tables import best_runs, failed, format_table, write_table
-from analysis.timeline import sweep_efficiency
+from analysis.packing import sweep_efficiency
 
 
 def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | None = None) -> tuple[str, str]:

@@ -526,3 +526,13 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     assert any(o.get("data", {}).get("text/markdown", "").startswith("test/acc (%): test/acc at the epoch of best val/acc")
                for o in outputs)  # the paper table, its rule in the caption
     assert "failed trials (left out of the cells): 0 errored, 0 diverged" in text
+
+
+def test_public_names_stay_functions_whatever_was_imported_first():
+    # `analysis.timeline` was also a submodule's name: once `analysis.plots` imported that module,
+    # the package attribute was the module and `analysis.timeline(rows)` failed, depending on test order
+    code = ("import analysis.plots, analysis.report, analysis; "
+            "assert all(callable(getattr(analysis, n)) for n in analysis.__all__ if n.islower()), "
+            "[n for n in analysis.__all__ if n.islower() and not callable(getattr(analysis, n))]")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
