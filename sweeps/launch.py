@@ -29,6 +29,7 @@ from ray.tune.search import BasicVariantGenerator
 import analysis
 from analysis import storage
 from sweeps import driver_lock, resume
+from sweeps.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.cli import MAX_FAILURES, RunOptions, UsageError, epochs_of
 from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.gpus import (
@@ -80,6 +81,7 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
     o, experiment_dir = options, options.experiment_dir
     callbacks = monitoring_callbacks(o.name, progress_every=o.progress_every, quiet=o.quiet, mlflow_uri=o.mlflow_uri,
                                      wandb_project=o.wandb_project, metric=metric, mode=mode)  # before Ray: a bad tracker is a usage error
+    callbacks.append(RestoreFromSurvivingCheckpoint())  # kept in the Tuner's RunConfig, so it acts on `--resume`
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trainable)

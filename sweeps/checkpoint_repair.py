@@ -1,0 +1,107 @@
+"""On `--resume`, a trial whose recorded checkpoint is gone restores from one that still exists.
+
+Tune's experiment snapshot (`experiment_state-*.json`) names each trial's latest checkpoint as it
+was when the snapshot was written, and `CheckpointConfig(num_to_keep=2)` deletes a trial's older
+checkpoints as new ones arrive. A driver killed after such a deletion and before the next snapshot
+reached storage leaves a snapshot naming a deleted checkpoint: `Tuner.restore` then fails that
+trial with "Could not recover from checkpoint as it does not exist on storage anymore"
+(`ray/tune/trainable/trainable.py:Trainable.restore`; ray-project/ray#27790), on every retry.
+The wider the gap between a checkpoint and the snapshot upload (object storage), the likelier.
+
+`RestoreFromSurvivingCheckpoint` runs at the first step of a restored sweep, before any trial
+starts: such a trial restores from the newest checkpoint in its folder that Tune had reported
+(a `result.json` row names it in `checkpoint_dir_name`), newer than the one the snapshot named.
+This uses Tune's checkpoint bookkeeping (`ray.train._internal`), the only place it is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+
+import pyarrow.fs as pafs
+from ray import tune
+from ray.train._internal.checkpoint_manager import _CheckpointManager
+from ray.train._internal.session import _TrainingResult
+
+CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")  # Tune's StorageContext._make_checkpoint_dir_name
+
+
+class RestoreFromSurvivingCheckpoint(tune.Callback):
+    """Tune callback: before a restored sweep starts its trials, point each trial whose checkpoint
+    no longer exists at its newest reported checkpoint that does (one line on the console each)."""
+
+    def __init__(self):
+        self._checked = False
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self._checked:
+            return
+        self._checked = True  # restored trials are all known before the first step (TuneController.resume)
+        for trial in trials:
+            if trial.status == trial.PENDING and trial.checkpoint is not None:
+                line = repair_missing_checkpoint(trial)
+                if line:
+                    print(line, flush=True)
+
+
+def repair_missing_checkpoint(trial) -> str | None:
+    """Point `trial` (a restored `ray.tune.experiment.Trial`) at a checkpoint that exists, if its own is gone.
+
+    The trial's checkpoint bookkeeping is rebuilt from the checkpoints left in its folder that a
+    `result.json` row reports, oldest first, so Tune keeps and deletes them as it would have; the
+    next checkpoint the trial saves gets the index after the newest one.
+    Returns:
+        None when the checkpoint exists; otherwise the console line saying what the trial resumes
+        from (or that it starts again, when no reported checkpoint is left).
+    """
+    missing = trial.checkpoint
+    fs = missing.filesystem
+    if fs.get_file_info(missing.path).type != pafs.FileType.NotFound:
+        return None
+    folder = posixpath.dirname(missing.path)
+    rows = reported_checkpoints(fs, folder)
+    left = sorted((int(m.group(1)), info.base_name) for info in fs.get_file_info(pafs.FileSelector(folder))
+                  if info.type == pafs.FileType.Directory and (m := CHECKPOINT_DIR.match(info.base_name))
+                  and info.base_name in rows)
+    old_manager = trial.run_metadata.checkpoint_manager
+    manager = _CheckpointManager(old_manager.checkpoint_config)
+    for _, name in left:
+        manager.register_checkpoint(_TrainingResult(
+            checkpoint=tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), metrics=rows[name]))
+    trial.run_metadata.checkpoint_manager = manager
+    trial.invalidate_json_state()
+    gone = posixpath.basename(missing.path)
+    if not left:
+        return (f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved, "
+                "and no other reported checkpoint is left: it starts again from the beginning")
+    index, name = left[-1]
+    trial.storage.current_checkpoint_index = index  # Tune's index of the last checkpoint: the next one is index + 1, not one kept
+    return (f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved; "
+            f"resuming from {name} (iteration {rows[name].get('training_iteration', '?')}) instead")
+
+
+def reported_checkpoints(fs: pafs.FileSystem, folder: str) -> dict[str, dict]:
+    """The result row that reported each checkpoint of a trial folder.
+
+    Args:
+        fs, folder: the trial folder on its storage (any pyarrow filesystem: local, s3).
+    Returns:
+        checkpoint folder name (`checkpoint_000003`) -> the last `result.json` row naming it in
+        `checkpoint_dir_name`; empty when there is no `result.json`. A half-written last line is skipped.
+    """
+    try:
+        with fs.open_input_stream(posixpath.join(folder, "result.json")) as f:
+            text = f.readall().decode()
+    except FileNotFoundError:
+        return {}
+    rows = {}
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("checkpoint_dir_name"):
+            rows[row["checkpoint_dir_name"]] = row
+    return rows
