@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
-from analysis.tune_state import list_dir, read_bytes, read_state, resolve_source, state_trials, sweep_settings
+from analysis.tune_state import list_dir, listed_trials, read_bytes, resolve_source, sweep_settings
 from sweeps.driver_lock import DRIVER_FILE, holder_alive, read_holder
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
@@ -77,15 +77,13 @@ def read_status(source, now: float | None = None) -> dict:
     entries = list_dir(fs, root, prefix + root)
     files = {e.base_name for e in entries if e.type == pafs.FileType.File}
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
-    state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
-    state = read_state(fs, posixpath.join(root, state_files[-1])) if state_files else None
+    state, listed = listed_trials(fs, root, files, dirs)  # every state file: an extended grid writes one per run
     if state is None and not files & {"raysweep.json", DRIVER_FILE}:  # a sweep that is starting has these first
         raise ExperimentError(f"{prefix + root} is not a Ray Tune experiment folder (no experiment_state-*.json)")
     info = _read_json(fs, posixpath.join(root, "raysweep.json")) if "raysweep.json" in files else {}
     settings = sweep_settings(fs, root, files, state)
     metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
 
-    listed = state_trials(state, dirs) if state else []
     trials = [TrialRecord(t["trial_name"] or t["dir"], t["status"] or "PENDING", t["config"] or {},
                           t["last_result"], t["metric_analysis"], t["start"], t["end"]) for t in listed]
     folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}

@@ -35,10 +35,9 @@ import pyarrow.json as pajson
 from analysis.errors import ExperimentError  # noqa: F401  (re-exported)
 from analysis.tune_state import folder_trial as _folder_trial
 from analysis.tune_state import list_dir as _list_dir
+from analysis.tune_state import listed_trials as _listed_trials
 from analysis.tune_state import read_bytes as _read_bytes
-from analysis.tune_state import read_state as _read_state
 from analysis.tune_state import resolve_source  # noqa: F401  (re-exported)
-from analysis.tune_state import state_trials as _state_trials
 from analysis.tune_state import sweep_settings as _sweep_settings
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -71,17 +70,7 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     entries = _list_dir(fs, root, display)
     files = {e.base_name for e in entries if e.type == pafs.FileType.File}
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
-    state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
-
-    # Every state file, oldest first: a grid extended (or a second driver) writes a new one listing
-    # only its own trials; a trial listed in several (a resumed sweep) takes its newest entry.
-    states = [state for f in state_files if (state := _read_state(fs, posixpath.join(root, f))) is not None]
-    state = states[-1] if states else None
-    by_folder: dict = {}
-    for one in states:
-        for trial in _state_trials(one, dirs):
-            by_folder[trial["dir"] or ("id", trial["trial_id"])] = trial
-    trials = list(by_folder.values())
+    state, trials = _listed_trials(fs, root, files, dirs)  # every state file's trials
 
     # Folders the state file does not list yet: trials of a running experiment, or a copied
     # experiment without its state file.

@@ -108,6 +108,25 @@ def state_trials(state: dict, dirs: list[str]) -> list[dict]:
     return trials
 
 
+def listed_trials(fs, root: str, files: set[str], dirs: list[str]) -> tuple[dict | None, list[dict]]:
+    """The trials every experiment state file of an experiment folder lists.
+
+    A grid extended (or a second driver) writes a new ``experiment_state-*.json`` listing only its
+    own trials; a trial listed in several (a resumed sweep) takes its entry in the newest.
+    Args:
+        fs, root: the experiment folder; files, dirs: the names of its files and folders.
+    Returns:
+        (the newest readable state, or None; `state_trials` dicts of all states, one per trial folder).
+    """
+    state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
+    states = [state for f in state_files if (state := read_state(fs, posixpath.join(root, f))) is not None]
+    by_folder: dict = {}
+    for one in states:
+        for trial in state_trials(one, dirs):
+            by_folder[trial["dir"] or ("id", trial["trial_id"])] = trial
+    return (states[-1] if states else None), list(by_folder.values())
+
+
 def _unpickled_as_text(value: Any) -> Any:
     """Config values Tune could only store pickled (``CLOUDPICKLE_FALLBACK``) become a string."""
     if isinstance(value, dict):

@@ -91,6 +91,23 @@ def test_newer_results_than_the_state_snapshot_are_read_from_the_running_trial(t
     assert exit_code(report) == 0
 
 
+def test_an_extended_grid_counts_the_cells_of_every_run(tmp_path):
+    """`--seeds 2` after a finished grid: the new run's state file lists only its own trials; the
+    finished cells, listed in the first run's file, are done, not running."""
+    config = lambda seed: {"noise_rate": 0.2, "seed": seed, "epochs": 5}  # noqa: E731
+    first = write_experiment(tmp_path / "a", "grid", [trial_spec("sym_0.2_seed0", config(0), rows(5, 0.80))])
+    second = write_experiment(tmp_path / "b", "grid", [
+        trial_spec("sym_0.2_seed1", config(1), rows(2, 0.70), status="RUNNING", trial_id="fghij_00000")])
+    for path in second.iterdir():
+        if path.name.startswith("train_"):
+            path.rename(first / path.name)
+    (second / next(second.glob("experiment_state-*.json")).name).rename(first / "experiment_state-2026-01-02_00-00-00.json")
+    status = read_status(first, now=T0 + 20)["status"]
+    assert (status["done"], status["running"], status["total"]) == (1, 1, 2)
+    assert [name for name, _, _ in status["running_trials"]] == ["sym_0.2_seed1"]
+    assert status["best"] == (pytest.approx(0.85), "sym_0.2_seed0")
+
+
 @pytest.mark.parametrize("driver,heartbeat_age_s,alive,says", [
     (dict(ended=T0, exit_code=0), 0, False, "driver: finished at"),
     (dict(host="elsewhere"), 5, True, "driver: alive on elsewhere"),
