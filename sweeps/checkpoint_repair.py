@@ -41,7 +41,10 @@ class RestoreFromSurvivingCheckpoint(tune.Callback):
         self._checked = True  # restored trials are all known before the first step (TuneController.resume)
         for trial in trials:
             if trial.status == trial.PENDING and trial.checkpoint is not None:
-                line = repair_missing_checkpoint(trial)
+                try:
+                    line = repair_missing_checkpoint(trial)
+                except OSError as e:  # storage unreachable for a moment: Tune's own restore decides then
+                    line = f"{trial}: could not check that its checkpoint still exists ({type(e).__name__}: {e})"
                 if line:
                     print(line, flush=True)
 
