@@ -89,3 +89,20 @@ def test_reported_checkpoints_skip_a_torn_last_line_and_rows_without_a_checkpoin
     assert reported_checkpoints(pafs.LocalFileSystem(), str(tmp_path)) == {
         "checkpoint_000000": {"count": 1, "checkpoint_dir_name": "checkpoint_000000"}}
     assert reported_checkpoints(pafs.LocalFileSystem(), str(tmp_path / "missing")) == {}
+
+
+def test_a_storage_error_while_checking_is_one_line_and_leaves_the_trial_to_tune(capsys):
+    from types import SimpleNamespace
+
+    class Unreachable:
+        def get_file_info(self, path):
+            raise OSError("When getting information for key 'runs/exp/t/checkpoint_000001': AWS Error NETWORK_CONNECTION")
+
+    trial = SimpleNamespace(PENDING="PENDING", status="PENDING",
+                            checkpoint=SimpleNamespace(filesystem=Unreachable(), path="runs/exp/t/checkpoint_000001"))
+    callback = RestoreFromSurvivingCheckpoint()
+    callback.on_step_begin(0, [trial])
+    callback.on_step_begin(1, [trial])  # checked once, at the first step
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "could not check that its checkpoint still exists (OSError: When getting" in out[0]
+    assert trial.checkpoint.path == "runs/exp/t/checkpoint_000001"  # left as it was
