@@ -14,7 +14,7 @@ log line and the driver's state. Where it comes from (a local folder or a URI su
   at a report, at most every `sweeps/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
   a few seconds behind the metrics);
 - `raysweep.json`: the sweep's metric and mode, its command line and the grid's size;
-- `driver.json`: the driver's host, pid and heartbeat (`sweeps/driver_lock.py`).
+- `driver.json`: the driver's host, pid and heartbeat (`analysis/driver_record.py`).
 Only the running trials' files are opened, so a 1,000-trial experiment answers in well under 2 s
 (`benchmarks/status_speed.py`).
 """
@@ -36,7 +36,7 @@ from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
 from analysis.tune_state import list_dir, listed_trials, read_bytes, resolve_source, sweep_settings
-from sweeps.driver_lock import DRIVER_FILE, holder_alive, read_holder
+from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

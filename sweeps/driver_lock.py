@@ -1,16 +1,6 @@
-"""The record a sweep's driver keeps at `<storage-path>/<name>/driver.json`: who runs the sweep, and
-whether it still does (the reader; shared contract of issues 20 and 21).
-
-    {"host": "gpu-box", "pid": 4242, "since": "2026-11-22 18:50:18", "heartbeat": 1795373431.2,
-     "ended": null, "exit_code": null}
-
-The driver writes it when the sweep starts, refreshes "heartbeat" (time.time()) at least every
-10 s while it runs, and at a normal exit (any exit code, Ctrl-C included) sets "ended" and
-"exit_code"; the file is not deleted. A killed driver (SIGKILL, OOM killer, a reboot) leaves
-"ended" null and its heartbeat ages.
-
-No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local folders and
-URIs (s3://...) are read through pyarrow's filesystems (`analysis/tune_state.py:resolve_source`).
+"""One driver per experiment: the writer of `<storage-path>/<name>/driver.json`, the record of who
+runs the sweep (its format and its reader, `read_holder` / `holder_alive`, are in
+`analysis/driver_record.py`, so that `python -m analysis --status` needs nothing from sweeps/).
 
 The writer (`hold`, `DriverHold`, `release_all`) keeps one driver per experiment: a sweep refuses
 to start while another driver is alive there (`holder_alive`), writes the record, refreshes its
@@ -31,9 +21,8 @@ import threading
 import time
 
 from analysis import storage
+from analysis.driver_record import DRIVER_FILE, HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder  # noqa: F401
 
-DRIVER_FILE = "driver.json"
-HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
 LOCK = ".driver.lock"  # the local file lock next to the record
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
 SETTLE_S = 2.0  # object storage: read the record back after this long; the overwritten one gives way
@@ -41,49 +30,6 @@ SETTLE_S = 2.0  # object storage: read the record back after this long; the over
 
 class ExperimentHeld(RuntimeError):
     """Another driver is alive on the experiment folder; the message names it in one line."""
-
-
-def read_holder(experiment_dir: str) -> dict | None:
-    """The driver record of the experiment at `experiment_dir` (local path or URI).
-
-    Returns:
-        The record (see the module docstring), or None when there is none or it cannot be read
-        (an experiment from before driver records, or a file being written).
-    """
-    path = f"{str(experiment_dir).rstrip('/')}/{DRIVER_FILE}"
-    try:
-        if "://" in path:  # pyarrow's filesystems, else fsspec's (as the analysis reads experiments)
-            from analysis.tune_state import resolve_source
-
-            fs, inner, _ = resolve_source(path, None)
-            with fs.open_input_stream(inner) as f:
-                data = f.readall()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-        record = json.loads(data)
-    except (OSError, ValueError):  # missing, unreachable, half written
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
-
-
-def holder_alive(record: dict, now: float | None = None) -> bool:
-    """Whether the driver of `record` still runs: it has not ended, and either it is on this host and
-    its pid is alive (not a zombie), or it is on another host and its heartbeat is less than
-    HEARTBEAT_TIMEOUT_S seconds old (`now`: time.time() by default)."""
-    if record.get("ended") is not None:
-        return False
-    if record.get("host") == socket.gethostname():
-        return _pid_alive(record["pid"])
-    heartbeat = record.get("heartbeat")
-    now = time.time() if now is None else now
-    return isinstance(heartbeat, (int, float)) and now - heartbeat < HEARTBEAT_TIMEOUT_S
-
-
-def describe_holder(record: dict, now: float | None = None) -> str:
-    """`host H, pid P, since S (heartbeat N s ago)` for messages."""
-    age = (now or time.time()) - float(record.get("heartbeat") or 0)
-    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')} (heartbeat {age:.0f} s ago)"
 
 
 class DriverHold:
@@ -204,17 +150,6 @@ def release_all(exit_code: int) -> None:
 
 
 atexit.register(release_all, 1)  # an uncaught exception ends the process with 1; normal exits release first
-
-
-def _pid_alive(pid: int) -> bool:
-    import psutil  # a core dependency; imported here to keep the module's import light
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:  # it exists, under another user
-        return True
 
 
 def _join(experiment_dir: str, name: str) -> str:

@@ -331,7 +331,8 @@ def test_cli_help_and_usage_errors_import_no_pandas():
 
 
 def test_analysis_imports_nothing_from_trainables():
-    code = "import sys, analysis.search, analysis.report; print(sorted({m.split('.')[0] for m in sys.modules} & {'trainables', 'torch', 'ray'}))"
+    code = ("import sys, analysis.search, analysis.report, analysis.status; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'trainables', 'sweeps', 'torch', 'ray'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
     df = pd.DataFrame({"trial_id": ["a", "b"], "val/acc": [0.5, 0.7], "config/lr": [0.1, 0.01]})
