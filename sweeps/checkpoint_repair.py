@@ -54,7 +54,9 @@ def repair_missing_checkpoint(trial) -> str | None:
 
     The trial's checkpoint bookkeeping is rebuilt from the checkpoints left in its folder that a
     `result.json` row reports, oldest first, so Tune keeps and deletes them as it would have; the
-    next checkpoint the trial saves gets the index after the newest one.
+    next checkpoint the trial saves gets the index after the newest one. A checkpoint in another
+    trial's folder (a PBT member restoring from the member it copies) is left alone: rebuilding
+    from there would let this trial's bookkeeping delete the other's checkpoints.
     Returns:
         None when the checkpoint exists; otherwise the console line saying what the trial resumes
         from (or that it starts again, when no reported checkpoint is left).
@@ -64,6 +66,9 @@ def repair_missing_checkpoint(trial) -> str | None:
     if fs.get_file_info(missing.path).type != pafs.FileType.NotFound:
         return None
     folder = posixpath.dirname(missing.path)
+    if folder != trial.storage.trial_fs_path:  # PBT: another member's checkpoint; its own bookkeeping owns it
+        return (f"{trial}: the checkpoint it would restore from, {missing.path}, belongs to another trial and is "
+                "gone; left to Tune")
     rows = reported_checkpoints(fs, folder)
     left = sorted((int(m.group(1)), info.base_name) for info in fs.get_file_info(pafs.FileSelector(folder))
                   if info.type == pafs.FileType.Directory and (m := CHECKPOINT_DIR.match(info.base_name))

@@ -106,3 +106,22 @@ def test_a_storage_error_while_checking_is_one_line_and_leaves_the_trial_to_tune
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and "could not check that its checkpoint still exists (OSError: When getting" in out[0]
     assert trial.checkpoint.path == "runs/exp/t/checkpoint_000001"  # left as it was
+
+
+def test_a_missing_checkpoint_of_another_trial_is_left_to_tune(tmp_path):
+    """A PBT member restores from the member it copies: rebuilding from that folder would let this
+    trial's bookkeeping delete the other trial's checkpoints, so the trial is left as it is."""
+    import pyarrow.fs as pafs
+    from types import SimpleNamespace
+
+    from sweeps.checkpoint_repair import repair_missing_checkpoint
+
+    donor, member = tmp_path / "pbt_member_0", tmp_path / "pbt_member_1"
+    (donor / "checkpoint_000004").mkdir(parents=True)
+    (donor / "result.json").write_text(json.dumps({"training_iteration": 5, "checkpoint_dir_name": "checkpoint_000004"}) + "\n")
+    manager = object()
+    trial = SimpleNamespace(checkpoint=SimpleNamespace(filesystem=pafs.LocalFileSystem(), path=str(donor / "checkpoint_000002")),
+                            storage=SimpleNamespace(trial_fs_path=str(member)), run_metadata=SimpleNamespace(checkpoint_manager=manager))
+    line = repair_missing_checkpoint(trial)
+    assert "belongs to another trial and is gone; left to Tune" in line
+    assert trial.run_metadata.checkpoint_manager is manager and (donor / "checkpoint_000004").is_dir()
