@@ -136,16 +136,27 @@ def measure(reader: str, experiment: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_size_args(argv: list[str] | None, description: str, repeat: int, repeat_help: str) -> argparse.Namespace:
+    """The flags of the benchmarks that time reading a synthetic experiment (this one, status_speed.py).
+
+    Returns:
+        `trials`, `iterations` (results per trial), `repeat` (fresh-process runs), `json` (a Path or
+        None); `--quick` sets 100 trials x 20 results, 1 run.
+    """
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--iterations", type=int, default=50, help="results per trial")
-    parser.add_argument("--repeat", type=int, default=3, help="fresh-process runs per reader")
+    parser.add_argument("--repeat", type=int, default=repeat, help=repeat_help)
     parser.add_argument("--quick", action="store_true", help="100 trials x 20 results, 1 run")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.iterations, args.repeat = 100, 20, 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_size_args(argv, __doc__.split("\n\n")[0], repeat=3, repeat_help="fresh-process runs per reader")
 
     with tempfile.TemporaryDirectory(prefix="raysweep-bench-") as tmp:
         t0 = time.perf_counter()

@@ -14,7 +14,6 @@ it does not assert.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -28,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.analysis_load import write_experiment  # noqa: E402
+from benchmarks.analysis_load import parse_size_args, write_experiment  # noqa: E402
 
 RUNNING = 8
 
@@ -53,15 +52,7 @@ def make_running(experiment: Path, n_trials: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--iterations", type=int, default=50, help="results per trial")
-    parser.add_argument("--repeat", type=int, default=5, help="fresh-process runs")
-    parser.add_argument("--quick", action="store_true", help="100 trials x 20 results, 1 run")
-    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trials, args.iterations, args.repeat = 100, 20, 1
+    args = parse_size_args(argv, __doc__.split("\n\n")[0], repeat=5, repeat_help="fresh-process runs")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with tempfile.TemporaryDirectory(prefix="raysweep-bench-") as tmp:
         experiment = write_experiment(Path(tmp), args.trials, args.iterations)
