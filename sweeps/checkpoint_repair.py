@@ -59,7 +59,10 @@ def repair_missing_checkpoint(trial) -> str | None:
     from there would let this trial's bookkeeping delete the other's checkpoints.
     Returns:
         None when the checkpoint exists; otherwise the console line saying what the trial resumes
-        from (or that it starts again, when no reported checkpoint is left).
+        from (or that it starts again, when no reported checkpoint is left, or that a missing
+        checkpoint of another trial is left to Tune).
+    Raises:
+        OSError: the storage cannot be read (the callback prints it in one line and leaves the trial).
     """
     missing = trial.checkpoint
     fs = missing.filesystem
