@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 PY := $(VENV)/bin/python
 SWEEP_ARGS ?=
 
-.PHONY: install sweep smoke test test-fast bench bench-quick bench-gpu analysis clean
+.PHONY: install sweep smoke test test-fast lint bench bench-quick bench-gpu analysis clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ smoke: install
 
 test: install
 	$(PY) -m pytest tests -q --durations=15
+
+lint: install  # ruff (configured in pyproject.toml): lint and format check, as .ci/run does
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-fast: install
 	$(PY) -m pytest tests -q -m "not slow"

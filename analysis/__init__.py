@@ -23,22 +23,52 @@ from analysis.rules import (
 )
 
 _WHERE = {
-    "analysis.load": ("SEED_KEY", "config_column", "duplicates_line", "guess_mode", "latest_experiment", "load_experiment",
-                      "load_history", "load_trials", "metric_column", "reported_metrics", "varying_config_columns"),
+    "analysis.load": (
+        "SEED_KEY",
+        "config_column",
+        "duplicates_line",
+        "guess_mode",
+        "latest_experiment",
+        "load_experiment",
+        "load_history",
+        "load_trials",
+        "metric_column",
+        "reported_metrics",
+        "varying_config_columns",
+    ),
     "analysis.select": ("add_selected", "select_values"),
     "analysis.paper": ("format_paper_table", "paired_test", "paper_caption", "paper_table", "write_paper_table"),
     "analysis.summary": ("summary_text", "sweep_summary"),
     "analysis.confusion": ("load_confusion", "per_class_accuracy"),
-    "analysis.plots": ("plot_confusion", "plot_heatmap", "plot_learning_curves", "plot_metric_vs_noise_rate",
-                       "plot_paper_curves", "plot_timeline", "save_figure"),
+    "analysis.plots": (
+        "plot_confusion",
+        "plot_heatmap",
+        "plot_learning_curves",
+        "plot_metric_vs_noise_rate",
+        "plot_paper_curves",
+        "plot_timeline",
+        "save_figure",
+    ),
     "analysis.report": ("resolve_metric", "write_report"),
     "analysis.tables": ("best_runs", "failed", "format_table", "write_table"),
     "analysis.packing": ("sweep_efficiency", "timeline"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
-__all__ = sorted(["ExperimentError", "DEFAULT_K", "DEFAULT_METRIC", "DEFAULT_MODE", "DEFAULT_SELECT",
-                  "DEFAULT_TEST_METRIC", "SELECT_RULES", "check_select", "describe_select", *_MODULE_OF])
+__all__ = sorted(
+    [
+        "ExperimentError",
+        "DEFAULT_K",
+        "DEFAULT_METRIC",
+        "DEFAULT_MODE",
+        "DEFAULT_SELECT",
+        "DEFAULT_TEST_METRIC",
+        "SELECT_RULES",
+        "check_select",
+        "describe_select",
+        *_MODULE_OF,
+    ]
+)
 
 
 def __getattr__(name: str):

@@ -21,27 +21,44 @@ from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELEC
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", nargs="+",
-                        help="Ray Tune experiment folder(s) or URI(s) (s3://..., gs://...); several are compared")
+    parser.add_argument(
+        "experiment",
+        nargs="+",
+        help="Ray Tune experiment folder(s) or URI(s) (s3://..., gs://...); several are compared",
+    )
     parser.add_argument("--metric", help="validation metric (default: the sweep's, else val/acc)")
     parser.add_argument("--mode", choices=("max", "min"), help="max or min (default: the sweep's)")
     parser.add_argument("--out", help="report folder (default: EXPERIMENT/report; several: reports/A+B)")
     parser.add_argument("--svg", action="store_true", help="also write SVG figures")
     parser.add_argument("--paper", action="store_true", help="write only paper_table.md/.tex/.csv and print it")
-    parser.add_argument("--select", default=DEFAULT_SELECT, metavar="RULE",
-                        help=f"value reported per trial: {', '.join(SELECT_RULES)} (default {DEFAULT_SELECT})")
+    parser.add_argument(
+        "--select",
+        default=DEFAULT_SELECT,
+        metavar="RULE",
+        help=f"value reported per trial: {', '.join(SELECT_RULES)} (default {DEFAULT_SELECT})",
+    )
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"epochs averaged by last-k (default {DEFAULT_K})")
-    parser.add_argument("--test-metric", default=DEFAULT_TEST_METRIC,
-                        help=f"metric of the paper table (default {DEFAULT_TEST_METRIC})")
-    parser.add_argument("--rows", nargs="+", metavar="KEY",
-                        help="config keys that make a method row (default: every varying key but noise and seed)")
-    parser.add_argument("--baseline", default="auto",
-                        help="method row to test the others against (default: the ce row when present)")
-    parser.add_argument("--status", action="store_true",
-                        help="print the sweep's status (running, pending, done..., ETA, driver alive) and write nothing; "
-                             "exit 1 when its driver is gone with trials left")
-    parser.add_argument("--watch", type=float, metavar="N",
-                        help="with --status: print it again every N seconds until the sweep ends")
+    parser.add_argument(
+        "--test-metric", default=DEFAULT_TEST_METRIC, help=f"metric of the paper table (default {DEFAULT_TEST_METRIC})"
+    )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        metavar="KEY",
+        help="config keys that make a method row (default: every varying key but noise and seed)",
+    )
+    parser.add_argument(
+        "--baseline", default="auto", help="method row to test the others against (default: the ce row when present)"
+    )
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print the sweep's status (running, pending, done..., ETA, driver alive) and write nothing; "
+        "exit 1 when its driver is gone with trials left",
+    )
+    parser.add_argument(
+        "--watch", type=float, metavar="N", help="with --status: print it again every N seconds until the sweep ends"
+    )
     args = parser.parse_args(argv)
     try:
         check_select(args.select, args.k)
@@ -60,9 +77,18 @@ def main(argv: list[str] | None = None) -> int:
             return _paper(source, args)
         from analysis.report import write_report
 
-        out = write_report(source, args.out, args.metric, args.mode,
-                           formats=("png", "svg") if args.svg else ("png",), select=args.select, k=args.k,
-                           test_metric=args.test_metric, rows=args.rows, baseline=args.baseline)
+        out = write_report(
+            source,
+            args.out,
+            args.metric,
+            args.mode,
+            formats=("png", "svg") if args.svg else ("png",),
+            select=args.select,
+            k=args.k,
+            test_metric=args.test_metric,
+            rows=args.rows,
+            baseline=args.baseline,
+        )
     except (ExperimentError, FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -99,8 +125,17 @@ def _paper(source, args) -> int:
 
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, args.metric, args.mode)
-    table = paper_table(trials, history, args.test_metric, select=args.select, k=args.k, val_metric=metric,
-                        val_mode=mode, rows=args.rows, baseline=args.baseline)
+    table = paper_table(
+        trials,
+        history,
+        args.test_metric,
+        select=args.select,
+        k=args.k,
+        val_metric=metric,
+        val_mode=mode,
+        rows=args.rows,
+        baseline=args.baseline,
+    )
     out = Path(args.out) if args.out else report_folder(trials)
     written = write_paper_table(table, out / "paper_table")
     print(format_paper_table(table, "markdown"), end="")

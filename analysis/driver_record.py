@@ -1,5 +1,5 @@
 """The record a sweep's driver keeps at `<storage-path>/<name>/driver.json`: who runs the sweep, and
-whether it still does. This is the reader; `sweeps/driver_lock.py` writes it.
+whether it still does. This is the reader; `sweeps/engine/driver_lock.py` writes it.
 
     {"host": "gpu-box", "pid": 4242, "since": "2026-11-22 18:50:18", "heartbeat": 1795373431.2,
      "ended": null, "exit_code": null}
@@ -63,7 +63,9 @@ def holder_alive(record: dict, now: float | None = None) -> bool:
 def describe_holder(record: dict, now: float | None = None) -> str:
     """`host H, pid P, since S (heartbeat N s ago)` for messages."""
     age = (now or time.time()) - float(record.get("heartbeat") or 0)
-    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')} (heartbeat {age:.0f} s ago)"
+    return (
+        f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')} (heartbeat {age:.0f} s ago)"
+    )
 
 
 def _pid_alive(pid: int) -> bool:

@@ -29,10 +29,24 @@ SEED_KEY = "seed"
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
 # ones in _HISTORY_KEEP, which locate a row in time.
 _TUNE_KEYS = {
-    "config", "date", "done", "pid", "hostname", "node_ip", "trial_id", "experiment_tag",
-    "checkpoint_dir_name", "should_checkpoint", "time_this_iter_s", "time_since_restore",
-    "iterations_since_restore", "timesteps_since_restore", "timesteps_total", "episodes_total",
-    "experiment_id", "warmup_time",
+    "config",
+    "date",
+    "done",
+    "pid",
+    "hostname",
+    "node_ip",
+    "trial_id",
+    "experiment_tag",
+    "checkpoint_dir_name",
+    "should_checkpoint",
+    "time_this_iter_s",
+    "time_since_restore",
+    "iterations_since_restore",
+    "timesteps_since_restore",
+    "timesteps_total",
+    "episodes_total",
+    "experiment_id",
+    "warmup_time",
 }
 _HISTORY_KEEP = ("training_iteration", "time_total_s", "timestamp")
 _NOT_METRICS = _TUNE_KEYS | set(_HISTORY_KEEP) | {"diverged"}
@@ -176,7 +190,7 @@ def guess_mode(metric: str) -> str:
 
 def reported_metrics(trials: pd.DataFrame) -> list[str]:
     """Names of the metrics in a :func:`load_trials` table (from its ``last/`` columns)."""
-    return [c[len("last/"):] for c in trials.columns if c.startswith("last/")]
+    return [c[len("last/") :] for c in trials.columns if c.startswith("last/")]
 
 
 def metric_column(trials: pd.DataFrame, metric: str, scope: str = "last") -> str:
@@ -197,9 +211,7 @@ def metric_column(trials: pd.DataFrame, metric: str, scope: str = "last") -> str
         raise ExperimentError(f"no selected values of {metric!r}: call analysis.add_selected first")
     if column not in trials.columns or trials[column].isna().all():
         existing = ", ".join(reported_metrics(trials)) or "none"
-        raise ExperimentError(
-            f"metric {metric!r} was not reported by any trial; reported metrics: {existing}"
-        )
+        raise ExperimentError(f"metric {metric!r} was not reported by any trial; reported metrics: {existing}")
     return column
 
 
@@ -212,7 +224,7 @@ def config_column(df: pd.DataFrame, name: str) -> str:
     for column in (name, f"config/{name}"):
         if column in df.columns:
             return column
-    keys = ", ".join(c[len("config/"):] for c in df.columns if c.startswith("config/"))
+    keys = ", ".join(c[len("config/") :] for c in df.columns if c.startswith("config/"))
     raise ExperimentError(f"config key {name!r} not found; config keys: {keys or 'none'}")
 
 
@@ -249,9 +261,7 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
     folder = next((c for c in candidates if c.is_dir()), None)
     if folder is None:
         raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
-    stamps = {
-        state.parent: state.stat().st_mtime for state in folder.glob("*/experiment_state-*.json")
-    }
+    stamps = {state.parent: state.stat().st_mtime for state in folder.glob("*/experiment_state-*.json")}
     if not stamps:
         raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
     return max(stamps, key=stamps.get)
@@ -264,8 +274,10 @@ def duplicates_line(trials: pd.DataFrame) -> str | None:
     if not left_out:
         return None
     shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
-    return (f"duplicates left out: {len(left_out)} finished trial(s) with the same config (seed included) "
-            f"as a newer one, which is counted instead: {shown}")
+    return (
+        f"duplicates left out: {len(left_out)} finished trial(s) with the same config (seed included) "
+        f"as a newer one, which is counted instead: {shown}"
+    )
 
 
 def _drop_duplicates(trials: pd.DataFrame, history: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -275,20 +287,26 @@ def _drop_duplicates(trials: pd.DataFrame, history: pd.DataFrame) -> tuple[pd.Da
     if not config or finished.sum() < 2:
         return trials, history, []
     key = trials[config].apply(lambda row: repr(tuple(_hashable(v) for v in row)), axis=1)
-    newest_first = trials[finished].assign(_key=key[finished]).sort_values(
-        ["end_time", "start_time"], ascending=False, na_position="last", kind="stable")
+    newest_first = (
+        trials[finished]
+        .assign(_key=key[finished])
+        .sort_values(["end_time", "start_time"], ascending=False, na_position="last", kind="stable")
+    )
     dropped = newest_first.index[newest_first.duplicated("_key", keep="first")]
     if len(dropped) == 0:
         return trials, history, []
-    left_out = [d if isinstance(d, str) else i for d, i in
-                zip(trials.loc[dropped, "trial_dir"], trials.loc[dropped, "trial_id"])]
+    left_out = [
+        d if isinstance(d, str) else i
+        for d, i in zip(trials.loc[dropped, "trial_dir"], trials.loc[dropped, "trial_id"])
+    ]
     kept = trials.drop(index=dropped).reset_index(drop=True)
     history = history[history["trial_id"].isin(set(kept["trial_id"]))].reset_index(drop=True)
     return kept, history, sorted(left_out)
 
 
-def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
-               filesystem: pafs.FileSystem | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _load_many(
+    sources: list | tuple, modes: Mapping[str, str] | None, filesystem: pafs.FileSystem | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Several experiments stacked, with an ``experiment`` column (see :func:`load_trials`)."""
     if not sources:
         raise ExperimentError("no experiment given (an empty list)")
@@ -299,10 +317,15 @@ def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
         names = paths
     recorded = {(t.attrs["metric"], t.attrs["mode"]) for t, _ in loaded if t.attrs["metric"]}
     if len(recorded) > 1:
-        sweeps = ", ".join(f"{name}: {t.attrs['metric']} ({t.attrs['mode']})"
-                           for name, (t, _) in zip(names, loaded) if t.attrs["metric"])
-        raise ExperimentError(f"the experiments record different metrics ({sweeps}); "
-                              "compare experiments of the same metric, or pass the metric explicitly")
+        sweeps = ", ".join(
+            f"{name}: {t.attrs['metric']} ({t.attrs['mode']})"
+            for name, (t, _) in zip(names, loaded)
+            if t.attrs["metric"]
+        )
+        raise ExperimentError(
+            f"the experiments record different metrics ({sweeps}); "
+            "compare experiments of the same metric, or pass the metric explicitly"
+        )
     trial_parts, history_parts = [], []
     for name, (trials, history) in zip(names, loaded):
         trials, history = trials.copy(), history.copy()
@@ -316,8 +339,13 @@ def _load_many(sources: list | tuple, modes: Mapping[str, str] | None,
     trials = pd.concat(trial_parts, ignore_index=True)
     history = pd.concat(history_parts, ignore_index=True)
     metric, mode = next(iter(recorded)) if recorded else (None, None)
-    trials.attrs.update(experiment=", ".join(paths), experiments=paths, metric=metric, mode=mode,
-                        duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])])
+    trials.attrs.update(
+        experiment=", ".join(paths),
+        experiments=paths,
+        metric=metric,
+        mode=mode,
+        duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
+    )
     history.attrs.update(experiment=", ".join(paths), experiments=paths)
     return trials, history
 
@@ -330,14 +358,14 @@ def _hashable(value: Any) -> Any:
         return repr(value)
 
 
-
 # --------------------------------------------------------------------------------------------
 # Assembling the DataFrames
 # --------------------------------------------------------------------------------------------
 
 
-def _assemble(trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: str, root: str,
-              modes: Mapping[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _assemble(
+    trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: str, root: str, modes: Mapping[str, str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trial table and history from the trial dicts (sorted) and the raw result rows."""
     n = len(trials)
     position = np.empty(n, dtype=np.int64)
@@ -355,8 +383,9 @@ def _assemble(trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: s
     history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
 
     metrics = [c for c in history.columns if c not in _NOT_METRICS]
-    numeric = [c for c in metrics
-               if pd.api.types.is_numeric_dtype(history[c]) and not pd.api.types.is_bool_dtype(history[c])]
+    numeric = [
+        c for c in metrics if pd.api.types.is_numeric_dtype(history[c]) and not pd.api.types.is_bool_dtype(history[c])
+    ]
     grouped = history.groupby("trial_id", sort=False)
 
     # last/: the value of the last row that reported the metric. Rows parsed by pyarrow hold no
@@ -386,22 +415,23 @@ def _assemble(trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: s
     _estimate_spans(history, ids, start, end)
 
     diverged = [bool(t["nonfinite"] or t["tail"].get("diverged") is True) for t in trials]
-    base = pd.DataFrame({
-        "trial_id": ids.astype(str),
-        "trial_name": [t["trial_name"] or t["trial_id"] for t in trials],
-        "status": [t["status"] for t in trials],
-        "diverged": diverged,
-        "error": pd.Series([t["error"] for t in trials], dtype=object),
-        "start_time": pd.to_datetime(start, unit="s", utc=True),
-        "end_time": pd.to_datetime(end, unit="s", utc=True),
-        "duration_s": end - start,
-        "iterations": [int(t["tail"].get("training_iteration") or 0) for t in trials],
-        "node": pd.Series([t["tail"].get("hostname") for t in trials], dtype=object),
-    })
+    base = pd.DataFrame(
+        {
+            "trial_id": ids.astype(str),
+            "trial_name": [t["trial_name"] or t["trial_id"] for t in trials],
+            "status": [t["status"] for t in trials],
+            "diverged": diverged,
+            "error": pd.Series([t["error"] for t in trials], dtype=object),
+            "start_time": pd.to_datetime(start, unit="s", utc=True),
+            "end_time": pd.to_datetime(end, unit="s", utc=True),
+            "duration_s": end - start,
+            "iterations": [int(t["tail"].get("training_iteration") or 0) for t in trials],
+            "node": pd.Series([t["tail"].get("hostname") for t in trials], dtype=object),
+        }
+    )
     resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
     resources.columns = [f"resources/{c}" for c in resources.columns]
-    dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None
-                                       for t in trials]})
+    dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})
     config = pd.DataFrame.from_records([flatten(t["config"]) for t in trials], index=range(n))
     config.columns = [f"config/{c}" for c in config.columns]
     parts = [base, resources, dirs, config, last.reset_index(drop=True), best.reset_index(drop=True)]

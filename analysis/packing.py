@@ -45,8 +45,14 @@ def timeline(trials: pd.DataFrame) -> pd.DataFrame:
     for i, (trial_id, name, status, diverged) in enumerate(
         zip(timed["trial_id"], timed["trial_name"], timed["status"], timed["diverged"])
     ):
-        base = {"trial_id": trial_id, "trial_name": name, "start_s": start[i], "end_s": end[i],
-                "status": status, "diverged": bool(diverged)}
+        base = {
+            "trial_id": trial_id,
+            "trial_name": name,
+            "start_s": start[i],
+            "end_s": end[i],
+            "status": status,
+            "diverged": bool(diverged),
+        }
         if gpus[i]:
             for gpu in gpus[i]:
                 rows.append({**base, "slot": f"{nodes[i]} GPU {gpu}" if prefix else f"GPU {gpu}"})

@@ -21,7 +21,6 @@ from analysis.load import SEED_KEY, config_column, guess_mode, varying_config_co
 from analysis.rules import (
     DEFAULT_K,
     DEFAULT_METRIC,
-    DEFAULT_MODE,
     DEFAULT_SELECT,
     DEFAULT_TEST_METRIC,
     describe_select,
@@ -34,8 +33,23 @@ NOISE_TYPE, NOISE_RATE = "config/noise_type", "config/noise_rate"
 ALPHA = 0.05
 """Significance level of the mark in the table (paired t-test against the baseline row)."""
 
-_STATS = ["n", "n_failed", "n_diverged", "mean", "std", "ci95", "rank", "is_baseline", "n_pairs",
-          "diff_mean", "diff_ci95_low", "diff_ci95_high", "p_ttest", "p_wilcoxon", "test"]
+_STATS = [
+    "n",
+    "n_failed",
+    "n_diverged",
+    "mean",
+    "std",
+    "ci95",
+    "rank",
+    "is_baseline",
+    "n_pairs",
+    "diff_mean",
+    "diff_ci95_low",
+    "diff_ci95_high",
+    "p_ttest",
+    "p_wilcoxon",
+    "test",
+]
 
 
 def paper_table(
@@ -95,8 +109,11 @@ def paper_table(
             available ones).
     """
     val_metric = val_metric or trials.attrs.get("metric") or DEFAULT_METRIC
-    val_mode = val_mode or (trials.attrs.get("mode") if val_metric == trials.attrs.get("metric") else None) \
+    val_mode = (
+        val_mode
+        or (trials.attrs.get("mode") if val_metric == trials.attrs.get("metric") else None)
         or guess_mode(val_metric)
+    )
     mode = mode or guess_mode(metric)
     values = select_values(history, metric, select, k=k, val_metric=val_metric, val_mode=val_mode)["value"]
     columns = [c for c in (NOISE_TYPE, NOISE_RATE) if c in trials.columns]
@@ -120,14 +137,18 @@ def paper_table(
         v = ok["_value"].to_numpy(dtype=float)
         n = len(v)
         std = v.std(ddof=1) if n > 1 else np.nan
-        cells.append({
-            **dict(zip(keys + columns, key)), "n": n,
-            "n_failed": int(group["_errored"].sum() + group["_diverged"].sum()),
-            "n_diverged": int(group["_diverged"].sum()),
-            "mean": v.mean() if n else np.nan, "std": std,
-            "ci95": stdtrit(n - 1, 0.975) * std / math.sqrt(n) if n > 1 else np.nan,
-            "_seeds": dict(zip(ok["_seed"], v)),
-        })
+        cells.append(
+            {
+                **dict(zip(keys + columns, key)),
+                "n": n,
+                "n_failed": int(group["_errored"].sum() + group["_diverged"].sum()),
+                "n_diverged": int(group["_diverged"].sum()),
+                "mean": v.mean() if n else np.nan,
+                "std": std,
+                "ci95": stdtrit(n - 1, 0.975) * std / math.sqrt(n) if n > 1 else np.nan,
+                "_seeds": dict(zip(ok["_seed"], v)),
+            }
+        )
     table = pd.DataFrame(cells)
     labels = [_label(row[keys]) for _, row in table.iterrows()] if keys else [""] * len(table)
     table["_label"] = labels
@@ -153,22 +174,29 @@ def paper_table(
         common = [s for s in row["_seeds"] if s in base_seeds] if seed_column else []
         tests.append(paired_test([row["_seeds"][s] for s in common], [base_seeds[s] for s in common]))
     tests = pd.DataFrame(tests, index=table.index)
-    for column in _STATS[_STATS.index("n_pairs"):]:
+    for column in _STATS[_STATS.index("n_pairs") :]:
         table[column] = tests[column] if column in tests else np.nan
     table["n_pairs"] = table["n_pairs"].astype("Int64")
 
-    bare = {c: c[len("config/"):] if c.startswith("config/") else c for c in keys + columns}
+    bare = {c: c[len("config/") :] if c.startswith("config/") else c for c in keys + columns}
     table = table.drop(columns=["_seeds"]).rename(columns=bare)
     table = table[[*dict.fromkeys(bare[c] for c in keys + columns), *_STATS, "_label"]]
     finite = table["mean"].dropna()
     seeds = trials[seed_column].nunique() if seed_column else int(table[["n", "n_failed"]].sum(axis=1).max())
     table.attrs.update(
-        metric=metric, mode=mode, select=select, k=k, val_metric=val_metric,
-        rule=describe_select(select, metric, val_metric, k), rows=[bare[c] for c in keys],
-        columns=[bare[c] for c in columns], baseline=base_label, n_seeds=int(seeds),
-        percent=bool("acc" in metric.rsplit("/", 1)[-1].lower() and len(finite)
-                     and finite.between(0, 1).all()),
-        experiment=trials.attrs.get("experiment"))
+        metric=metric,
+        mode=mode,
+        select=select,
+        k=k,
+        val_metric=val_metric,
+        rule=describe_select(select, metric, val_metric, k),
+        rows=[bare[c] for c in keys],
+        columns=[bare[c] for c in columns],
+        baseline=base_label,
+        n_seeds=int(seeds),
+        percent=bool("acc" in metric.rsplit("/", 1)[-1].lower() and len(finite) and finite.between(0, 1).all()),
+        experiment=trials.attrs.get("experiment"),
+    )
     return table.reset_index(drop=True)
 
 
@@ -192,8 +220,14 @@ def paired_test(values: Sequence[float], baseline: Sequence[float], level: float
     a, b = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
     d = a - b
     n = len(d)
-    out = {"n_pairs": n, "diff_mean": d.mean() if n else np.nan, "diff_ci95_low": np.nan,
-           "diff_ci95_high": np.nan, "p_ttest": np.nan, "p_wilcoxon": np.nan}
+    out = {
+        "n_pairs": n,
+        "diff_mean": d.mean() if n else np.nan,
+        "diff_ci95_low": np.nan,
+        "diff_ci95_high": np.nan,
+        "p_ttest": np.nan,
+        "p_wilcoxon": np.nan,
+    }
     if n < 3:
         return {**out, "test": f"no test possible: {n} paired seed(s), fewer than 3"}
     from scipy import stats  # slow to import: only when a test is made
@@ -206,25 +240,38 @@ def paired_test(values: Sequence[float], baseline: Sequence[float], level: float
             p_w = stats.wilcoxon(a, b).pvalue if np.any(d != 0) else np.nan
         except ValueError:
             p_w = np.nan
-    return {**out, "diff_ci95_low": out["diff_mean"] - half, "diff_ci95_high": out["diff_mean"] + half,
-            "p_ttest": float(p_t), "p_wilcoxon": float(p_w), "test": f"paired t-test and Wilcoxon, {n} seeds"}
+    return {
+        **out,
+        "diff_ci95_low": out["diff_mean"] - half,
+        "diff_ci95_high": out["diff_mean"] + half,
+        "p_ttest": float(p_t),
+        "p_wilcoxon": float(p_w),
+        "test": f"paired t-test and Wilcoxon, {n} seeds",
+    }
 
 
 def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
     """The caption of a :func:`paper_table`: metric, rule, n, marks and the test used."""
     a = table.attrs
     pm, dagger = ("±", "†") if style != "latex" else (r"$\pm$", r"$^\dagger$")
-    text = (f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean {pm} std over "
-            f"{a['n_seeds']} seeds; (n=…) where fewer seeds finished; failed / diverged: every seed of the "
-            "cell errored / diverged.")
-    text += (" Best per column in bold, second best underlined (columns with two or more methods)."
-             if table["rank"].notna().any() else " No best marked: no column has two methods to compare.")
+    text = (
+        f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean {pm} std over "
+        f"{a['n_seeds']} seeds; (n=…) where fewer seeds finished; failed / diverged: every seed of the "
+        "cell errored / diverged."
+    )
+    text += (
+        " Best per column in bold, second best underlined (columns with two or more methods)."
+        if table["rank"].notna().any()
+        else " No best marked: no column has two methods to compare."
+    )
     if a["baseline"] is None:
         return text + " No significance test (no baseline row)."
     p = f"$p < {ALPHA:g}$" if style == "latex" else f"p < {ALPHA:g}"
-    return (text + f" {dagger} {p} against {a['baseline']} (paired t-test over seeds, same seed = "
-            "same noise draw; the Wilcoxon signed-rank p and the 95 % CI of the mean difference are in "
-            "paper_table.csv); no test where fewer than 3 seeds pair up.")
+    return (
+        text + f" {dagger} {p} against {a['baseline']} (paired t-test over seeds, same seed = "
+        "same noise draw; the Wilcoxon signed-rank p and the 95 % CI of the mean difference are in "
+        "paper_table.csv); no test where fewer than 3 seeds pair up."
+    )
 
 
 def format_paper_table(table: pd.DataFrame, style: str = "markdown") -> str:
@@ -262,19 +309,28 @@ def format_paper_table(table: pd.DataFrame, style: str = "markdown") -> str:
 
     if style == "markdown":
         names = [_column_name(columns, v) for v in column_values]
-        lines = [paper_caption(table, "markdown"), "",
-                 "| " + " | ".join(header_keys + names) + " |",
-                 "|" + "|".join([":--"] * len(header_keys) + ["--:"] * len(names)) + "|"]
+        lines = [
+            paper_caption(table, "markdown"),
+            "",
+            "| " + " | ".join(header_keys + names) + " |",
+            "|" + "|".join([":--"] * len(header_keys) + ["--:"] * len(names)) + "|",
+        ]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(lines) + "\n"
 
     nk = len(header_keys)
-    lines = [r"\begin{table}[t]", r"\centering", r"\caption{" + _latex(paper_caption(table, "latex")) + "}",
-             r"\begin{tabular}{" + "l" * nk + "c" * len(column_values) + "}", r"\toprule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\caption{" + _latex(paper_caption(table, "latex")) + "}",
+        r"\begin{tabular}{" + "l" * nk + "c" * len(column_values) + "}",
+        r"\toprule",
+    ]
     if len(columns) == 2:  # noise type over its rates
         spans = [(t, sum(1 for v in column_values if v[0] == t)) for t in dict.fromkeys(v[0] for v in column_values)]
-        lines.append(" & " * nk + " & ".join(rf"\multicolumn{{{w}}}{{c}}{{{_latex(_fmt(t))}}}" for t, w in spans)
-                     + r" \\")
+        lines.append(
+            " & " * nk + " & ".join(rf"\multicolumn{{{w}}}{{c}}{{{_latex(_fmt(t))}}}" for t, w in spans) + r" \\"
+        )
         start, rules = nk + 1, []
         for _, w in spans:
             rules.append(rf"\cmidrule(lr){{{start}-{start + w - 1}}}")
@@ -297,8 +353,7 @@ def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
     if row["n"] == 0:
         if row["n_failed"] == 0:
             return "--" if style == "latex" else "–"
-        return "diverged" if row["n_diverged"] == row["n_failed"] else (
-            "error" if row["n_diverged"] == 0 else "failed")
+        return "diverged" if row["n_diverged"] == row["n_failed"] else ("error" if row["n_diverged"] == 0 else "failed")
     scale, spec = (100.0, ".2f") if attrs["percent"] else (1.0, ".4f")
     pm = r" $\pm$ " if style == "latex" else " ± "
     text = format(row["mean"] * scale, spec)
@@ -328,8 +383,9 @@ def write_paper_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
     md, tex, csv = (path.with_name(path.name + suffix) for suffix in (".md", ".tex", ".csv"))
     md.write_text(format_paper_table(table, "markdown"))
     tex.write_text(format_paper_table(table, "latex"))
-    table.drop(columns=["_label"]).assign(metric=table.attrs["metric"], rule=table.attrs["rule"],
-                                          baseline=table.attrs["baseline"]).to_csv(csv, index=False)
+    table.drop(columns=["_label"]).assign(
+        metric=table.attrs["metric"], rule=table.attrs["rule"], baseline=table.attrs["baseline"]
+    ).to_csv(csv, index=False)
     return [md, tex, csv]
 
 
@@ -344,10 +400,13 @@ def _row_keys(trials: pd.DataFrame, rows: Sequence[str] | None, columns: list[st
             try:
                 column = config_column(trials, name)
             except ExperimentError:
-                available = ", ".join(c[len("config/"):] for c in varying_config_columns(trials, seed)
-                                      if c not in columns) or "none"
-                raise ExperimentError(f"row key {name!r} is not a config key of these trials; "
-                                      f"varying keys: {available}") from None
+                available = (
+                    ", ".join(c[len("config/") :] for c in varying_config_columns(trials, seed) if c not in columns)
+                    or "none"
+                )
+                raise ExperimentError(
+                    f"row key {name!r} is not a config key of these trials; varying keys: {available}"
+                ) from None
             if column in columns:
                 raise ExperimentError(f"row key {name!r} is a column axis of the paper table (noise type, noise rate)")
             keys.append(column)
@@ -355,8 +414,7 @@ def _row_keys(trials: pd.DataFrame, rows: Sequence[str] | None, columns: list[st
     keys = [c for c in varying_config_columns(trials, seed) if c not in columns]
     if several:
         cell = keys + columns + ([f"config/{seed}"] if f"config/{seed}" in trials.columns else [])
-        shared = trials.groupby([trials[c].map(str) for c in cell])["experiment"].nunique().max() > 1 if cell \
-            else True
+        shared = trials.groupby([trials[c].map(str) for c in cell])["experiment"].nunique().max() > 1 if cell else True
         if shared:
             keys = ["experiment", *keys]
     if not keys and "config/loss" in trials.columns:
@@ -368,8 +426,10 @@ def _resolve_baseline(baseline: str | None, table: pd.DataFrame, keys: list[str]
     labels = list(dict.fromkeys(table["_label"]))
     if baseline is None or not keys:
         return None
-    values = {label: {_fmt(v) for v in row} for label, row in
-              zip(table["_label"], table[keys].itertuples(index=False, name=None))}
+    values = {
+        label: {_fmt(v) for v in row}
+        for label, row in zip(table["_label"], table[keys].itertuples(index=False, name=None))
+    }
     wanted = "ce" if baseline == "auto" else baseline
     matches = [label for label in labels if label == wanted] or [label for label in labels if wanted in values[label]]
     if len(matches) == 1:

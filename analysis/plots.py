@@ -20,8 +20,8 @@ from analysis.load import (
     metric_column,
     varying_config_columns,
 )
-from analysis.tables import best_runs, failed
 from analysis.packing import sweep_efficiency, timeline
+from analysis.tables import best_runs, failed
 
 STATUS_COLORS = {
     "TERMINATED": "tab:green",
@@ -84,8 +84,9 @@ def plot_learning_curves(
     data = history[["trial_id", x, metric]].merge(ok, on="trial_id")
     data = data[np.isfinite(pd.to_numeric(data[metric], errors="coerce"))]
     panels = list(data.groupby(panel_key, sort=True)) if panel_key else [(None, data)]
-    line_values = sorted({tuple(v) for v in data[line_keys].itertuples(index=False)}, key=_sort_key) if line_keys \
-        else [()]
+    line_values = (
+        sorted({tuple(v) for v in data[line_keys].itertuples(index=False)}, key=_sort_key) if line_keys else [()]
+    )
     sequential = len(line_keys) == 1 and pd.api.types.is_numeric_dtype(trials[line_keys[0]])
     colors = dict(zip(line_values, _colors(len(line_values), sequential)))
 
@@ -102,8 +103,14 @@ def plot_learning_curves(
             ax.plot(curve.index, curve["mean"], color=color, label=label)
             band = curve["count"] > 1
             if band.any():
-                ax.fill_between(curve.index[band], (curve["mean"] - curve["std"])[band],
-                                (curve["mean"] + curve["std"])[band], color=color, alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    curve.index[band],
+                    (curve["mean"] - curve["std"])[band],
+                    (curve["mean"] + curve["std"])[band],
+                    color=color,
+                    alpha=0.2,
+                    linewidth=0,
+                )
         if panel_key:
             ax.set_title(f"{_bare(panel_key)} = {_fmt(value)}")
         ax.set_xlabel(_axis_label(x))
@@ -154,9 +161,15 @@ def plot_metric_vs_noise_rate(
     x_column = config_column(trials, x)
     panel_column = config_column(trials, panel) if _has_config(trials, panel) else None
     hue = [c for c in varying_config_columns(trials, seed) if c not in (x_column, panel_column)]
-    table = best_runs(trials, metric, mode or guess_mode(metric),
-                      by=[c for c in (panel_column, *hue, x_column) if c], scope=scope, seed=seed)
-    bare = {c: c[len("config/"):] if c.startswith("config/") else c for c in trials.columns}
+    table = best_runs(
+        trials,
+        metric,
+        mode or guess_mode(metric),
+        by=[c for c in (panel_column, *hue, x_column) if c],
+        scope=scope,
+        seed=seed,
+    )
+    bare = {c: c[len("config/") :] if c.startswith("config/") else c for c in trials.columns}
     x_name, hue_names = bare[x_column], [bare[c] for c in hue]
     panel_values = sorted(table[bare[panel_column]].dropna().unique()) if panel_column else [None]
 
@@ -172,8 +185,15 @@ def plot_metric_vs_noise_rate(
             rows = rows[rows["n"] > 0].sort_values(x_name)
             if rows.empty:
                 continue
-            ax.errorbar(rows[x_name], rows["mean"], yerr=rows["ci95"].fillna(0), color=color,
-                        marker="o", capsize=3, label=_label(hue_names, key) if hue_names else None)
+            ax.errorbar(
+                rows[x_name],
+                rows["mean"],
+                yerr=rows["ci95"].fillna(0),
+                color=color,
+                marker="o",
+                capsize=3,
+                label=_label(hue_names, key) if hue_names else None,
+            )
         ax.set_title(f"{bare[panel_column]} = {value}" if value is not None else "all trials")
         ax.set_xlabel(_axis_label(x_name))
         ax.grid(alpha=0.3)
@@ -227,14 +247,15 @@ def plot_heatmap(
     image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(x_values)), [_fmt(v) for v in x_values])
     ax.set_yticks(range(len(y_values)), [_fmt(v) for v in y_values])
-    ax.set_xlabel(_axis_label(x_column[len("config/"):] if x_column.startswith("config/") else x_column))
-    ax.set_ylabel(_axis_label(y_column[len("config/"):] if y_column.startswith("config/") else y_column))
+    ax.set_xlabel(_axis_label(x_column[len("config/") :] if x_column.startswith("config/") else x_column))
+    ax.set_ylabel(_axis_label(y_column[len("config/") :] if y_column.startswith("config/") else y_column))
     finite = grid.to_numpy(dtype=float)
     middle = np.nanmean(finite) if np.isfinite(finite).any() else 0.0
     for (r, c), value in np.ndenumerate(finite):
         if np.isfinite(value):
-            ax.text(c, r, f"{value:.3g}", ha="center", va="center", fontsize=8,
-                    color="black" if value > middle else "white")
+            ax.text(
+                c, r, f"{value:.3g}", ha="center", va="center", fontsize=8, color="black" if value > middle else "white"
+            )
     fig.colorbar(image, ax=ax, label=_scope_text(trials, metric, scope, ", mean"))
     most = int(counts.max()) if len(counts) else 0
     ax.set_title(f"{metric}: mean over seeds and other settings (≤ {most} runs per cell)")
@@ -275,8 +296,9 @@ def plot_paper_curves(table: pd.DataFrame) -> Figure:
             half = line["ci95"].to_numpy(float) * scale
             ax.plot(line["noise_rate"], mean, marker="o", color=colors[method], label=method or a["metric"])
             if np.isfinite(half).any():
-                ax.fill_between(line["noise_rate"], mean - half, mean + half, color=colors[method], alpha=0.2,
-                                linewidth=0)
+                ax.fill_between(
+                    line["noise_rate"], mean - half, mean + half, color=colors[method], alpha=0.2, linewidth=0
+                )
         ax.set_title(f"noise_type = {noise_type}" if noise_type is not None else "all trials")
         ax.set_xlabel(_axis_label("noise_rate"))
         ax.grid(alpha=0.3)
@@ -361,31 +383,56 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
         mask = state == status
         if mask.any():
             present.append(Patch(color=color, label=status.lower()))
-            ax.barh(y[mask], (rows["end_s"] - rows["start_s"])[mask] / scale, left=rows["start_s"][mask] / scale,
-                    height=0.8, color=color, edgecolor="white", linewidth=0.5)
+            ax.barh(
+                y[mask],
+                (rows["end_s"] - rows["start_s"])[mask] / scale,
+                left=rows["start_s"][mask] / scale,
+                height=0.8,
+                color=color,
+                edgecolor="white",
+                linewidth=0.5,
+            )
     ax.set_yticks(range(len(slot_names)), slot_names)
     ax.invert_yaxis()
     ax.set_xlabel(f"time since first trial start ({unit})")
     ax.set_ylabel("GPU" if all(s.split(" ")[-2] == "GPU" for s in slot_names) else "slot")
     efficiency = sweep_efficiency(trials, slots)
-    ax.set_title(f"Trial timeline: {rows['trial_id'].nunique()} trials, sweep efficiency "
-                 f"{efficiency:.0%} (busy slot-time / (slots × makespan))")
+    ax.set_title(
+        f"Trial timeline: {rows['trial_id'].nunique()} trials, sweep efficiency "
+        f"{efficiency:.0%} (busy slot-time / (slots × makespan))"
+    )
     ax.legend(handles=present, loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    _label_bars(fig, ax, rows["trial_name"].fillna(rows["trial_id"]).astype(str), rows["start_s"] / scale,
-                rows["end_s"] / scale, y)
+    _label_bars(
+        fig,
+        ax,
+        rows["trial_name"].fillna(rows["trial_id"]).astype(str),
+        rows["start_s"] / scale,
+        rows["end_s"] / scale,
+        y,
+    )
     return fig
 
 
-def _label_bars(fig: Figure, ax, names: pd.Series, left: pd.Series, right: pd.Series, y: pd.Series,
-                fontsize: float = 7.0, padding_px: float = 4.0) -> None:
+def _label_bars(
+    fig: Figure,
+    ax,
+    names: pd.Series,
+    left: pd.Series,
+    right: pd.Series,
+    y: pd.Series,
+    fontsize: float = 7.0,
+    padding_px: float = 4.0,
+) -> None:
     """Write each name centred on its bar, and keep only the names narrower than their bar.
 
     Widths are measured in display pixels after the figure's layout is done
     (``Figure.draw_without_rendering``), so whether a name fits holds for the saved figure.
     """
-    texts = [ax.text((a + b) / 2, row, name, ha="center", va="center", fontsize=fontsize, color="white", clip_on=True)
-             for name, a, b, row in zip(names, left, right, y)]
+    texts = [
+        ax.text((a + b) / 2, row, name, ha="center", va="center", fontsize=fontsize, color="white", clip_on=True)
+        for name, a, b, row in zip(names, left, right, y)
+    ]
     fig.draw_without_rendering()
     for text, a, b in zip(texts, left, right):
         (x0, _), (x1, _) = ax.transData.transform([(a, 0), (b, 0)])
@@ -423,18 +470,17 @@ def _has_config(trials: pd.DataFrame, name: str) -> bool:
 
 
 def _label(keys: Sequence[str], values: Sequence) -> str:
-    names = [k[len("config/"):] if k.startswith("config/") else k for k in keys]
+    names = [k[len("config/") :] if k.startswith("config/") else k for k in keys]
     return ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values))
 
 
 def _bare(column: str) -> str:
-    return column[len("config/"):] if column.startswith("config/") else column
+    return column[len("config/") :] if column.startswith("config/") else column
 
 
 def _sort_key(values: tuple) -> tuple:
     """Sorts tuples of mixed types (numbers before strings, None last) without TypeError."""
-    return tuple((v is None or v != v, isinstance(v, str), v if not isinstance(v, str) else 0, str(v))
-                 for v in values)
+    return tuple((v is None or v != v, isinstance(v, str), v if not isinstance(v, str) else 0, str(v)) for v in values)
 
 
 def _fmt(value) -> str:

@@ -54,8 +54,11 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
         else:  # PENDING, PAUSED
             counts["pending"] += 1
         value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
-        if value is not None and not math.isnan(value) and (
-                best is None or (value > best[0] if mode == "max" else value < best[0])):
+        if (
+            value is not None
+            and not math.isnan(value)
+            and (best is None or (value > best[0] if mode == "max" else value < best[0]))
+        ):
             best = (value, str(trial))
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
@@ -64,12 +67,23 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
         epochs_planned += round(not_created * sum(planned_per_trial) / len(planned_per_trial))
     sign = -1 if mode == "max" else 1
     running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
-    return {**counts, "total": total, "best": best, "epochs_done": epochs_done,
-            "epochs_planned": epochs_planned, "running_trials": running}
+    return {
+        **counts,
+        "total": total,
+        "best": best,
+        "epochs_done": epochs_done,
+        "epochs_planned": epochs_planned,
+        "running_trials": running,
+    }
 
 
-def format_progress(status: dict, elapsed_s: float, epochs_at_start: int = 0, metric: str = METRIC,
-                    log_lines: Mapping[str, str] | None = None) -> list[str]:
+def format_progress(
+    status: dict,
+    elapsed_s: float,
+    epochs_at_start: int = 0,
+    metric: str = METRIC,
+    log_lines: Mapping[str, str] | None = None,
+) -> list[str]:
     """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
 
     The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until

@@ -19,6 +19,7 @@ from analysis.load import (
     reported_metrics,
     varying_config_columns,
 )
+from analysis.packing import sweep_efficiency
 from analysis.paper import format_paper_table, paper_table, write_paper_table
 from analysis.plots import (
     plot_confusion,
@@ -33,7 +34,6 @@ from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELE
 from analysis.select import add_selected
 from analysis.summary import best_cell, cell_trials, summary_text
 from analysis.tables import best_runs, failed, format_table, write_table
-from analysis.packing import sweep_efficiency
 
 
 def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | None = None) -> tuple[str, str]:
@@ -57,7 +57,9 @@ def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | 
             recorded = metric
         else:
             existing = ", ".join(reported_metrics(trials)) or "none"
-            raise ExperimentError(f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})")
+            raise ExperimentError(
+                f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})"
+            )
     metric_column(trials, metric)
     if mode is None:
         mode = recorded_mode if metric == recorded and recorded_mode else guess_mode(metric)
@@ -118,8 +120,21 @@ def write_report(
     if out_dir is None:
         out_dir = report_folder(trials)
     has_test = test_metric in history.columns and history[test_metric].notna().any()
-    paper = paper_table(trials, history, test_metric, select=select, k=k, val_metric=metric, val_mode=mode,
-                        rows=rows, baseline=baseline) if has_test else None
+    paper = (
+        paper_table(
+            trials,
+            history,
+            test_metric,
+            select=select,
+            k=k,
+            val_metric=metric,
+            val_mode=mode,
+            rows=rows,
+            baseline=baseline,
+        )
+        if has_test
+        else None
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     formats = tuple(dict.fromkeys(("png", *formats)))
@@ -129,8 +144,11 @@ def write_report(
     write_table(table, out / "best_runs")
     rule = selected.attrs["select_text"][metric]
     duplicates = duplicates_line(trials)
-    (out / "best_runs.txt").write_text(f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n" + format_table(table)
-                                       + (duplicates + "\n" if duplicates else ""))
+    (out / "best_runs.txt").write_text(
+        f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n"
+        + format_table(table)
+        + (duplicates + "\n" if duplicates else "")
+    )
     trials.to_csv(out / "trials.csv", index=False)
 
     figures: dict[str, str] = {}
@@ -142,8 +160,9 @@ def write_report(
     summary = None
     if paper is not None:
         write_paper_table(paper, out / "paper_table")
-        summary = summary_text(trials, history, metric, mode, select, k=k, test_metric=test_metric,
-                               rows=paper.attrs["rows"])
+        summary = summary_text(
+            trials, history, metric, mode, select, k=k, test_metric=test_metric, rows=paper.attrs["rows"]
+        )
         (out / "summary.txt").write_text(summary)
         if "noise_rate" in paper.attrs["columns"]:
             save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
@@ -152,8 +171,11 @@ def write_report(
             save("confusion", "Confusion matrix of the best configuration", confusion)
     save("learning_curves", "Learning curves", plot_learning_curves(history, trials, metric))
     if _has(trials, "noise_rate"):
-        save("metric_vs_noise_rate", f"{metric} vs noise rate",
-             plot_metric_vs_noise_rate(selected, metric, mode, scope="select"))
+        save(
+            "metric_vs_noise_rate",
+            f"{metric} vs noise rate",
+            plot_metric_vs_noise_rate(selected, metric, mode, scope="select"),
+        )
     axes = _heatmap_axes(trials)
     if axes:
         save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", plot_heatmap(selected, metric, *axes, scope="select"))
@@ -172,14 +194,25 @@ def report_folder(trials: pd.DataFrame) -> Path:
     return Path("reports") / "+".join(p.rstrip("/").rsplit("/", 1)[-1] for p in paths)
 
 
-def _best_confusion(trials: pd.DataFrame, history: pd.DataFrame, metric: str, mode: str, select: str, k: int,
-                    rows: list[str]):
+def _best_confusion(
+    trials: pd.DataFrame, history: pd.DataFrame, metric: str, mode: str, select: str, k: int, rows: list[str]
+):
     """Confusion figure of the best configuration by the validation metric, summed over its
     seeds; None when none of its trials saved ``confusion.json`` (or ``select`` is last-k)."""
     if select not in CONFUSION_SELECT:
         return None
-    val = paper_table(trials, history, metric, select=select, k=k, val_metric=metric, val_mode=mode, mode=mode,
-                      rows=rows, baseline=None)
+    val = paper_table(
+        trials,
+        history,
+        metric,
+        select=select,
+        k=k,
+        val_metric=metric,
+        val_mode=mode,
+        mode=mode,
+        rows=rows,
+        baseline=None,
+    )
     best = best_cell(val, mode)
     if best is None:
         return None
@@ -192,8 +225,9 @@ def _best_confusion(trials: pd.DataFrame, history: pd.DataFrame, metric: str, mo
     if not matrices or len({m.shape for m in matrices}) > 1:
         return None
     where = ", ".join(f"{c}={best[c]}" for c in val.attrs["rows"] + val.attrs["columns"])
-    return plot_confusion(sum(matrices), f"{where}: clean test set at the {select} epoch, "
-                                         f"summed over {len(matrices)} seed(s)")
+    return plot_confusion(
+        sum(matrices), f"{where}: clean test set at the {select} epoch, summed over {len(matrices)} seed(s)"
+    )
 
 
 def _has(trials: pd.DataFrame, key: str) -> bool:
@@ -206,37 +240,63 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
 
 def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
     varying = varying_config_columns(trials)
-    if _has(trials, "noise_rate") and _has(trials, "noise_type") and \
-            {"config/noise_rate", "config/noise_type"} <= set(varying):
+    if (
+        _has(trials, "noise_rate")
+        and _has(trials, "noise_type")
+        and {"config/noise_rate", "config/noise_type"} <= set(varying)
+    ):
         return "noise_rate", "noise_type"
     return (varying[0], varying[1]) if len(varying) >= 2 else None
 
 
-def _markdown(trials: pd.DataFrame, table: pd.DataFrame, metric: str, mode: str, rule: str,
-              paper: pd.DataFrame | None, summary: str | None, figures: dict) -> str:
+def _markdown(
+    trials: pd.DataFrame,
+    table: pd.DataFrame,
+    metric: str,
+    mode: str,
+    rule: str,
+    paper: pd.DataFrame | None,
+    summary: str | None,
+    figures: dict,
+) -> str:
     counts = trials["status"].value_counts()
     status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
     diverged = int(trials["diverged"].sum())
     efficiency = sweep_efficiency(trials)
-    name = " + ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in trials.attrs.get("experiments")
-                      or [trials.attrs["experiment"]])
+    name = " + ".join(
+        p.rstrip("/").rsplit("/", 1)[-1] for p in trials.attrs.get("experiments") or [trials.attrs["experiment"]]
+    )
     lines = [f"# Report: {name}", ""]
     if paper is not None:
-        lines += ["## Paper table", "", format_paper_table(paper, "markdown"),
-                  "Also as `paper_table.tex` (booktabs) and `paper_table.csv` (with p-values and the 95 % CI of "
-                  "each difference to the baseline).", ""]
+        lines += [
+            "## Paper table",
+            "",
+            format_paper_table(paper, "markdown"),
+            "Also as `paper_table.tex` (booktabs) and `paper_table.csv` (with p-values and the 95 % CI of "
+            "each difference to the baseline).",
+            "",
+        ]
     lines += [
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({status}; {diverged} diverged)",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
         f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
-        if efficiency == efficiency else "- sweep efficiency: n/a (no timed trials)",
+        if efficiency == efficiency
+        else "- sweep efficiency: n/a (no timed trials)",
         "",
     ]
     if summary is not None:
-        lines += ["## Sweep summary", "", "As printed at the end of the sweep (same numbers as the paper table).",
-                  "", "```text", summary.rstrip("\n"), "```", ""]
+        lines += [
+            "## Sweep summary",
+            "",
+            "As printed at the end of the sweep (same numbers as the paper table).",
+            "",
+            "```text",
+            summary.rstrip("\n"),
+            "```",
+            "",
+        ]
     lines += [
         "## Best configurations",
         "",

@@ -63,13 +63,18 @@ def best_so_far(df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, time_c
     out = pd.DataFrame({"trials": np.arange(1, len(values) + 1), "value": values, "best": best})
     if time_col in ordered.columns:
         finish = ordered[time_col].to_numpy(dtype=float)
-        start = (finish - ordered["time_total_s"].to_numpy(dtype=float)).min() if "time_total_s" in ordered else finish.min()
+        start = (
+            (finish - ordered["time_total_s"].to_numpy(dtype=float)).min()
+            if "time_total_s" in ordered
+            else finish.min()
+        )
         out["elapsed_s"] = finish - start
     return out
 
 
-def plot_best_so_far(df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, x: str = "trials",
-                     time_col: str = "timestamp") -> Figure:
+def plot_best_so_far(
+    df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, x: str = "trials", time_col: str = "timestamp"
+) -> Figure:
     """Best-so-far curve against the number of finished trials (`x="trials"`) or time (`x="time"`).
 
     Each trial's own value is a dot; the best so far is a step line.
@@ -111,12 +116,17 @@ def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC,
     study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
     for _, row in rows.iterrows():
         present = {p: _plain(row[c]) for p, c in columns.items() if not _is_missing(row[c])}
-        study.add_trial(optuna.trial.create_trial(
-            params=present, distributions={p: distributions[p] for p in present}, value=float(row[metric])))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=present, distributions={p: distributions[p] for p in present}, value=float(row[metric])
+            )
+        )
     return study
 
 
-def param_importance(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE, seed: int = 0) -> pd.Series:
+def param_importance(
+    df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE, seed: int = 0
+) -> pd.Series:
     """fANOVA importance (Hutter et al. 2014, Optuna's `FanovaImportanceEvaluator`) of each parameter.
 
     Only parameters every trial has enter (Optuna evaluates the common search space): pass the
@@ -140,7 +150,9 @@ def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], metric: str =
     return ax.figure
 
 
-def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None) -> pd.DataFrame:
+def top_trials(
+    df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None
+) -> pd.DataFrame:
     """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
 
     Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/` column that varies (prefix dropped), `epochs` (with
@@ -168,8 +180,10 @@ def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = 
     seeds = ranked["num_seeds"].fillna(1).astype(int) if "num_seeds" in ranked else pd.Series(1, index=ranked.index)
     out["n_seeds"] = seeds
     ci = ranked[f"{metric}_ci95"] if f"{metric}_ci95" in ranked else pd.Series(np.nan, index=ranked.index)
-    out[metric] = [f"{m:.3f}" + (f" ± {c:.3f}" if n > 1 and not math.isnan(c) else "")
-                   for m, c, n in zip(ranked[metric], ci, seeds)]
+    out[metric] = [
+        f"{m:.3f}" + (f" ± {c:.3f}" if n > 1 and not math.isnan(c) else "")
+        for m, c, n in zip(ranked[metric], ci, seeds)
+    ]
     return out.reset_index(drop=True)
 
 

@@ -47,13 +47,21 @@ def select_values(
     check_select(select, k)
     if val_mode not in ("max", "min"):
         raise ExperimentError(f"validation mode must be 'max' or 'min', not {val_mode!r}")
-    reported = ", ".join(c for c in history.columns if c not in ("experiment", "trial_id", "training_iteration",
-                                                                   "time_total_s", "timestamp")) or "none"
+    reported = (
+        ", ".join(
+            c
+            for c in history.columns
+            if c not in ("experiment", "trial_id", "training_iteration", "time_total_s", "timestamp")
+        )
+        or "none"
+    )
     if metric not in history.columns:
         raise ExperimentError(f"metric {metric!r} is not in the history; reported metrics: {reported}")
     if select == "best-val" and (val_metric not in history.columns or history[val_metric].isna().all()):
-        raise ExperimentError(f"best-val needs the validation metric {val_metric!r} in the history, "
-                              f"and no trial reported it; reported metrics: {reported}")
+        raise ExperimentError(
+            f"best-val needs the validation metric {val_metric!r} in the history, "
+            f"and no trial reported it; reported metrics: {reported}"
+        )
     ids = pd.unique(history["trial_id"])
     h = history.sort_values(["trial_id", "training_iteration"], kind="stable")
     h = h.assign(_value=pd.to_numeric(h[metric], errors="coerce")).reset_index(drop=True)
@@ -63,14 +71,16 @@ def select_values(
         val = val.where(np.isfinite(val))
         score = (val if val_mode == "max" else -val).dropna()
         rows = h.loc[score.groupby(h.loc[score.index, "trial_id"], sort=False).idxmax()]  # first max: earliest
-        out = pd.DataFrame({"value": rows["_value"].to_numpy(float),
-                            "iteration": rows["training_iteration"].to_numpy(), "epochs": 1},
-                           index=rows["trial_id"].to_numpy())
+        out = pd.DataFrame(
+            {"value": rows["_value"].to_numpy(float), "iteration": rows["training_iteration"].to_numpy(), "epochs": 1},
+            index=rows["trial_id"].to_numpy(),
+        )
     else:
         window = h[h["_value"].notna()].groupby("trial_id", sort=False).tail(1 if select == "last" else k)
         by = window.groupby("trial_id", sort=False)
-        out = pd.DataFrame({"value": by["_value"].mean(), "iteration": by["training_iteration"].last(),
-                            "epochs": by.size()})
+        out = pd.DataFrame(
+            {"value": by["_value"].mean(), "iteration": by["training_iteration"].last(), "epochs": by.size()}
+        )
     out = out.reindex(ids)
     out.index.name = "trial_id"
     out["epochs"] = out["epochs"].fillna(0).astype(int)
@@ -102,6 +112,5 @@ def add_selected(
         values = select_values(history, metric, select, k=k, val_metric=val_metric, val_mode=val_mode)
         out[f"select/{metric}"] = values["value"].reindex(out["trial_id"]).to_numpy()
         texts[metric] = describe_select(select, metric, val_metric, k)
-    out.attrs.update(select={"rule": select, "k": k, "val_metric": val_metric, "val_mode": val_mode},
-                     select_text=texts)
+    out.attrs.update(select={"rule": select, "k": k, "val_metric": val_metric, "val_mode": val_mode}, select_text=texts)
     return out

@@ -11,7 +11,7 @@ log line and the driver's state. Where it comes from (a local folder or a URI su
   config, last result and best values (`analysis/tune_state.py`);
 - for the trials it lists as running, and trial folders it does not list yet: the last lines
   of `result.json` (newer than the snapshot) and of the `stdout` log (as last copied to storage:
-  at a report, at most every `sweeps/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
+  at a report, at most every `sweeps/engine/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
   a few seconds behind the metrics);
 - `raysweep.json`: the sweep's metric and mode, its command line and the grid's size;
 - `driver.json`: the driver's host, pid and heartbeat (`analysis/driver_record.py`).
@@ -32,11 +32,11 @@ from typing import TextIO
 
 import pyarrow.fs as pafs
 
+from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
 from analysis.tune_state import list_dir, listed_trials, read_bytes, resolve_source, sweep_settings
-from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -46,6 +46,7 @@ _GPU_IN_LOG = re.compile(r"\[GPU ([\d,]+) \|")  # the trial log prefix `[GPU 0,1
 @dataclasses.dataclass
 class TrialRecord:
     """One trial as `analysis.progress.sweep_status` reads it (the fields of a Tune `Trial` it uses)."""
+
     name: str
     status: str  # RUNNING, PENDING, PAUSED, TERMINATED or ERROR
     config: dict
@@ -84,8 +85,18 @@ def read_status(source, now: float | None = None) -> dict:
     settings = sweep_settings(fs, root, files, state)
     metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
 
-    trials = [TrialRecord(t["trial_name"] or t["dir"], t["status"] or "PENDING", t["config"] or {},
-                          t["last_result"], t["metric_analysis"], t["start"], t["end"]) for t in listed]
+    trials = [
+        TrialRecord(
+            t["trial_name"] or t["dir"],
+            t["status"] or "PENDING",
+            t["config"] or {},
+            t["last_result"],
+            t["metric_analysis"],
+            t["start"],
+            t["end"],
+        )
+        for t in listed
+    ]
     folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}
     log_lines = {}
     for folder in dirs:  # trials the snapshot lists as running, and those it does not list yet
@@ -113,9 +124,16 @@ def read_status(source, now: float | None = None) -> dict:
     starts, ends = [t.start for t in trials if t.start], [t.end for t in trials if t.end]
     until = now if left and alive is not False else max(ends, default=now)  # an ended sweep's clock stops
     return {
-        "status": status, "metric": metric, "mode": mode, "where": prefix + root,
-        "elapsed_s": max(0.0, until - min(starts)) if starts else 0.0, "log_lines": log_lines,
-        "driver": driver, "driver_alive": alive, "left": left, "argv": info.get("argv"),
+        "status": status,
+        "metric": metric,
+        "mode": mode,
+        "where": prefix + root,
+        "elapsed_s": max(0.0, until - min(starts)) if starts else 0.0,
+        "log_lines": log_lines,
+        "driver": driver,
+        "driver_alive": alive,
+        "left": left,
+        "argv": info.get("argv"),
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
     }
 
@@ -123,14 +141,18 @@ def read_status(source, now: float | None = None) -> dict:
 def format_status(report: dict, now: float | None = None) -> list[str]:
     """The status block of a `read_status` dict: the progress block, then the driver's line (and,
     when the driver is gone with trials left, how to resume)."""
-    lines = format_progress(report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"])
+    lines = format_progress(
+        report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"]
+    )
     lines.append(driver_line(report, time.time() if now is None else now))
     if report["driver_alive"] is False and report["left"]:
         if report["resumable"]:
             lines.append(f"  {report['left']} trial(s) left: continue the sweep with {resume_command(report['argv'])}")
         else:  # killed before Tune saved the sweep: nothing to restore yet
-            lines.append(f"  {report['left']} trial(s) left, none saved yet: start the sweep again with "
-                         f"{resume_command(report['argv'], resume=False)}")
+            lines.append(
+                f"  {report['left']} trial(s) left, none saved yet: start the sweep again with "
+                f"{resume_command(report['argv'], resume=False)}"
+            )
     return lines
 
 

@@ -67,11 +67,22 @@ def summary_text(
     """
     if test_metric not in history.columns or not history[test_metric].notna().any():
         raise ExperimentError(f"no trial reported {test_metric!r}: nothing to summarise")
-    test = paper_table(trials, history, test_metric, select=select, k=k, val_metric=metric, val_mode=mode,
-                       rows=rows, baseline=None)
+    test = paper_table(
+        trials, history, test_metric, select=select, k=k, val_metric=metric, val_mode=mode, rows=rows, baseline=None
+    )
     a = test.attrs
-    val = paper_table(trials, history, metric, select=select, k=k, val_metric=metric, val_mode=mode, mode=mode,
-                      rows=a["rows"], baseline=None)
+    val = paper_table(
+        trials,
+        history,
+        metric,
+        select=select,
+        k=k,
+        val_metric=metric,
+        val_mode=mode,
+        mode=mode,
+        rows=a["rows"],
+        baseline=None,
+    )
     keys = a["rows"] + [c for c in a["columns"] if c != "noise_type"]
     wide = "noise_type" in a["columns"]
     types = sorted(test["noise_type"].unique(), key=str) if wide else [None]
@@ -88,10 +99,12 @@ def summary_text(
 
     errored = int((trials["status"] == "ERROR").sum())
     diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
-    lines = [f"{test_metric}{unit}: {a['rule']}; mean ± std (n seeds) over seeds"
-             + (", columns: noise type" if wide else ""),
-             *_aligned(header, body, len(keys)),
-             f"failed trials (left out of the cells): {errored} errored, {diverged} diverged"]
+    lines = [
+        f"{test_metric}{unit}: {a['rule']}; mean ± std (n seeds) over seeds"
+        + (", columns: noise type" if wide else ""),
+        *_aligned(header, body, len(keys)),
+        f"failed trials (left out of the cells): {errored} errored, {diverged} diverged",
+    ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
     best = best_cell(val, mode)
@@ -101,17 +114,21 @@ def summary_text(
         where = a["rows"] + a["columns"]
         same = test[test["_label"].eq(best["_label"]) & _same_column(test, best, a["columns"])]
         setting = ", ".join(f"{c}={_text(best[c])}" for c in where) or "all trials"
-        lines.append(f"best configuration by {val.attrs['rule']}: {setting}: "
-                     f"{metric} {format_cell(best, val.attrs, 'console')}, "
-                     f"{test_metric} {format_cell(same.iloc[0], a, 'console')}")
+        lines.append(
+            f"best configuration by {val.attrs['rule']}: {setting}: "
+            f"{metric} {format_cell(best, val.attrs, 'console')}, "
+            f"{test_metric} {format_cell(same.iloc[0], a, 'console')}"
+        )
     return "\n".join(lines) + "\n"
 
 
 def _aligned(header: list[str], body: list[list[str]], left: int) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-              for cells in body]
+    lines += [
+        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        for cells in body
+    ]
     return lines
 
 

@@ -61,17 +61,21 @@ def best_runs(
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', not {mode!r}")
     value_column = metric_column(trials, metric, scope)
-    keys = varying_config_columns(trials, seed) if by is None else [
-        column if column in trials.columns else config_column(trials, column) for column in by
-    ]
+    keys = (
+        varying_config_columns(trials, seed)
+        if by is None
+        else [column if column in trials.columns else config_column(trials, column) for column in by]
+    )
     seed_column = f"config/{seed}" if f"config/{seed}" in trials.columns else None
 
-    work = pd.DataFrame({
-        "value": pd.to_numeric(trials[value_column], errors="coerce"),
-        "failed": failed(trials),
-        "seed": trials[seed_column] if seed_column else np.nan,
-        "trial": trials["trial_name"],
-    })
+    work = pd.DataFrame(
+        {
+            "value": pd.to_numeric(trials[value_column], errors="coerce"),
+            "failed": failed(trials),
+            "seed": trials[seed_column] if seed_column else np.nan,
+            "trial": trials["trial_name"],
+        }
+    )
     for i, key in enumerate(keys):
         work[f"key{i}"] = trials[key]
     key_names = [f"key{i}" for i in range(len(keys))]
@@ -88,24 +92,26 @@ def best_runs(
         std = values.std(ddof=1) if n > 1 else np.nan
         half = stdtrit(n - 1, 0.5 + CI_LEVEL / 2) * std / math.sqrt(n) if n > 1 else np.nan
         best = ok.loc[ok["value"].idxmax() if mode == "max" else ok["value"].idxmin()] if n else None
-        rows.append({
-            **dict(zip(keys, key)),
-            "n": n,
-            "n_failed": int(group["failed"].sum()),
-            "mean": mean,
-            "std": std,
-            "ci95": half,
-            "ci95_low": mean - half,
-            "ci95_high": mean + half,
-            "best": best["value"] if best is not None else np.nan,
-            "best_seed": best["seed"] if best is not None else np.nan,
-            "best_trial": best["trial"] if best is not None else None,
-        })
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "n": n,
+                "n_failed": int(group["failed"].sum()),
+                "mean": mean,
+                "std": std,
+                "ci95": half,
+                "ci95_low": mean - half,
+                "ci95_high": mean + half,
+                "best": best["value"] if best is not None else np.nan,
+                "best_seed": best["seed"] if best is not None else np.nan,
+                "best_trial": best["trial"] if best is not None else None,
+            }
+        )
     table = pd.DataFrame(rows)
     if seed_column and pd.api.types.is_integer_dtype(trials[seed_column]):
         table["best_seed"] = table["best_seed"].astype("Int64")
     table = table.sort_values("mean", ascending=(mode == "min"), na_position="last", kind="stable")
-    table = table.rename(columns=lambda c: c[len("config/"):] if c.startswith("config/") else c)
+    table = table.rename(columns=lambda c: c[len("config/") :] if c.startswith("config/") else c)
     table.attrs.update(metric=metric, mode=mode, scope=scope)
     return table.reset_index(drop=True)
 
@@ -126,40 +132,52 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     """
     if style not in ("text", "markdown", "latex"):
         raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
-    stat_columns = {"n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best",
-                    "best_seed", "best_trial"}
+    stat_columns = {"n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best", "best_seed", "best_trial"}
     keys = [c for c in table.columns if c not in stat_columns]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
 
-    header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} (mean ± 95% CI)",
-              "std", "best seed"]
+    header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} (mean ± 95% CI)", "std", "best seed"]
     body = []
     for _, row in table.iterrows():
         mean = _number(row["mean"], digits)
         if not pd.isna(row["ci95"]):
             mean += " ± " + _number(row["ci95"], digits)
-        body.append([*(_cell(row[k], digits) for k in keys), str(row["n"]),
-                     *([str(row["n_failed"])] if show_failed else []), mean,
-                     _number(row["std"], digits), _cell(row["best_seed"], digits)])
+        body.append(
+            [
+                *(_cell(row[k], digits) for k in keys),
+                str(row["n"]),
+                *([str(row["n_failed"])] if show_failed else []),
+                mean,
+                _number(row["std"], digits),
+                _cell(row["best_seed"], digits),
+            ]
+        )
 
     if style == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(lines) + "\n"
     if style == "latex":
+
         def esc(text: str) -> str:
             return _latex_escape(text).replace("±", r"$\pm$")
 
-        lines = [r"\begin{tabular}{" + "l" * len(keys) + "r" * (len(header) - len(keys)) + "}",
-                 r"\toprule", " & ".join(esc(h) for h in header) + r" \\", r"\midrule"]
+        lines = [
+            r"\begin{tabular}{" + "l" * len(keys) + "r" * (len(header) - len(keys)) + "}",
+            r"\toprule",
+            " & ".join(esc(h) for h in header) + r" \\",
+            r"\midrule",
+        ]
         lines += [" & ".join(esc(c) for c in cells) + r" \\" for cells in body]
         lines += [r"\bottomrule", r"\end{tabular}"]
         return "\n".join(lines) + "\n"
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) if i >= len(keys) else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(cells, widths))) for cells in body]
+    lines += [
+        "  ".join(c.rjust(w) if i >= len(keys) else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        for cells in body
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -189,8 +207,19 @@ def _cell(value, digits: int) -> str:
     return "–" if value is None or value is pd.NA else str(value)
 
 
-_LATEX = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#",
-                        "{": r"\{", "}": r"\}", "$": r"\$", "–": "--"})
+_LATEX = str.maketrans(
+    {
+        "\\": r"\textbackslash{}",
+        "&": r"\&",
+        "%": r"\%",
+        "_": r"\_",
+        "#": r"\#",
+        "{": r"\{",
+        "}": r"\}",
+        "$": r"\$",
+        "–": "--",
+    }
+)
 
 
 def _latex_escape(text: str) -> str:

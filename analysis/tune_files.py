@@ -78,8 +78,11 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     unclaimed = [d for d in dirs if d not in claimed]
     if unclaimed:
         probes = [posixpath.join(root, d, name) for d in unclaimed for name in ("result.json", "params.json")]
-        found = {posixpath.basename(posixpath.dirname(i.path)) for i in fs.get_file_info(probes)
-                 if i.type == pafs.FileType.File}
+        found = {
+            posixpath.basename(posixpath.dirname(i.path))
+            for i in fs.get_file_info(probes)
+            if i.type == pafs.FileType.File
+        }
         trials += [_folder_trial(d) for d in unclaimed if d in found]
 
     if state is None and not trials:
@@ -101,9 +104,12 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
 def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
     """'; it holds experiments: a, b' when ``root`` is a folder of experiments, else ''."""
     inner = [
-        d for d in dirs[:200]
-        if any(i.base_name.startswith("experiment_state-")
-               for i in fs.get_file_info(pafs.FileSelector(posixpath.join(root, d), allow_not_found=True)))
+        d
+        for d in dirs[:200]
+        if any(
+            i.base_name.startswith("experiment_state-")
+            for i in fs.get_file_info(pafs.FileSelector(posixpath.join(root, d), allow_not_found=True))
+        )
     ]
     return f"; it holds experiments: {', '.join(inner[:5])}" if inner else ""
 
@@ -131,8 +137,15 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     if trial["trial_id"] is None:
         trial["trial_id"] = str(tail.get("trial_id") or trial["dir"])
     if trial["status"] is None:
-        trial["status"] = ("ERROR" if trial["error"] else "TERMINATED" if tail.get("done") is True
-                           else "RUNNING" if tail else "PENDING")
+        trial["status"] = (
+            "ERROR"
+            if trial["error"]
+            else "TERMINATED"
+            if tail.get("done") is True
+            else "RUNNING"
+            if tail
+            else "PENDING"
+        )
     # Exact JSON first: the state file, else params.json. A result row's config comes last:
     # pyarrow may have widened it (1 -> 1.0 when another trial has 0.5).
     config = trial["config"]
@@ -168,8 +181,14 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
     for i, trial in enumerate(trials):
         trial.update(tail={}, merged=None, nonfinite=False)
         data = trial["result"]
-        if data and data.endswith(b"\n") and not data.startswith(b"\n") and b"\n\n" not in data \
-                and b"NaN" not in data and b"Infinity" not in data:
+        if (
+            data
+            and data.endswith(b"\n")
+            and not data.startswith(b"\n")
+            and b"\n\n" not in data
+            and b"NaN" not in data
+            and b"Infinity" not in data
+        ):
             fast.append(i)
         elif data or trial["csv"]:
             slow.append(i)
@@ -195,9 +214,7 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
         for row in rows:
             merged.update(row)
         trial["merged"] = merged
-        trial["nonfinite"] = any(
-            type(v) is float and not math.isfinite(v) for row in rows for v in row.values()
-        )
+        trial["nonfinite"] = any(type(v) is float and not math.isfinite(v) for row in rows for v in row.values())
         frame = pd.DataFrame.from_records(rows)
         frame.insert(0, "_trial", i)
         parts.append(frame)

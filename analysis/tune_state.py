@@ -68,8 +68,7 @@ def read_state(fs, path: str) -> dict | None:
             return state
     except (ValueError, TypeError, AttributeError):
         pass
-    warnings.warn(f"{path}: unreadable experiment state (being written?); scanning trial folders instead",
-                  stacklevel=5)
+    warnings.warn(f"{path}: unreadable experiment state (being written?); scanning trial folders instead", stacklevel=5)
     return None
 
 
@@ -93,18 +92,20 @@ def state_trials(state: dict, dirs: list[str]) -> list[dict]:
             f"{info['trainable_name']}_{trial_id}" if info.get("trainable_name") and trial_id else folder
         )
         config = _unpickled_as_text(info.get("config"))
-        trials.append({
-            **folder_trial(folder),
-            "trial_id": trial_id,
-            "trial_name": name,
-            "status": info.get("status"),
-            "config": config if isinstance(config, dict) else None,
-            "start": _finite_or_none(meta.get("start_time")),
-            "end": _finite_or_none(meta.get("last_result_time")),  # -inf before the first result
-            "resources": resources,
-            "last_result": meta.get("last_result") if isinstance(meta.get("last_result"), dict) else {},
-            "metric_analysis": meta.get("metric_analysis") if isinstance(meta.get("metric_analysis"), dict) else {},
-        })
+        trials.append(
+            {
+                **folder_trial(folder),
+                "trial_id": trial_id,
+                "trial_name": name,
+                "status": info.get("status"),
+                "config": config if isinstance(config, dict) else None,
+                "start": _finite_or_none(meta.get("start_time")),
+                "end": _finite_or_none(meta.get("last_result_time")),  # -inf before the first result
+                "resources": resources,
+                "last_result": meta.get("last_result") if isinstance(meta.get("last_result"), dict) else {},
+                "metric_analysis": meta.get("metric_analysis") if isinstance(meta.get("metric_analysis"), dict) else {},
+            }
+        )
     return trials
 
 
@@ -141,8 +142,17 @@ def _finite_or_none(value: Any) -> float | None:
 
 
 def folder_trial(folder: str | None) -> dict:
-    return {"trial_id": None, "trial_name": folder, "status": None, "dir": folder, "config": None,
-            "start": None, "end": None, "resources": {}, "error": None}
+    return {
+        "trial_id": None,
+        "trial_name": folder,
+        "status": None,
+        "dir": folder,
+        "config": None,
+        "start": None,
+        "end": None,
+        "resources": {},
+        "error": None,
+    }
 
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:

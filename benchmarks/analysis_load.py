@@ -51,8 +51,18 @@ t2 = time.perf_counter()
 print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "rows": len(df)}}))
 """
 
-METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc", "lr",
-           "grad_norm", "samples_per_s", "noise/flip_rate")
+METRICS = (
+    "train/loss",
+    "train/acc",
+    "val/loss",
+    "val/acc",
+    "test/loss",
+    "test/acc",
+    "lr",
+    "grad_norm",
+    "samples_per_s",
+    "noise/flip_rate",
+)
 
 
 def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0) -> Path:
@@ -72,9 +82,19 @@ def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0
     for i in range(n_trials):
         noise_type = ("sym", "asym")[i % 2]
         noise_rate = round(0.1 * (i // 2 % 8), 3)
-        config = {"dataset": "cifar10", "model": "resnet18", "loss": "ce", "noise_type": noise_type,
-                  "noise_rate": noise_rate, "seed": i // 16, "epochs": n_iterations, "lr": 0.1,
-                  "batch_size": 128, "optimizer": "sgd", "weight_decay": 5e-4}
+        config = {
+            "dataset": "cifar10",
+            "model": "resnet18",
+            "loss": "ce",
+            "noise_type": noise_type,
+            "noise_rate": noise_rate,
+            "seed": i // 16,
+            "epochs": n_iterations,
+            "lr": 0.1,
+            "batch_size": 128,
+            "optimizer": "sgd",
+            "weight_decay": 5e-4,
+        }
         trial_id = f"a1b2c_{i:05d}"
         tag = f"{i}_noise_type={noise_type},noise_rate={noise_rate}"
         dirname = f"train_classifier_{trial_id}_{tag}_{session}"
@@ -88,15 +108,26 @@ def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0
             dt = 1.0 + 0.1 * rng.random()
             elapsed += dt
             acc = 0.9 - noise_rate * 0.5 - 0.3 / it + 0.01 * rng.random()
-            metrics = {"epoch": it - 1, **{m: rng.random() for m in METRICS}, "val/acc": acc,
-                       "gpu_ids": str(i % 4)}
-            rows.append({
-                **metrics, "timestamp": int(start + elapsed), "checkpoint_dir_name": None,
-                "done": it == n_iterations, "training_iteration": it, "trial_id": trial_id,
-                "date": session, "time_this_iter_s": dt, "time_total_s": elapsed, "pid": 1000 + i,
-                "hostname": "node0", "node_ip": "10.0.0.1", "config": config,
-                "time_since_restore": elapsed, "iterations_since_restore": it,
-            })
+            metrics = {"epoch": it - 1, **{m: rng.random() for m in METRICS}, "val/acc": acc, "gpu_ids": str(i % 4)}
+            rows.append(
+                {
+                    **metrics,
+                    "timestamp": int(start + elapsed),
+                    "checkpoint_dir_name": None,
+                    "done": it == n_iterations,
+                    "training_iteration": it,
+                    "trial_id": trial_id,
+                    "date": session,
+                    "time_this_iter_s": dt,
+                    "time_total_s": elapsed,
+                    "pid": 1000 + i,
+                    "hostname": "node0",
+                    "node_ip": "10.0.0.1",
+                    "config": config,
+                    "time_since_restore": elapsed,
+                    "iterations_since_restore": it,
+                }
+            )
         with open(folder / "result.json", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
@@ -105,8 +136,9 @@ def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0
             writer.writeheader()
             writer.writerows({k: v for k, v in row.items() if k != "config"} for row in rows)
 
-        trial = Trial("train_classifier", config=config, trial_id=trial_id, experiment_tag=tag,
-                      stub=True, storage=storage)
+        trial = Trial(
+            "train_classifier", config=config, trial_id=trial_id, experiment_tag=tag, stub=True, storage=storage
+        )
         trial.placement_group_factory = PlacementGroupFactory([{"CPU": 2.0, "GPU": 1.0}])
         trial.relative_logdir = dirname
         trial.storage.trial_dir_name = dirname  # Trial holds its own copy of `storage`
@@ -116,8 +148,11 @@ def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0
         trial.run_metadata.last_result_time = start + elapsed
         trial_data.append(trial.get_json_state())
 
-    state = {"trial_data": trial_data, "runner_data": {"_metric": "val/acc", "_session_str": session},
-             "stats": {"start_time": t_start}}
+    state = {
+        "trial_data": trial_data,
+        "runner_data": {"_metric": "val/acc", "_session_str": session},
+        "stats": {"start_time": t_start},
+    }
     (experiment / f"experiment_state-{session}.json").write_text(json.dumps(state))
     (experiment / "raysweep.json").write_text(json.dumps({"metric": "val/acc", "mode": "max"}))
     return experiment
@@ -127,10 +162,10 @@ def measure(reader: str, experiment: Path) -> dict:
     """Import time, load time and row count of ``reader`` in a fresh Python process."""
     imp, load = _CHILD[reader]
     code = _CHILD_TEMPLATE.format(imp=imp, load=load)
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "RAY_DEDUP_LOGS": "0"}
-    out = subprocess.run([sys.executable, "-c", code, str(experiment)], capture_output=True,
-                         text=True, env=env, cwd=REPO)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "RAY_DEDUP_LOGS": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(experiment)], capture_output=True, text=True, env=env, cwd=REPO
+    )
     if out.returncode != 0:
         raise SystemExit(f"{reader} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -172,17 +207,30 @@ def main(argv: list[str] | None = None) -> dict:
     for reader, results in runs.items():
         loads = [r["load_s"] for r in results]
         imports = [r["import_s"] for r in results]
-        summary[reader] = {"load_s": loads, "load_median_s": statistics.median(loads),
-                           "import_median_s": statistics.median(imports), "rows": results[0]["rows"]}
-        print(f"{reader:<26}{statistics.median(loads):>16.3f}{min(loads):>9.3f}-{max(loads):<8.3f}"
-              f"{statistics.median(imports):>12.2f}{results[0]['rows']:>7}")
+        summary[reader] = {
+            "load_s": loads,
+            "load_median_s": statistics.median(loads),
+            "import_median_s": statistics.median(imports),
+            "rows": results[0]["rows"],
+        }
+        print(
+            f"{reader:<26}{statistics.median(loads):>16.3f}{min(loads):>9.3f}-{max(loads):<8.3f}"
+            f"{statistics.median(imports):>12.2f}{results[0]['rows']:>7}"
+        )
     ours, theirs = summary["analysis.load_trials"], summary["tune.ExperimentAnalysis"]
     speedup = theirs["load_median_s"] / ours["load_median_s"]
     end_to_end = (theirs["load_median_s"] + theirs["import_median_s"]) / (
-        ours["load_median_s"] + ours["import_median_s"])
+        ours["load_median_s"] + ours["import_median_s"]
+    )
     print(f"\nspeedup (load, median): {speedup:.1f}x   with imports: {end_to_end:.1f}x")
-    report = {"trials": args.trials, "iterations": args.iterations, "repeat": args.repeat,
-              "speedup": speedup, "speedup_with_imports": end_to_end, "readers": summary}
+    report = {
+        "trials": args.trials,
+        "iterations": args.iterations,
+        "repeat": args.repeat,
+        "speedup": speedup,
+        "speedup_with_imports": end_to_end,
+        "readers": summary,
+    }
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return report

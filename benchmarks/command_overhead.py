@@ -34,8 +34,12 @@ SCRIPT = [sys.executable, str(ROOT / "tests" / "scripts" / "train_script.py")]
 def bare(epochs: int, sleep: float) -> float:
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        subprocess.run([*SCRIPT, "--epochs", str(epochs), "--sleep", str(sleep), "--out", out],
-                       check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        subprocess.run(
+            [*SCRIPT, "--epochs", str(epochs), "--sleep", str(sleep), "--out", out],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         return time.perf_counter() - started
 
 
@@ -56,10 +60,17 @@ def in_tune(epochs: int, sleep: float) -> float:
     with tempfile.TemporaryDirectory() as storage:
         template = [*SCRIPT, "--epochs", str(epochs), "--sleep", str(sleep), "--seed", "{seed}", "--out", "{trial_dir}"]
         elapsed_file = Path(storage) / "elapsed"
-        trainable = tune.with_resources(tune.with_parameters(timed, template=template, elapsed_file=str(elapsed_file)), {"cpu": 1})
-        results = tune.Tuner(trainable, param_space={"seed": 0}, tune_config=sweep_tune_config(None, metric="val_acc"),
-                             run_config=sweep_run_config("command_overhead", storage, max_failures=0,
-                                                         checkpoint_config=CheckpointConfig(num_to_keep=2))).fit()
+        trainable = tune.with_resources(
+            tune.with_parameters(timed, template=template, elapsed_file=str(elapsed_file)), {"cpu": 1}
+        )
+        results = tune.Tuner(
+            trainable,
+            param_space={"seed": 0},
+            tune_config=sweep_tune_config(None, metric="val_acc"),
+            run_config=sweep_run_config(
+                "command_overhead", storage, max_failures=0, checkpoint_config=CheckpointConfig(num_to_keep=2)
+            ),
+        ).fit()
         assert not results.errors and results[0].metrics["epoch"] == epochs, results.errors
         seconds = float(elapsed_file.read_text())
     ray.shutdown()
@@ -83,21 +94,35 @@ def main() -> None:
     times = {"bare": [], "command": []}
     for _ in range(repeats):
         for mode in times:
-            out = subprocess.run([sys.executable, __file__, "--one", mode, str(epochs), str(sleep)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", mode, str(epochs), str(sleep)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             times[mode].append(float(out.split("RESULT", 1)[1]))
     load.append(os.getloadavg()[0])
     ratios = [c / b for c, b in zip(times["command"], times["bare"])]
     fmt = lambda v: f"{statistics.median(v):.2f} [{min(v):.2f}, {max(v):.2f}]"  # noqa: E731
-    print(f"train_script.py, {epochs} epochs of ~{sleep} s; median [min, max] of {repeats} fresh processes; "
-          f"{os.cpu_count()} CPUs, load average {load[0]:.1f} -> {load[1]:.1f}")
+    print(
+        f"train_script.py, {epochs} epochs of ~{sleep} s; median [min, max] of {repeats} fresh processes; "
+        f"{os.cpu_count()} CPUs, load average {load[0]:.1f} -> {load[1]:.1f}"
+    )
     print(f"{'bare s':>22}{'command s':>22}{'ratio':>22}{'extra s':>12}")
     extra = statistics.median(c - b for c, b in zip(times["command"], times["bare"]))
     print(f"{fmt(times['bare']):>22}{fmt(times['command']):>22}{fmt(ratios):>22}{extra:>12.2f}")
     if args.json:
-        report = {"epochs": epochs, "epoch_sleep_s": sleep, "repeats": repeats, "bare_s": times["bare"],
-                  "command_s": times["command"], "ratio": statistics.median(ratios), "extra_s": extra,
-                  "cpus": os.cpu_count(), "load_average": load}
+        report = {
+            "epochs": epochs,
+            "epoch_sleep_s": sleep,
+            "repeats": repeats,
+            "bare_s": times["bare"],
+            "command_s": times["command"],
+            "ratio": statistics.median(ratios),
+            "extra_s": extra,
+            "cpus": os.cpu_count(),
+            "load_average": load,
+        }
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 

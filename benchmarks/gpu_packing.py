@@ -8,7 +8,7 @@ Run (on a machine with a CUDA GPU; elsewhere it says so and exits 0):
     make bench-gpu
 
 Each configuration (model, precision, k trials per GPU) is one Tune run of k trials with 1/k GPU
-each, set up as every sweep is (`sweeps/launch.py`: `with_resources`, `sweep_tune_config`,
+each, set up as every sweep is (`sweeps/engine/launch.py`: `with_resources`, `sweep_tune_config`,
 `sweep_run_config`), all started together on GPU 0. Each trial is the real trial runtime
 (`trainables.trial.train_classifier`: memory cap at its share, NVML sampling) on synthetic
 CIFAR-shaped data (uint8 3x32x32, 10 classes, written once as an .npz). Per trial, from its
@@ -46,8 +46,13 @@ def write_synthetic_cifar(path: Path, n_train: int, n_test: int, seed: int = 0) 
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    np.savez(path, x=rng.integers(0, 256, (n_train, 3, 32, 32), dtype=np.uint8), y=rng.integers(0, 10, n_train),
-             x_test=rng.integers(0, 256, (n_test, 3, 32, 32), dtype=np.uint8), y_test=rng.integers(0, 10, n_test))
+    np.savez(
+        path,
+        x=rng.integers(0, 256, (n_train, 3, 32, 32), dtype=np.uint8),
+        y=rng.integers(0, 10, n_train),
+        x_test=rng.integers(0, 256, (n_test, 3, 32, 32), dtype=np.uint8),
+        y_test=rng.integers(0, 10, n_test),
+    )
     return path
 
 
@@ -64,34 +69,65 @@ def trial_figures(history, total_memory_bytes: int) -> dict:
     }
 
 
-def run_packing(model: str, amp: str, k: int, *, data: dict, data_root: str, epochs: int, cpus_per_trial: float,
-                storage: str, total_memory_bytes: int) -> dict:
+def run_packing(
+    model: str,
+    amp: str,
+    k: int,
+    *,
+    data: dict,
+    data_root: str,
+    epochs: int,
+    cpus_per_trial: float,
+    storage: str,
+    total_memory_bytes: int,
+) -> dict:
     """k concurrent trials of `model` at 1/k GPU each; returns the row of the table (see `format_table`)."""
     from ray import tune
 
-    from sweeps.launch import Trainable, sweep_run_config, sweep_tune_config, with_resources
+    from sweeps.engine.launch import Trainable, sweep_run_config, sweep_tune_config, with_resources
     from trainables import train_classifier
 
     name = f"{model}_{amp}_{k}x"
-    space = {"dataset": "npz", "data_root": data_root, "model": model, "amp": amp, "epochs": epochs,
-             "batch_size": BATCH_SIZE, "checkpoint_every": epochs, "seed": tune.grid_search(list(range(k)))}
-    trainable = with_resources(Trainable(train_classifier, {"data": data}), 1.0 / k, cpus_per_trial, f"{storage}/{name}")
-    results = tune.Tuner(trainable, param_space=space, tune_config=sweep_tune_config(None),
-                         run_config=sweep_run_config(name, storage, max_failures=0)).fit()
+    space = {
+        "dataset": "npz",
+        "data_root": data_root,
+        "model": model,
+        "amp": amp,
+        "epochs": epochs,
+        "batch_size": BATCH_SIZE,
+        "checkpoint_every": epochs,
+        "seed": tune.grid_search(list(range(k))),
+    }
+    trainable = with_resources(
+        Trainable(train_classifier, {"data": data}), 1.0 / k, cpus_per_trial, f"{storage}/{name}"
+    )
+    results = tune.Tuner(
+        trainable,
+        param_space=space,
+        tune_config=sweep_tune_config(None),
+        run_config=sweep_run_config(name, storage, max_failures=0),
+    ).fit()
     errors = [str(r.error) for r in results if r.error is not None]
     if errors:
         return {"model": model, "amp": amp, "trials_per_gpu": k, "errors": errors}
     trials = [trial_figures(r.metrics_dataframe, total_memory_bytes) for r in results]
-    return {"model": model, "amp": amp, "trials_per_gpu": k, "gpu_per_trial": 1.0 / k, "trials": trials,
-            "total_samples_per_s": sum(t["samples_per_s"] for t in trials)}
+    return {
+        "model": model,
+        "amp": amp,
+        "trials_per_gpu": k,
+        "gpu_per_trial": 1.0 / k,
+        "trials": trials,
+        "total_samples_per_s": sum(t["samples_per_s"] for t in trials),
+    }
 
 
-def check_oom_requeue(rows: list[dict], *, data: dict, data_root: str, cpus_per_trial: float, storage: str,
-                      total_memory_bytes: int) -> dict:
+def check_oom_requeue(
+    rows: list[dict], *, data: dict, data_root: str, cpus_per_trial: float, storage: str, total_memory_bytes: int
+) -> dict:
     """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice the share."""
     from ray import tune
 
-    from sweeps.launch import Trainable, rerun_oom_trials, sweep_run_config, sweep_tune_config, with_resources
+    from sweeps.engine.launch import Trainable, rerun_oom_trials, sweep_run_config, sweep_tune_config, with_resources
     from trainables import train_classifier
     from trainables.gpu import is_gpu_oom
 
@@ -103,16 +139,23 @@ def check_oom_requeue(rows: list[dict], *, data: dict, data_root: str, cpus_per_
     cap = share * (1 - 0.1) * total_memory_bytes  # TrainConfig.gpu_memory_headroom = 0.1
     batch_size = int(1.5 * cap / per_sample)
     space = {"dataset": "npz", "data_root": data_root, "model": "resnet18", "epochs": 1, "batch_size": batch_size}
-    trainable_for = lambda s: with_resources(Trainable(train_classifier, {"data": data}), s, cpus_per_trial,  # noqa: E731
-                                             f"{storage}/oom")
+    trainable_for = lambda s: with_resources(
+        Trainable(train_classifier, {"data": data}),
+        s,
+        cpus_per_trial,  # noqa: E731
+        f"{storage}/oom",
+    )
     run_config = sweep_run_config("oom", storage, max_failures=0)
-    first = tune.Tuner(trainable_for(share), param_space=space, tune_config=sweep_tune_config(None),
-                       run_config=run_config).fit()
+    first = tune.Tuner(
+        trainable_for(share), param_space=space, tune_config=sweep_tune_config(None), run_config=run_config
+    ).fit()
     rounds = rerun_oom_trials(first, trainable_for, share, run_config, trial_name=lambda trial: f"oom_{trial.trial_id}")
     return {
-        "batch_size": batch_size, "share": share, "cap_bytes": int(cap),
+        "batch_size": batch_size,
+        "share": share,
+        "cap_bytes": int(cap),
         "first_round_oom": any(r.error is not None and is_gpu_oom(r.error) for r in rounds[0]),
-        "requeued_shares": [share * 2 ** i for i in range(1, len(rounds))],
+        "requeued_shares": [share * 2**i for i in range(1, len(rounds))],
         "finished_after_requeue": len(rounds) > 1 and all(r.error is None for r in rounds[-1]),
     }
 
@@ -120,12 +163,20 @@ def check_oom_requeue(rows: list[dict], *, data: dict, data_root: str, cpus_per_
 def format_table(report: dict) -> str:
     """The table of a report: one row per model, precision and trials per GPU."""
     gib = 2**30
-    head = (f"{'model':<9}{'amp':<6}{'trials':>7}{'GPU each':>9}{'samples/s per trial':>22}{'total samples/s':>17}"
-            f"{'x vs 1x1':>9}{'peak / cap GiB':>17}{'util %':>8}")
-    lines = [f"{report['device']}, {report['total_memory_bytes'] / gib:.0f} GiB; batch {BATCH_SIZE}, "
-             f"{report['epochs']} epochs on {report['n_train']} synthetic CIFAR-shaped images", head]
-    single = {(r["model"], r["amp"]): r["total_samples_per_s"] for r in report["rows"]
-              if r["trials_per_gpu"] == 1 and "trials" in r}
+    head = (
+        f"{'model':<9}{'amp':<6}{'trials':>7}{'GPU each':>9}{'samples/s per trial':>22}{'total samples/s':>17}"
+        f"{'x vs 1x1':>9}{'peak / cap GiB':>17}{'util %':>8}"
+    )
+    lines = [
+        f"{report['device']}, {report['total_memory_bytes'] / gib:.0f} GiB; batch {BATCH_SIZE}, "
+        f"{report['epochs']} epochs on {report['n_train']} synthetic CIFAR-shaped images",
+        head,
+    ]
+    single = {
+        (r["model"], r["amp"]): r["total_samples_per_s"]
+        for r in report["rows"]
+        if r["trials_per_gpu"] == 1 and "trials" in r
+    }
     for r in report["rows"]:
         if "trials" not in r:
             lines.append(f"{r['model']:<9}{r['amp']:<6}{r['trials_per_gpu']:>7}  failed: {r['errors'][0][:80]}")
@@ -141,13 +192,16 @@ def format_table(report: dict) -> str:
             f"{f'{statistics.median(rates):,.0f} [{min(rates):,.0f}, {max(rates):,.0f}]':>22}"
             f"{r['total_samples_per_s']:>17,.0f}{speedup:>9}"
             f"{(f'{peak:.2f} / {min(caps) / gib:.2f}' if caps else f'{peak:.2f} / -'):>17}"
-            f"{(f'{statistics.mean(utils):.0f}' if utils else '-'):>8}")
+            f"{(f'{statistics.mean(utils):.0f}' if utils else '-'):>8}"
+        )
     oom = report.get("oom") or {}
     if "first_round_oom" in oom:
-        lines.append(f"OOM check: batch {oom['batch_size']} at {oom['share']:g} GPU (cap {oom['cap_bytes'] / gib:.2f} GiB): "
-                     f"out of memory {'yes' if oom['first_round_oom'] else 'NO'}; re-queued at "
-                     f"{', '.join(f'{s:g}' for s in oom['requeued_shares']) or '-'} GPU; "
-                     f"finished {'yes' if oom['finished_after_requeue'] else 'NO'}")
+        lines.append(
+            f"OOM check: batch {oom['batch_size']} at {oom['share']:g} GPU (cap {oom['cap_bytes'] / gib:.2f} GiB): "
+            f"out of memory {'yes' if oom['first_round_oom'] else 'NO'}; re-queued at "
+            f"{', '.join(f'{s:g}' for s in oom['requeued_shares']) or '-'} GPU; "
+            f"finished {'yes' if oom['finished_after_requeue'] else 'NO'}"
+        )
     elif oom:
         lines.append(f"OOM check skipped: {oom.get('skipped')}")
     return "\n".join(lines)
@@ -165,8 +219,12 @@ def plot_throughput(report: dict):
         for amp in dict.fromkeys(r["amp"] for r in report["rows"]):
             rows = [r for r in report["rows"] if r["model"] == model and r["amp"] == amp and "trials" in r]
             if rows:
-                ax.plot([r["trials_per_gpu"] for r in rows], [r["total_samples_per_s"] for r in rows], marker="o",
-                        label=f"{model} {'fp32' if amp == 'off' else amp}")
+                ax.plot(
+                    [r["trials_per_gpu"] for r in rows],
+                    [r["total_samples_per_s"] for r in rows],
+                    marker="o",
+                    label=f"{model} {'fp32' if amp == 'off' else amp}",
+                )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("trials per GPU (each gets 1/k GPU)")
     ax.set_ylabel("total training samples/s")
@@ -189,8 +247,15 @@ def measure(quick: bool) -> dict | None:
     epochs, n_train = (2, 4096) if quick else (4, 20_000)
     props = torch.cuda.get_device_properties(0)
     cpus_per_trial = max(0.5, math.floor(2 * (os.cpu_count() or 8) / max(ks)) / 2)  # the same for every k
-    report = {"device": props.name, "total_memory_bytes": props.total_memory, "epochs": epochs, "n_train": n_train,
-              "batch_size": BATCH_SIZE, "cpus_per_trial": cpus_per_trial, "rows": []}
+    report = {
+        "device": props.name,
+        "total_memory_bytes": props.total_memory,
+        "epochs": epochs,
+        "n_train": n_train,
+        "batch_size": BATCH_SIZE,
+        "cpus_per_trial": cpus_per_trial,
+        "rows": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         data_root = str(write_synthetic_cifar(Path(tmp) / "cifar_shaped.npz", n_train, 2000))
         data = load_data(parse_config({"dataset": "npz", "data_root": data_root}))
@@ -198,11 +263,27 @@ def measure(quick: bool) -> dict | None:
         for model in models:
             for amp in amps:
                 for k in ks:
-                    report["rows"].append(run_packing(model, amp, k, data=data, data_root=data_root, epochs=epochs,
-                                                      cpus_per_trial=cpus_per_trial, storage=f"{tmp}/runs",
-                                                      total_memory_bytes=props.total_memory))
-        report["oom"] = check_oom_requeue(report["rows"], data=data, data_root=data_root, cpus_per_trial=cpus_per_trial,
-                                          storage=f"{tmp}/runs", total_memory_bytes=props.total_memory)
+                    report["rows"].append(
+                        run_packing(
+                            model,
+                            amp,
+                            k,
+                            data=data,
+                            data_root=data_root,
+                            epochs=epochs,
+                            cpus_per_trial=cpus_per_trial,
+                            storage=f"{tmp}/runs",
+                            total_memory_bytes=props.total_memory,
+                        )
+                    )
+        report["oom"] = check_oom_requeue(
+            report["rows"],
+            data=data,
+            data_root=data_root,
+            cpus_per_trial=cpus_per_trial,
+            storage=f"{tmp}/runs",
+            total_memory_bytes=props.total_memory,
+        )
         ray.shutdown()
     return report
 
@@ -211,7 +292,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="resnet18, fp32, 1 and 4 trials per GPU, 2 epochs")
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--plot", default=None, help="write the throughput plot to this image (default: next to --json)")
+    parser.add_argument(
+        "--plot", default=None, help="write the throughput plot to this image (default: next to --json)"
+    )
     parser.add_argument("--from-json", default=None, help="print the table and plot of recorded figures; runs nothing")
     args = parser.parse_args()
     if args.from_json:
@@ -219,7 +302,9 @@ def main() -> None:
     else:
         report = measure(args.quick)
         if report is None:
-            print("gpu_packing: no CUDA GPU on this machine: nothing measured (run it on a GPU machine: make bench-gpu)")
+            print(
+                "gpu_packing: no CUDA GPU on this machine: nothing measured (run it on a GPU machine: make bench-gpu)"
+            )
             if args.json:
                 Path(args.json).write_text(json.dumps({"skipped": "no CUDA GPU"}, indent=1))
             return

@@ -38,8 +38,7 @@ from ray import tune
 from ray.tune import RunConfig, TuneConfig, Tuner
 
 from sweeps import lr_search
-from trainables import METRIC, load_data, parse_config
-from trainables import train_classifier
+from trainables import METRIC, load_data, parse_config, train_classifier
 
 TOLERANCE = 0.005  # "within 0.5 points" of accuracy
 
@@ -74,10 +73,15 @@ def run_grid(storage: Path, fixed: dict, losses, lrs, wds, seeds: tuple) -> pd.D
     data = load_data(parse_config(fixed))
     tuner = Tuner(
         tune.with_resources(tune.with_parameters(train_classifier, data=data, seeds=seeds), {"cpu": 1}),
-        param_space={**fixed, "loss": tune.grid_search(losses), "lr": tune.grid_search(lrs),
-                     "weight_decay": tune.grid_search(wds)},
-        tune_config=TuneConfig(max_concurrent_trials=2, reuse_actors=True, trial_name_creator=grid_name,
-                               trial_dirname_creator=grid_name),
+        param_space={
+            **fixed,
+            "loss": tune.grid_search(losses),
+            "lr": tune.grid_search(lrs),
+            "weight_decay": tune.grid_search(wds),
+        },
+        tune_config=TuneConfig(
+            max_concurrent_trials=2, reuse_actors=True, trial_name_creator=grid_name, trial_dirname_creator=grid_name
+        ),
         run_config=RunConfig(name="grid", storage_path=str(storage), verbose=0),
     )
     tuner.fit()
@@ -88,9 +92,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="6-point grid, 3 epochs, one search seed")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per trial (default: 12; 3 with --quick)")
-    parser.add_argument("--search-seeds", default=None, help="TPE seeds, comma-separated (default: 0,1; 0 with --quick)")
+    parser.add_argument(
+        "--search-seeds", default=None, help="TPE seeds, comma-separated (default: 0,1; 0 with --quick)"
+    )
     parser.add_argument("--repeat", type=int, default=None, help="seeds per configuration (default: 3; 1 with --quick)")
-    parser.add_argument("--samples-per-grid-point", type=float, default=2.0, help="search trials = this x grid size (default: 2)")
+    parser.add_argument(
+        "--samples-per-grid-point", type=float, default=2.0, help="search trials = this x grid size (default: 2)"
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     epochs = args.epochs or (3 if args.quick else 12)
@@ -99,15 +107,31 @@ def main(argv: list[str]) -> int:
     losses = ["ce", "gce"] if args.quick else ["ce", "gce", "sce"]
     lrs = [0.01, 0.1, 1.0] if args.quick else [0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
     wds = [1e-4] if args.quick else [1e-5, 1e-3]
-    fixed = {"dataset": "digits", "model": "mlp", "noise_type": "sym", "noise_rate": 0.5, "epochs": epochs, "batch_size": 64}
+    fixed = {
+        "dataset": "digits",
+        "model": "mlp",
+        "noise_type": "sym",
+        "noise_rate": 0.5,
+        "epochs": epochs,
+        "batch_size": 64,
+    }
     grid_size = len(losses) * len(lrs) * len(wds)
     num_samples = round(args.samples_per_grid_point * grid_size)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    report = {"setting": {**fixed, "grid_points": grid_size, "tolerance": TOLERANCE, "concurrent_trials": 2,
-                             "repeat": repeat, "search_trials": num_samples,
-                             "epochs_counted_as": f"trial epochs (each trains {repeat} seed(s))"}, "searches": []}
+    report = {
+        "setting": {
+            **fixed,
+            "grid_points": grid_size,
+            "tolerance": TOLERANCE,
+            "concurrent_trials": 2,
+            "repeat": repeat,
+            "search_trials": num_samples,
+            "epochs_counted_as": f"trial epochs (each trains {repeat} seed(s))",
+        },
+        "searches": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         grid = run_grid(Path(tmp), fixed, losses, lrs, wds, tuple(range(repeat)))
@@ -115,37 +139,78 @@ def main(argv: list[str]) -> int:
         grid_final = grid.groupby("trial").tail(1)
         grid_best = float(grid_final[METRIC].max())
         grid_epochs = len(grid)
-        report["grid"] = {"epochs": grid_epochs, "best": grid_best, "best_trial": grid_final.loc[grid_final[METRIC].idxmax(), "trial"],
-                          "seconds": round(grid_s, 1)}
+        report["grid"] = {
+            "epochs": grid_epochs,
+            "best": grid_best,
+            "best_trial": grid_final.loc[grid_final[METRIC].idxmax(), "trial"],
+            "seconds": round(grid_s, 1),
+        }
         for seed in seeds:
             name = f"search_seed{seed}"
             started = time.perf_counter()
-            lr_search.main([
-                "--num-samples", str(num_samples), "--repeat", str(repeat), "--epochs", str(epochs), "--grace-period", str(min(2, epochs)),
-                "--reduction-factor", "3", "--lr-range", f"{min(lrs)},{max(lrs)}", "--weight-decay-range", "1e-5,1e-3",
-                "--losses", ",".join(losses), "--batch-sizes", "64", "--search-seed", str(seed),
-                "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-concurrent", "2",
-                "--storage-path", tmp, "--name", name,
-            ])
+            lr_search.main(
+                [
+                    "--num-samples",
+                    str(num_samples),
+                    "--repeat",
+                    str(repeat),
+                    "--epochs",
+                    str(epochs),
+                    "--grace-period",
+                    str(min(2, epochs)),
+                    "--reduction-factor",
+                    "3",
+                    "--lr-range",
+                    f"{min(lrs)},{max(lrs)}",
+                    "--weight-decay-range",
+                    "1e-5,1e-3",
+                    "--losses",
+                    ",".join(losses),
+                    "--batch-sizes",
+                    "64",
+                    "--search-seed",
+                    str(seed),
+                    "--gpus-per-trial",
+                    "0",
+                    "--cpus-per-trial",
+                    "1",
+                    "--max-concurrent",
+                    "2",
+                    "--storage-path",
+                    tmp,
+                    "--name",
+                    name,
+                ]
+            )
             search = epoch_results(Path(tmp) / name)
             needed, trial = epochs_to_reach(search, grid_best - TOLERANCE)
             final = search.groupby("trial").tail(1)
-            report["searches"].append({
-                "search_seed": seed, "epochs_total": len(search), "best": float(final[METRIC].max()),
-                "epochs_to_reach_grid_best": needed, "reached_by": trial,
-                "fraction_of_grid_budget": None if needed is None else round(needed / grid_epochs, 3),
-                "stopped_early": int((final["epoch"] < epochs).sum()), "seconds": round(time.perf_counter() - started, 1),
-            })
+            report["searches"].append(
+                {
+                    "search_seed": seed,
+                    "epochs_total": len(search),
+                    "best": float(final[METRIC].max()),
+                    "epochs_to_reach_grid_best": needed,
+                    "reached_by": trial,
+                    "fraction_of_grid_budget": None if needed is None else round(needed / grid_epochs, 3),
+                    "stopped_early": int((final["epoch"] < epochs).sum()),
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
     ray.shutdown()
 
-    print(f"\ngrid: {grid_size} points x {epochs} epochs = {grid_epochs} trial epochs ({repeat} seed(s) each), best final {METRIC} "
-          f"{grid_best:.4f} ({report['grid']['best_trial']}), {grid_s:.0f} s")
+    print(
+        f"\ngrid: {grid_size} points x {epochs} epochs = {grid_epochs} trial epochs ({repeat} seed(s) each), best final {METRIC} "
+        f"{grid_best:.4f} ({report['grid']['best_trial']}), {grid_s:.0f} s"
+    )
     table = pd.DataFrame(report["searches"])
     print(table.to_string(index=False))
     reached = table["fraction_of_grid_budget"].dropna()
     if len(reached):
-        print(f"TPE + ASHA reached the grid's best within {TOLERANCE * 100:g} points with "
-              f"{reached.mean():.0%} of the grid's epoch budget (mean over {len(reached)} of {len(table)} search seeds)")
+        print(
+            f"TPE + ASHA reached the grid's best within {TOLERANCE * 100:g} points with "
+            f"{reached.mean():.0%} of the grid's epoch budget (mean over {len(reached)} of {len(table)} search seeds)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

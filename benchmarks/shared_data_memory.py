@@ -45,7 +45,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     import ray
     from ray import tune
 
-    from sweeps.launch import sweep_run_config, sweep_tune_config
+    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
 
     path = folder / "data.npz"
@@ -61,8 +61,14 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
             peak.append(tree_pss_bytes())
             time.sleep(0.5)
 
-    config = {"dataset": "npz", "data_root": str(path), "model": "mlp", "epochs": 1, "batch_size": 512,
-              "seed": tune.grid_search(list(range(trials)))}
+    config = {
+        "dataset": "npz",
+        "data_root": str(path),
+        "model": "mlp",
+        "epochs": 1,
+        "batch_size": 512,
+        "seed": tune.grid_search(list(range(trials))),
+    }
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     if mode == "shared":  # the sweep's way: load once in the driver, hand it to every trial
@@ -71,8 +77,12 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     else:  # every trial reads the file itself
         trainable = train_classifier
     trainable = tune.with_resources(trainable, {"cpu": 2 / trials})
-    tune.Tuner(trainable, param_space=config, tune_config=sweep_tune_config(None),
-               run_config=sweep_run_config("memory", str(folder / "runs"), verbose=0)).fit()
+    tune.Tuner(
+        trainable,
+        param_space=config,
+        tune_config=sweep_tune_config(None),
+        run_config=sweep_run_config("memory", str(folder / "runs"), verbose=0),
+    ).fit()
     stop.set()
     sampler.join()
     ray.shutdown()
@@ -99,16 +109,27 @@ def main() -> None:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             peaks[mode].append(json.loads(out.split("RESULT ", 1)[1])["peak_bytes"])
     mib = lambda v: f"{statistics.median(v) / 2**20:.0f} [{min(v) / 2**20:.0f}, {max(v) / 2**20:.0f}]"  # noqa: E731
-    print(f"{trials} concurrent trials, data set {images * 3072 / 2**20:.0f} MiB; peak PSS above baseline, MiB, median [min, max] of {repeats}")
+    print(
+        f"{trials} concurrent trials, data set {images * 3072 / 2**20:.0f} MiB; peak PSS above baseline, MiB, median [min, max] of {repeats}"
+    )
     for mode, values in peaks.items():
         print(f"{mode:<10}{mib(values):>24}")
     ratio = statistics.median(peaks["per_trial"]) / statistics.median(peaks["shared"])
     print(f"per-trial copies use {ratio:.1f}x the memory of one shared copy")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "shared_peak_bytes": statistics.median(peaks["shared"]),
-            "per_trial_peak_bytes": statistics.median(peaks["per_trial"]),
-            "ratio": ratio, "trials": trials, "data_bytes": images * 3072, "runs": peaks}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "shared_peak_bytes": statistics.median(peaks["shared"]),
+                    "per_trial_peak_bytes": statistics.median(peaks["per_trial"]),
+                    "ratio": ratio,
+                    "trials": trials,
+                    "data_bytes": images * 3072,
+                    "runs": peaks,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

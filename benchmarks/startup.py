@@ -41,8 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, str(ROOT / "sweeps" / "noise_grid.py")]
 MILESTONES = {  # name -> how the line starts (None: not a stdout line)
-    "args": None, "data": "data: ", "ray": ("started a local Ray with", "Ray started in"), "first_trial": None,
-    "last_trial": None, "table": "best configuration by", "report": "report: ", "exit": None,
+    "args": None,
+    "data": "data: ",
+    "ray": ("started a local Ray with", "Ray started in"),
+    "first_trial": None,
+    "last_trial": None,
+    "table": "best configuration by",
+    "report": "report: ",
+    "exit": None,
 }
 FORMS = {"default": [], "smoke": ["--smoke-test"]}
 RUN_NUMBER = itertools.count()
@@ -79,9 +85,17 @@ def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         t0, started_at = time.perf_counter(), time.time() - 1
         experiment = f"startup_{os.getpid()}_{next(RUN_NUMBER)}"
-        proc = subprocess.Popen(sweep + flags + ["--storage-path", storage, "--name", experiment], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env, cwd=Path(sweep[-1]).parents[1])
-        reader = threading.Thread(target=lambda: [lines.put((time.perf_counter(), s)) for s in proc.stdout], daemon=True)
+        proc = subprocess.Popen(
+            sweep + flags + ["--storage-path", storage, "--name", experiment],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=Path(sweep[-1]).parents[1],
+        )
+        reader = threading.Thread(
+            target=lambda: [lines.put((time.perf_counter(), s)) for s in proc.stdout], daemon=True
+        )
         reader.start()
         stamps, output = {}, []
         while proc.poll() is None or reader.is_alive() or not lines.empty():
@@ -97,7 +111,9 @@ def time_sweep(flags: list[str], sweep: list[str] = SWEEP) -> dict[str, float]:
         stamps["exit"] = time.perf_counter() - t0
     missing = [name for name in MILESTONES if name not in stamps]
     if proc.returncode != 0 or missing:
-        raise RuntimeError(f"sweep {' '.join(flags)} exited {proc.returncode}, missing {missing}:\n{''.join(output[-40:])}")
+        raise RuntimeError(
+            f"sweep {' '.join(flags)} exited {proc.returncode}, missing {missing}:\n{''.join(output[-40:])}"
+        )
     return {name: stamps[name] for name in MILESTONES}
 
 
@@ -136,24 +152,38 @@ def format_table(report: dict) -> str:
 def summarise(sweep: str, helps: list[float], runs: dict[str, list[dict]], forms: dict) -> dict:
     """The JSON report of one sweep script: --help times and each form's runs and medians."""
     return {
-        "sweep": sweep, "help_s": median_range(helps), "help_runs": helps,
-        "forms": {form: {"flags": forms[form], "runs": runs[form],
-                         "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES}}
-                  for form in forms},
+        "sweep": sweep,
+        "help_s": median_range(helps),
+        "help_runs": helps,
+        "forms": {
+            form: {
+                "flags": forms[form],
+                "runs": runs[form],
+                "median": {name: statistics.median(r[name] for r in runs[form]) for name in MILESTONES},
+            }
+            for form in forms
+        },
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="--smoke-test only, 1 repetition")
-    parser.add_argument("--repeats", type=int, default=None, help="fresh processes per form (default 3; 1 with --quick)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="fresh processes per form (default 3; 1 with --quick)"
+    )
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--baseline", default=None,
-                        help="another checkout's sweeps/noise_grid.py, timed in the same run, interleaved (before/after)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="another checkout's sweeps/noise_grid.py, timed in the same run, interleaved (before/after)",
+    )
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     forms = {"smoke": FORMS["smoke"]} if args.quick else FORMS
-    sweeps = {"this": SWEEP} | ({"baseline": [sys.executable, str(Path(args.baseline).resolve())]} if args.baseline else {})
+    sweeps = {"this": SWEEP} | (
+        {"baseline": [sys.executable, str(Path(args.baseline).resolve())]} if args.baseline else {}
+    )
     runs = {who: {form: [] for form in forms} for who in sweeps}
     helps: dict[str, list[float]] = {who: [] for who in sweeps}
     for _ in range(repeats):  # interleaved: drifts of the shared machine hit every form and checkout alike
@@ -164,16 +194,22 @@ def main() -> None:
     reports = {who: summarise(sweep[-1], helps[who], runs[who], forms) for who, sweep in sweeps.items()}
     report = reports["this"] | {"repeats": repeats, "cpus": os.cpu_count(), "load_average_after": os.getloadavg()}
     for who in reports:
-        print(f"{reports[who]['sweep']}: milestones, seconds since process start; {repeats} fresh process(es) each; "
-              "median [min, max]")
+        print(
+            f"{reports[who]['sweep']}: milestones, seconds since process start; {repeats} fresh process(es) each; "
+            "median [min, max]"
+        )
         print(format_table(reports[who]))
     if "baseline" in reports:
         report["baseline"] = reports["baseline"]
-        ratios = {form: statistics.median(a["exit"] / b["exit"] for a, b in zip(runs["this"][form], runs["baseline"][form]))
-                  for form in forms}
+        ratios = {
+            form: statistics.median(a["exit"] / b["exit"] for a, b in zip(runs["this"][form], runs["baseline"][form]))
+            for form in forms
+        }
         report["exit_ratio_vs_baseline"] = ratios
-        print("wall time to exit, this / baseline (median of paired runs): "
-              + ", ".join(f"{form} {ratio:.2f}" for form, ratio in ratios.items()))
+        print(
+            "wall time to exit, this / baseline (median of paired runs): "
+            + ", ".join(f"{form} {ratio:.2f}" for form, ratio in ratios.items())
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 

@@ -45,10 +45,21 @@ def make_running(experiment: Path, n_trials: int) -> None:
         results = (folder / "result.json").read_text().splitlines()
         (folder / "result.json").write_text("\n".join(results[:-1]) + "\n")  # its last epoch is still to come
     state_file.write_text(json.dumps(state))
-    (experiment / "raysweep.json").write_text(json.dumps({"metric": "val/acc", "mode": "max", "total_trials": n_trials,
-                                                          "argv": ["sweeps/noise_grid.py"]}))
-    (experiment / "driver.json").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": "",
-                                                        "heartbeat": time.time(), "ended": None, "exit_code": None}))
+    (experiment / "raysweep.json").write_text(
+        json.dumps({"metric": "val/acc", "mode": "max", "total_trials": n_trials, "argv": ["sweeps/noise_grid.py"]})
+    )
+    (experiment / "driver.json").write_text(
+        json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "since": "",
+                "heartbeat": time.time(),
+                "ended": None,
+                "exit_code": None,
+            }
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -60,16 +71,28 @@ def main(argv: list[str] | None = None) -> dict:
         times, out = [], None
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "analysis", str(experiment), "--status"], env=env, cwd=REPO,
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "analysis", str(experiment), "--status"],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
             times.append(time.perf_counter() - t0)
             if out.returncode != 0:
                 raise SystemExit(f"--status failed ({out.returncode}):\n{out.stderr[-3000:]}")
     print(out.stdout.splitlines()[0])
-    print(f"--status on {args.trials} trials x {args.iterations} results ({RUNNING} running): "
-          f"median {statistics.median(times):.2f} s, range {min(times):.2f}-{max(times):.2f} s over {args.repeat} runs")
-    report = {"trials": args.trials, "iterations": args.iterations, "running": RUNNING, "seconds": times,
-              "median_s": statistics.median(times)}
+    print(
+        f"--status on {args.trials} trials x {args.iterations} results ({RUNNING} running): "
+        f"median {statistics.median(times):.2f} s, range {min(times):.2f}-{max(times):.2f} s over {args.repeat} runs"
+    )
+    report = {
+        "trials": args.trials,
+        "iterations": args.iterations,
+        "running": RUNNING,
+        "seconds": times,
+        "median_s": statistics.median(times),
+    }
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return report

@@ -18,7 +18,7 @@ each scheme runs in a fresh process. Definitions (per run):
                           not overhead: it is what heterogeneous lengths cost any scheduler),
                           broken down by `overhead_breakdown` (checkpoint write, its persist to
                           storage, the rest of the report round trip, other, the gap)
-raysweep's scheme is what `sweeps/launch.py` sets up (actor reuse, checkpoints kept, trial files
+raysweep's scheme is what `sweeps/engine/launch.py` sets up (actor reuse, checkpoints kept, trial files
 synced in the background) with the trials in the order `launch.longest_first` gives (the sweeps
 order by epochs x model; here the cost is the known duration). Tune's defaults run the grid in
 the order given. The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
@@ -95,10 +95,18 @@ def sleep_trial(config: dict) -> None:
             Path(folder, "checkpoint.pt").write_bytes(b"\0" * 100_000)
             write_s = time.perf_counter() - t0
             t1 = time.perf_counter()
-            tune.report({"epoch": epoch, "val/acc": epoch / epochs, "trial_start": start, "wall_time": time.time(),
-                         "gpu_ids": os.environ.get("CUDA_VISIBLE_DEVICES", ""), **{f"prev_{k}": v for k, v in last.items()},
-                         "write_s": write_s},
-                        checkpoint=Checkpoint.from_directory(folder))
+            tune.report(
+                {
+                    "epoch": epoch,
+                    "val/acc": epoch / epochs,
+                    "trial_start": start,
+                    "wall_time": time.time(),
+                    "gpu_ids": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                    **{f"prev_{k}": v for k, v in last.items()},
+                    "write_s": write_s,
+                },
+                checkpoint=Checkpoint.from_directory(folder),
+            )
             last = {"write_s": write_s, "report_s": time.perf_counter() - t1, "persist_s": persist["last_s"]}
 
 
@@ -107,36 +115,51 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     t0 = time.time()
     import ray
     from ray import tune
-
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps.launch import longest_first, sweep_run_config, sweep_tune_config
+    from sweeps.engine.launch import longest_first, sweep_run_config, sweep_tune_config
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     ray_up = time.time()
     trainable = tune.with_resources(sleep_trial, {"cpu": 0.25, "gpu": 1})
     if scheme == "raysweep":  # as noise_grid.py does: explicit points, longest trials first
         points = longest_first([{"duration": d} for d in work], cost=lambda point: point["duration"])
-        tuner = tune.Tuner(trainable, param_space={"duration": tune.choice(work)},
-                           tune_config=sweep_tune_config(max_concurrent=None, num_samples=len(points),
-                                                         search_alg=BasicVariantGenerator(points_to_evaluate=points)),
-                           run_config=sweep_run_config("bench", storage, verbose=0))
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"duration": tune.choice(work)},
+            tune_config=sweep_tune_config(
+                max_concurrent=None,
+                num_samples=len(points),
+                search_alg=BasicVariantGenerator(points_to_evaluate=points),
+            ),
+            run_config=sweep_run_config("bench", storage, verbose=0),
+        )
     else:  # Tune's defaults, as a first-time user writes it
-        tuner = tune.Tuner(trainable, param_space={"duration": tune.grid_search(work)},
-                           run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0))
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"duration": tune.grid_search(work)},
+            run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0),
+        )
     fit_start = time.time()
     results = tuner.fit()
     end = time.time()
     trials = []
     for result in results:
         history = result.metrics_dataframe
-        trial = {"slot": history["gpu_ids"].iloc[-1], "start": float(history["trial_start"].iloc[0]),
-                 "end": float(history["wall_time"].iloc[-1]), "work": float(result.config["duration"])}
+        trial = {
+            "slot": history["gpu_ids"].iloc[-1],
+            "start": float(history["trial_start"].iloc[0]),
+            "end": float(history["wall_time"].iloc[-1]),
+            "work": float(result.config["duration"]),
+        }
         if "prev_report_s" in history:  # the first report carries zeros; the last one's own costs are not seen
             seen = history.iloc[1:]
-            trial |= {"write_s": float(history["write_s"].sum()), "reports": len(history),
-                      "report_s": float(seen["prev_report_s"].mean()) if len(seen) else 0.0,
-                      "persist_s": float(seen["prev_persist_s"].mean()) if len(seen) else 0.0}
+            trial |= {
+                "write_s": float(history["write_s"].sum()),
+                "reports": len(history),
+                "report_s": float(seen["prev_report_s"].mean()) if len(seen) else 0.0,
+                "persist_s": float(seen["prev_persist_s"].mean()) if len(seen) else 0.0,
+            }
         trials.append(trial)
     ray.shutdown()
     return {"t0": t0, "ray_up": ray_up, "fit_start": fit_start, "end": end, "trials": trials}
@@ -173,8 +196,15 @@ def summarise(run: dict) -> dict:
         "efficiency_steady": ideal / (last - first),
         "efficiency_total": ideal / (run["end"] - run["t0"]),
         "startup_s": first - run["t0"],
-        **({"startup_ray_s": run["ray_up"] - run["t0"], "startup_tuner_s": run["fit_start"] - run["ray_up"],
-            "startup_fit_s": first - run["fit_start"]} if "fit_start" in run else {}),
+        **(
+            {
+                "startup_ray_s": run["ray_up"] - run["t0"],
+                "startup_tuner_s": run["fit_start"] - run["ray_up"],
+                "startup_fit_s": first - run["fit_start"],
+            }
+            if "fit_start" in run
+            else {}
+        ),
         "per_trial_overhead_s": in_trial + (statistics.mean(gaps) if gaps else 0.0),
         "makespan_s": last - first,
         "ideal_makespan_s": ideal,
@@ -239,8 +269,10 @@ def main() -> None:
     for scheme in runs:
         print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>30}" for k in keys))
     parts = [k for k in runs["raysweep"][0] if k.startswith("overhead_")] + ["reports_per_trial"]
-    print("per-trial overhead, seconds per trial (write / persist the checkpoint, the rest of tune.report, "
-          "other time in the trial, idle gap before the next trial on the slot)")
+    print(
+        "per-trial overhead, seconds per trial (write / persist the checkpoint, the rest of tune.report, "
+        "other time in the trial, idle gap before the next trial on the slot)"
+    )
     print(f"{'scheme':<14}" + "".join(f"{k.removeprefix('overhead_'):>24}" for k in parts))
     for scheme in ("raysweep", "ray_defaults"):
         print(f"{scheme:<14}" + "".join(f"{'%.3f [%.3f, %.3f]' % med(scheme, k):>24}" for k in parts))
@@ -255,7 +287,10 @@ def main() -> None:
         "ray_defaults_per_trial_overhead_s": med("ray_defaults", "per_trial_overhead_s")[0],
         **{f"ray_defaults_{k}": med("ray_defaults", k)[0] for k in ("startup_s",) + steps},
         "ideal_makespan_s": runs["raysweep"][0]["ideal_makespan_s"],
-        "repeats": repeats, "trials": len(durations(args.quick)), "slots": SLOTS, "runs": runs,
+        "repeats": repeats,
+        "trials": len(durations(args.quick)),
+        "slots": SLOTS,
+        "runs": runs,
     }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

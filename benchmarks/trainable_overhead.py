@@ -42,15 +42,19 @@ def in_tune(config: dict) -> float:
     import ray
     from ray import tune
 
-    from sweeps.launch import sweep_run_config, sweep_tune_config
+    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
 
     data = load_data(parse_config(config))
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as storage:
         trainable = tune.with_resources(tune.with_parameters(train_classifier, data=data), {"cpu": 1})
-        results = tune.Tuner(trainable, param_space=config, tune_config=sweep_tune_config(None),
-                             run_config=sweep_run_config("overhead", storage, verbose=0)).fit()
+        results = tune.Tuner(
+            trainable,
+            param_space=config,
+            tune_config=sweep_tune_config(None),
+            run_config=sweep_run_config("overhead", storage, verbose=0),
+        ).fit()
         stamps = results[0].metrics_dataframe["wall_time"]
         seconds = float(stamps.iloc[-1] - stamps.iloc[0])
     ray.shutdown()
@@ -78,8 +82,12 @@ def main() -> None:
         times = {"bare": [], "tune": []}
         for _ in range(repeats):
             for mode in ("bare", "tune"):
-                out = subprocess.run([sys.executable, __file__, "--one", mode, json.dumps(config)],
-                                     capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", mode, json.dumps(config)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 times[mode].append(float(out.split("RESULT", 1)[1]))
         ratios = [t / b for t, b in zip(times["tune"], times["bare"])]
         fmt = lambda v: f"{statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"  # noqa: E731

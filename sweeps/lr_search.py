@@ -23,43 +23,71 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps import cli  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.cli import UsageError  # noqa: E402
+from sweeps.engine import flags, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.flags import UsageError  # noqa: E402
+from trainables.config import METRIC, MODE  # noqa: E402
 
 NAME = "lr_search"
-SEARCHED = {"lr": "use --lr-range", "weight_decay": "use --weight-decay-range", "batch_size": "use --batch-sizes",
-            "loss": "use --losses", "gce_q": "use --gce-q-range", "sce_alpha": "use --sce-alpha-range",
-            "sce_beta": "use --sce-beta-range"}  # set by the searcher
+SEARCHED = {
+    "lr": "use --lr-range",
+    "weight_decay": "use --weight-decay-range",
+    "batch_size": "use --batch-sizes",
+    "loss": "use --losses",
+    "gce_q": "use --gce-q-range",
+    "sce_alpha": "use --sce-alpha-range",
+    "sce_beta": "use --sce-beta-range",
+}  # set by the searcher
 SEARCHED_LOSSES = ("ce", "gce", "sce")
 
 
 def parse_args(argv: list[str]):
-    argv, template = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = cli.ArgumentParser(prog="sweeps/lr_search.py", description=__doc__.split("\n\n")[0])
-    cli.add_search_args(parser, num_samples=20, num_samples_help="configurations TPE proposes")
-    parser.add_argument("--losses", default="ce,gce,sce", help="losses to search over, of ce, gce, sce (default: all three)")
+    argv, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = flags.ArgumentParser(prog="sweeps/lr_search.py", description=__doc__.split("\n\n")[0])
+    run_flags.add_search_args(parser, num_samples=20, num_samples_help="configurations TPE proposes")
+    parser.add_argument(
+        "--losses", default="ce,gce,sce", help="losses to search over, of ce, gce, sce (default: all three)"
+    )
     parser.add_argument("--batch-sizes", default="32,64,128", help="batch sizes to choose from (default: 32,64,128)")
     parser.add_argument("--gce-q-range", default="0.1,1", help="LOW,HIGH of GCE's q, in (0, 1] (default: 0.1,1)")
-    parser.add_argument("--sce-alpha-range", default="0.01,1", help="LOW,HIGH of SCE's alpha, log scale (default: 0.01,1)")
-    parser.add_argument("--sce-beta-range", default="0.1,10", help="LOW,HIGH of SCE's beta, log scale (default: 0.1,10)")
-    parser.add_argument("--grace-period", type=int, default=None, help="epochs before ASHA may stop a trial (default: 2; 1 with --smoke-test)")
-    parser.add_argument("--reduction-factor", type=float, default=3.0, help="ASHA keeps the top 1/F at each rung, F > 1 (default: 3)")
+    parser.add_argument(
+        "--sce-alpha-range", default="0.01,1", help="LOW,HIGH of SCE's alpha, log scale (default: 0.01,1)"
+    )
+    parser.add_argument(
+        "--sce-beta-range", default="0.1,10", help="LOW,HIGH of SCE's beta, log scale (default: 0.1,10)"
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=int,
+        default=None,
+        help="epochs before ASHA may stop a trial (default: 2; 1 with --smoke-test)",
+    )
+    parser.add_argument(
+        "--reduction-factor", type=float, default=3.0, help="ASHA keeps the top 1/F at each rung, F > 1 (default: 3)"
+    )
     parser.add_argument("--search-seed", type=int, default=0, help="seed of the TPE sampler (default: 0)")
-    parser.add_argument("--metric", default=None, help="with a command after --: the metric it prints that TPE and "
-                        "ASHA optimise (default: val_acc); the built-in trainable always uses val/acc")
+    parser.add_argument(
+        "--metric",
+        default=None,
+        help="with a command after --: the metric it prints that TPE and "
+        "ASHA optimise (default: val_acc); the built-in trainable always uses val/acc",
+    )
     parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
-    cli.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
-    cli.add_run_args(parser, name=NAME, grid=False)
+    flags.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
+    run_flags.add_run_args(parser, name=NAME, grid=False)
     args = parser.parse_args(argv)
 
-    cli.check_run_args(args)
-    cli.check_search_args(args)
-    args.gce_q_range = cli.parse_range("--gce-q-range", args.gce_q_range, 0.0, 1.0)
-    args.sce_alpha_range = cli.parse_range("--sce-alpha-range", args.sce_alpha_range, 0.0, 100.0)
-    args.sce_beta_range = cli.parse_range("--sce-beta-range", args.sce_beta_range, 0.0, 100.0)
+    run_flags.check_run_args(args)
+    run_flags.check_search_args(args)
+    args.gce_q_range = flags.parse_range("--gce-q-range", args.gce_q_range, 0.0, 1.0)
+    args.sce_alpha_range = flags.parse_range("--sce-alpha-range", args.sce_alpha_range, 0.0, 100.0)
+    args.sce_beta_range = flags.parse_range("--sce-beta-range", args.sce_beta_range, 0.0, 100.0)
     args.losses = [x.strip() for x in args.losses.split(",")]
     for loss in args.losses:
         if loss not in SEARCHED_LOSSES:
@@ -72,16 +100,16 @@ def parse_args(argv: list[str]):
         raise UsageError(f"--batch-sizes={args.batch_sizes!r} is not a list of whole numbers") from None
     if args.batch_sizes[0] < 1:
         raise UsageError(f"--batch-sizes: {args.batch_sizes[0]} must be a whole number >= 1")
-    cli.check_positive_int("--grace-period", args.grace_period)
+    flags.check_positive_int("--grace-period", args.grace_period)
     if args.search_seed < 0:
         raise UsageError(f"--search-seed={args.search_seed} must be a whole number >= 0")
     if not (args.reduction_factor > 1):
         raise UsageError(f"--reduction-factor={args.reduction_factor:g} must be > 1")
-    args.fixed = {k: v[0] for k, v in cli.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
+    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
     if args.smoke_test:
-        args.fixed.setdefault("epochs", cli.SMOKE_TEST_EPOCHS)
+        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
         args.num_samples = min(args.num_samples, 4)
-    epochs = cli.epochs_of(args.fixed)
+    epochs = flags.epochs_of(args.fixed)
     args.template = template
     check_command(args)
     args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
@@ -98,22 +126,29 @@ def check_command(args) -> None:
         UsageError: one line naming the placeholder, the program or the flag.
     """
     if not args.template:
-        if args.metric not in (None, cli.METRIC):
-            raise UsageError(f"--metric={args.metric}: the built-in trainable is ranked by {cli.METRIC}; "
-                             "--metric names what a command after -- prints")
-        args.metric, args.mode = cli.METRIC, cli.MODE
+        if args.metric not in (None, METRIC):
+            raise UsageError(
+                f"--metric={args.metric}: the built-in trainable is ranked by {METRIC}; "
+                "--metric names what a command after -- prints"
+            )
+        args.metric, args.mode = METRIC, MODE
         return
-    from sweeps import command_template
+    from sweeps.engine import command_template
 
     args.metric = args.metric or "val_acc"
     if args.repeat != 1:
-        raise UsageError("--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
-                         "(sweeps/run_command.py --seeds)")
+        raise UsageError(
+            "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
+            "(sweeps/run_command.py --seeds)"
+        )
     known = set(SEARCHED) | set(args.fixed)
     unknown = sorted(command_template.placeholders(args.template) - known - set(command_template.BUILTIN_PLACEHOLDERS))
     if unknown:
-        raise UsageError(f"command: placeholder {{{unknown[0]}}} is neither searched nor fixed; use one of "
-                         + ", ".join(f"{{{k}}}" for k in sorted(known)) + ", {trial_dir}, {trial_name}")
+        raise UsageError(
+            f"command: placeholder {{{unknown[0]}}} is neither searched nor fixed; use one of "
+            + ", ".join(f"{{{k}}}" for k in sorted(known))
+            + ", {trial_dir}, {trial_name}"
+        )
     used = {k: [0] for k in command_template.placeholders(args.template) if k in known}
     command_template.check_template(args.template, used, seeds=False)
     command_template.check_metric_producible(args.metric, None, "epoch")
@@ -145,10 +180,12 @@ def skip_results_without(searcher_class, metric_name: str):
     `OptunaSearch.on_trial_result` indexes `result[metric]` and would crash the whole search on it
     (a KeyError in the driver). Its `on_trial_complete` already records such a trial as pruned.
     """
+
     class Searcher(searcher_class):
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             if metric_name in result:
                 super().on_trial_result(trial_id, result)
+
     Searcher.__name__ = Searcher.__qualname__ = searcher_class.__name__
     return Searcher
 
@@ -162,39 +199,65 @@ def trial_name(trial) -> str:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    bounds = {"lr": list(args.lr_range), "weight_decay": list(args.weight_decay_range),
-              "batch_sizes": args.batch_sizes, "losses": args.losses, "gce_q": list(args.gce_q_range),
-              "sce_alpha": list(args.sce_alpha_range), "sce_beta": list(args.sce_beta_range)}
-    settings = {**args.fixed, **bounds, "repeat": args.repeat, "num_samples": args.num_samples,
-                "search_seed": args.search_seed, "grace_period": args.grace_period,
-                "reduction_factor": args.reduction_factor}
-    cfg, data = cli.prepare_search(args, settings)
+    bounds = {
+        "lr": list(args.lr_range),
+        "weight_decay": list(args.weight_decay_range),
+        "batch_sizes": args.batch_sizes,
+        "losses": args.losses,
+        "gce_q": list(args.gce_q_range),
+        "sce_alpha": list(args.sce_alpha_range),
+        "sce_beta": list(args.sce_beta_range),
+    }
+    settings = {
+        **args.fixed,
+        **bounds,
+        "repeat": args.repeat,
+        "num_samples": args.num_samples,
+        "search_seed": args.search_seed,
+        "grace_period": args.grace_period,
+        "reduction_factor": args.reduction_factor,
+    }
+    cfg, data = preflight.prepare_search(args, settings)
 
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
     from analysis.search import top_trials
-    from sweeps.launch import Trainable, launch
+    from sweeps.engine.launch import Trainable, launch
     from trainables import train_classifier
 
-    print(f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
-          f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}", flush=True)
+    print(
+        f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
+        f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}",
+        flush=True,
+    )
 
     trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
     if args.template:  # your own script: the searched values reach it through its {placeholders}
         from trainables.command import train_command
 
-        trainable = Trainable(train_command, {"template": args.template, "cwd": os.getcwd(),
-                                              "complete_when": (args.metric,)})  # each step reported as soon as it has it
+        trainable = Trainable(
+            train_command, {"template": args.template, "cwd": os.getcwd(), "complete_when": (args.metric,)}
+        )  # each step reported as soon as it has it
     code, rounds = launch(
-        cli.run_options(args), trainable,
+        run_flags.run_options(args),
+        trainable,
         param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
         search_alg=skip_results_without(OptunaSearch, args.metric)(
-            functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed),
-        scheduler=ASHAScheduler(time_attr="training_iteration", max_t=cfg.epochs,
-                                grace_period=args.grace_period, reduction_factor=args.reduction_factor),
-        num_samples=args.num_samples, trial_name=trial_name, settings=settings, metric=args.metric, mode=args.mode,
+            functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed
+        ),
+        scheduler=ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=cfg.epochs,
+            grace_period=args.grace_period,
+            reduction_factor=args.reduction_factor,
+        ),
+        num_samples=args.num_samples,
+        trial_name=trial_name,
+        settings=settings,
+        metric=args.metric,
+        mode=args.mode,
         test_metric=args.metric if args.template else "test/acc",
         checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
     )
@@ -212,4 +275,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
-    cli.run_main(main)
+    process_exit.run_main(main)

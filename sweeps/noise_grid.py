@@ -23,40 +23,44 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps import cli  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 
 NAME = "noise_grid"
 GRID_DEFAULTS = {"noise_type": "sym,asym", "noise_rate": "0.125,0.25,0.375,0.5,0.625,0.75"}  # the grid's own axes
 
 
 def parse_args(argv: list[str]):
-    parser = cli.ArgumentParser(prog="sweeps/noise_grid.py", description=__doc__.split("\n\n")[0])
-    cli.add_config_flags(parser, axes=True, defaults=GRID_DEFAULTS,
-                         aliases={"noise_type": ["--noise-types"], "noise_rate": ["--noise-rates"]})
-    cli.add_run_args(parser, name=NAME, grid=True)
+    parser = flags.ArgumentParser(prog="sweeps/noise_grid.py", description=__doc__.split("\n\n")[0])
+    flags.add_config_flags(
+        parser,
+        axes=True,
+        defaults=GRID_DEFAULTS,
+        aliases={"noise_type": ["--noise-types"], "noise_rate": ["--noise-rates"]},
+    )
+    run_flags.add_run_args(parser, name=NAME, grid=True)
     args = parser.parse_args(argv)
-    cli.check_run_args(args)
+    run_flags.check_run_args(args)
     return args
 
 
 def grid_axes(args) -> dict[str, list]:
     """Field -> values of the grid: the flags given, the grid's noise axes, and the seeds."""
-    axes = cli.config_axes(args, axes=True, defaults=GRID_DEFAULTS)
+    axes = flags.config_axes(args, axes=True, defaults=GRID_DEFAULTS)
     if args.seeds is not None and "seed" in axes:
-        raise cli.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
+        raise flags.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
     if "seed" not in axes:
         axes["seed"] = list(range(args.seeds or 1))
     if args.smoke_test and "epochs" not in axes:
-        axes["epochs"] = [cli.SMOKE_TEST_EPOCHS]
+        axes["epochs"] = [run_flags.SMOKE_TEST_EPOCHS]
     return axes
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     axes = grid_axes(args)
-    cells = cli.grid_cells(axes, args.max_trials)
+    cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", flush=True)
-    cli.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
+    preflight.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
 
     from trainables.config import parse_config
     from trainables.data import load_data
@@ -65,24 +69,29 @@ def main(argv: list[str]) -> int:
         configs = [parse_config(cell) for cell in cells]
         data = load_data(configs[0])
     except ValueError as e:
-        raise cli.UsageError(str(e)) from None
+        raise flags.UsageError(str(e)) from None
 
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps import resume
-    from sweeps.launch import Trainable, launch, longest_first
+    from sweeps.engine import resume
+    from sweeps.engine.launch import Trainable, launch, longest_first
     from trainables import train_classifier
+
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not todo:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-        from sweeps.launch import print_summary
+        from sweeps.engine.launch import print_summary
+
         print_summary(experiment_dir)
         return resume.report_outcome(None, reused, "val/acc")
-    cli.probe_storage(experiment_dir)
-    print(f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
-          f"{len(data['y_test'])} test); {len(todo)} to run, {len(reused)} reused", flush=True)
+    preflight.probe_storage(experiment_dir)
+    print(
+        f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
+        f"{len(data['y_test'])} test); {len(todo)} to run, {len(reused)} reused",
+        flush=True,
+    )
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`launch.longest_first`).
@@ -96,13 +105,22 @@ def main(argv: list[str]) -> int:
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trainable = Trainable(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
-    code, rounds = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
-                          num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(axes), reused=reused)
+    code, rounds = launch(
+        run_flags.run_options(args),
+        trainable,
+        param_space=param_space,
+        search_alg=search_alg,
+        num_samples=len(todo) if search_alg else 1,
+        trial_name=grid.trial_namer(axes),
+        reused=reused,
+    )
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
-        print(f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them")
+        print(
+            f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them"
+        )
     return code
 
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
-    cli.run_main(main)
+    process_exit.run_main(main)

@@ -23,34 +23,47 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps import cli  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.cli import UsageError  # noqa: E402
+from sweeps.engine import flags, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.flags import UsageError  # noqa: E402
 
 NAME = "pbt"
-SEARCHED = {"lr": "use --lr-range", "weight_decay": "use --weight-decay-range",
-            "checkpoint_every": "PBT checkpoints every --perturbation-interval epochs"}  # set by PBT
+SEARCHED = {
+    "lr": "use --lr-range",
+    "weight_decay": "use --weight-decay-range",
+    "checkpoint_every": "PBT checkpoints every --perturbation-interval epochs",
+}  # set by PBT
 
 
 def parse_args(argv: list[str]):
-    parser = cli.ArgumentParser(prog="sweeps/pbt.py", description=__doc__.split("\n\n")[0])
-    cli.add_search_args(parser, num_samples=8, num_samples_help="population size: trials trained side by side")
-    parser.add_argument("--perturbation-interval", type=int, default=None, help="epochs between exploit/explore steps (default: 4; 1 with --smoke-test)")
-    parser.add_argument("--quantile-fraction", type=float, default=0.25, help="share of the population copied from / replaced, in (0, 0.5] (default: 0.25)")
-    cli.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
-    cli.add_run_args(parser, name=NAME, grid=False)
+    parser = flags.ArgumentParser(prog="sweeps/pbt.py", description=__doc__.split("\n\n")[0])
+    run_flags.add_search_args(parser, num_samples=8, num_samples_help="population size: trials trained side by side")
+    parser.add_argument(
+        "--perturbation-interval",
+        type=int,
+        default=None,
+        help="epochs between exploit/explore steps (default: 4; 1 with --smoke-test)",
+    )
+    parser.add_argument(
+        "--quantile-fraction",
+        type=float,
+        default=0.25,
+        help="share of the population copied from / replaced, in (0, 0.5] (default: 0.25)",
+    )
+    flags.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
+    run_flags.add_run_args(parser, name=NAME, grid=False)
     args = parser.parse_args(argv)
 
-    cli.check_run_args(args)
-    cli.check_search_args(args)
-    cli.check_positive_int("--perturbation-interval", args.perturbation_interval)
+    run_flags.check_run_args(args)
+    run_flags.check_search_args(args)
+    flags.check_positive_int("--perturbation-interval", args.perturbation_interval)
     if not (0.0 < args.quantile_fraction <= 0.5):
         raise UsageError(f"--quantile-fraction={args.quantile_fraction:g} is outside the allowed range (0, 0.5]")
-    args.fixed = {k: v[0] for k, v in cli.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
+    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
     if args.smoke_test:
-        args.fixed.setdefault("epochs", cli.SMOKE_TEST_EPOCHS)
+        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
         args.num_samples = min(args.num_samples, 4)
     args.perturbation_interval = args.perturbation_interval or (1 if args.smoke_test else 4)
-    epochs = cli.epochs_of(args.fixed)
+    epochs = flags.epochs_of(args.fixed)
     if args.perturbation_interval >= epochs:
         raise UsageError(f"--perturbation-interval={args.perturbation_interval} must be below --epochs ({epochs})")
     args.fixed["checkpoint_every"] = args.perturbation_interval  # PBT copies checkpoints at these epochs
@@ -72,26 +85,36 @@ def trial_name(trial) -> str:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
-    settings = {**args.fixed, "lr": list(args.lr_range), "weight_decay": list(args.weight_decay_range), "repeat": args.repeat,
-                "num_samples": args.num_samples, "perturbation_interval": args.perturbation_interval,
-                "quantile_fraction": args.quantile_fraction}
-    cfg, data = cli.prepare_search(args, settings)
+    settings = {
+        **args.fixed,
+        "lr": list(args.lr_range),
+        "weight_decay": list(args.weight_decay_range),
+        "repeat": args.repeat,
+        "num_samples": args.num_samples,
+        "perturbation_interval": args.perturbation_interval,
+        "quantile_fraction": args.quantile_fraction,
+    }
+    cfg, data = preflight.prepare_search(args, settings)
 
     from ray import tune
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import PopulationBasedTraining
 
     from analysis.search import top_trials
-    from sweeps.launch import Trainable, launch
+    from sweeps.engine.launch import Trainable, launch
     from trainables import train_classifier
 
-    print(f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
-          f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}", flush=True)
+    print(
+        f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
+        f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}",
+        flush=True,
+    )
 
     mutations = {"lr": tune.loguniform(*args.lr_range), "weight_decay": tune.loguniform(*args.weight_decay_range)}
     trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
     code, rounds = launch(
-        cli.run_options(args), trainable,
+        run_flags.run_options(args),
+        trainable,
         param_space={**args.fixed, **mutations},  # each member starts from its own draw
         scheduler=PopulationBasedTraining(
             time_attr="training_iteration",
@@ -100,7 +123,9 @@ def main(argv: list[str]) -> int:
             quantile_fraction=args.quantile_fraction,
             custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
         ),
-        num_samples=args.num_samples, trial_name=trial_name, settings=settings,
+        num_samples=args.num_samples,
+        trial_name=trial_name,
+        settings=settings,
         # A member is restored from another's checkpoint some time after the exploit decision;
         # with <= 2 kept, the source may already have deleted it (Ray warns). One checkpoint
         # per perturbation interval, four kept, as in Ray's PBT guide.
@@ -117,4 +142,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
-    cli.run_main(main)
+    process_exit.run_main(main)

@@ -15,7 +15,7 @@ or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Pai
 linked axis (--axis dataset,num_classes=caltech101:100,oxford_pets:37) or rows of --tasks FILE;
 --dry-run prints every cell's command, --check runs the first one without Ray.
 Retries, resume, skip-existing, progress, the final table and the report are those of every sweep
-(`sweeps/launch.py`); each trial is `trainables/command.py:train_command`.
+(`sweeps/engine/launch.py`); each trial is `trainables/command.py:train_command`.
 """
 
 from __future__ import annotations
@@ -28,44 +28,80 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps import cli, command_template  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.cli import UsageError  # noqa: E402
+from sweeps.engine import command_template, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES  # noqa: E402
 
 NAME = "command"
 
 
 def parse_args(argv: list[str]):
-    flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = cli.ArgumentParser(prog="sweeps/run_command.py", description=__doc__.split("\n\n")[0],
-                                usage="%(prog)s [--axis NAME=V1,V2 ...] [--tasks FILE] [--seeds N] [options] -- COMMAND {name} ...")
-    parser.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
-                        help="an axis of the grid and its values; use {NAME} in the command (repeatable). Linked values: "
-                        "--axis dataset,num_classes=caltech101:100,oxford_pets:37 (one axis of pairs)")
-    parser.add_argument("--tasks", default=None, metavar="FILE",
-                        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; crossed with --axis and --seeds")
-    parser.add_argument("--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)")
-    parser.add_argument("--test-metric", default=None,
-                        help="a metric shown in the tables at the step --metric selects, e.g. test_acc (default: --metric)")
+    own_flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = flags.ArgumentParser(
+        prog="sweeps/run_command.py",
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s [--axis NAME=V1,V2 ...] [--tasks FILE] [--seeds N] [options] -- COMMAND {name} ...",
+    )
+    parser.add_argument(
+        "--axis",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="an axis of the grid and its values; use {NAME} in the command (repeatable). Linked values: "
+        "--axis dataset,num_classes=caltech101:100,oxford_pets:37 (one axis of pairs)",
+    )
+    parser.add_argument(
+        "--tasks",
+        default=None,
+        metavar="FILE",
+        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; crossed with --axis and --seeds",
+    )
+    parser.add_argument(
+        "--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)"
+    )
+    parser.add_argument(
+        "--test-metric",
+        default=None,
+        help="a metric shown in the tables at the step --metric selects, e.g. test_acc (default: --metric)",
+    )
     parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
-    parser.add_argument("--step-key", default="epoch", help="the metric counting progress: a line naming it starts a step, "
-                        "read as epoch=3, epoch: 3, epoch 3, epoch 3/50, epoch [3/50] or [epoch 3] (default: epoch)")
-    parser.add_argument("--metric-pattern", action="append", default=[],
-                        help="a regex with named groups for lines not in key=value form, e.g. "
-                        r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)'; repeat it for each line shape "
-                        "(default: key=value and key: value pairs)")
-    parser.add_argument("--metrics-from", choices=METRICS_SOURCES, default="stdout",
-                        help="stdout: printed lines and $RAYSWEEP_METRICS_FILE; jsonl: that file only; tensorboard: "
-                        "event files the script writes under {trial_dir} (default: stdout)")
-    parser.add_argument("--grace-period-s", type=float, default=10.0,
-                        help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)")
+    parser.add_argument(
+        "--step-key",
+        default="epoch",
+        help="the metric counting progress: a line naming it starts a step, "
+        "read as epoch=3, epoch: 3, epoch 3, epoch 3/50, epoch [3/50] or [epoch 3] (default: epoch)",
+    )
+    parser.add_argument(
+        "--metric-pattern",
+        action="append",
+        default=[],
+        help="a regex with named groups for lines not in key=value form, e.g. "
+        r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)'; repeat it for each line shape "
+        "(default: key=value and key: value pairs)",
+    )
+    parser.add_argument(
+        "--metrics-from",
+        choices=METRICS_SOURCES,
+        default="stdout",
+        help="stdout: printed lines and $RAYSWEEP_METRICS_FILE; jsonl: that file only; tensorboard: "
+        "event files the script writes under {trial_dir} (default: stdout)",
+    )
+    parser.add_argument(
+        "--grace-period-s",
+        type=float,
+        default=10.0,
+        help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every cell's command, one per line, and exit")
-    parser.add_argument("--check", action="store_true",
-                        help="run the first cell's command once without Ray, print each metrics row read, and say "
-                        "whether --metric (and --test-metric) were seen; exit 0 only if they were")
-    cli.add_run_args(parser, name=NAME, grid=True)
-    args = parser.parse_args(flags)
-    cli.check_run_args(args)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="run the first cell's command once without Ray, print each metrics row read, and say "
+        "whether --metric (and --test-metric) were seen; exit 0 only if they were",
+    )
+    run_flags.add_run_args(parser, name=NAME, grid=True)
+    args = parser.parse_args(own_flags)
+    run_flags.check_run_args(args)
     axes = {}
     for text in args.axis:
         name, values = command_template.parse_axis(text)
@@ -75,7 +111,9 @@ def parse_args(argv: list[str]):
             raise UsageError(f"--axis {twice[0]} is given twice; give all its values in one --axis {twice[0]}=V1,V2")
         axes[name] = values
     tasks = command_template.read_tasks(args.tasks) if args.tasks else None
-    settings = {n: [] for key in axes for n in (key if isinstance(key, tuple) else (key,))} | dict.fromkeys(tasks[0] if tasks else [], [])
+    settings = {n: [] for key in axes for n in (key if isinstance(key, tuple) else (key,))} | dict.fromkeys(
+        tasks[0] if tasks else [], []
+    )
     if args.seeds is not None and "seed" in settings:
         raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
     command_template.check_template(template, settings, seeds=args.seeds is not None)
@@ -97,7 +135,7 @@ def parse_args(argv: list[str]):
 
 def dry_run(args) -> int:
     """Print each cell's trial name and rendered command (`{trial_dir}` as the folder it will be), one per line."""
-    namer = cli.trial_namer(command_template.cell_axes(args.cells))
+    namer = grid.trial_namer(command_template.cell_axes(args.cells))
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
         argv = command_template.render(args.template, cell, f"{args.storage_path}/{args.name}/{name}/work", name)
@@ -111,28 +149,30 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         return dry_run(args)
     if args.check:
-        from sweeps.command_check import check_command
+        from sweeps.engine.command_check import check_command
+
         return check_command(args)
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
-    cli.check_resume(args)
+    preflight.check_resume(args)
 
     from ray import tune
     from ray.tune import CheckpointConfig
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps import resume
-    from sweeps.launch import Trainable, launch
+    from sweeps.engine import resume
+    from sweeps.engine.launch import Trainable, launch
     from trainables.command import train_command
 
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, args.skip_existing, hash_fn=resume.command_hash)
     if not args.resume and not todo:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-        from sweeps.launch import print_summary
+        from sweeps.engine.launch import print_summary
+
         print_summary(experiment_dir, args.metric, args.mode, test_metric=args.test_metric)
         return resume.report_outcome(None, reused, args.metric)
-    cli.probe_storage(experiment_dir)
+    preflight.probe_storage(experiment_dir)
     print(f"command: {' '.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
@@ -143,18 +183,35 @@ def main(argv: list[str]) -> int:
     if len(todo) < len(cells) or set(flat) != set(args.axes):  # every sample is one of the explicit points
         param_space = {k: tune.choice(v) for k, v in flat.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
-    trainable = Trainable(train_command, {"template": args.template, "step_key": args.step_key,
-                                          "metric_pattern": args.metric_pattern or None, "metrics_from": args.metrics_from,
-                                          "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
-                                          "grace_period_s": args.grace_period_s, "cwd": os.getcwd()})
-    code, _ = launch(cli.run_options(args), trainable, param_space=param_space, search_alg=search_alg,
-                     num_samples=len(todo) if search_alg else 1, trial_name=cli.trial_namer(flat),
-                     metric=args.metric, mode=args.mode, reused=reused, test_metric=args.test_metric,
-                     # every result carries a small step checkpoint; keep the latest two, whatever the metric
-                     checkpoint_config=CheckpointConfig(num_to_keep=2))
+    trainable = Trainable(
+        train_command,
+        {
+            "template": args.template,
+            "step_key": args.step_key,
+            "metric_pattern": args.metric_pattern or None,
+            "metrics_from": args.metrics_from,
+            "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
+            "grace_period_s": args.grace_period_s,
+            "cwd": os.getcwd(),
+        },
+    )
+    code, _ = launch(
+        run_flags.run_options(args),
+        trainable,
+        param_space=param_space,
+        search_alg=search_alg,
+        num_samples=len(todo) if search_alg else 1,
+        trial_name=grid.trial_namer(flat),
+        metric=args.metric,
+        mode=args.mode,
+        reused=reused,
+        test_metric=args.test_metric,
+        # every result carries a small step checkpoint; keep the latest two, whatever the metric
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+    )
     return code
 
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
-    cli.run_main(main)
+    process_exit.run_main(main)

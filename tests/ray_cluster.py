@@ -42,8 +42,11 @@ def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.25):
 
 def token_env(home: Path) -> dict:
     """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here), RAY_AUTH_MODE unset."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
-                                                            "RAY_AUTH_TOKEN_PATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    }
     env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     home.mkdir(parents=True, exist_ok=True)
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
@@ -51,9 +54,18 @@ def token_env(home: Path) -> dict:
     return env
 
 
-def start_node(folder: Path, env: dict, *, head_port: int | None = None, address: str | None = None,
-               node_ip: str | None = None, num_cpus: int = 1, num_gpus: int = 0, extra_env: dict | None = None,
-               timeout_s: float = 60) -> subprocess.Popen:
+def start_node(
+    folder: Path,
+    env: dict,
+    *,
+    head_port: int | None = None,
+    address: str | None = None,
+    node_ip: str | None = None,
+    num_cpus: int = 1,
+    num_gpus: int = 0,
+    extra_env: dict | None = None,
+    timeout_s: float = 60,
+) -> subprocess.Popen:
     """Start one node (`head_port` for the head, else `address` of the head) and wait until it is up.
 
     The node's Ray temp dir is a fresh short folder under /tmp (Unix socket paths must stay under
@@ -64,8 +76,15 @@ def start_node(folder: Path, env: dict, *, head_port: int | None = None, address
     """
     folder.mkdir(parents=True, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix="raysweep-node-")
-    cmd = [RAY, "start", "--block", f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
-           "--disable-usage-stats"]
+    cmd = [
+        RAY,
+        "start",
+        "--block",
+        f"--temp-dir={temp_dir}",
+        f"--num-cpus={num_cpus}",
+        f"--num-gpus={num_gpus}",
+        "--disable-usage-stats",
+    ]
     if head_port is not None:
         cmd += ["--head", f"--port={head_port}", "--include-dashboard=false"]
     else:
@@ -73,11 +92,14 @@ def start_node(folder: Path, env: dict, *, head_port: int | None = None, address
     if node_ip:
         cmd += [f"--node-ip-address={node_ip}"]
     log = folder / "ray_start.log"
-    proc = subprocess.Popen(cmd, env={**env, **(extra_env or {})}, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # its own process group: stopped as one, by its pid
+    proc = subprocess.Popen(
+        cmd, env={**env, **(extra_env or {})}, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )  # its own process group: stopped as one, by its pid
     proc.temp_dir = temp_dir
     try:
-        wait_for(lambda: "block forever" in log.read_text() or proc.poll() is not None, timeout_s, f"ray start in {folder}")
+        wait_for(
+            lambda: "block forever" in log.read_text() or proc.poll() is not None, timeout_s, f"ray start in {folder}"
+        )
     except AssertionError:
         stop_node(proc)
         raise
@@ -111,15 +133,32 @@ def start_two_nodes(folder: Path, env: dict, worker_ip: str, nodes: list) -> str
     second node on `worker_ip` that joins with RAY_AUTH_MODE=token, 1 CPU each; each is appended to
     `nodes` as soon as it runs (the caller stops them). Returns the head's `HOST:PORT`."""
     port = free_port()
-    nodes.append(start_node(folder / "head", env, head_port=port, extra_env={
-        "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"}))
-    nodes.append(start_node(folder / "worker", env, address=f"127.0.0.1:{port}", node_ip=worker_ip,
-                            extra_env={"RAY_AUTH_MODE": "token"}))
+    nodes.append(
+        start_node(
+            folder / "head",
+            env,
+            head_port=port,
+            extra_env={"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"},
+        )
+    )
+    nodes.append(
+        start_node(
+            folder / "worker", env, address=f"127.0.0.1:{port}", node_ip=worker_ip, extra_env={"RAY_AUTH_MODE": "token"}
+        )
+    )
     return f"127.0.0.1:{port}"
 
 
-def kill_node_under_a_trial(argv: list[str], env: dict, cwd: Path, log: Path, node: subprocess.Popen, find_victim,
-                            wait_s: float = 120, sweep_s: float = 240) -> tuple[str, int, str]:
+def kill_node_under_a_trial(
+    argv: list[str],
+    env: dict,
+    cwd: Path,
+    log: Path,
+    node: subprocess.Popen,
+    find_victim,
+    wait_s: float = 120,
+    sweep_s: float = 240,
+) -> tuple[str, int, str]:
     """Run a sweep driver (`argv`, output to `log`); once `find_victim()` names a trial training on
     `node` (polled up to `wait_s`), SIGKILL that node's raylet and wait up to `sweep_s` for the driver.
     Returns:
@@ -139,10 +178,13 @@ def kill_node_under_a_trial(argv: list[str], env: dict, cwd: Path, log: Path, no
 
 def alive_nodes(address: str, env: dict) -> list[str]:
     """Node IPs of the live nodes, asked from a separate Python (the test process keeps no Ray)."""
-    code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
-            "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))" % address)
-    proc = subprocess.run([sys.executable, "-c", code], env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        "import json, ray; ray.init(address=%r, log_to_driver=False); "
+        "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))" % address
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -151,7 +193,7 @@ def alive_nodes(address: str, env: dict) -> list[str]:
 def ray_auth_restored():
     """Undo what a test's connection checks did to this process's Ray authentication mode.
 
-    `sweeps.cluster.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
+    `sweeps.engine.cluster.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
     config, as a sweep's driver should; in the test process that would outlive the test and make
     a later local `ray.init` use another token than its cluster's.
     """

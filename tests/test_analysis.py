@@ -36,8 +36,18 @@ def grid(tmp_path) -> Path:
 def test_load_trials_one_row_per_trial(grid):
     trials = analysis.load_trials(grid)
     assert len(trials) == 18
-    assert list(trials.columns[:10]) == ["trial_id", "trial_name", "status", "diverged", "error", "start_time",
-                                         "end_time", "duration_s", "iterations", "node"]
+    assert list(trials.columns[:10]) == [
+        "trial_id",
+        "trial_name",
+        "status",
+        "diverged",
+        "error",
+        "start_time",
+        "end_time",
+        "duration_s",
+        "iterations",
+        "node",
+    ]
     row = trials.set_index("trial_name").loc["asym_0.4_seed2"]
     assert row["status"] == "TERMINATED" and not row["diverged"] and row["error"] is None
     assert row["config/noise_type"] == "asym" and row["config/noise_rate"] == 0.4 and row["config/seed"] == 2
@@ -63,8 +73,9 @@ def test_load_history_long_form(grid):
 
 def test_nested_metrics_and_config_are_flattened(tmp_path):
     rows = [{"score": 1.0, "aux": {"loss": 0.5, "deep": {"x": 1}}}]
-    path = write_experiment(tmp_path, "nested", [trial_spec("t", {"opt": {"lr": 0.1, "betas": [0.9, 0.99]}}, rows)],
-                            metric=None)
+    path = write_experiment(
+        tmp_path, "nested", [trial_spec("t", {"opt": {"lr": 0.1, "betas": [0.9, 0.99]}}, rows)], metric=None
+    )
     trials = analysis.load_trials(path)
     assert trials.loc[0, "config/opt/lr"] == 0.1 and trials.loc[0, "config/opt/betas"] == (0.9, 0.99)
     assert trials.loc[0, "last/aux/loss"] == 0.5 and trials.loc[0, "last/aux/deep/x"] == 1
@@ -92,8 +103,9 @@ def test_errored_and_nonfinite_trials(tmp_path):
 
 
 def test_half_written_last_line_is_skipped_with_warning(tmp_path):
-    path = write_experiment(tmp_path, "running", [trial_spec("a", {"seed": 0}, [{"acc": 0.1}, {"acc": 0.2}],
-                                                             status="RUNNING")], metric=None)
+    path = write_experiment(
+        tmp_path, "running", [trial_spec("a", {"seed": 0}, [{"acc": 0.1}, {"acc": 0.2}], status="RUNNING")], metric=None
+    )
     result = next(path.glob("*/result.json"))
     result.write_text(result.read_text() + '{"acc": 0.3, "training_it')
     with pytest.warns(UserWarning, match="result.json: skipped unreadable last line"):
@@ -103,8 +115,10 @@ def test_half_written_last_line_is_skipped_with_warning(tmp_path):
 
 
 def test_running_experiment_with_folders_not_in_state(tmp_path):
-    specs = [trial_spec("a", {"seed": 0}, [{"acc": 0.1}], status="RUNNING"),
-             trial_spec("b", {"seed": 1}, [{"acc": 0.2}, {"acc": 0.3}])]
+    specs = [
+        trial_spec("a", {"seed": 0}, [{"acc": 0.1}], status="RUNNING"),
+        trial_spec("b", {"seed": 1}, [{"acc": 0.2}, {"acc": 0.3}]),
+    ]
     path = write_experiment(tmp_path, "running", specs, metric=None)
     state = next(path.glob("experiment_state-*.json"))
     data = json.loads(state.read_text())
@@ -119,8 +133,10 @@ def test_running_experiment_with_folders_not_in_state(tmp_path):
 
 
 def test_without_state_file_times_are_estimated(tmp_path):
-    specs = [trial_spec("a", {"seed": 0}, [{"acc": 0.1}] * 8, start=10.3, step_s=0.37),
-             trial_spec("b", {"seed": 1}, [{"acc": 0.2}], status="ERROR", error="KeyError: 'x'")]
+    specs = [
+        trial_spec("a", {"seed": 0}, [{"acc": 0.1}] * 8, start=10.3, step_s=0.37),
+        trial_spec("b", {"seed": 1}, [{"acc": 0.2}], status="ERROR", error="KeyError: 'x'"),
+    ]
     path = write_experiment(tmp_path, "copied", specs, state=False, metric=None)
     trials = analysis.load_trials(path).set_index("config/seed")
     start = (trials.loc[0, "start_time"] - pd.Timestamp(T0, unit="s", tz="UTC")).total_seconds()
@@ -160,11 +176,14 @@ def test_fsspec_uri_source(tmp_path):
     assert list(trials["last/val/acc"]) == list(analysis.load_trials(path)["last/val/acc"])
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: p / "missing", "is not a folder"),
-    (lambda p: (p / "notes").mkdir() or (p / "notes"), "is not a Ray Tune experiment folder"),
-    (lambda p: write_experiment(p, "empty", [], metric=None), "has no trials"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "missing", "is not a folder"),
+        (lambda p: (p / "notes").mkdir() or (p / "notes"), "is not a Ray Tune experiment folder"),
+        (lambda p: write_experiment(p, "empty", [], metric=None), "has no trials"),
+    ],
+)
 def test_bad_input_raises_one_line_error(tmp_path, make, message):
     with pytest.raises(analysis.ExperimentError, match=message) as error:
         analysis.load_trials(make(tmp_path))
@@ -200,31 +219,50 @@ def test_latest_experiment(tmp_path, monkeypatch):
 
 def _trials(rows: list[tuple]) -> pd.DataFrame:
     """A load_trials-like table from (noise_rate, seed, val/acc, status, diverged) tuples."""
-    return pd.DataFrame({
-        "trial_id": [f"t{i}" for i in range(len(rows))],
-        "trial_name": [f"r{r[0]}_seed{r[1]}" for r in rows],
-        "status": [r[3] for r in rows],
-        "diverged": [r[4] for r in rows],
-        "config/noise_type": "sym",
-        "config/noise_rate": [r[0] for r in rows],
-        "config/seed": [r[1] for r in rows],
-        "last/val/acc": [r[2] for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "trial_id": [f"t{i}" for i in range(len(rows))],
+            "trial_name": [f"r{r[0]}_seed{r[1]}" for r in rows],
+            "status": [r[3] for r in rows],
+            "diverged": [r[4] for r in rows],
+            "config/noise_type": "sym",
+            "config/noise_rate": [r[0] for r in rows],
+            "config/seed": [r[1] for r in rows],
+            "last/val/acc": [r[2] for r in rows],
+        }
+    )
 
 
-HAND = _trials([
-    (0.2, 0, 0.80, "TERMINATED", False), (0.2, 1, 0.82, "TERMINATED", False), (0.2, 2, 0.87, "TERMINATED", False),
-    (0.4, 0, 0.60, "TERMINATED", False), (0.4, 1, 0.70, "TERMINATED", False),
-    (0.4, 2, 0.99, "ERROR", False), (0.4, 3, float("nan"), "TERMINATED", True),
-    (0.6, 0, 0.50, "TERMINATED", False),
-])
+HAND = _trials(
+    [
+        (0.2, 0, 0.80, "TERMINATED", False),
+        (0.2, 1, 0.82, "TERMINATED", False),
+        (0.2, 2, 0.87, "TERMINATED", False),
+        (0.4, 0, 0.60, "TERMINATED", False),
+        (0.4, 1, 0.70, "TERMINATED", False),
+        (0.4, 2, 0.99, "ERROR", False),
+        (0.4, 3, float("nan"), "TERMINATED", True),
+        (0.6, 0, 0.50, "TERMINATED", False),
+    ]
+)
 
 
 def test_best_runs_matches_hand_computation():
     table = analysis.best_runs(HAND, "val/acc", "max")
     assert list(table["noise_rate"]) == [0.2, 0.4, 0.6]  # best first; noise_type does not vary
-    assert list(table.columns) == ["noise_rate", "n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high",
-                                   "best", "best_seed", "best_trial"]
+    assert list(table.columns) == [
+        "noise_rate",
+        "n",
+        "n_failed",
+        "mean",
+        "std",
+        "ci95",
+        "ci95_low",
+        "ci95_high",
+        "best",
+        "best_seed",
+        "best_trial",
+    ]
     a, b, c = (table.iloc[i] for i in range(3))
     assert (a["n"], a["n_failed"]) == (3, 0) and (b["n"], b["n_failed"]) == (2, 2) and (c["n"], c["n_failed"]) == (1, 0)
     assert a["mean"] == pytest.approx(0.83) and a["std"] == pytest.approx(math.sqrt(0.0013))
@@ -262,8 +300,19 @@ def test_best_runs_bad_arguments():
 def test_format_and_write_table(tmp_path):
     table = analysis.best_runs(HAND, "val/acc", "max")
     text = analysis.format_table(table)
-    assert text.splitlines()[0].split() == ["noise_rate", "n", "failed", "val/acc", "(mean", "±", "95%", "CI)",
-                                            "std", "best", "seed"]
+    assert text.splitlines()[0].split() == [
+        "noise_rate",
+        "n",
+        "failed",
+        "val/acc",
+        "(mean",
+        "±",
+        "95%",
+        "CI)",
+        "std",
+        "best",
+        "seed",
+    ]
     assert "0.83 ± 0.08957" in text and len(text.splitlines()) == 4
     markdown = analysis.format_table(table, "markdown")
     assert markdown.splitlines()[1] == "|---|---|---|---|---|---|"
@@ -282,16 +331,18 @@ def test_format_and_write_table(tmp_path):
 
 def _timed(spans, gpus=None, status=None) -> pd.DataFrame:
     t0 = pd.Timestamp("2026-01-01", tz="UTC")
-    return pd.DataFrame({
-        "trial_id": [f"t{i}" for i in range(len(spans))],
-        "trial_name": [f"t{i}" for i in range(len(spans))],
-        "status": status or ["TERMINATED"] * len(spans),
-        "diverged": [False] * len(spans),
-        "start_time": [t0 + pd.Timedelta(seconds=s) for s, _ in spans],
-        "end_time": [t0 + pd.Timedelta(seconds=e) for _, e in spans],
-        "node": "n0",
-        **({"last/gpu_ids": gpus} if gpus is not None else {}),
-    })
+    return pd.DataFrame(
+        {
+            "trial_id": [f"t{i}" for i in range(len(spans))],
+            "trial_name": [f"t{i}" for i in range(len(spans))],
+            "status": status or ["TERMINATED"] * len(spans),
+            "diverged": [False] * len(spans),
+            "start_time": [t0 + pd.Timedelta(seconds=s) for s, _ in spans],
+            "end_time": [t0 + pd.Timedelta(seconds=e) for _, e in spans],
+            "node": "n0",
+            **({"last/gpu_ids": gpus} if gpus is not None else {}),
+        }
+    )
 
 
 def test_timeline_packs_cpu_trials_into_fewest_slots():
@@ -343,14 +394,24 @@ def test_plot_learning_curves(loaded):
     assert line.get_ydata()[-1] == pytest.approx(0.9 - 0.32 - 0.02 + 0.01)  # mean over seeds 0, 1, 2
     (single,) = analysis.plot_learning_curves(history, trials, "val/acc", panel=None).axes
     assert len(single.lines) == 6 and "noise_type=asym, noise_rate=0.4 (n=3)" in [
-        t.get_text() for t in single.get_legend().get_texts()]
+        t.get_text() for t in single.get_legend().get_texts()
+    ]
 
 
 def test_plot_learning_curves_leaves_out_failed_trials():
-    history = pd.DataFrame({"trial_id": ["a", "a", "b", "b"], "training_iteration": [1, 2, 1, 2],
-                            "acc": [0.1, 0.2, 0.3, float("nan")]})
-    trials = pd.DataFrame({"trial_id": ["a", "b"], "trial_name": ["a", "b"], "status": ["TERMINATED"] * 2,
-                           "diverged": [False, True], "config/seed": [0, 1], "last/acc": [0.2, np.nan]})
+    history = pd.DataFrame(
+        {"trial_id": ["a", "a", "b", "b"], "training_iteration": [1, 2, 1, 2], "acc": [0.1, 0.2, 0.3, float("nan")]}
+    )
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["a", "b"],
+            "trial_name": ["a", "b"],
+            "status": ["TERMINATED"] * 2,
+            "diverged": [False, True],
+            "config/seed": [0, 1],
+            "last/acc": [0.2, np.nan],
+        }
+    )
     (ax,) = analysis.plot_learning_curves(history, trials, "acc").axes
     assert len(ax.lines) == 1 and list(ax.lines[0].get_ydata()) == [0.1, 0.2]
     assert ax.get_xlabel() == "training iteration (reports)"
@@ -369,9 +430,17 @@ def test_plot_metric_vs_noise_rate(loaded):
 
 
 def test_plot_metric_vs_noise_rate_one_line_per_loss(tmp_path):
-    specs = [trial_spec(f"{t}{r}{l}{s}", {"noise_type": t, "noise_rate": r, "loss": l, "seed": s},
-                        [{"val/acc": 0.5 + r + (0.1 if l == "gce" else 0) + 0.01 * s}])
-             for t in ("sym", "asym") for r in (0.1, 0.3) for l in ("ce", "gce") for s in (0, 1)]
+    specs = [
+        trial_spec(
+            f"{t}{r}{l}{s}",
+            {"noise_type": t, "noise_rate": r, "loss": l, "seed": s},
+            [{"val/acc": 0.5 + r + (0.1 if l == "gce" else 0) + 0.01 * s}],
+        )
+        for t in ("sym", "asym")
+        for r in (0.1, 0.3)
+        for l in ("ce", "gce")
+        for s in (0, 1)
+    ]
     trials = analysis.load_trials(write_experiment(tmp_path, "e", specs))
     fig = analysis.plot_metric_vs_noise_rate(trials, "val/acc")
     assert len(fig.axes) == 2 and all(len(ax.containers) == 2 for ax in fig.axes)
@@ -421,8 +490,9 @@ def test_plot_timeline_names_the_trials_on_bars_wide_enough():
     assert sorted(t.get_text() for t in ax.texts) == ["asym_0.375_seed1", "sym_0.125_seed2"]
     for text in ax.texts:  # each name lies inside its own bar
         bar = next(p for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - text.get_position()[0]) < 1e-9)
-        assert text.get_window_extent().width < abs(ax.transData.transform((bar.get_width(), 0))[0]
-                                                    - ax.transData.transform((0, 0))[0])
+        assert text.get_window_extent().width < abs(
+            ax.transData.transform((bar.get_width(), 0))[0] - ax.transData.transform((0, 0))[0]
+        )
 
 
 def test_save_figure_png_and_svg(loaded, tmp_path):
@@ -441,8 +511,20 @@ def test_write_report(grid):
     out = analysis.write_report(grid, formats=("svg",))
     assert out == grid / "report"
     names = {p.name for p in out.iterdir()}
-    assert {"timeline.svg", "heatmap.svg", "report.md", "best_runs.csv", "best_runs.md", "best_runs.tex", "best_runs.txt", "trials.csv",
-            "learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"} <= names
+    assert {
+        "timeline.svg",
+        "heatmap.svg",
+        "report.md",
+        "best_runs.csv",
+        "best_runs.md",
+        "best_runs.tex",
+        "best_runs.txt",
+        "trials.csv",
+        "learning_curves.png",
+        "metric_vs_noise_rate.png",
+        "heatmap.png",
+        "timeline.png",
+    } <= names
     report = (out / "report.md").read_text()
     for png in ("learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"):
         assert f"]({png})" in report
@@ -462,8 +544,9 @@ def test_resolve_metric_defaults(grid, tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
 def test_cli_prints_table_and_report_path(grid, tmp_path):
@@ -475,12 +558,15 @@ def test_cli_prints_table_and_report_path(grid, tmp_path):
     assert lines[-1] == f"report: {tmp_path / 'r' / 'report.md'}"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["{tmp}/nope"], "is not a folder"),
-    (["{tmp}"], "is not a Ray Tune experiment folder"),
-    (["{grid}", "--metric", "top5"], "metric 'top5' was not reported by any trial; reported metrics: epoch"),
-    (["{empty}"], "has no trials"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{tmp}/nope"], "is not a folder"),
+        (["{tmp}"], "is not a Ray Tune experiment folder"),
+        (["{grid}", "--metric", "top5"], "metric 'top5' was not reported by any trial; reported metrics: epoch"),
+        (["{empty}"], "has no trials"),
+    ],
+)
 def test_cli_bad_input_one_line_error(grid, tmp_path, capsys, args, message):
     from analysis.__main__ import main
 
@@ -495,8 +581,10 @@ def test_cli_bad_input_one_line_error(grid, tmp_path, capsys, args, message):
 def test_cli_bad_input_exit_code_without_traceback(tmp_path):
     result = _cli(tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr == f"error: {tmp_path} is not a Ray Tune experiment folder (no experiment_state-*.json " \
-                            "and no trial folders with result.json)\n"
+    assert (
+        result.stderr == f"error: {tmp_path} is not a Ray Tune experiment folder (no experiment_state-*.json "
+        "and no trial folders with result.json)\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,8 +601,9 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     notebook = nbformat.read(REPO / "notebooks" / "noise_grid_analysis.ipynb", as_version=4)
     assert "parameters" in notebook.cells[0].metadata.get("tags", [])
     assert "EXPERIMENT = None" in notebook.cells[0].source
-    client = nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError on any cell error
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
@@ -523,16 +612,20 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     assert any("| noise_type | noise_rate |" in o.get("data", {}).get("text/markdown", "") for o in outputs)
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 5  # paper curves, learning curves, metric vs noise rate, heatmap, timeline
-    assert any(o.get("data", {}).get("text/markdown", "").startswith("test/acc (%): test/acc at the epoch of best val/acc")
-               for o in outputs)  # the paper table, its rule in the caption
+    assert any(
+        o.get("data", {}).get("text/markdown", "").startswith("test/acc (%): test/acc at the epoch of best val/acc")
+        for o in outputs
+    )  # the paper table, its rule in the caption
     assert "failed trials (left out of the cells): 0 errored, 0 diverged" in text
 
 
 def test_public_names_stay_functions_whatever_was_imported_first():
     # `analysis.timeline` was also a submodule's name: once `analysis.plots` imported that module,
     # the package attribute was the module and `analysis.timeline(rows)` failed, depending on test order
-    code = ("import analysis.plots, analysis.report, analysis; "
-            "assert all(callable(getattr(analysis, n)) for n in analysis.__all__ if n.islower()), "
-            "[n for n in analysis.__all__ if n.islower() and not callable(getattr(analysis, n))]")
+    code = (
+        "import analysis.plots, analysis.report, analysis; "
+        "assert all(callable(getattr(analysis, n)) for n in analysis.__all__ if n.islower()), "
+        "[n for n in analysis.__all__ if n.islower() and not callable(getattr(analysis, n))]"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -27,20 +27,25 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _history(val, test, trial="t"):
-    return pd.DataFrame({"trial_id": trial, "training_iteration": range(1, len(val) + 1), "val/acc": val,
-                         "test/acc": test})
+    return pd.DataFrame(
+        {"trial_id": trial, "training_iteration": range(1, len(val) + 1), "val/acc": val, "test/acc": test}
+    )
 
 
 def test_best_val_reports_test_at_the_val_peak_ties_earliest():
-    history = pd.concat([
-        _history([0.5, 0.7, 0.6, 0.7], [0.40, 0.45, 0.90, 0.50], "a"),  # val tie at 2 and 4: the earliest
-        _history([0.5, np.nan, 0.6], [0.3, 0.99, 0.35], "b"),            # NaN val is never the peak
-    ], ignore_index=True)
+    history = pd.concat(
+        [
+            _history([0.5, 0.7, 0.6, 0.7], [0.40, 0.45, 0.90, 0.50], "a"),  # val tie at 2 and 4: the earliest
+            _history([0.5, np.nan, 0.6], [0.3, 0.99, 0.35], "b"),  # NaN val is never the peak
+        ],
+        ignore_index=True,
+    )
     out = analysis.select_values(history, "test/acc", "best-val")
     assert out.loc["a", "value"] == 0.45 and out.loc["a", "iteration"] == 2  # not the 0.90 test peak
     assert out.loc["b", "value"] == 0.35 and out.loc["b", "iteration"] == 3
-    low = analysis.select_values(history.assign(**{"val/acc": -history["val/acc"]}), "test/acc", "best-val",
-                                 val_mode="min")
+    low = analysis.select_values(
+        history.assign(**{"val/acc": -history["val/acc"]}), "test/acc", "best-val", val_mode="min"
+    )
     assert low.loc["a", "value"] == 0.45
 
 
@@ -54,12 +59,15 @@ def test_last_and_last_k():
     assert all10.loc["a", "value"] == pytest.approx(0.25) and all10.loc["a", "epochs"] == 4
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"select": "best-test"}, "unknown selection rule 'best-test'; choose one of best-val, last, last-k"),
-    ({"select": "last-k", "k": 0}, "last-k needs k >= 1"),
-    ({"select": "best-val", "val_metric": "val/top1"}, "best-val needs the validation metric 'val/top1'"),
-    ({"metric": "test/top1"}, "metric 'test/top1' is not in the history; reported metrics: val/acc, test/acc"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"select": "best-test"}, "unknown selection rule 'best-test'; choose one of best-val, last, last-k"),
+        ({"select": "last-k", "k": 0}, "last-k needs k >= 1"),
+        ({"select": "best-val", "val_metric": "val/top1"}, "best-val needs the validation metric 'val/top1'"),
+        ({"metric": "test/top1"}, "metric 'test/top1' is not in the history; reported metrics: val/acc, test/acc"),
+    ],
+)
 def test_selection_bad_input(kwargs, message):
     history = _history([0.1, 0.2], [0.3, 0.4])
     kwargs = {"metric": "test/acc", **kwargs}
@@ -79,9 +87,14 @@ def three_losses(tmp_path):
 
 def test_paper_table_cells_follow_the_rule(three_losses):
     trials, history = analysis.load_experiment(three_losses)
-    for select, bump in (("best-val", TEST_BUMP[1]), ("last", TEST_BUMP[3]),
-                         ("last-k", (TEST_BUMP[2] + TEST_BUMP[3]) / 2)):
-        table = analysis.paper_table(trials, history, select=select, k=2).set_index(["loss", "noise_type", "noise_rate"])
+    for select, bump in (
+        ("best-val", TEST_BUMP[1]),
+        ("last", TEST_BUMP[3]),
+        ("last-k", (TEST_BUMP[2] + TEST_BUMP[3]) / 2),
+    ):
+        table = analysis.paper_table(trials, history, select=select, k=2).set_index(
+            ["loss", "noise_type", "noise_rate"]
+        )
         expected = np.mean([paper_base("gce", "asym", 0.4, s) for s in (0, 1, 2)]) + bump
         assert table.loc[("gce", "asym", 0.4), "mean"] == pytest.approx(expected)
         assert table.loc[("gce", "asym", 0.4), "std"] == pytest.approx(0.01)
@@ -107,7 +120,10 @@ def test_paper_table_best_bold_second_underlined_per_column(three_losses):
 
     tex = analysis.format_paper_table(table, "latex")
     assert [line for line in tex.splitlines() if line in (r"\toprule", r"\midrule", r"\bottomrule")] == [
-        r"\toprule", r"\midrule", r"\bottomrule"]
+        r"\toprule",
+        r"\midrule",
+        r"\bottomrule",
+    ]
     assert r" & \multicolumn{2}{c}{asym} & \multicolumn{2}{c}{sym} \\" in tex
     sce = next(line for line in tex.splitlines() if line.startswith("sce &"))
     assert sce.count(r"\textbf{") == 4 and r"\underline{" not in sce
@@ -135,8 +151,11 @@ def test_no_marks_where_a_column_has_fewer_than_two_methods(tmp_path):
 
 
 def test_failed_and_diverged_cells_and_missing_seeds(tmp_path):
-    fates = {("gce", "sym", 0.4, 1): "ERROR", **{("ce", "asym", 0.4, s): "DIVERGED" for s in (0, 1, 2)},
-             **{("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)}}
+    fates = {
+        ("gce", "sym", 0.4, 1): "ERROR",
+        **{("ce", "asym", 0.4, s): "DIVERGED" for s in (0, 1, 2)},
+        **{("gce", "asym", 0.2, s): "ERROR" for s in (0, 1, 2)},
+    }
     trials, history = analysis.load_experiment(paper_grid(tmp_path, status=fates))
     table = analysis.paper_table(trials, history)
     cell = table.set_index(["loss", "noise_type", "noise_rate"])
@@ -174,12 +193,27 @@ def test_significance_in_table_is_paired_over_seeds(tmp_path):
     for loss in ("ce", "gce"):
         for seed, margin in margins.items():
             test = 0.7 + 0.05 * seed + (margin if loss == "gce" else 0)
-            specs.append(trial_spec(f"{loss}{seed}", {"loss": loss, "noise_type": "sym", "noise_rate": 0.4, "seed": seed},
-                                    [{"val/acc": 0.5, "test/acc": test}]))
-    specs.append(trial_spec("gce_lone", {"loss": "gce", "noise_type": "sym", "noise_rate": 0.8, "seed": 0},
-                            [{"val/acc": 0.5, "test/acc": 0.3}]))
-    specs.append(trial_spec("ce_lone", {"loss": "ce", "noise_type": "sym", "noise_rate": 0.8, "seed": 0},
-                            [{"val/acc": 0.5, "test/acc": 0.2}]))
+            specs.append(
+                trial_spec(
+                    f"{loss}{seed}",
+                    {"loss": loss, "noise_type": "sym", "noise_rate": 0.4, "seed": seed},
+                    [{"val/acc": 0.5, "test/acc": test}],
+                )
+            )
+    specs.append(
+        trial_spec(
+            "gce_lone",
+            {"loss": "gce", "noise_type": "sym", "noise_rate": 0.8, "seed": 0},
+            [{"val/acc": 0.5, "test/acc": 0.3}],
+        )
+    )
+    specs.append(
+        trial_spec(
+            "ce_lone",
+            {"loss": "ce", "noise_type": "sym", "noise_rate": 0.8, "seed": 0},
+            [{"val/acc": 0.5, "test/acc": 0.2}],
+        )
+    )
     trials, history = analysis.load_experiment(write_experiment(tmp_path, "sig", specs))
     table = analysis.paper_table(trials, history).set_index(["loss", "noise_rate"])
     from scipy import stats
@@ -192,14 +226,18 @@ def test_significance_in_table_is_paired_over_seeds(tmp_path):
     assert row["diff_mean"] == pytest.approx(0.0275) and row["n_pairs"] == 4
     assert stats.ttest_ind(gce, ce).pvalue > 0.05  # unpaired it would not be significant
     assert table.loc[("ce", 0.4), "test"] == "baseline"
-    assert table.loc[("gce", 0.8), "test"].startswith("no test possible") and math.isnan(table.loc[("gce", 0.8), "p_ttest"])
+    assert table.loc[("gce", 0.8), "test"].startswith("no test possible") and math.isnan(
+        table.loc[("gce", 0.8), "p_ttest"]
+    )
     md = analysis.format_paper_table(analysis.paper_table(trials, history), "markdown").splitlines()
     assert md[-1].split(" | ")[1].endswith("†") and not md[-1].rstrip(" |").endswith("†")  # 0.4 marked, 0.8 not
 
 
 def test_rows_and_baseline_bad_input(three_losses):
     trials, history = analysis.load_experiment(three_losses)
-    with pytest.raises(analysis.ExperimentError, match=r"row key 'optimizer' is not a config key .*varying keys: loss$"):
+    with pytest.raises(
+        analysis.ExperimentError, match=r"row key 'optimizer' is not a config key .*varying keys: loss$"
+    ):
         analysis.paper_table(trials, history, rows=["optimizer"])
     with pytest.raises(analysis.ExperimentError, match=r"baseline 'mae' is not a row of the table; rows: ce; gce; sce"):
         analysis.paper_table(trials, history, baseline="mae")
@@ -233,10 +271,14 @@ def test_table_across_two_experiment_folders(tmp_path):
 
 def test_experiments_with_conflicting_metrics(tmp_path):
     a = write_experiment(tmp_path, "a", [trial_spec("t", {"seed": 0}, [{"val/acc": 0.5}])])
-    b = write_experiment(tmp_path, "b", [trial_spec("t", {"seed": 0}, [{"val/loss": 0.5}])], metric="val/loss",
-                         mode="min")
-    with pytest.raises(analysis.ExperimentError, match=r"^the experiments record different metrics "
-                                                       r"\(a: val/acc \(max\), b: val/loss \(min\)\)"):
+    b = write_experiment(
+        tmp_path, "b", [trial_spec("t", {"seed": 0}, [{"val/loss": 0.5}])], metric="val/loss", mode="min"
+    )
+    with pytest.raises(
+        analysis.ExperimentError,
+        match=r"^the experiments record different metrics "
+        r"\(a: val/acc \(max\), b: val/loss \(min\)\)",
+    ):
         analysis.load_trials([a, b])
 
 
@@ -253,15 +295,19 @@ def test_console_summary_and_report_agree(tmp_path):
     path = paper_grid(tmp_path, status={("gce", "sym", 0.4, 1): "ERROR", ("ce", "asym", 0.2, 2): "DIVERGED"})
     summary = analysis.sweep_summary(str(path))
     lines = summary.splitlines()
-    assert lines[0] == ("test/acc (%): test/acc at the epoch of best val/acc (ties: earliest); "
-                        "mean ± std (n seeds) over seeds, columns: noise type")
+    assert lines[0] == (
+        "test/acc (%): test/acc at the epoch of best val/acc (ties: earliest); "
+        "mean ± std (n seeds) over seeds, columns: noise type"
+    )
     assert lines[1].split() == ["loss", "noise_rate", "asym", "sym"]  # grid-shaped, not ranked
     assert [line.split()[:2] for line in lines[2:6]] == [["ce", "0.2"], ["ce", "0.4"], ["gce", "0.2"], ["gce", "0.4"]]
     assert lines[2].split()[2:] == ["75.50", "±", "0.71", "(2)", "82.00", "±", "1.00", "(3)"]  # seeds 0, 1: 75, 76
     assert lines[6] == "failed trials (left out of the cells): 1 errored, 1 diverged"
     # best by val/acc at its peak (gce, sym 0.2: base 0.83 + 0.05 over seeds), never by test
-    assert lines[7] == ("best configuration by best val/acc over epochs: loss=gce, noise_type=sym, noise_rate=0.2: "
-                        "val/acc 89.00 ± 1.00 (3), test/acc 85.00 ± 1.00 (3)")
+    assert lines[7] == (
+        "best configuration by best val/acc over epochs: loss=gce, noise_type=sym, noise_rate=0.2: "
+        "val/acc 89.00 ± 1.00 (3), test/acc 85.00 ± 1.00 (3)"
+    )
 
     out = analysis.write_report(path)
     report = (out / "report.md").read_text()
@@ -287,22 +333,35 @@ def test_cli_paper_two_experiments(tmp_path, capsys):
     ce = paper_grid(tmp_path, "ce_sweep", losses=("ce",))
     gce = paper_grid(tmp_path, "gce_sweep", losses=("gce",))
     out = tmp_path / "out"
-    assert main([str(ce), str(gce), "--paper", "--select", "last", "--rows", "loss", "--baseline", "ce",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [str(ce), str(gce), "--paper", "--select", "last", "--rows", "loss", "--baseline", "ce", "--out", str(out)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.startswith("test/acc (%): test/acc at the last epoch.")
     assert {p.name for p in out.iterdir()} == {"paper_table.md", "paper_table.tex", "paper_table.csv"}
     assert (out / "paper_table.md").read_text() in printed
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--paper", "--rows", "optimizer"], "error: row key 'optimizer' is not a config key of these trials; varying keys: loss\n"),
-    (["--paper", "--baseline", "mae"], "error: baseline 'mae' is not a row of the table; rows: ce; gce\n"),
-    (["--paper", "--metric", "val/top1"], "error: metric 'val/top1' was not reported by any trial; reported metrics: "
-                                          "epoch, val/acc, test/acc, train/loss\n"),
-    (["--select", "best"], "error: unknown selection rule 'best'; choose one of best-val, last, last-k\n"),
-    (["--select", "last-k", "--k", "0"], "error: last-k needs k >= 1 (an integer number of epochs), not 0\n"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--paper", "--rows", "optimizer"],
+            "error: row key 'optimizer' is not a config key of these trials; varying keys: loss\n",
+        ),
+        (["--paper", "--baseline", "mae"], "error: baseline 'mae' is not a row of the table; rows: ce; gce\n"),
+        (
+            ["--paper", "--metric", "val/top1"],
+            "error: metric 'val/top1' was not reported by any trial; reported metrics: "
+            "epoch, val/acc, test/acc, train/loss\n",
+        ),
+        (["--select", "best"], "error: unknown selection rule 'best'; choose one of best-val, last, last-k\n"),
+        (["--select", "last-k", "--k", "0"], "error: last-k needs k >= 1 (an integer number of epochs), not 0\n"),
+    ],
+)
 def test_cli_bad_input_exit_2(tmp_path, capsys, args, message):
     path = paper_grid(tmp_path)
     with pytest.raises(SystemExit) if "--select" in args else _no_raise() as raised:
@@ -323,16 +382,23 @@ class _no_raise:
 
 def test_cli_help_and_usage_errors_import_no_pandas():
     for args in (["--help"], ["x", "--select", "nope"]):
-        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "analysis", *args], capture_output=True,
-                                text=True, cwd=REPO, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "analysis", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
         assert result.returncode == (0 if args == ["--help"] else 2)
         assert imported and not imported & {"pandas", "matplotlib", "scipy", "pyarrow", "numpy"}
 
 
 def test_analysis_imports_nothing_from_trainables():
-    code = ("import sys, analysis.search, analysis.report, analysis.status; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'trainables', 'sweeps', 'torch', 'ray'}))")
+    code = (
+        "import sys, analysis.search, analysis.report, analysis.status; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'trainables', 'sweeps', 'torch', 'ray'}))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
     df = pd.DataFrame({"trial_id": ["a", "b"], "val/acc": [0.5, 0.7], "config/lr": [0.1, 0.01]})
@@ -356,7 +422,9 @@ def test_plot_paper_curves(three_losses):
         assert len(ax.collections) == 3  # one 95 % CI band per method
         assert list(ax.lines[0].get_xdata()) == [0.2, 0.4]
     sym_gce = fig.axes[1].lines[1].get_ydata()
-    assert sym_gce[0] == pytest.approx(100 * (np.mean([paper_base("gce", "sym", 0.2, s) for s in (0, 1, 2)]) + TEST_BUMP[1]))
+    assert sym_gce[0] == pytest.approx(
+        100 * (np.mean([paper_base("gce", "sym", 0.2, s) for s in (0, 1, 2)]) + TEST_BUMP[1])
+    )
 
 
 PAIR_FLIP = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
@@ -396,8 +464,9 @@ def test_load_confusion_and_plot(tmp_path):
 def test_report_includes_confusion_of_best_configuration(tmp_path):
     path = paper_grid(tmp_path)
     trials = analysis.load_trials(path)
-    best = trials[(trials["config/loss"] == "gce") & (trials["config/noise_type"] == "sym")
-                  & (trials["config/noise_rate"] == 0.2)]
+    best = trials[
+        (trials["config/loss"] == "gce") & (trials["config/noise_type"] == "sym") & (trials["config/noise_rate"] == 0.2)
+    ]
     for trial_dir in best["trial_dir"]:
         write_confusion(Path(trial_dir), last=_digits_confusion(0.4), best=_digits_confusion(0.2))
     out = analysis.write_report(path)
@@ -412,8 +481,12 @@ def test_duplicate_trials_count_once_and_are_reported(tmp_path):
 
     path = paper_grid(tmp_path)
     trials, _ = analysis.load_experiment(path)
-    original = trials[(trials["config/loss"] == "ce") & (trials["config/noise_type"] == "sym")
-                      & (trials["config/noise_rate"] == 0.2) & (trials["config/seed"] == 0)].iloc[0]
+    original = trials[
+        (trials["config/loss"] == "ce")
+        & (trials["config/noise_type"] == "sym")
+        & (trials["config/noise_rate"] == 0.2)
+        & (trials["config/seed"] == 0)
+    ].iloc[0]
     folder = Path(original["trial_dir"])
     shutil.copytree(folder, path / "copied_by_hand")  # same trial id, same times: not in the state file
     rerun = path / "second_driver_trial"  # another driver's trial of the same cell, finished later
@@ -448,16 +521,28 @@ def test_a_second_driver_session_in_the_folder_is_read_and_its_repeat_counted_on
     import shutil
 
     path = paper_grid(tmp_path, losses=("ce",))
-    other = write_experiment(tmp_path / "elsewhere", "paper", [trial_spec(
-        "sym_0.2_seed0", {"loss": "ce", "noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 4},
-        [{"epoch": e, "val/acc": 0.5, "test/acc": 0.5} for e in range(4)], trial_id="zzzzz_00000", start=7200.0)])
+    other = write_experiment(
+        tmp_path / "elsewhere",
+        "paper",
+        [
+            trial_spec(
+                "sym_0.2_seed0",
+                {"loss": "ce", "noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 4},
+                [{"epoch": e, "val/acc": 0.5, "test/acc": 0.5} for e in range(4)],
+                trial_id="zzzzz_00000",
+                start=7200.0,
+            )
+        ],
+    )
     for folder in other.glob("train_*"):
         rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
         (folder / "result.json").write_text("".join(json.dumps({**r, "done": False}) + "\n" for r in rows))
         shutil.move(str(folder), str(path / (folder.name + "_b")))
     state = json.loads(next(other.glob("experiment_state-*.json")).read_text())
-    state["trial_data"] = [[json.dumps({**json.loads(info), "relative_logdir": json.loads(info)["relative_logdir"] + "_b"}),
-                            meta] for info, meta in state["trial_data"]]
+    state["trial_data"] = [
+        [json.dumps({**json.loads(info), "relative_logdir": json.loads(info)["relative_logdir"] + "_b"}), meta]
+        for info, meta in state["trial_data"]
+    ]
     (path / "experiment_state-2026-01-02_00-00-00.json").write_text(json.dumps(state))
 
     trials, _ = analysis.load_experiment(path)

@@ -93,4 +93,5 @@ def test_cli_unknown_metric_lists_metrics(plain, capsys, tmp_path):
     path, _ = plain
     assert main([str(path), "--metric", "val/acc", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        "error: metric 'val/acc' was not reported by any trial; reported metrics: score, aux/loss\n")
+        "error: metric 'val/acc' was not reported by any trial; reported metrics: score, aux/loss\n"
+    )

@@ -1,4 +1,4 @@
-"""A restored trial whose recorded checkpoint is gone resumes from the newest one left (sweeps/checkpoint_repair.py).
+"""A restored trial whose recorded checkpoint is gone resumes from the newest one left (sweeps/engine/checkpoint_repair.py).
 
 The state is made exactly, not by racing a kill against Tune's snapshot: a trial errors after four
 checkpoints, so the experiment snapshot names its latest (checkpoint_000003); that folder is then
@@ -14,7 +14,7 @@ import pytest
 from ray import tune
 from ray.tune import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Tuner
 
-from sweeps.checkpoint_repair import RestoreFromSurvivingCheckpoint, reported_checkpoints
+from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint, reported_checkpoints
 
 ITERATIONS = 6
 
@@ -43,14 +43,20 @@ def run_rows(trial_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("num_to_keep", [None, 2])
-def test_a_trial_whose_snapshot_checkpoint_is_gone_resumes_from_the_newest_left(ray_gpus, tmp_path, capsys, num_to_keep):
+def test_a_trial_whose_snapshot_checkpoint_is_gone_resumes_from_the_newest_left(
+    ray_gpus, tmp_path, capsys, num_to_keep
+):
     flag = tmp_path / "fail"
     flag.touch()
-    run_config = RunConfig(name="exp", storage_path=str(tmp_path / "runs"), verbose=0,
-                           checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
-                           failure_config=FailureConfig(max_failures=0), callbacks=[RestoreFromSurvivingCheckpoint()])
-    first = Tuner(make_trainable(), param_space={"fail_flag": str(flag)},
-                  run_config=run_config).fit()
+    run_config = RunConfig(
+        name="exp",
+        storage_path=str(tmp_path / "runs"),
+        verbose=0,
+        checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
+        failure_config=FailureConfig(max_failures=0),
+        callbacks=[RestoreFromSurvivingCheckpoint()],
+    )
+    first = Tuner(make_trainable(), param_space={"fail_flag": str(flag)}, run_config=run_config).fit()
     assert first.errors, "the injected failure should have ended the trial"
     (trial_dir,) = [p for p in (tmp_path / "runs" / "exp").iterdir() if p.is_dir() and (p / "result.json").exists()]
     assert (trial_dir / "checkpoint_000003").is_dir()
@@ -59,11 +65,12 @@ def test_a_trial_whose_snapshot_checkpoint_is_gone_resumes_from_the_newest_left(
     flag.unlink()
 
     capsys.readouterr()
-    restored = Tuner.restore(str(tmp_path / "runs" / "exp"), make_trainable(),
-                             resume_errored=True).fit()
+    restored = Tuner.restore(str(tmp_path / "runs" / "exp"), make_trainable(), resume_errored=True).fit()
     out = capsys.readouterr().out
     assert not restored.errors, restored.errors
-    assert "its checkpoint checkpoint_000003 was deleted" in out and "resuming from checkpoint_000002 (iteration 3)" in out
+    assert (
+        "its checkpoint checkpoint_000003 was deleted" in out and "resuming from checkpoint_000002 (iteration 3)" in out
+    )
     rows = run_rows(trial_dir)
     after = [r for r in rows if r["resumed_from"] == 3]
     assert [r["count"] for r in after] == [4, 5, 6]  # from the surviving checkpoint, not from scratch
@@ -83,11 +90,15 @@ def test_reported_checkpoints_skip_a_torn_last_line_and_rows_without_a_checkpoin
     import pyarrow.fs as pafs
 
     (tmp_path / "result.json").write_text(
-        json.dumps({"count": 1, "checkpoint_dir_name": "checkpoint_000000"}) + "\n"
-        + json.dumps({"count": 2, "checkpoint_dir_name": None}) + "\n"
-        + '{"count": 3, "checkpoint_dir_na')
+        json.dumps({"count": 1, "checkpoint_dir_name": "checkpoint_000000"})
+        + "\n"
+        + json.dumps({"count": 2, "checkpoint_dir_name": None})
+        + "\n"
+        + '{"count": 3, "checkpoint_dir_na'
+    )
     assert reported_checkpoints(pafs.LocalFileSystem(), str(tmp_path)) == {
-        "checkpoint_000000": {"count": 1, "checkpoint_dir_name": "checkpoint_000000"}}
+        "checkpoint_000000": {"count": 1, "checkpoint_dir_name": "checkpoint_000000"}
+    }
     assert reported_checkpoints(pafs.LocalFileSystem(), str(tmp_path / "missing")) == {}
 
 
@@ -96,10 +107,15 @@ def test_a_storage_error_while_checking_is_one_line_and_leaves_the_trial_to_tune
 
     class Unreachable:
         def get_file_info(self, path):
-            raise OSError("When getting information for key 'runs/exp/t/checkpoint_000001': AWS Error NETWORK_CONNECTION")
+            raise OSError(
+                "When getting information for key 'runs/exp/t/checkpoint_000001': AWS Error NETWORK_CONNECTION"
+            )
 
-    trial = SimpleNamespace(PENDING="PENDING", status="PENDING",
-                            checkpoint=SimpleNamespace(filesystem=Unreachable(), path="runs/exp/t/checkpoint_000001"))
+    trial = SimpleNamespace(
+        PENDING="PENDING",
+        status="PENDING",
+        checkpoint=SimpleNamespace(filesystem=Unreachable(), path="runs/exp/t/checkpoint_000001"),
+    )
     callback = RestoreFromSurvivingCheckpoint()
     callback.on_step_begin(0, [trial])
     callback.on_step_begin(1, [trial])  # checked once, at the first step
@@ -111,17 +127,23 @@ def test_a_storage_error_while_checking_is_one_line_and_leaves_the_trial_to_tune
 def test_a_missing_checkpoint_of_another_trial_is_left_to_tune(tmp_path):
     """A PBT member restores from the member it copies: rebuilding from that folder would let this
     trial's bookkeeping delete the other trial's checkpoints, so the trial is left as it is."""
-    import pyarrow.fs as pafs
     from types import SimpleNamespace
 
-    from sweeps.checkpoint_repair import repair_missing_checkpoint
+    import pyarrow.fs as pafs
+
+    from sweeps.engine.checkpoint_repair import repair_missing_checkpoint
 
     donor, member = tmp_path / "pbt_member_0", tmp_path / "pbt_member_1"
     (donor / "checkpoint_000004").mkdir(parents=True)
-    (donor / "result.json").write_text(json.dumps({"training_iteration": 5, "checkpoint_dir_name": "checkpoint_000004"}) + "\n")
+    (donor / "result.json").write_text(
+        json.dumps({"training_iteration": 5, "checkpoint_dir_name": "checkpoint_000004"}) + "\n"
+    )
     manager = object()
-    trial = SimpleNamespace(checkpoint=SimpleNamespace(filesystem=pafs.LocalFileSystem(), path=str(donor / "checkpoint_000002")),
-                            storage=SimpleNamespace(trial_fs_path=str(member)), run_metadata=SimpleNamespace(checkpoint_manager=manager))
+    trial = SimpleNamespace(
+        checkpoint=SimpleNamespace(filesystem=pafs.LocalFileSystem(), path=str(donor / "checkpoint_000002")),
+        storage=SimpleNamespace(trial_fs_path=str(member)),
+        run_metadata=SimpleNamespace(checkpoint_manager=manager),
+    )
     line = repair_missing_checkpoint(trial)
     assert "belongs to another trial and is gone; left to Tune" in line
     assert trial.run_metadata.checkpoint_manager is manager and (donor / "checkpoint_000004").is_dir()

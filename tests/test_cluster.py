@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import cluster
-from sweeps.cli import UsageError
+from sweeps.engine import cluster
+from sweeps.engine.flags import UsageError
 from tests import ray_cluster
 from tests.ray_cluster import ray_auth_restored
 
@@ -27,11 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER_IP = "127.0.0.2"  # loopback too: the second node's trials are told apart by their node_ip
 
 
-@pytest.mark.parametrize("address,match", [
-    ("127.0.0.1", r"--address='127.0.0.1' is not HOST:PORT"),
-    ("10.0.0.5:99999", r"--address='10.0.0.5:99999' is not HOST:PORT"),
-    ("head.invalid:6379", r"--address=head.invalid:6379: nothing answers at head.invalid:6379 \("),
-])
+@pytest.mark.parametrize(
+    "address,match",
+    [
+        ("127.0.0.1", r"--address='127.0.0.1' is not HOST:PORT"),
+        ("10.0.0.5:99999", r"--address='10.0.0.5:99999' is not HOST:PORT"),
+        ("head.invalid:6379", r"--address=head.invalid:6379: nothing answers at head.invalid:6379 \("),
+    ],
+)
 def test_bad_addresses_are_one_line(address, match):
     with pytest.raises(UsageError, match=match):
         cluster.connect_checks(address)
@@ -39,8 +42,11 @@ def test_bad_addresses_are_one_line(address, match):
 
 def test_nothing_listening_is_refused_with_the_address(capfd):
     port = ray_cluster.free_port()  # bound, then released: nothing listens there
-    with pytest.raises(UsageError, match=rf"--address=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
-                                         rf"\(Connection refused\); start the head there with `ray start --head --port {port}`"):
+    with pytest.raises(
+        UsageError,
+        match=rf"--address=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
+        rf"\(Connection refused\); start the head there with `ray start --head --port {port}`",
+    ):
         cluster.connect_checks(f"127.0.0.1:{port}")
     assert capfd.readouterr().err == ""  # no retry lines
 
@@ -78,9 +84,31 @@ def test_a_token_turns_token_mode_on_unless_a_mode_was_chosen(tmp_path, monkeypa
 
 
 def sweep(address: str, storage: Path, name: str, env: dict, *extra: str, epochs: int = 2) -> list[str]:
-    return [sys.executable, "sweeps/noise_grid.py", "--address", address, "--storage-path", str(storage), "--name", name,
-            "--storage-is-shared", "--noise-types", "sym", "--noise-rates", "0.2,0.4,0.6", "--epochs", str(epochs),
-            "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-failures", "3", "--quiet", *extra]
+    return [
+        sys.executable,
+        "sweeps/noise_grid.py",
+        "--address",
+        address,
+        "--storage-path",
+        str(storage),
+        "--name",
+        name,
+        "--storage-is-shared",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.2,0.4,0.6",
+        "--epochs",
+        str(epochs),
+        "--gpus-per-trial",
+        "0",
+        "--cpus-per-trial",
+        "1",
+        "--max-failures",
+        "3",
+        "--quiet",
+        *extra,
+    ]
 
 
 def trial_rows(experiment: Path) -> dict[str, list[dict]]:
@@ -111,29 +139,48 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
 
         # Without the token, the driver is refused in one line, exit 2, nothing written.
         stranger = {**env, "HOME": str(tmp_path / "stranger")}
-        proc = subprocess.run(sweep(address, tmp_path / "refused", "refused", stranger), cwd=ROOT, env=stranger,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            sweep(address, tmp_path / "refused", "refused", stranger),
+            cwd=ROOT,
+            env=stranger,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines() == [
             f"error: --address={address}: the Ray cluster refused this driver's authentication (no token in RAY_AUTH_TOKEN, "
-            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {cluster.TOKEN_HELP}"]
+            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {cluster.TOKEN_HELP}"
+        ]
         assert not (tmp_path / "refused").exists()
 
         # With the token in HOME and RAY_AUTH_MODE unset, the sweep connects; kill the second node mid-trial.
         experiment = tmp_path / "runs" / "two_nodes"
         epochs = 40
+
         def trial_on_worker():
             if not experiment.is_dir():
                 return None
             for error in experiment.glob("*/error.txt"):  # a trial that failed there: say why at once
                 if f"ip={WORKER_IP}" in (text := error.read_text()):
                     raise AssertionError(f"a trial failed on the second node: {text.strip().splitlines()[-1]}")
-            return next((name for name, r in trial_rows(experiment).items()
-                         if r and r[-1]["node_ip"] == WORKER_IP and r[-1]["epoch"] < epochs - 5), None)
+            return next(
+                (
+                    name
+                    for name, r in trial_rows(experiment).items()
+                    if r and r[-1]["node_ip"] == WORKER_IP and r[-1]["epoch"] < epochs - 5
+                ),
+                None,
+            )
 
         victim, code, output = ray_cluster.kill_node_under_a_trial(
-            sweep(address, tmp_path / "runs", "two_nodes", env, epochs=epochs), env, ROOT, tmp_path / "sweep.out", nodes[1],
-            trial_on_worker)
+            sweep(address, tmp_path / "runs", "two_nodes", env, epochs=epochs),
+            env,
+            ROOT,
+            tmp_path / "sweep.out",
+            nodes[1],
+            trial_on_worker,
+        )
         assert code == 0, output[-4000:]
         rows = trial_rows(experiment)
         assert sorted(rows) == [f"sym_{r}_seed0" for r in ("0.2", "0.4", "0.6")]  # each cell once: no second folder

@@ -16,10 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweeps.command_template import (
-    check_metric_producible, check_template, compile_metric_pattern, parse_axis, parse_metrics_line, placeholders, render,
+from sweeps.engine.command_template import (
+    check_metric_producible,
+    check_template,
+    compile_metric_pattern,
+    parse_axis,
+    parse_metrics_line,
+    placeholders,
+    render,
 )
-from sweeps.cli import UsageError
+from sweeps.engine.flags import UsageError
 from trainables.command import read_metrics_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +33,7 @@ SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with
 
 
 # --- axes, templates, patterns: before Ray starts ---------------------------------------------
+
 
 def test_axis_values_are_typed():
     assert parse_axis("noise_rate=0.2,0.4,0.6") == ("noise_rate", [0.2, 0.4, 0.6])
@@ -36,16 +43,19 @@ def test_axis_values_are_typed():
     assert isinstance(parse_axis("width=64")[1][0], int)
 
 
-@pytest.mark.parametrize("text, match", [
-    ("noise_rate", "has no '='"),
-    ("=0.1,0.2", "name '' is not allowed"),
-    ("noise-rate=0.1", "'noise-rate' is not allowed"),
-    ("trial_dir=a,b", "set by raysweep"),
-    ("noise_rate=", "one or more comma-separated values"),
-    ("noise_rate=0.1,,0.2", "none empty"),
-    ("noise_rate=0.2,0.4,0.2", "repeats 0.2"),
-    ("epochs=10,10.0", "repeats 10"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("noise_rate", "has no '='"),
+        ("=0.1,0.2", "name '' is not allowed"),
+        ("noise-rate=0.1", "'noise-rate' is not allowed"),
+        ("trial_dir=a,b", "set by raysweep"),
+        ("noise_rate=", "one or more comma-separated values"),
+        ("noise_rate=0.1,,0.2", "none empty"),
+        ("noise_rate=0.2,0.4,0.2", "repeats 0.2"),
+        ("epochs=10,10.0", "repeats 10"),
+    ],
+)
 def test_bad_axis_is_one_line_naming_the_flag(text, match):
     with pytest.raises(UsageError, match=match) as e:
         parse_axis(text)
@@ -53,30 +63,52 @@ def test_bad_axis_is_one_line_naming_the_flag(text, match):
 
 
 def test_placeholders_and_render_format_values_plainly():
-    template = ["python", "train.py", "--noise-rate={noise_rate}", "--lr", "{lr:.0e}", "--out", "{trial_dir}/{trial_name}", "{{literal}}"]
+    template = [
+        "python",
+        "train.py",
+        "--noise-rate={noise_rate}",
+        "--lr",
+        "{lr:.0e}",
+        "--out",
+        "{trial_dir}/{trial_name}",
+        "{{literal}}",
+    ]
     assert placeholders(template) == {"noise_rate", "lr", "trial_dir", "trial_name"}
     argv = render(template, {"noise_rate": 0.1 + 0.2, "lr": 0.001, "seed": 3}, "/runs/t1/work", "t1")
     assert argv == ["python", "train.py", "--noise-rate=0.3", "--lr", "1e-03", "--out", "/runs/t1/work/t1", "{literal}"]
-    assert render(["{seed}", "{rate}", "{lr}", "{flag}"], {"seed": 3, "rate": 0.0, "lr": 1e-5, "flag": True}, "d", "n") == ["3", "0.0", "1e-05", "True"]
+    assert render(
+        ["{seed}", "{rate}", "{lr}", "{flag}"], {"seed": 3, "rate": 0.0, "lr": 1e-5, "flag": True}, "d", "n"
+    ) == ["3", "0.0", "1e-05", "True"]
     with pytest.raises(UsageError, match=r"command: .*\{0\}"):
         placeholders(["python", "{0}"])
 
 
 def test_check_template_accepts_a_complete_command():
-    check_template([*SCRIPT, "--noise-rate", "{noise_rate}", "--seed", "{seed}", "--out", "{trial_dir}"],
-                   {"noise_rate": [0.2, 0.4]}, seeds=True)
+    check_template(
+        [*SCRIPT, "--noise-rate", "{noise_rate}", "--seed", "{seed}", "--out", "{trial_dir}"],
+        {"noise_rate": [0.2, 0.4]},
+        seeds=True,
+    )
 
 
-@pytest.mark.parametrize("template, axes, seeds, match", [
-    ([], {}, False, "command: none given"),
-    (["python", "t.py", "--lr", "{lr}"], {}, False, r"placeholder \{lr\} is not defined.*--axis lr="),
-    (["python", "t.py", "--seed", "{seed}"], {}, False, r"placeholder \{seed\} is not defined"),
-    (["python", "t.py"], {"noise_rate": [0.1]}, False, r"--axis noise_rate: the command never uses \{noise_rate\}"),
-    (["python", "t.py", "--noise-rate", "{noise_rate}"], {"noise_rate": [0.1]}, True, r"--seeds: the command never uses \{seed\}"),
-    (["python", "--seed", "{seed}"], {"seed": [1, 2]}, True, "--axis seed=... and --seeds"),
-    (["no-such-program-g2", "{seed}"], {}, True, "program 'no-such-program-g2' is not found on PATH"),
-    (["./no/such/train.sh", "{seed}"], {}, True, "is not an executable file"),
-])
+@pytest.mark.parametrize(
+    "template, axes, seeds, match",
+    [
+        ([], {}, False, "command: none given"),
+        (["python", "t.py", "--lr", "{lr}"], {}, False, r"placeholder \{lr\} is not defined.*--axis lr="),
+        (["python", "t.py", "--seed", "{seed}"], {}, False, r"placeholder \{seed\} is not defined"),
+        (["python", "t.py"], {"noise_rate": [0.1]}, False, r"--axis noise_rate: the command never uses \{noise_rate\}"),
+        (
+            ["python", "t.py", "--noise-rate", "{noise_rate}"],
+            {"noise_rate": [0.1]},
+            True,
+            r"--seeds: the command never uses \{seed\}",
+        ),
+        (["python", "--seed", "{seed}"], {"seed": [1, 2]}, True, "--axis seed=... and --seeds"),
+        (["no-such-program-g2", "{seed}"], {}, True, "program 'no-such-program-g2' is not found on PATH"),
+        (["./no/such/train.sh", "{seed}"], {}, True, "is not an executable file"),
+    ],
+)
 def test_bad_template_is_refused(template, axes, seeds, match):
     with pytest.raises(UsageError, match=match) as e:
         check_template(template, axes, seeds)
@@ -99,12 +131,16 @@ def test_metric_pattern_and_metric_names_are_checked():
         compile_metric_pattern(r"epoch (\d+)")
     pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+) .*acc (?P<val_acc>[\d.]+)")
     check_metric_producible("val_acc", pattern, "epoch")
-    with pytest.raises(UsageError, match=r"--metric='val/acc' is not a named group of --metric-pattern \(groups: epoch, val_acc\)"):
+    with pytest.raises(
+        UsageError, match=r"--metric='val/acc' is not a named group of --metric-pattern \(groups: epoch, val_acc\)"
+    ):
         check_metric_producible("val/acc", pattern, "epoch")
     check_metric_producible("val_acc", pattern, "step")  # a step is read in its default forms too
     with pytest.raises(UsageError, match="--test-metric='test_acc' is not a named group"):
         check_metric_producible("val_acc", [pattern], "epoch", test_metric="test_acc")
-    check_metric_producible("val_acc", [pattern, compile_metric_pattern(r"test (?P<test_acc>\S+)")], "epoch", test_metric="test_acc")
+    check_metric_producible(
+        "val_acc", [pattern, compile_metric_pattern(r"test (?P<test_acc>\S+)")], "epoch", test_metric="test_acc"
+    )
     check_metric_producible("val acc", None, "epoch", metrics_from="tensorboard")  # tags are not checked
     check_metric_producible("val/acc", None, "epoch")  # the default pattern reads any key
     with pytest.raises(UsageError, match="--metric='val acc' cannot be read"):
@@ -112,11 +148,24 @@ def test_metric_pattern_and_metric_names_are_checked():
 
 
 def test_metrics_lines_default_and_custom_patterns():
-    assert parse_metrics_line("epoch=3 val_acc=0.81 loss=0.52\n", "epoch") == {"epoch": 3, "val_acc": 0.81, "loss": 0.52}
-    assert parse_metrics_line("epoch: 3, val/acc: 0.81, lr: 1e-3", "epoch") == {"epoch": 3, "val/acc": 0.81, "lr": 0.001}
-    assert parse_metrics_line("[GPU 0] step=120 | train.loss = -2.5e-1 | time=10ms | run=v1.2", "step") == {"step": 120, "train.loss": -0.25}
+    assert parse_metrics_line("epoch=3 val_acc=0.81 loss=0.52\n", "epoch") == {
+        "epoch": 3,
+        "val_acc": 0.81,
+        "loss": 0.52,
+    }
+    assert parse_metrics_line("epoch: 3, val/acc: 0.81, lr: 1e-3", "epoch") == {
+        "epoch": 3,
+        "val/acc": 0.81,
+        "lr": 0.001,
+    }
+    assert parse_metrics_line("[GPU 0] step=120 | train.loss = -2.5e-1 | time=10ms | run=v1.2", "step") == {
+        "step": 120,
+        "train.loss": -0.25,
+    }
     assert parse_metrics_line("loading: 3 files, val_acc=0.5", "epoch") is None  # no step key, no result
-    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") == {"epoch": 3}  # a step form; `Loss 1.23` is no pair
+    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") == {
+        "epoch": 3
+    }  # a step form; `Loss 1.23` is no pair
     nan = parse_metrics_line("epoch=4 loss=nan grad=inf", "epoch")
     assert math.isnan(nan["loss"]) and math.isinf(nan["grad"])
     pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+)/\d+ .*acc (?P<val_acc>[\d.]+)(?: best (?P<best>[\d.]+))?")
@@ -137,18 +186,25 @@ def test_metrics_file_reads_whole_lines_only(tmp_path):
 
 
 def test_report_helper_prints_or_appends_and_imports_nothing_heavy(tmp_path):
-    code = ("import sys; from trainables.report import report; report({'val/acc': 0.5}, epoch=2); "
-            "print(sorted(m for m in ('torch', 'ray', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys; from trainables.report import report; report({'val/acc': 0.5}, epoch=2); "
+        "print(sorted(m for m in ('torch', 'ray', 'numpy') if m in sys.modules))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "RAYSWEEP_METRICS_FILE"}
-    printed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    printed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
     assert printed.stdout.splitlines() == ["val/acc=0.5 epoch=2", "[]"]
     assert parse_metrics_line(printed.stdout.splitlines()[0], "epoch") == {"val/acc": 0.5, "epoch": 2}
     metrics_file = tmp_path / "m.jsonl"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "RAYSWEEP_METRICS_FILE": str(metrics_file)}, check=True)
+    subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**env, "RAYSWEEP_METRICS_FILE": str(metrics_file)}, check=True
+    )
     assert [json.loads(line) for line in metrics_file.read_text().splitlines()] == [{"val/acc": 0.5, "epoch": 2}]
 
 
 # --- process clean-up without Tune: the worker itself SIGKILLed ---------------------------------
+
 
 def wait_until(condition, deadline_s: float = 20.0) -> bool:
     end = time.monotonic() + deadline_s
@@ -196,8 +252,19 @@ def _pgid(process: psutil.Process) -> int | None:
 
 # --- Ray Tune sweeps of the script ------------------------------------------------------------
 
-def tune_command(tmp_path, name: str, template: list[str], param_space: dict, *, resources=None, tune_config=None,
-                 max_failures: int = 0, stop=None, **kwargs):
+
+def tune_command(
+    tmp_path,
+    name: str,
+    template: list[str],
+    param_space: dict,
+    *,
+    resources=None,
+    tune_config=None,
+    max_failures: int = 0,
+    stop=None,
+    **kwargs,
+):
     """Run a sweep of `template` with the command trainable (the run settings of `sweep_run_config`)."""
     from ray import tune
     from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tuner
@@ -209,10 +276,16 @@ def tune_command(tmp_path, name: str, template: list[str], param_space: dict, *,
         tune.with_resources(trainable, resources or {"cpu": 0.5, "gpu": 0.5}),
         param_space=param_space,
         tune_config=tune_config,
-        run_config=RunConfig(storage_path=str(tmp_path), name=name, log_to_file=True, verbose=0,
-                             failure_config=FailureConfig(max_failures=max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/launch.py:sweep_run_config
-                             sync_config=SyncConfig(sync_artifacts=True), stop=stop),
+        run_config=RunConfig(
+            storage_path=str(tmp_path),
+            name=name,
+            log_to_file=True,
+            verbose=0,
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/engine/launch.py:sweep_run_config
+            sync_config=SyncConfig(sync_artifacts=True),
+            stop=stop,
+        ),
     )
     return tuner.fit()
 
@@ -232,11 +305,29 @@ def envs(result) -> list[dict]:
 def test_grid_of_two_axes_and_two_seeds_at_half_a_gpu(ray_gpus, tmp_path):
     from ray import tune
 
-    template = [*SCRIPT, "--noise-rate", "{noise_rate}", "--noise-type", "{noise_type}", "--seed", "{seed}",
-                "--epochs", "3", "--out", "{trial_dir}"]
-    grid = tune_command(tmp_path, "grid", template, {"noise_rate": tune.grid_search([0.0, 0.4]),
-                                                     "noise_type": tune.grid_search(["sym"]),
-                                                     "seed": tune.grid_search([0, 1])})
+    template = [
+        *SCRIPT,
+        "--noise-rate",
+        "{noise_rate}",
+        "--noise-type",
+        "{noise_type}",
+        "--seed",
+        "{seed}",
+        "--epochs",
+        "3",
+        "--out",
+        "{trial_dir}",
+    ]
+    grid = tune_command(
+        tmp_path,
+        "grid",
+        template,
+        {
+            "noise_rate": tune.grid_search([0.0, 0.4]),
+            "noise_type": tune.grid_search(["sym"]),
+            "seed": tune.grid_search([0, 1]),
+        },
+    )
     assert len(grid) == 4 and not grid.errors
     intervals = []
     for result in grid:
@@ -283,13 +374,32 @@ def test_asha_stops_the_worse_trial_and_its_process_tree_is_gone(ray_gpus, tmp_p
     from ray.tune.schedulers import ASHAScheduler
 
     # The noisy trial starts late, so it meets the clean trial's score at each rung and is cut.
-    template = [*SCRIPT, "--noise-rate", "{noise_rate}", "--epochs", "8", "--sleep", "0.2", "--spawn-child",
-                "--start-delay", "{start_delay}", "--out", "{trial_dir}"]
-    space = {"noise_rate": tune.grid_search([0.0, 0.95]),
-             "start_delay": tune.sample_from(lambda spec: 3.0 if spec.config["noise_rate"] > 0.5 else 0.0)}
+    template = [
+        *SCRIPT,
+        "--noise-rate",
+        "{noise_rate}",
+        "--epochs",
+        "8",
+        "--sleep",
+        "0.2",
+        "--spawn-child",
+        "--start-delay",
+        "{start_delay}",
+        "--out",
+        "{trial_dir}",
+    ]
+    space = {
+        "noise_rate": tune.grid_search([0.0, 0.95]),
+        "start_delay": tune.sample_from(lambda spec: 3.0 if spec.config["noise_rate"] > 0.5 else 0.0),
+    }
     scheduler = ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1, reduction_factor=2)
-    grid = tune_command(tmp_path, "asha", template, space,
-                        tune_config=TuneConfig(metric="val_acc", mode="max", scheduler=scheduler, reuse_actors=True))
+    grid = tune_command(
+        tmp_path,
+        "asha",
+        template,
+        space,
+        tune_config=TuneConfig(metric="val_acc", mode="max", scheduler=scheduler, reuse_actors=True),
+    )
     assert not grid.errors
     by_rate = {r.config["noise_rate"]: r for r in grid}
     assert rows(by_rate[0.0])[-1]["epoch"] == 8
@@ -335,13 +445,17 @@ def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_p
 
     template = [*SCRIPT, "--epochs", "3", "{variant}", "--out", "{trial_dir}"]
     variants = ["--exit-code=3", "--print-nothing", "--nan-at-epoch=2", "--report=jsonl", "--report=helper"]
-    grid = tune_command(tmp_path, "variants", template, {"variant": tune.grid_search(variants)},
-                        resources={"cpu": 0.4, "gpu": 0})
+    grid = tune_command(
+        tmp_path, "variants", template, {"variant": tune.grid_search(variants)}, resources={"cpu": 0.4, "gpu": 0}
+    )
     by = {r.config["variant"]: r for r in grid}
 
     failed = Path(by["--exit-code=3"].path) / "error.txt"
     text = failed.read_text()
-    assert "CommandFailed: command exited with exit code 3" in text and "RuntimeError: injected failure for the test" in text
+    assert (
+        "CommandFailed: command exited with exit code 3" in text
+        and "RuntimeError: injected failure for the test" in text
+    )
     assert [r["epoch"] for r in rows(by["--exit-code=3"])] == [1, 2, 3]  # its results still count
 
     silent = (Path(by["--print-nothing"].path) / "error.txt").read_text()
@@ -363,30 +477,73 @@ def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_p
 
 # --- sweeps/run_command.py: the script on the shared launcher -------------------------------------
 
-RUN = ["--", sys.executable, "tests/scripts/train_script.py", "--noise-rate", "{noise_rate}", "--noise-type",
-       "{noise_type}", "--seed", "{seed}", "--out", "{trial_dir}", "--epochs", "2"]
+RUN = [
+    "--",
+    sys.executable,
+    "tests/scripts/train_script.py",
+    "--noise-rate",
+    "{noise_rate}",
+    "--noise-type",
+    "{noise_type}",
+    "--seed",
+    "{seed}",
+    "--out",
+    "{trial_dir}",
+    "--epochs",
+    "2",
+]
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--axis", "noise_rate=0.2", "--"], "command: none given"),
-    (["--axis", "noise_rate=0.2", "--", "no-such-program-xyz", "{noise_rate}"], "program 'no-such-program-xyz' is not found"),
-    (["--axis", "noise_rate=0.2", "--", "python", "--rate", "{noise_rat}"], r"placeholder \{noise_rat\} is not defined"),
-    (["--axis", "noise_rate=0.2", "--axis", "lr=0.1", "--", "python", "{noise_rate}"], r"the command never uses \{lr\}"),
-    (["--axis", "noise_rate", "--", "python", "{noise_rate}"], "has no '='"),
-    (["--axis", "noise_rate=", "--", "python", "{noise_rate}"], "give one or more comma-separated values"),
-    (["--axis", "noise_rate=0.2,0.2", "--", "python", "{noise_rate}"], "repeats 0.2"),
-    (["--axis", "noise_rate=0.2", "--axis", "noise_rate=0.4", "--", "python", "{noise_rate}"], "--axis noise_rate is given twice"),
-    (["--axis", "noise_rate=0.2", "--metric-pattern", "epoch (?P<epoch", "--", "python", "{noise_rate}"], "--metric-pattern"),
-    (["--axis", "noise_rate=0.2", "--metric-pattern", r"e (?P<epoch>\d+) a (?P<acc>[\d.]+)", "--metric", "val_acc",
-      "--", "python", "{noise_rate}"], "--metric"),
-    (["--seeds", "2", "--", "python", "x.py"], r"the command never uses \{seed\}"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--axis", "noise_rate=0.2", "--"], "command: none given"),
+        (
+            ["--axis", "noise_rate=0.2", "--", "no-such-program-xyz", "{noise_rate}"],
+            "program 'no-such-program-xyz' is not found",
+        ),
+        (
+            ["--axis", "noise_rate=0.2", "--", "python", "--rate", "{noise_rat}"],
+            r"placeholder \{noise_rat\} is not defined",
+        ),
+        (
+            ["--axis", "noise_rate=0.2", "--axis", "lr=0.1", "--", "python", "{noise_rate}"],
+            r"the command never uses \{lr\}",
+        ),
+        (["--axis", "noise_rate", "--", "python", "{noise_rate}"], "has no '='"),
+        (["--axis", "noise_rate=", "--", "python", "{noise_rate}"], "give one or more comma-separated values"),
+        (["--axis", "noise_rate=0.2,0.2", "--", "python", "{noise_rate}"], "repeats 0.2"),
+        (
+            ["--axis", "noise_rate=0.2", "--axis", "noise_rate=0.4", "--", "python", "{noise_rate}"],
+            "--axis noise_rate is given twice",
+        ),
+        (
+            ["--axis", "noise_rate=0.2", "--metric-pattern", "epoch (?P<epoch", "--", "python", "{noise_rate}"],
+            "--metric-pattern",
+        ),
+        (
+            [
+                "--axis",
+                "noise_rate=0.2",
+                "--metric-pattern",
+                r"e (?P<epoch>\d+) a (?P<acc>[\d.]+)",
+                "--metric",
+                "val_acc",
+                "--",
+                "python",
+                "{noise_rate}",
+            ],
+            "--metric",
+        ),
+        (["--seeds", "2", "--", "python", "x.py"], r"the command never uses \{seed\}"),
+    ],
+)
 def test_bad_command_sweeps_are_refused_before_ray_starts(argv, match, tmp_path):
     from sweeps import run_command
 
     storage = tmp_path / "runs"
     with pytest.raises(UsageError, match=match):
-        run_command.main([*argv[:argv.index("--")], "--storage-path", str(storage), *argv[argv.index("--"):]])
+        run_command.main([*argv[: argv.index("--")], "--storage-path", str(storage), *argv[argv.index("--") :]])
     assert not storage.exists()
 
 
@@ -396,8 +553,19 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
     with a third noise rate: only its 4 cells run, the 8 finished ones are reused."""
     from sweeps import run_command
 
-    flags = ["--axis", "noise_type=sym,asym", "--seeds", "2", "--gpus-per-trial", "0.5", "--cpus-per-trial", "0.5",
-             "--storage-path", str(tmp_path), "--quiet"]
+    flags = [
+        "--axis",
+        "noise_type=sym,asym",
+        "--seeds",
+        "2",
+        "--gpus-per-trial",
+        "0.5",
+        "--cpus-per-trial",
+        "0.5",
+        "--storage-path",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert run_command.main(["--axis", "noise_rate=0.2,0.4", *flags, *RUN]) == 0
     out = capsys.readouterr().out
     experiment = tmp_path / "command"
@@ -407,7 +575,11 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
         envs = [json.loads(p.read_text()) for p in (experiment / name / "work").glob("env_*.json")]
         assert envs and envs[0]["RAYSWEEP_GPU_MEMORY_FRACTION"] == "0.45" and envs[0]["CUDA_VISIBLE_DEVICES"] in "0123"
         assert envs[0]["RAYSWEEP_TRIAL_NAME"] == name
-        assert re.search(rf"^{name}:OUT \| \[GPU [0-3] \| pid \d+\] epoch=2 val_acc=", (experiment / name / "stdout").read_text(), re.M)
+        assert re.search(
+            rf"^{name}:OUT \| \[GPU [0-3] \| pid \d+\] epoch=2 val_acc=",
+            (experiment / name / "stdout").read_text(),
+            re.M,
+        )
     header = next(line for line in out.splitlines() if line.split()[:1] == ["noise_rate"])
     assert header.split() == ["noise_rate", "asym", "sym"]  # the table, laid out as the grid
     assert (experiment / "report" / "report.md").exists()
@@ -424,10 +596,38 @@ def test_lr_search_sweeps_a_command_with_optuna_and_asha(ray_gpus, tmp_path, cap
     metric it prints."""
     from sweeps import lr_search
 
-    code = lr_search.main(["--losses", "ce", "--lr-range", "0.05,0.6", "--num-samples", "3", "--epochs", "3",
-                           "--grace-period", "1", "--max-concurrent", "2", "--gpus-per-trial", "0", "--quiet",
-                           "--storage-path", str(tmp_path), "--", sys.executable, "tests/scripts/train_script.py",
-                           "--noise-rate", "{lr}", "--seed", "0", "--out", "{trial_dir}", "--epochs", "3"])
+    code = lr_search.main(
+        [
+            "--losses",
+            "ce",
+            "--lr-range",
+            "0.05,0.6",
+            "--num-samples",
+            "3",
+            "--epochs",
+            "3",
+            "--grace-period",
+            "1",
+            "--max-concurrent",
+            "2",
+            "--gpus-per-trial",
+            "0",
+            "--quiet",
+            "--storage-path",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            "tests/scripts/train_script.py",
+            "--noise-rate",
+            "{lr}",
+            "--seed",
+            "0",
+            "--out",
+            "{trial_dir}",
+            "--epochs",
+            "3",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     trials = sorted(p for p in (tmp_path / "lr_search").iterdir() if (p / "result.json").exists())
@@ -437,6 +637,8 @@ def test_lr_search_sweeps_a_command_with_optuna_and_asha(ray_gpus, tmp_path, cap
         config = json.loads((trial / "params.json").read_text())
         env = json.loads(next((trial / "work").glob("env_*.json")).read_text())
         assert float(env["RAYSWEEP_LR"]) == pytest.approx(config["lr"], rel=1e-9)  # the search's proposal ...
-        assert env["argv"][0] == "--noise-rate" and float(env["argv"][1]) == pytest.approx(config["lr"], rel=1e-9)  # ... in the command
+        assert env["argv"][0] == "--noise-rate" and float(env["argv"][1]) == pytest.approx(
+            config["lr"], rel=1e-9
+        )  # ... in the command
         assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)) and all("val_acc" in r for r in rows)
     assert "of 3 trials ran; ASHA stopped" in out

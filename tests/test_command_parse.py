@@ -1,5 +1,5 @@
 """Metrics from real training output (`trainables/command_parse.py`), linked axes, task files and
-safe trial names (`sweeps/command_template.py`, `sweeps/cli.py`): fast, no Ray, no subprocess."""
+safe trial names (`sweeps/engine/command_template.py`, `sweeps/cli.py`): fast, no Ray, no subprocess."""
 
 from __future__ import annotations
 
@@ -8,13 +8,24 @@ import types
 
 import pytest
 
-from sweeps.cli import UsageError, short_forms, trial_namer
-from sweeps.command_template import cell_axes, expand_cells, parse_axis, read_tasks
+from sweeps.engine.command_template import cell_axes, expand_cells, parse_axis, read_tasks
+from sweeps.engine.flags import UsageError
+from sweeps.engine.grid import short_forms, trial_namer
 from trainables.command_parse import StepContext, line_metrics
 
 
-@pytest.mark.parametrize("line", ["epoch=3 loss=0.5", "epoch: 3 loss=0.5", "Epoch 3 loss=0.5", "epoch 3/50 loss=0.5",
-                                  "EPOCH [3/50] loss=0.5", "[epoch 3] loss=0.5", "[Epoch 3/50]  loss: 0.5"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "epoch=3 loss=0.5",
+        "epoch: 3 loss=0.5",
+        "Epoch 3 loss=0.5",
+        "epoch 3/50 loss=0.5",
+        "EPOCH [3/50] loss=0.5",
+        "[epoch 3] loss=0.5",
+        "[Epoch 3/50]  loss: 0.5",
+    ],
+)
 def test_every_default_step_form_sets_the_step(line):
     assert line_metrics(line, "epoch") == {"epoch": 3, "loss": 0.5}
 
@@ -29,7 +40,10 @@ def test_percent_values_and_numbers_that_are_not_metrics():
 
 
 def test_several_patterns_one_per_line_shape_and_a_step_group():
-    patterns = [re.compile(r"^Iter (?P<step>\d+): loss (?P<loss>[\d.]+)"), re.compile(r"^Eval .*top1 (?P<top1>[\d.]+%)")]
+    patterns = [
+        re.compile(r"^Iter (?P<step>\d+): loss (?P<loss>[\d.]+)"),
+        re.compile(r"^Eval .*top1 (?P<top1>[\d.]+%)"),
+    ]
     ctx = StepContext("step", patterns)
     assert ctx.feed("Iter 100: loss 2.5") == []
     assert ctx.feed("Eval on val: top1 41.5%") == []
@@ -40,12 +54,18 @@ def test_several_patterns_one_per_line_shape_and_a_step_group():
 
 def test_step_context_dassl_style_lines_and_final_result_block():
     ctx = StepContext("epoch", complete_when={"val_acc", "accuracy"})
-    lines = ["Loading dataset: caltech101, classes: 100",
-             "epoch [1/2] batch [1/2] time 0.1 loss 0.9 acc 60.0 lr 2.0e-03 eta 0:00:02",
-             "epoch [1/2] batch [2/2] time 0.1 loss 0.8 acc 61.0 lr 2.0e-03 eta 0:00:01",
-             "val_acc: 62.5%",
-             "epoch [2/2] batch [1/2] time 0.1 loss 0.5 acc 70.0 lr 2.0e-03 eta 0:00:02",
-             "val_acc: 71.0%", "=> result", "* total: 1,000", "* accuracy: 72.5%", "Elapsed: 0:00:03"]
+    lines = [
+        "Loading dataset: caltech101, classes: 100",
+        "epoch [1/2] batch [1/2] time 0.1 loss 0.9 acc 60.0 lr 2.0e-03 eta 0:00:02",
+        "epoch [1/2] batch [2/2] time 0.1 loss 0.8 acc 61.0 lr 2.0e-03 eta 0:00:01",
+        "val_acc: 62.5%",
+        "epoch [2/2] batch [1/2] time 0.1 loss 0.5 acc 70.0 lr 2.0e-03 eta 0:00:02",
+        "val_acc: 71.0%",
+        "=> result",
+        "* total: 1,000",
+        "* accuracy: 72.5%",
+        "Elapsed: 0:00:03",
+    ]
     out = [r for line in lines for r in ctx.feed(line)]
     # the preamble `classes: 100` is not a result; the test block belongs to the last step, complete once
     # it holds both metrics
@@ -75,15 +95,23 @@ def test_a_script_that_never_prints_a_step_reports_once_at_step_0():
 
 def test_linked_axes_and_path_values():
     assert parse_axis("dataset,num_classes=caltech101:100,oxford_pets:37") == (
-        ("dataset", "num_classes"), [("caltech101", 100), ("oxford_pets", 37)])
+        ("dataset", "num_classes"),
+        [("caltech101", 100), ("oxford_pets", 37)],
+    )
     assert parse_axis("config=configs/a b.yaml,configs/c.yaml") == ("config", ["configs/a b.yaml", "configs/c.yaml"])
-    with pytest.raises(UsageError, match=r"'oxford_pets' must have 2 non-empty parts joined by ':' \(dataset:num_classes\)"):
+    with pytest.raises(
+        UsageError, match=r"'oxford_pets' must have 2 non-empty parts joined by ':' \(dataset:num_classes\)"
+    ):
         parse_axis("dataset,num_classes=caltech101:100,oxford_pets")
     with pytest.raises(UsageError, match="names a setting twice"):
         parse_axis("a,a=1:2")
     cells = expand_cells({("dataset", "num_classes"): [("c", 100), ("o", 37)], "seed": [0, 1]}, None, 100)
-    assert cells == [{"dataset": "c", "num_classes": 100, "seed": 0}, {"dataset": "c", "num_classes": 100, "seed": 1},
-                     {"dataset": "o", "num_classes": 37, "seed": 0}, {"dataset": "o", "num_classes": 37, "seed": 1}]
+    assert cells == [
+        {"dataset": "c", "num_classes": 100, "seed": 0},
+        {"dataset": "c", "num_classes": 100, "seed": 1},
+        {"dataset": "o", "num_classes": 37, "seed": 0},
+        {"dataset": "o", "num_classes": 37, "seed": 1},
+    ]
     with pytest.raises(UsageError, match="more than --max-trials=3"):
         expand_cells({("dataset", "num_classes"): [("c", 100), ("o", 37)], "seed": [0, 1]}, None, 3)
 
@@ -103,11 +131,14 @@ def test_trial_names_of_paths_are_safe_short_and_unique():
     assert "slow.yaml_c_k1" in names  # each linked name appears
 
 
-@pytest.mark.parametrize("suffix,text", [
-    (".csv", "dataset,num_classes\ncaltech101,100\noxford_pets,37\n"),
-    (".yaml", "- {dataset: caltech101, num_classes: 100}\n- dataset: oxford_pets\n  num_classes: 37\n"),
-    (".json", '[{"dataset": "caltech101", "num_classes": 100}, {"dataset": "oxford_pets", "num_classes": 37}]'),
-])
+@pytest.mark.parametrize(
+    "suffix,text",
+    [
+        (".csv", "dataset,num_classes\ncaltech101,100\noxford_pets,37\n"),
+        (".yaml", "- {dataset: caltech101, num_classes: 100}\n- dataset: oxford_pets\n  num_classes: 37\n"),
+        (".json", '[{"dataset": "caltech101", "num_classes": 100}, {"dataset": "oxford_pets", "num_classes": 37}]'),
+    ],
+)
 def test_task_file_in_three_formats(tmp_path, suffix, text):
     path = tmp_path / f"tasks{suffix}"
     path.write_text(text)
@@ -116,15 +147,18 @@ def test_task_file_in_three_formats(tmp_path, suffix, text):
     assert len(expand_cells({"seed": [0, 1, 2]}, rows, 100)) == 6
 
 
-@pytest.mark.parametrize("name,text,match", [
-    ("t.csv", "dataset,k\na,1\nb\n", r"row 2 has an empty or nested value"),
-    ("t.yaml", "dataset: a\n", r"expected a non-empty list of rows"),
-    ("t.yaml", "- {a: 1}\n- {b: 2}\n", r"row 2 must be a mapping of the same settings as row 1 \(a\)"),
-    ("t.json", "[{\"a\": 1}, ", r"not valid JSON"),
-    ("t.txt", "a\n", r"use a \.csv"),
-    ("t.csv", "trial_dir\n1\n", r"setting 'trial_dir' must be a name"),
-    ("t.json", '[{"a": 1}, {"a": 1}]', r"a row is given twice"),
-])
+@pytest.mark.parametrize(
+    "name,text,match",
+    [
+        ("t.csv", "dataset,k\na,1\nb\n", r"row 2 has an empty or nested value"),
+        ("t.yaml", "dataset: a\n", r"expected a non-empty list of rows"),
+        ("t.yaml", "- {a: 1}\n- {b: 2}\n", r"row 2 must be a mapping of the same settings as row 1 \(a\)"),
+        ("t.json", '[{"a": 1}, ', r"not valid JSON"),
+        ("t.txt", "a\n", r"use a \.csv"),
+        ("t.csv", "trial_dir\n1\n", r"setting 'trial_dir' must be a name"),
+        ("t.json", '[{"a": 1}, {"a": 1}]', r"a row is given twice"),
+    ],
+)
 def test_bad_task_files_are_one_line_errors(tmp_path, name, text, match):
     path = tmp_path / name
     path.write_text(text)
@@ -139,8 +173,10 @@ def test_quoted_keys_and_progress_bar_redraws():
     assert line_metrics(line, "epoch") == {"eval_loss": 0.31, "eval_accuracy": 0.912, "epoch": 2.0}
     assert line_metrics('{"epoch": 3, "val/acc": 81.5}', "epoch") == {"epoch": 3, "val/acc": 81.5}
     ctx = StepContext("epoch", complete_when={"val_acc"})
-    bar = ("Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
-           "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]")
+    bar = (
+        "Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
+        "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]"
+    )
     assert ctx.feed(bar) == [{"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}]  # the last redraw wins
     assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3}
     assert line_metrics("Epoch [3/50], Step [100/600], Loss: 0.2", "epoch") == {"epoch": 3, "Loss": 0.2}

@@ -25,8 +25,14 @@ def run_sweep(tmp_path: Path, *argv: str, check: bool = False) -> subprocess.Com
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
     split = argv.index("--")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
-    proc = subprocess.run([PY, "sweeps/run_command.py", *argv[:split], *(flags if not check else []), *argv[split:]],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", *argv[:split], *(flags if not check else []), *argv[split:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT_S,
+    )
     return proc
 
 
@@ -46,10 +52,38 @@ def test_dry_run_prints_every_cell_and_imports_nothing_heavy(tmp_path):
     tasks = tmp_path / "tasks.csv"
     tasks.write_text("dataset,num_classes\ncaltech101,100\noxford_pets,37\n")
     proc = subprocess.run(
-        [PY, "-X", "importtime", "sweeps/run_command.py", "--dry-run", "--tasks", str(tasks), "--axis", "config=configs/a b.yaml,configs/c.yaml",
-         "--seeds", "2", "--storage-path", str(tmp_path / "runs"), "--", PY, "tests/scripts/dassl_style.py",
-         "--config", "{config}", "--dataset", "{dataset}", "--num-classes", "{num_classes}", "--seed", "{seed}"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+        [
+            PY,
+            "-X",
+            "importtime",
+            "sweeps/run_command.py",
+            "--dry-run",
+            "--tasks",
+            str(tasks),
+            "--axis",
+            "config=configs/a b.yaml,configs/c.yaml",
+            "--seeds",
+            "2",
+            "--storage-path",
+            str(tmp_path / "runs"),
+            "--",
+            PY,
+            "tests/scripts/dassl_style.py",
+            "--config",
+            "{config}",
+            "--dataset",
+            "{dataset}",
+            "--num-classes",
+            "{num_classes}",
+            "--seed",
+            "{seed}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines[-1] == "8 trials; nothing was run (--dry-run)"
@@ -57,16 +91,35 @@ def test_dry_run_prints_every_cell_and_imports_nothing_heavy(tmp_path):
     assert len(cells) == 8
     names = [line.split(":", 1)[0] for line in cells]
     assert len(set(names)) == 8 and not any(c in n for n in names for c in "/ ")
-    assert f"caltech101_numclasses100_a-b.yaml_seed1: {PY} tests/scripts/dassl_style.py --config 'configs/a b.yaml' " \
-           "--dataset caltech101 --num-classes 100 --seed 1" in cells
-    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert (
+        f"caltech101_numclasses100_a-b.yaml_seed1: {PY} tests/scripts/dassl_style.py --config 'configs/a b.yaml' "
+        "--dataset caltech101 --num-classes 100 --seed 1" in cells
+    )
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert not imported & {"ray", "torch", "pandas", "matplotlib"}
     assert not (tmp_path / "runs").exists()
 
 
 def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_path):
-    argv = ["--axis", "dataset,num_classes=caltech101:100,oxford_pets:37", "--test-metric", "accuracy", "--",
-            PY, "tests/scripts/dassl_style.py", "--dataset", "{dataset}", "--num-classes", "{num_classes}", "--epochs", "2"]
+    argv = [
+        "--axis",
+        "dataset,num_classes=caltech101:100,oxford_pets:37",
+        "--test-metric",
+        "accuracy",
+        "--",
+        PY,
+        "tests/scripts/dassl_style.py",
+        "--dataset",
+        "{dataset}",
+        "--num-classes",
+        "{num_classes}",
+        "--epochs",
+        "2",
+    ]
     ok = run_sweep(tmp_path, "--check", *argv, check=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "--check caltech101_numclasses100: " in ok.stdout and "--dataset caltech101 --num-classes 100" in ok.stdout
@@ -86,10 +139,26 @@ def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_pa
 def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_path):
     """Seed 001/004's shapes: a config-file path axis (with a space), (dataset, classes) pairs, per-batch
     `epoch [3/5]` lines and a `* accuracy: 97.0%` block at the end, selected at the best val_acc epoch."""
-    proc = run_sweep(tmp_path, "--axis", "config=configs/fast.yaml,my configs/fast.yaml", "--axis",
-                     "dataset,num_classes=caltech101:100,oxford_pets:37", "--test-metric", "accuracy", "--",
-                     PY, "tests/scripts/dassl_style.py", "--config", "{config}", "--dataset", "{dataset}",
-                     "--num-classes", "{num_classes}", "--epochs", "3")
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        "config=configs/fast.yaml,my configs/fast.yaml",
+        "--axis",
+        "dataset,num_classes=caltech101:100,oxford_pets:37",
+        "--test-metric",
+        "accuracy",
+        "--",
+        PY,
+        "tests/scripts/dassl_style.py",
+        "--config",
+        "{config}",
+        "--dataset",
+        "{dataset}",
+        "--num-classes",
+        "{num_classes}",
+        "--epochs",
+        "3",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     experiment = tmp_path / "runs" / "command"
     found = trials(experiment)
@@ -107,23 +176,50 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
     assert "accuracy: accuracy at the epoch of best val_acc (ties: earliest)" in out
     header = next(line for line in out.splitlines() if line.startswith("config "))
     assert header.split() == ["config", "dataset", "num_classes", "accuracy"]
-    assert re.search(r"^my configs/fast\.yaml\s+oxford_pets\s+37\s+82\.7000 \(1\)$", out, re.M)  # 50 + 37/10 + len(config) + 3 * 3
-    assert re.search(r"^best configuration by best val_acc over epochs: config=my configs/fast.yaml, dataset=caltech101, "
-                     r"num_classes=100: val_acc .*, accuracy ", out, re.M)
+    assert re.search(
+        r"^my configs/fast\.yaml\s+oxford_pets\s+37\s+82\.7000 \(1\)$", out, re.M
+    )  # 50 + 37/10 + len(config) + 3 * 3
+    assert re.search(
+        r"^best configuration by best val_acc over epochs: config=my configs/fast.yaml, dataset=caltech101, "
+        r"num_classes=100: val_acc .*, accuracy ",
+        out,
+        re.M,
+    )
 
 
 @pytest.mark.slow
 def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
     tasks = tmp_path / "tasks.yaml"
     tasks.write_text("- {dataset: cifar10, num_classes: 10}\n- {dataset: cifar100, num_classes: 100}\n")
-    proc = run_sweep(tmp_path, "--tasks", str(tasks), "--seeds", "2", "--step-key", "iter", "--metric", "top1",
-                     "--metric-pattern", r"^Iter (?P<iter>\d+)/\d+ .*loss (?P<loss>[\d.]+)",
-                     "--metric-pattern", r"^Eval @ (?P<iter>\d+) :: top1 (?P<top1>[\d.]+%) top5 (?P<top5>[\d.]+%)", "--",
-                     PY, "tests/scripts/pattern_style.py", "--dataset", "{dataset}", "--num-classes", "{num_classes}",
-                     "--seed", "{seed}")
+    proc = run_sweep(
+        tmp_path,
+        "--tasks",
+        str(tasks),
+        "--seeds",
+        "2",
+        "--step-key",
+        "iter",
+        "--metric",
+        "top1",
+        "--metric-pattern",
+        r"^Iter (?P<iter>\d+)/\d+ .*loss (?P<loss>[\d.]+)",
+        "--metric-pattern",
+        r"^Eval @ (?P<iter>\d+) :: top1 (?P<top1>[\d.]+%) top5 (?P<top5>[\d.]+%)",
+        "--",
+        PY,
+        "tests/scripts/pattern_style.py",
+        "--dataset",
+        "{dataset}",
+        "--num-classes",
+        "{num_classes}",
+        "--seed",
+        "{seed}",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
-    assert sorted(found) == sorted(f"{d}_numclasses{k}_seed{s}" for d, k in (("cifar10", 10), ("cifar100", 100)) for s in (0, 1))
+    assert sorted(found) == sorted(
+        f"{d}_numclasses{k}_seed{s}" for d, k in (("cifar10", 10), ("cifar100", 100)) for s in (0, 1)
+    )
     rows = history(found["cifar100_numclasses100_seed1"])
     assert rows["iter"].tolist() == [50, 100, 150, 200, 250, 300]
     assert rows["top1"].dropna().tolist() == [46.0, 51.0, 56.0] and rows["loss"].tolist()[:2] == [6.0, 3.0]
@@ -133,8 +229,24 @@ def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
 
 @pytest.mark.slow
 def test_tensorboard_only_script(tmp_path):
-    proc = run_sweep(tmp_path, "--metrics-from", "tensorboard", "--metric", "val/accuracy", "--axis", "lr=0.1,0.2", "--",
-                     PY, "tests/scripts/tb_only.py", "--logdir", "{trial_dir}/tb", "--lr", "{lr}", "--steps", "4")
+    proc = run_sweep(
+        tmp_path,
+        "--metrics-from",
+        "tensorboard",
+        "--metric",
+        "val/accuracy",
+        "--axis",
+        "lr=0.1,0.2",
+        "--",
+        PY,
+        "tests/scripts/tb_only.py",
+        "--logdir",
+        "{trial_dir}/tb",
+        "--lr",
+        "{lr}",
+        "--steps",
+        "4",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
     rows = history(found["lr0.2"])
@@ -150,20 +262,39 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path):
     no step (its result once, at step 0), a usage error (exit 2) and a script printing no metric:
     the last two fail once, with the stderr tail / the lines the parser saw in the error line."""
     scripts = ",".join(f"tests/scripts/{s}.py" for s in ("keras_style", "final_only", "strict_args", "quiet"))
-    started = time.monotonic()
-    proc = run_sweep(tmp_path, "--axis", f"script={scripts}", "--metric", "val_accuracy", "--max-failures", "2", "--",
-                     PY, "{script}", "--lr", "0.1")
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        f"script={scripts}",
+        "--metric",
+        "val_accuracy",
+        "--max-failures",
+        "2",
+        "--",
+        PY,
+        "{script}",
+        "--lr",
+        "0.1",
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
     assert history(found["keras_style.py"])["val_accuracy"].tolist() == [0.50, 0.51, 0.52]
     final = history(found["final_only.py"])
     assert final[["epoch", "val_accuracy", "accuracy"]].values.tolist() == [[0, 0.89, 88.4]]
     out = proc.stdout
-    assert re.search(r"^error: trial strict_args\.py failed: command exited with exit code 2 \(not retried: exit code 2 is a usage "
-                     r"error\); stderr ends: usage: strict_args\.py \[-h\] --learning-rate LEARNING_RATE \| strict_args\.py: "
-                     r"error: the following arguments are required: --learning-rate", out, re.M), out
-    assert re.search(r"^error: trial quiet\.py failed: command exited 0 but reported no metric \(not retried: .*\); stdout ends: "
-                     r"Training with learning rate 0\.1 \| Model saved to \./model\.pt;", out, re.M), out
+    assert re.search(
+        r"^error: trial strict_args\.py failed: command exited with exit code 2 \(not retried: exit code 2 is a usage "
+        r"error\); stderr ends: usage: strict_args\.py \[-h\] --learning-rate LEARNING_RATE \| strict_args\.py: "
+        r"error: the following arguments are required: --learning-rate",
+        out,
+        re.M,
+    ), out
+    assert re.search(
+        r"^error: trial quiet\.py failed: command exited 0 but reported no metric \(not retried: .*\); stdout ends: "
+        r"Training with learning rate 0\.1 \| Model saved to \./model\.pt;",
+        out,
+        re.M,
+    ), out
     for name in ("strict_args.py", "quiet.py"):  # one attempt each, though --max-failures 2
         assert (found[name] / "command_stdout.txt").read_text().count("# raysweep: command started") == 1
         assert (found[name] / "error.txt").read_text().count("Failure #") == 1
@@ -174,15 +305,31 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
     """The script prints epochs 1-6 and kills its trial's worker at once: Tune retries the trial from
     its last recorded step; the rows after it, in the trial's stdout file, are reported first, and the
     script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
-    proc = run_sweep(tmp_path, "--axis", "epochs=8", "--max-failures", "1", "--",
-                     PY, "tests/scripts/resumable.py", "--out", "{trial_dir}", "--epochs", "{epochs}", "--kill-parent-after", "6")
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        "epochs=8",
+        "--max-failures",
+        "1",
+        "--",
+        PY,
+        "tests/scripts/resumable.py",
+        "--out",
+        "{trial_dir}",
+        "--epochs",
+        "{epochs}",
+        "--kill-parent-after",
+        "6",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (trial,) = trials(tmp_path / "runs" / "command").values()
     log = (trial / "command_stdout.txt").read_text()
     assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log
     assert history(trial)["epoch"].tolist() == list(range(1, 9))
-    assert re.search(r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
-                     (trial / "stdout").read_text())
+    assert re.search(
+        r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
+        (trial / "stdout").read_text(),
+    )
 
 
 @pytest.mark.slow
@@ -190,17 +337,34 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     """The driver is SIGKILLed mid-run; the script's rows printed after Tune's last record are in the
     trial's stdout file; `--resume` reports them before the script (resumed from its own checkpoint)
     goes on: the history holds every epoch, each once."""
-    argv = ["--axis", "epochs=12", "--", PY, "tests/scripts/resumable.py", "--out", "{trial_dir}", "--epochs", "{epochs}",
-            "--sleep", "0.5"]
+    argv = [
+        "--axis",
+        "epochs=12",
+        "--",
+        PY,
+        "tests/scripts/resumable.py",
+        "--out",
+        "{trial_dir}",
+        "--epochs",
+        "{epochs}",
+        "--sleep",
+        "0.5",
+    ]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
-    driver = subprocess.Popen([PY, "sweeps/run_command.py", *flags, *argv], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        [PY, "sweeps/run_command.py", *flags, *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     experiment = tmp_path / "runs" / "command"
     deadline = time.monotonic() + 300
     logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
     # killed once Tune recorded 4 rows: a step checkpoint each, so num_to_keep=2 has deleted some, maybe
-    # the one Tune's experiment state names (sweeps/checkpoint_repair.py restores from a later one then)
+    # the one Tune's experiment state names (sweeps/engine/checkpoint_repair.py restores from a later one then)
     recorded = lambda: max([_epochs(p.with_name("result.json")) for p in logs()] or [[]], key=len)  # noqa: E731
     while len(recorded()) < 4 and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.02)
@@ -214,8 +378,14 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     while max(printed()) <= max(recorded()) and time.monotonic() < wait_deadline:
         time.sleep(0.05)
     unreported = max(printed()) > max(recorded())
-    proc = subprocess.run([PY, "sweeps/run_command.py", *flags, "--resume", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", *flags, "--resume", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trial = log.parent
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]

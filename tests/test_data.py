@@ -94,6 +94,7 @@ def test_bad_npz(tmp_path, content, match):
 
 # --- data sanity: refused before Ray starts, naming the file and the number --------------------
 
+
 def write_npz(path, y, x=None, **arrays):
     """A small .npz of 4 float features per sample (or `x`), labels `y`."""
     y = np.asarray(y)
@@ -108,19 +109,45 @@ def nan_features(n=60):
     return x
 
 
-@pytest.mark.parametrize("y,x,extra,match", [
-    ([0] * 60, None, {}, r"bad.npz: the training data has 1 class\(es\) \(60 samples\); classification needs at least 2"),
-    (np.arange(60) % 3, nan_features(), {}, r"bad.npz: x holds 3 NaN/inf value\(s\) in 2 of 60 samples"),
-    (np.arange(60) % 3 + 1, None, {}, r"bad.npz: labels must be 0..C-1 but class\(es\) \[0\] of 0..3 have no sample; "
-                                      r"relabel the classes present \(\[1, 2, 3\]\) as 0..2"),
-    ([0] * 30 + [1] * 28 + [2] * 2, None, {}, r"bad.npz: class sizes \{2: 2\} \(class: samples\) are below the 3 per class "
-                                              r"the stratified test and val split\(s\) need"),
-    (np.arange(18) % 6, None, {}, r"bad.npz: 18 samples split 0.2 for test give 4 / 14, fewer than the 6 classes"),
-    (np.arange(60) % 3, None, {"x_test": np.zeros((4, 4), np.float32), "y_test": np.array([0, 1, 2, 5])},
-     r"bad.npz: y_test has labels outside 0..2"),
-    (np.arange(60) % 3, None, {"x_test": np.full((4, 4), np.nan, np.float32), "y_test": np.array([0, 1, 2, 2])},
-     r"bad.npz: x_test holds 16 NaN/inf value\(s\) in 4 of 4 samples"),
-])
+@pytest.mark.parametrize(
+    "y,x,extra,match",
+    [
+        (
+            [0] * 60,
+            None,
+            {},
+            r"bad.npz: the training data has 1 class\(es\) \(60 samples\); classification needs at least 2",
+        ),
+        (np.arange(60) % 3, nan_features(), {}, r"bad.npz: x holds 3 NaN/inf value\(s\) in 2 of 60 samples"),
+        (
+            np.arange(60) % 3 + 1,
+            None,
+            {},
+            r"bad.npz: labels must be 0..C-1 but class\(es\) \[0\] of 0..3 have no sample; "
+            r"relabel the classes present \(\[1, 2, 3\]\) as 0..2",
+        ),
+        (
+            [0] * 30 + [1] * 28 + [2] * 2,
+            None,
+            {},
+            r"bad.npz: class sizes \{2: 2\} \(class: samples\) are below the 3 per class "
+            r"the stratified test and val split\(s\) need",
+        ),
+        (np.arange(18) % 6, None, {}, r"bad.npz: 18 samples split 0.2 for test give 4 / 14, fewer than the 6 classes"),
+        (
+            np.arange(60) % 3,
+            None,
+            {"x_test": np.zeros((4, 4), np.float32), "y_test": np.array([0, 1, 2, 5])},
+            r"bad.npz: y_test has labels outside 0..2",
+        ),
+        (
+            np.arange(60) % 3,
+            None,
+            {"x_test": np.full((4, 4), np.nan, np.float32), "y_test": np.array([0, 1, 2, 2])},
+            r"bad.npz: x_test holds 16 NaN/inf value\(s\) in 4 of 4 samples",
+        ),
+    ],
+)
 def test_data_no_trial_can_learn_from_is_refused(tmp_path, y, x, extra, match):
     path = write_npz(tmp_path / "bad.npz", y, x, **extra)
     with pytest.raises(ValueError, match=match):
@@ -139,10 +166,14 @@ def test_a_class_at_the_stated_minimum_splits(tmp_path, seed):
 def test_given_test_split_needs_only_two_per_class(tmp_path):
     """With x_test given there is one stratified split (val): 2 samples of a class are enough, 1 is not."""
     test = {"x_test": np.zeros((3, 4), np.float32), "y_test": np.array([0, 1, 2])}
-    data = load_data(TrainConfig(dataset="npz", data_root=write_npz(tmp_path / "ok.npz", [0] * 20 + [1] * 20 + [2] * 2, **test)))
+    data = load_data(
+        TrainConfig(dataset="npz", data_root=write_npz(tmp_path / "ok.npz", [0] * 20 + [1] * 20 + [2] * 2, **test))
+    )
     assert sorted(np.concatenate([data["y_train"], data["y_val"]]).tolist()).count(2) == 2
     with pytest.raises(ValueError, match=r"class sizes \{2: 1\} .* below the 2 per class the stratified val split"):
-        load_data(TrainConfig(dataset="npz", data_root=write_npz(tmp_path / "one.npz", [0] * 20 + [1] * 20 + [2], **test)))
+        load_data(
+            TrainConfig(dataset="npz", data_root=write_npz(tmp_path / "one.npz", [0] * 20 + [1] * 20 + [2], **test))
+        )
 
 
 def test_cifar10_batches_with_a_single_class_are_refused(tmp_path):

@@ -1,4 +1,4 @@
-"""One driver per experiment (sweeps/driver_lock.py): refusal, take-over, heartbeat, the end record,
+"""One driver per experiment (sweeps/engine/driver_lock.py): refusal, take-over, heartbeat, the end record,
 and two real sweeps started on one folder."""
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import driver_lock
+from sweeps.engine import driver_lock
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD_AND_WAIT = ("import sys, time; from sweeps import driver_lock; driver_lock.hold(sys.argv[1]); "
-                 "print('held', flush=True); time.sleep(600)")
+HOLD_AND_WAIT = (
+    "import sys, time; from sweeps.engine import driver_lock; driver_lock.hold(sys.argv[1]); "
+    "print('held', flush=True); time.sleep(600)"
+)
 
 
 def wait_for(condition, timeout_s: float, what: str):
@@ -31,8 +33,13 @@ def wait_for(condition, timeout_s: float, what: str):
 
 
 def holder_process(folder: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, str(folder)], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_WAIT, str(folder)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -44,19 +51,26 @@ def test_second_driver_is_refused_and_a_dead_one_is_taken_over(tmp_path, capsys)
         record = driver_lock.read_holder(str(folder))
         assert record["pid"] == proc.pid and record["host"] == socket.gethostname() and record["ended"] is None
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", record["since"]) and driver_lock.holder_alive(record)
-        with pytest.raises(driver_lock.ExperimentHeld, match=rf"^{re.escape(str(folder))} is in use by another driver: "
-                           rf"host {re.escape(socket.gethostname())}, pid {proc.pid}, since {record['since']} "):
+        with pytest.raises(
+            driver_lock.ExperimentHeld,
+            match=rf"^{re.escape(str(folder))} is in use by another driver: "
+            rf"host {re.escape(socket.gethostname())}, pid {proc.pid}, since {record['since']} ",
+        ):
             driver_lock.hold(str(folder))
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     assert not driver_lock.holder_alive(driver_lock.read_holder(str(folder)))  # its pid is gone
     held = driver_lock.hold(str(folder))
-    assert f"taking over {folder}: its last driver (host {socket.gethostname()}, pid {proc.pid}" in capsys.readouterr().out
+    assert (
+        f"taking over {folder}: its last driver (host {socket.gethostname()}, pid {proc.pid}" in capsys.readouterr().out
+    )
     assert driver_lock.read_holder(str(folder))["pid"] == os.getpid()
     held.release(0)
     record = driver_lock.read_holder(str(folder))
-    assert record["exit_code"] == 0 and record["ended"] >= record["heartbeat"] - 1 and not driver_lock.holder_alive(record)
+    assert (
+        record["exit_code"] == 0 and record["ended"] >= record["heartbeat"] - 1 and not driver_lock.holder_alive(record)
+    )
     driver_lock.hold(str(folder)).release(3)  # an ended record is no holder: no take-over line
     assert "taking over" not in capsys.readouterr().out and driver_lock.read_holder(str(folder))["exit_code"] == 3
 
@@ -64,10 +78,18 @@ def test_second_driver_is_refused_and_a_dead_one_is_taken_over(tmp_path, capsys)
 def test_holder_on_another_host_is_alive_until_its_heartbeat_is_a_minute_old(tmp_path, capsys):
     folder = tmp_path / "exp"
     folder.mkdir()
-    record = {"host": "gpu-node-7", "pid": 1234, "since": "2026-01-01 10:00:00", "heartbeat": time.time() - 5,
-              "ended": None, "exit_code": None}
+    record = {
+        "host": "gpu-node-7",
+        "pid": 1234,
+        "since": "2026-01-01 10:00:00",
+        "heartbeat": time.time() - 5,
+        "ended": None,
+        "exit_code": None,
+    }
     (folder / "driver.json").write_text(json.dumps(record))
-    with pytest.raises(driver_lock.ExperimentHeld, match=r"host gpu-node-7, pid 1234, since 2026-01-01 10:00:00 \(heartbeat 5 s ago\)"):
+    with pytest.raises(
+        driver_lock.ExperimentHeld, match=r"host gpu-node-7, pid 1234, since 2026-01-01 10:00:00 \(heartbeat 5 s ago\)"
+    ):
         driver_lock.hold(str(folder))
     (folder / "driver.json").write_text(json.dumps({**record, "heartbeat": time.time() - 61}))
     driver_lock.hold(str(folder)).release(0)
@@ -98,11 +120,33 @@ def test_heartbeat_is_refreshed_while_the_driver_runs(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_two_sweeps_on_one_folder_the_second_exits_2_and_the_first_counts_each_cell_once(ray_gpus, tmp_path):
     address = ray_gpus.get_runtime_context().gcs_address
-    argv = [sys.executable, "sweeps/noise_grid.py", "--noise-types", "sym", "--noise-rates", "0.1,0.2", "--epochs", "3",
-            "--gpus-per-trial", "0", "--address", address, "--storage-path", str(tmp_path), "--name", "shared"]
+    argv = [
+        sys.executable,
+        "sweeps/noise_grid.py",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.1,0.2",
+        "--epochs",
+        "3",
+        "--gpus-per-trial",
+        "0",
+        "--address",
+        address,
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "shared",
+    ]
     first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for(lambda: first.poll() is not None or (driver_lock.read_holder(str(tmp_path / "shared")) or {}).get("pid") == first.pid,
-             120, "the first driver's driver.json")
+    wait_for(
+        lambda: (
+            first.poll() is not None
+            or (driver_lock.read_holder(str(tmp_path / "shared")) or {}).get("pid") == first.pid
+        ),
+        120,
+        "the first driver's driver.json",
+    )
     started = time.monotonic()
     second = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     refused_after = time.monotonic() - started
@@ -112,7 +156,7 @@ def test_two_sweeps_on_one_folder_the_second_exits_2_and_the_first_counts_each_c
     assert len(error) == 1 and f"pid {first.pid}, since " in error[0] and "is in use by another driver" in error[0]
     print(f"\nsecond driver refused after {refused_after:.1f} s (exit 2)")
     assert first.returncode == 0, out[-3000:]
-    table = out[out.index("test/acc (%)"):out.index("results:")].splitlines()
+    table = out[out.index("test/acc (%)") : out.index("results:")].splitlines()
     assert [line.split()[-1] for line in table[2:4]] == ["(1)", "(1)"]
     assert "duplicates left out" not in out
     record = driver_lock.read_holder(str(tmp_path / "shared"))

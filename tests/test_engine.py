@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import cli, lr_search, noise_grid, pbt
-from sweeps.cli import UsageError
+from sweeps import lr_search, noise_grid, pbt
+from sweeps.engine import flags, grid, preflight, run_flags
+from sweeps.engine.flags import UsageError
 from trainables.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,10 +33,10 @@ def trial_dirs(experiment: Path) -> list[Path]:
 
 
 def test_every_trainconfig_field_is_a_flag_with_its_comment_and_default():
-    parser = cli.ArgumentParser(prog="x")
-    cli.add_config_flags(parser, axes=True)
+    parser = flags.ArgumentParser(prog="x")
+    flags.add_config_flags(parser, axes=True)
     text = " ".join(parser.format_help().split())  # argparse wraps lines
-    comments = cli.field_help()
+    comments = flags.field_help()
     for field in dataclasses.fields(TrainConfig):
         flag = f"--{field.name.replace('_', '-')}"
         assert flag in text, flag
@@ -43,41 +44,45 @@ def test_every_trainconfig_field_is_a_flag_with_its_comment_and_default():
 
 
 def test_comma_values_become_typed_axes_and_the_cross_product():
-    args = noise_grid.parse_args(["--loss", "ce,gce,sce", "--lr", "0.01,0.1", "--noise-rates", "0.2,0.4", "--seeds", "3",
-                                  "--batch-size", "32"])
+    args = noise_grid.parse_args(
+        ["--loss", "ce,gce,sce", "--lr", "0.01,0.1", "--noise-rates", "0.2,0.4", "--seeds", "3", "--batch-size", "32"]
+    )
     axes = noise_grid.grid_axes(args)
     assert axes["loss"] == ["ce", "gce", "sce"] and axes["lr"] == [0.01, 0.1] and axes["batch_size"] == [32]
     assert axes["noise_type"] == ["sym", "asym"] and axes["seed"] == [0, 1, 2]
-    cells = cli.grid_cells(axes, 10_000)
+    cells = grid.grid_cells(axes, 10_000)
     assert len(cells) == 3 * 2 * 2 * 2 * 3 == 72
     assert len({json.dumps(c, sort_keys=True) for c in cells}) == 72
-    name = cli.trial_namer(axes)
+    name = grid.trial_namer(axes)
     trial = types.SimpleNamespace(config={**cells[-1]})
     assert name(trial) == "sce_lr0.1_asym_0.4_seed2"  # every varying axis, readable
 
 
 def test_smoke_test_sets_the_epochs_unless_given():
-    assert noise_grid.grid_axes(noise_grid.parse_args(["--smoke-test"]))["epochs"] == [cli.SMOKE_TEST_EPOCHS]
+    assert noise_grid.grid_axes(noise_grid.parse_args(["--smoke-test"]))["epochs"] == [run_flags.SMOKE_TEST_EPOCHS]
     assert noise_grid.grid_axes(noise_grid.parse_args(["--smoke-test", "--epochs", "5"]))["epochs"] == [5]
     assert "epochs" not in noise_grid.grid_axes(noise_grid.parse_args([]))  # TrainConfig's default applies
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--lr", "0.1", "--lr", "0.2"], "--lr is given twice"),
-    (["--noise-rates", "0.2", "--noise-rate", "0.4"], "is given twice"),
-    (["--loss", "ce,gce,ce"], "--loss='ce,gce,ce' repeats a value"),
-    (["--loss", "ce,mae,gce"], "--loss: loss='mae' is not one of ce, label_smoothing, gce, sce"),
-    (["--batch-size", "64,6.5"], "--batch-size='6.5' is not a whole number"),
-    (["--lr", "0,0.1"], r"--lr: lr=0.0 is outside the allowed range \(0.0, 10.0\]"),
-    (["--amp", "fp8"], "--amp: amp='fp8' is not one of off, bf16, fp16"),
-    (["--optimizer", "adam"], "optimizer='adam' is not one of sgd, adamw"),
-    (["--seeds", "2", "--seed", "1"], "--seeds N .* and --seed are both given"),
-    (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
-    (["--seeds", "2000000"], "the grid has 24,000,000 trials, more than --max-trials=10,000"),
-    (["--seeds", "3", "--max-trials", "20"], "the grid has 36 trials, more than --max-trials=20"),
-    (["--resume"], "--resume: no sweep to resume"),
-    (["--name", "a/b"], "--name='a/b' must be a plain folder name"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--lr", "0.1", "--lr", "0.2"], "--lr is given twice"),
+        (["--noise-rates", "0.2", "--noise-rate", "0.4"], "is given twice"),
+        (["--loss", "ce,gce,ce"], "--loss='ce,gce,ce' repeats a value"),
+        (["--loss", "ce,mae,gce"], "--loss: loss='mae' is not one of ce, label_smoothing, gce, sce"),
+        (["--batch-size", "64,6.5"], "--batch-size='6.5' is not a whole number"),
+        (["--lr", "0,0.1"], r"--lr: lr=0.0 is outside the allowed range \(0.0, 10.0\]"),
+        (["--amp", "fp8"], "--amp: amp='fp8' is not one of off, bf16, fp16"),
+        (["--optimizer", "adam"], "optimizer='adam' is not one of sgd, adamw"),
+        (["--seeds", "2", "--seed", "1"], "--seeds N .* and --seed are both given"),
+        (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
+        (["--seeds", "2000000"], "the grid has 24,000,000 trials, more than --max-trials=10,000"),
+        (["--seeds", "3", "--max-trials", "20"], "the grid has 36 trials, more than --max-trials=20"),
+        (["--resume"], "--resume: no sweep to resume"),
+        (["--name", "a/b"], "--name='a/b' must be a plain folder name"),
+    ],
+)
 def test_bad_axis_input_is_one_line_before_ray_starts(argv, match, tmp_path):
     import ray
 
@@ -89,15 +94,15 @@ def test_bad_axis_input_is_one_line_before_ray_starts(argv, match, tmp_path):
 
 
 def test_storage_probe_writes_and_removes_a_file_and_cleans_up_on_failure(tmp_path):
-    cli.probe_storage(str(tmp_path / "a" / "b"))
+    preflight.probe_storage(str(tmp_path / "a" / "b"))
     assert not (tmp_path / "a").exists()  # created, written, and removed again
     (tmp_path / "kept").mkdir()
-    cli.probe_storage(str(tmp_path / "kept" / "b"))
+    preflight.probe_storage(str(tmp_path / "kept" / "b"))
     assert list((tmp_path / "kept").iterdir()) == []  # a folder that existed stays, what the probe made goes
     blocker = tmp_path / "file"  # a file where a folder must go: fails for root too (unlike modes)
     blocker.write_text("x")
     with pytest.raises(UsageError, match="cannot write to .*file/runs/x"):
-        cli.probe_storage(str(blocker / "runs" / "x"))
+        preflight.probe_storage(str(blocker / "runs" / "x"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "kept"]  # nothing left behind
 
 
@@ -111,51 +116,79 @@ def test_searches_refuse_axes_and_the_fields_they_search(tmp_path):
 
 
 def test_run_options_carry_the_checked_flags_typed(tmp_path):
-    args = noise_grid.parse_args(["--gpus-per-trial", "0.5", "--cpus-per-trial", "2", "--fail-fast", "--name", "g",
-                                  "--storage-path", str(tmp_path / "runs"), "--max-concurrent", "3"])
-    options = cli.run_options(args)
-    assert isinstance(options, cli.RunOptions)
+    args = noise_grid.parse_args(
+        [
+            "--gpus-per-trial",
+            "0.5",
+            "--cpus-per-trial",
+            "2",
+            "--fail-fast",
+            "--name",
+            "g",
+            "--storage-path",
+            str(tmp_path / "runs"),
+            "--max-concurrent",
+            "3",
+        ]
+    )
+    options = run_flags.run_options(args)
+    assert isinstance(options, run_flags.RunOptions)
     assert (options.gpus_per_trial, options.cpus_per_trial, options.max_concurrent) == (0.5, 2.0, 3)
     assert options.max_failures == 0 and options.fail_fast  # --fail-fast: no retries
     assert options.experiment_dir == f"{tmp_path / 'runs'}/g"
     assert options.time_budget_s is None and options.retry_errored is False  # flags a grid lacks keep their defaults
-    search = cli.run_options(pbt.parse_args(["--time-budget-s", "30", "--storage-path", str(tmp_path)]))
-    assert search.time_budget_s == 30.0 and search.max_failures == cli.MAX_FAILURES
+    search = run_flags.run_options(pbt.parse_args(["--time-budget-s", "30", "--storage-path", str(tmp_path)]))
+    assert search.time_budget_s == 30.0 and search.max_failures == run_flags.MAX_FAILURES
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.name = "other"
 
 
-def test_sweeps_modules_import_no_circle():
-    """cli is the bottom of sweeps/: it imports no other sweeps module, so none imports it back."""
+@pytest.mark.parametrize("module", [flags, grid, run_flags])
+def test_command_line_modules_are_the_bottom_of_sweeps(module):
+    """flags is the bottom of sweeps/: it imports no other sweeps module, so none imports it back;
+    grid and run_flags (the command line, checked before Ray loads) import only flags."""
     import ast
 
-    tree = ast.parse(Path(cli.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not {m for m in imported if m == "sweeps" or m.startswith("sweeps.")}
+    allowed = set() if module is flags else {"sweeps.engine.flags"}
+    assert not {m for m in imported if (m == "sweeps" or m.startswith("sweeps.")) and m not in allowed}
 
 
 EXIT_SCRIPT = """
 import atexit, sys
-from sweeps import cli
+from sweeps.engine import flags, process_exit
 atexit.register(lambda: print("atexit ran"))  # os._exit skips interpreter teardown and atexit hooks
 def main(argv):
     print("printed, no newline", end="")
     print("to stderr", file=sys.stderr, end="")
     if argv == ["usage"]:
-        raise cli.UsageError("--x=1 is bad")
+        raise flags.UsageError("--x=1 is bad")
     return None if argv == ["none"] else int(argv[0])
-cli.run_main(main)
+process_exit.run_main(main)
 """
 
 
-@pytest.mark.parametrize("arg,code,err", [("0", 0, "to stderr"), ("3", 3, "to stderr"), ("none", 0, "to stderr"),
-                                          ("usage", 2, "to stderrerror: --x=1 is bad\n")])
+@pytest.mark.parametrize(
+    "arg,code,err",
+    [
+        ("0", 0, "to stderr"),
+        ("3", 3, "to stderr"),
+        ("none", 0, "to stderr"),
+        ("usage", 2, "to stderrerror: --x=1 is bad\n"),
+    ],
+)
 def test_run_main_flushes_and_leaves_with_the_sweeps_exit_code(arg, code, err, tmp_path):
     script = tmp_path / "exit.py"
     script.write_text(EXIT_SCRIPT)
-    out = subprocess.run([sys.executable, str(script), arg], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])})
+    out = subprocess.run(
+        [sys.executable, str(script), arg],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(flags.__file__).parents[2])},
+    )
     assert out.returncode == code
     assert out.stdout == "printed, no newline"  # flushed before os._exit; no atexit hook ran
     assert out.stderr == err
@@ -169,25 +202,51 @@ def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path)
     """--loss x --lr x noise rate x seeds: 2 x 2 x 2 x 2 = 16 trials (CI-sized; the 72-trial form
     differs only in length)."""
     proc = subprocess.run(
-        [sys.executable, "sweeps/noise_grid.py", "--loss", "ce,gce", "--lr", "0.01,0.1", "--noise-types", "sym",
-         "--noise-rates", "0.2,0.4", "--seeds", "2", "--smoke-test", "--epochs", "1", "--quiet",
-         "--storage-path", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "sweeps/noise_grid.py",
+            "--loss",
+            "ce,gce",
+            "--lr",
+            "0.01,0.1",
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2,0.4",
+            "--seeds",
+            "2",
+            "--smoke-test",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--storage-path",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.splitlines()[0] == "16 trials in the grid"
     names = [p.name for p in trial_dirs(tmp_path / "noise_grid")]
-    expected = sorted(f"{loss}_lr{lr}_sym_{rate}_seed{seed}" for loss in ("ce", "gce") for lr in ("0.01", "0.1")
-                      for rate in ("0.2", "0.4") for seed in (0, 1))
+    expected = sorted(
+        f"{loss}_lr{lr}_sym_{rate}_seed{seed}"
+        for loss in ("ce", "gce")
+        for lr in ("0.01", "0.1")
+        for rate in ("0.2", "0.4")
+        for seed in (0, 1)
+    )
     assert names == expected
     for trial in trial_dirs(tmp_path / "noise_grid"):
         config = json.loads((trial / "params.json").read_text())
         assert trial.name.startswith(f"{config['loss']}_lr{config['lr']:g}_")
         assert results_of(trial)[-1]["epoch"] == 1
     header = next(line for line in proc.stdout.splitlines() if line.split()[:3] == ["loss", "lr", "noise_rate"])
-    rows = proc.stdout.splitlines()[proc.stdout.splitlines().index(header) + 1:][:8]
-    assert [row.split()[:3] for row in rows] == [[loss, lr, rate] for loss in ("ce", "gce") for lr in ("0.01", "0.1")
-                                                for rate in ("0.2", "0.4")]
+    rows = proc.stdout.splitlines()[proc.stdout.splitlines().index(header) + 1 :][:8]
+    assert [row.split()[:3] for row in rows] == [
+        [loss, lr, rate] for loss in ("ce", "gce") for lr in ("0.01", "0.1") for rate in ("0.2", "0.4")
+    ]
     assert all(row.split()[-1] == "(2)" for row in rows)  # two seeds per cell
 
 
@@ -209,7 +268,9 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
             def loss(logits, y):
                 calls[0] += 1  # 5 steps per epoch (1221 samples, batch 256): call 8 is in epoch 2
                 return loss_fn(logits, y) * (float("nan") if cfg.seed == 1 and calls[0] >= 8 else 1.0)
+
             return loss
+
         train.build_loss = build_loss
         try:
             trial.train_classifier(config, data, seeds)
@@ -217,9 +278,30 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
             train.build_loss = real
 
     monkeypatch.setattr("trainables.trial.train_classifier", nan_in_seed_1)
-    code = lr_search.main(["--repeat", "2", "--num-samples", "2", "--epochs", "3", "--grace-period", "3",
-                           "--losses", "ce", "--batch-sizes", "256", "--gpus-per-trial", "auto",
-                           "--cpus-per-trial", "1", "--storage-path", str(tmp_path), "--name", "nan"])
+    code = lr_search.main(
+        [
+            "--repeat",
+            "2",
+            "--num-samples",
+            "2",
+            "--epochs",
+            "3",
+            "--grace-period",
+            "3",
+            "--losses",
+            "ce",
+            "--batch-sizes",
+            "256",
+            "--gpus-per-trial",
+            "auto",
+            "--cpus-per-trial",
+            "1",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "nan",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1  # a diverged trial is reported in the exit code, as in the grid
     assert "--gpus-per-trial auto: 0.25 GPU per trial" in out  # logical GPUs: the probe saw no CUDA device
@@ -254,18 +336,44 @@ def test_search_trial_on_a_fractional_gpu_caps_its_memory(ray_gpus, tmp_path, mo
         def record(fraction, device):
             with open(calls, "a") as f:
                 f.write(f"{fraction}\n")
-        gpu.torch = types.SimpleNamespace(device=real_torch.device, cuda=types.SimpleNamespace(
-            is_available=lambda: True, current_device=lambda: 0, set_per_process_memory_fraction=record,
-            OutOfMemoryError=real_torch.cuda.OutOfMemoryError))
+
+        gpu.torch = types.SimpleNamespace(
+            device=real_torch.device,
+            cuda=types.SimpleNamespace(
+                is_available=lambda: True,
+                current_device=lambda: 0,
+                set_per_process_memory_fraction=record,
+                OutOfMemoryError=real_torch.cuda.OutOfMemoryError,
+            ),
+        )
         try:
             trial.train_classifier(config, data, seeds)
         finally:
             gpu.torch = real_torch
 
     monkeypatch.setattr("trainables.trial.train_classifier", with_mocked_cuda)
-    code = lr_search.main(["--num-samples", "2", "--epochs", "1", "--grace-period", "1", "--losses", "ce",
-                           "--batch-sizes", "256", "--gpus-per-trial", "0.5", "--cpus-per-trial", "0.5",
-                           "--storage-path", str(tmp_path), "--name", "cap"])
+    code = lr_search.main(
+        [
+            "--num-samples",
+            "2",
+            "--epochs",
+            "1",
+            "--grace-period",
+            "1",
+            "--losses",
+            "ce",
+            "--batch-sizes",
+            "256",
+            "--gpus-per-trial",
+            "0.5",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "cap",
+        ]
+    )
     assert code == 0
     assert [float(x) for x in calls.read_text().split()] == [pytest.approx(0.45)] * 2
     for trial in trial_dirs(tmp_path / "cap"):
@@ -276,8 +384,26 @@ def test_search_trial_on_a_fractional_gpu_caps_its_memory(ray_gpus, tmp_path, mo
 
 @pytest.mark.slow
 def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path, capsys):
-    code = pbt.main(["--num-samples", "2", "--epochs", "2", "--perturbation-interval", "1", "--batch-size", "256",
-                     "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--storage-path", str(tmp_path), "--name", "pbt"])
+    code = pbt.main(
+        [
+            "--num-samples",
+            "2",
+            "--epochs",
+            "2",
+            "--perturbation-interval",
+            "1",
+            "--batch-size",
+            "256",
+            "--gpus-per-trial",
+            "0",
+            "--cpus-per-trial",
+            "1",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "pbt",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "sweep finished: 2 trials: 0 running, 0 pending, 2 done, 0 errored, 0 diverged" in out

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeps import noise_grid, resume
-from sweeps.cli import UsageError
-from sweeps.cluster import secure_dashboard
+from sweeps import noise_grid
+from sweeps.engine import resume
+from sweeps.engine.cluster import secure_dashboard
+from sweeps.engine.flags import UsageError
 from trainables import train_epochs
 from trainables.checkpoints import load_latest_state
 from trainables.config import config_hash
@@ -38,6 +39,7 @@ def save_state(folder: Path, epoch: int) -> None:
 
 # --- divergence, without Ray -------------------------------------------------------------------
 
+
 def test_diverging_run_stops_with_a_forensic_dump(tiny_config):
     history = list(train_epochs({**tiny_config, "epochs": 5, **DIVERGING}))
     metrics, dump = history[-1]
@@ -53,6 +55,7 @@ def test_diverging_run_stops_with_a_forensic_dump(tiny_config):
 
 
 # --- checkpoints: torn, missing, stale, malicious ---------------------------------------------
+
 
 def test_torn_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     save_state(tmp_path / "checkpoint_000000", epoch=1)
@@ -99,6 +102,7 @@ def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(tmp_path):
 
 # --- extend / skip existing, without Ray --------------------------------------------------------
 
+
 def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, diverged=False) -> Path:
     trial = experiment / name
     trial.mkdir(parents=True)
@@ -132,18 +136,22 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
 
 # --- bad input: refused before Ray starts, nothing written --------------------------------------
 
-@pytest.mark.parametrize("argv,match", [
-    (["--max-failures", "-1"], "--max-failures=-1 must be a whole number >= 0"),
-    (["--fail-fast", "--max-failures", "3"], "--fail-fast stops at the first error"),
-    (["--retry-errored"], "--retry-errored needs --resume"),
-    (["--resume"], "--resume: no sweep to resume in"),
-    (["--resume", "--no-skip-existing"], "--no-skip-existing .* contradicts"),
-    (["--dashboard-host", "my-laptop"], "--dashboard-host='my-laptop' is not an IP address"),
-    (["--name", "../elsewhere"], "--name='../elsewhere' must be a plain folder name"),
-    (["--cpus-per-trial", "0"], "--cpus-per-trial=0.0 must be > 0"),
-    (["--max-concurrent", "0"], "--max-concurrent=0 must be a whole number >= 1"),
-    (["--noise-rates", "0.1,0.1"], "repeats a value"),
-])
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--max-failures", "-1"], "--max-failures=-1 must be a whole number >= 0"),
+        (["--fail-fast", "--max-failures", "3"], "--fail-fast stops at the first error"),
+        (["--retry-errored"], "--retry-errored needs --resume"),
+        (["--resume"], "--resume: no sweep to resume in"),
+        (["--resume", "--no-skip-existing"], "--no-skip-existing .* contradicts"),
+        (["--dashboard-host", "my-laptop"], "--dashboard-host='my-laptop' is not an IP address"),
+        (["--name", "../elsewhere"], "--name='../elsewhere' must be a plain folder name"),
+        (["--cpus-per-trial", "0"], "--cpus-per-trial=0.0 must be > 0"),
+        (["--max-concurrent", "0"], "--max-concurrent=0 must be a whole number >= 1"),
+        (["--noise-rates", "0.1,0.1"], "repeats a value"),
+    ],
+)
 def test_bad_fault_flags_are_refused_before_ray_starts(argv, match, tmp_path):
     storage = tmp_path / "runs"
     with pytest.raises(UsageError, match=match):
@@ -167,6 +175,7 @@ def test_non_loopback_dashboard_warns_and_turns_on_token_auth(monkeypatch, capsy
 
 
 # --- Ray: a killed worker, a raising trial, a diverging trial in one sweep -----------------------
+
 
 @pytest.mark.slow
 def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, monkeypatch, capsys):
@@ -192,18 +201,37 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
                 real_report(metrics, checkpoint=checkpoint)
                 if metrics["epoch"] == 2:  # kill this worker process while it trains epoch 3
                     threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGKILL)).start()
+
             tune.report = report
         return train_classifier(config, data)
 
     monkeypatch.setattr("trainables.trial.train_classifier", faulty_trainable)  # what the sweep imports
-    code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "6",
-                            "--max-failures", "1", "--gpus-per-trial", "0", "--storage-path", str(tmp_path), "--name", "faults"])
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.1,0.2,0.3,0.4",
+            "--epochs",
+            "6",
+            "--max-failures",
+            "1",
+            "--gpus-per-trial",
+            "0",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "faults",
+        ]
+    )
     out = capsys.readouterr().out
     experiment = tmp_path / "faults"
     assert code == 1  # a trial ended in error
 
     healthy = results_of(experiment / "sym_0.1_seed0")
-    assert [r["epoch"] for r in healthy] == [1, 2, 3, 4, 5, 6] and not (experiment / "sym_0.1_seed0" / "error.txt").exists()
+    assert [r["epoch"] for r in healthy] == [1, 2, 3, 4, 5, 6] and not (
+        experiment / "sym_0.1_seed0" / "error.txt"
+    ).exists()
 
     killed = results_of(experiment / "sym_0.2_seed0")
     epochs = [r["epoch"] for r in killed]  # a result row written as the worker died may be lost; no epoch twice
@@ -216,7 +244,10 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
 
     error_file = experiment / "sym_0.3_seed0" / "error.txt"
     assert error_file.read_text().count("Failure # ") == 2  # max_failures + 1 attempts
-    assert f"error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; error file: {error_file}" in out
+    assert (
+        f"error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; error file: {error_file}"
+        in out
+    )
 
     diverged = results_of(experiment / "sym_0.4_seed0")[-1]
     assert diverged["diverged"] is True and "val/acc" not in diverged
@@ -224,7 +255,7 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
     assert dump["gradients"] and dump["step"] == diverged["diverged/step"]
     assert "diverged (not ranked): sym_0.4_seed0" in out
     # The table counts the errored (0.3) and diverged (0.4) trials but shows no value for them.
-    table = out[out.index("test/acc (%)"):out.index("report:")].splitlines()
+    table = out[out.index("test/acc (%)") : out.index("report:")].splitlines()
     rows = {line.split()[0]: line.split()[1:] for line in table[2:6]}
     assert float(rows["0.1"][0]) > 50 and rows["0.1"][-1] == "(1)"
     assert float(rows["0.2"][0]) > 50 and rows["0.2"][-1] == "(1)"
@@ -234,25 +265,36 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
 
 # --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
 
+
 def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> tuple[float, float]:
     """Run a sweep driver; with `kill_after`, SIGKILL it that many seconds after its experiment state
     first exists. Returns (wall seconds, seconds from its 'starting'/'resuming' line, Ray up, to its end)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "sweeps/noise_grid.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "sweeps/noise_grid.py", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     fit_started = []
     lines = []
 
     def read():
         for line in proc.stdout:
             lines.append(line)
-            if not fit_started and re.search(r"(starting|resuming) \S+: \d", line):  # the launcher's first line with Ray up
+            if not fit_started and re.search(
+                r"(starting|resuming) \S+: \d", line
+            ):  # the launcher's first line with Ray up
                 fit_started.append(time.perf_counter())
+
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     if kill_after is not None:
         before = set(experiment.glob("experiment_state-*.json")) if experiment.exists() else set()
-        while proc.poll() is None and not (set(experiment.glob("experiment_state-*.json")) - before if experiment.exists() else set()):
+        while proc.poll() is None and not (
+            set(experiment.glob("experiment_state-*.json")) - before if experiment.exists() else set()
+        ):
             time.sleep(0.05)
         time.sleep(kill_after)
         os.kill(proc.pid, signal.SIGKILL)
@@ -268,8 +310,20 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
     """(b) Every trial completes exactly once and never redoes an epoch; the time ratio is recorded.
     The drivers join the test's Ray (--address) so a restart costs a driver, not a whole cluster."""
     address = ray_gpus.get_runtime_context().gcs_address
-    grid = ["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "30", "--gpus-per-trial", "0",
-            "--address", address, "--storage-path", str(tmp_path)]
+    grid = [
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.1,0.2,0.3,0.4",
+        "--epochs",
+        "30",
+        "--gpus-per-trial",
+        "0",
+        "--address",
+        address,
+        "--storage-path",
+        str(tmp_path),
+    ]
     straight_wall, straight_fit = run_driver([*grid, "--name", "straight"], None, tmp_path / "straight")
 
     rng = random.Random(0)
@@ -281,8 +335,10 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         walls.append(wall)
         fits.append(fit)
     wall_ratio, fit_ratio = sum(walls) / straight_wall, sum(fits) / straight_fit
-    print(f"\nkilled 3x: wall {sum(walls):.1f} s vs {straight_wall:.1f} s (ratio {wall_ratio:.2f}); "
-          f"after driver start-up {sum(fits):.1f} s vs {straight_fit:.1f} s (ratio {fit_ratio:.2f})")
+    print(
+        f"\nkilled 3x: wall {sum(walls):.1f} s vs {straight_wall:.1f} s (ratio {wall_ratio:.2f}); "
+        f"after driver start-up {sum(fits):.1f} s vs {straight_fit:.1f} s (ratio {fit_ratio:.2f})"
+    )
 
     trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
     assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3", "0.4")]  # one folder per cell
@@ -298,19 +354,20 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
     out = capsys.readouterr().out
     assert code == 0 and "1 to run, 4 reused" in out and "4 finished trial(s) reused" in out
     assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 5
-    table = out[out.index("test/acc (%)"):out.index("results:")].splitlines()
+    table = out[out.index("test/acc (%)") : out.index("results:")].splitlines()
     assert [line.split()[0] for line in table[2:7]] == ["0.1", "0.2", "0.3", "0.4", "0.5"]  # every cell, old and new
     assert all(line.split()[-1] == "(1)" for line in table[2:7])
 
 
 # --- the dashboard listens on loopback only ---------------------------------------------------
 
+
 @pytest.mark.slow
 def test_dashboard_listens_on_loopback_only(tmp_path):
     """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
     script = (
         "import psutil, ray\n"
-        "from sweeps.cluster import init_ray\n"
+        "from sweeps.engine.cluster import init_ray\n"
         "init_ray(None, '127.0.0.1')\n"
         "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
         "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"
@@ -318,8 +375,14 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
     )
     env = {**os.environ, "RAY_ADDRESS": ""}
     env.pop("RAY_ADDRESS")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          env={**env, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
     line = [l for l in proc.stdout.splitlines() if l.startswith("LISTEN")]
     assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
     _, port, ips = line[0].split(" ", 2)
@@ -335,9 +398,26 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     """The driver is SIGKILLed right after a trial's last epoch, likely before Tune's next snapshot
     of its experiment state; on --resume that trial trains nothing again and the other completes."""
     address = ray_gpus.get_runtime_context().gcs_address
-    argv = ["sweeps/noise_grid.py", "--noise-types", "sym", "--noise-rates", "0.1,0.2", "--epochs", "4",
-            "--max-concurrent", "1", "--gpus-per-trial", "0", "--address", address, "--storage-path", str(tmp_path),
-            "--name", "window", "--quiet"]
+    argv = [
+        "sweeps/noise_grid.py",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.1,0.2",
+        "--epochs",
+        "4",
+        "--max-concurrent",
+        "1",
+        "--gpus-per-trial",
+        "0",
+        "--address",
+        address,
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "window",
+        "--quiet",
+    ]
     experiment = tmp_path / "window"
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
@@ -354,7 +434,8 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     stdout = finished / "stdout"
     while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
         assert proc.poll() is None and time.monotonic() < deadline, (
-            f"the trial's stdout never reached storage with 4 epoch lines: {stdout.read_text() if stdout.exists() else 'absent'}")
+            f"the trial's stdout never reached storage with 4 epoch lines: {stdout.read_text() if stdout.exists() else 'absent'}"
+        )
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)

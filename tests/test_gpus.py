@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeps import cli, gpus, noise_grid
-from sweeps.cli import UsageError
+from sweeps import noise_grid
+from sweeps.engine import flags, gpus
+from sweeps.engine.flags import UsageError
 from trainables import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,10 +25,34 @@ GIB = 2**30
 # Recorded `read_nvml()` of a shared 4 x A100-80GB node: GPU 1 runs someone's job (74 GiB used),
 # GPU 3 is 97 % utilised with little memory, GPUs 0 and 2 are idle.
 READINGS = [
-    {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_total": 80 * GIB, "memory_free": int(79.2 * GIB), "utilization": 0.0},
-    {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "memory_total": 80 * GIB, "memory_free": int(5.6 * GIB), "utilization": 31.0},
-    {"index": 2, "name": "NVIDIA A100-SXM4-80GB", "memory_total": 80 * GIB, "memory_free": int(78.9 * GIB), "utilization": 2.0},
-    {"index": 3, "name": "NVIDIA A100-SXM4-80GB", "memory_total": 80 * GIB, "memory_free": int(70.0 * GIB), "utilization": 97.0},
+    {
+        "index": 0,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total": 80 * GIB,
+        "memory_free": int(79.2 * GIB),
+        "utilization": 0.0,
+    },
+    {
+        "index": 1,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total": 80 * GIB,
+        "memory_free": int(5.6 * GIB),
+        "utilization": 31.0,
+    },
+    {
+        "index": 2,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total": 80 * GIB,
+        "memory_free": int(78.9 * GIB),
+        "utilization": 2.0,
+    },
+    {
+        "index": 3,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total": 80 * GIB,
+        "memory_free": int(70.0 * GIB),
+        "utilization": 97.0,
+    },
 ]
 
 MOUNTS = """overlay / overlay rw,relatime 0 0
@@ -38,6 +63,7 @@ tmpfs /tmp tmpfs rw 0 0
 
 
 # --- selection -------------------------------------------------------------------------------
+
 
 def test_busy_gpus_are_left_out_with_the_reason():
     chosen, messages = gpus.select_gpus(READINGS, None)
@@ -62,12 +88,15 @@ def test_without_gpu_information_selection_falls_back_cleanly():
     assert gpu.nvml_utilization_reader() is None or torch.cuda.is_available()
 
 
-@pytest.mark.parametrize("readings,selection,match", [
-    (None, [0, 2], r"--gpus=0,2: no GPU can be detected here \(neither NVML nor torch sees one\)"),
-    ([], [0], r"--gpus=0: this machine has no GPU \(NVML and torch see none\); drop --gpus"),
-    ([], "all", r"--gpus=all: this machine has no GPU"),
-    (READINGS, [0, 7], r"--gpus: GPU 7 does not exist; this machine has GPU\(s\) 0, 1, 2, 3$"),
-])
+@pytest.mark.parametrize(
+    "readings,selection,match",
+    [
+        (None, [0, 2], r"--gpus=0,2: no GPU can be detected here \(neither NVML nor torch sees one\)"),
+        ([], [0], r"--gpus=0: this machine has no GPU \(NVML and torch see none\); drop --gpus"),
+        ([], "all", r"--gpus=all: this machine has no GPU"),
+        (READINGS, [0, 7], r"--gpus: GPU 7 does not exist; this machine has GPU\(s\) 0, 1, 2, 3$"),
+    ],
+)
 def test_gpus_are_never_invented(readings, selection, match):
     with pytest.raises(UsageError, match=match):
         gpus.select_gpus(readings, selection)
@@ -132,22 +161,25 @@ def test_choose_local_gpus_on_logical_gpus_and_on_none(monkeypatch, capsys):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,3" and "GPUs for this sweep: 1,3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flags,match", [
-    (("a,b", None, None), "--gpus='a,b' is not a list of GPU indices"),
-    (("0,0", None, None), "indices must be distinct"),
-    (("0", "2", None), r"--gpus-per-trial=2 is more than the 1 GPU\(s\) selected by --gpus=0"),
-    (("0,2", None, "auto"), "--gpus applies to a local Ray only"),
-    ((None, "1.5", None), "--gpus-per-trial=1.5 is not allowed"),
-])
-def test_bad_gpu_flags_are_refused(flags, match):
+@pytest.mark.parametrize(
+    "given,match",
+    [
+        (("a,b", None, None), "--gpus='a,b' is not a list of GPU indices"),
+        (("0,0", None, None), "indices must be distinct"),
+        (("0", "2", None), r"--gpus-per-trial=2 is more than the 1 GPU\(s\) selected by --gpus=0"),
+        (("0,2", None, "auto"), "--gpus applies to a local Ray only"),
+        ((None, "1.5", None), "--gpus-per-trial=1.5 is not allowed"),
+    ],
+)
+def test_bad_gpu_flags_are_refused(given, match):
     with pytest.raises(UsageError, match=match):
-        cli.parse_gpu_flags(*flags)
+        flags.parse_gpu_flags(*given)
 
 
 def test_gpu_flags_parse():
-    assert cli.parse_gpu_flags("0,2", "0.5", None) == ([0, 2], 0.5)
-    assert cli.parse_gpu_flags("all", "auto", None) == ("all", "auto")
-    assert cli.parse_gpu_flags(None, None, "auto") == (None, None)
+    assert flags.parse_gpu_flags("0,2", "0.5", None) == ([0, 2], 0.5)
+    assert flags.parse_gpu_flags("all", "auto", None) == ("all", "auto")
+    assert flags.parse_gpu_flags(None, None, "auto") == (None, None)
 
 
 def test_bad_gpu_flags_stop_the_sweep_before_ray(tmp_path):
@@ -157,6 +189,7 @@ def test_bad_gpu_flags_stop_the_sweep_before_ray(tmp_path):
 
 
 # --- memory caps and packing -----------------------------------------------------------------
+
 
 def test_memory_fraction_is_the_share_minus_headroom():
     assert gpu.memory_fraction_for(0.25, 0.1) == pytest.approx(0.225)
@@ -175,11 +208,14 @@ def test_cap_gpu_memory_calls_torch_with_the_fraction(monkeypatch):
     assert calls == [(pytest.approx(0.225), torch.device("cuda", 0))]
 
 
-@pytest.mark.parametrize("peak_gib,expected", [
-    (1.9, 1 / 8),  # 80/8 * 0.9 = 9 GiB >= 2.4 GiB needed
-    (15.0, 1 / 3),  # 1/4 caps at 18 GiB < 18.75 needed; 1/3 caps at 24 GiB
-    (60.0, 1.0),  # needs 75 GiB: a whole, uncapped GPU
-])
+@pytest.mark.parametrize(
+    "peak_gib,expected",
+    [
+        (1.9, 1 / 8),  # 80/8 * 0.9 = 9 GiB >= 2.4 GiB needed
+        (15.0, 1 / 3),  # 1/4 caps at 18 GiB < 18.75 needed; 1/3 caps at 24 GiB
+        (60.0, 1.0),  # needs 75 GiB: a whole, uncapped GPU
+    ],
+)
 def test_pack_fraction_picks_the_densest_packing_that_fits(peak_gib, expected):
     fraction, why = gpus.pack_fraction(int(peak_gib * GIB), 80 * GIB, headroom=0.1)
     assert fraction == pytest.approx(expected)
@@ -204,6 +240,7 @@ def test_auto_means_cpu_without_gpus_and_a_probe_with_them():
 
 
 # --- OOM -------------------------------------------------------------------------------------
+
 
 def test_oom_share_doubles_up_to_a_whole_gpu():
     assert gpus.next_fraction_after_oom(0.25) == 0.5
@@ -241,6 +278,7 @@ def test_is_gpu_oom_sees_through_wrapping():
 
 # --- utilisation sampling --------------------------------------------------------------------
 
+
 def test_utilization_is_sampled_in_the_background():
     recorded = iter([30.0, 60.0, 90.0] * 1000)
     with gpu.sample_gpu_utilization(lambda: next(recorded), every_s=0.005) as samples:
@@ -257,18 +295,22 @@ def test_utilization_is_sampled_in_the_background():
 
 # --- clusters --------------------------------------------------------------------------------
 
+
 def test_multi_node_cluster_needs_shared_storage():
     gpus.check_shared_storage("/home/me/runs", 1, mounts=MOUNTS)  # one node: local storage is fine
     gpus.check_shared_storage("/mnt/shared/runs", 3, mounts=MOUNTS)  # NFS
     gpus.check_shared_storage("s3://bucket/runs", 3, mounts=MOUNTS)
     gpus.check_shared_storage("/home/me/runs", 2, trusted=True, mounts=MOUNTS)
-    with pytest.raises(UsageError, match=r"/home/me/runs is on a local file system \(ext4\) but the cluster has 2 nodes"):
+    with pytest.raises(
+        UsageError, match=r"/home/me/runs is on a local file system \(ext4\) but the cluster has 2 nodes"
+    ):
         gpus.check_shared_storage("/home/me/runs", 2, mounts=MOUNTS)
     assert gpus.filesystem_type("/mnt/shared/runs/x", MOUNTS) == "nfs4"
     assert gpus.filesystem_type("/var/lib", MOUNTS) == "overlay"
 
 
 # --- with Ray --------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypatch):
@@ -297,8 +339,24 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
             trial.train_epochs = real
 
     monkeypatch.setattr("trainables.trial.train_classifier", oom_below_half_gpu)  # what the sweep imports
-    code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.2", "--epochs", "1", "--gpus-per-trial", "0.25",
-                            "--cpus-per-trial", "0.5", "--storage-path", str(tmp_path), "--name", "oom"])
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2",
+            "--epochs",
+            "1",
+            "--gpus-per-trial",
+            "0.25",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "oom",
+        ]
+    )
     assert code == 0
     first = sorted(p for p in (tmp_path / "oom").iterdir() if p.is_dir() and (p / "params.json").exists())
     assert [p.name for p in first] == ["sym_0.2_seed0"]
@@ -314,14 +372,41 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
 @pytest.mark.slow
 def test_two_gpu_trial_trains_data_parallel_with_gloo(ray_gpus, tmp_path):
     """--gpus-per-trial 2: one Tune trial, a TorchTrainer of 2 workers (gloo on CPU), rank 0 checkpoints."""
-    code = noise_grid.main(["--noise-types", "sym", "--noise-rates", "0.2", "--epochs", "2", "--gpus-per-trial", "2",
-                            "--cpus-per-trial", "0.5", "--storage-path", str(tmp_path), "--name", "ddp"])
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2",
+            "--epochs",
+            "2",
+            "--gpus-per-trial",
+            "2",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "ddp",
+        ]
+    )
     assert code == 0
     trial = tmp_path / "ddp" / "sym_0.2_seed0"
     results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     assert [r["epoch"] for r in results] == [1, 2]
-    single_gpu_names = {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc", "lr", "grad_norm",
-                        "noise/flip_rate", "gpu_ids", "gpu/fraction"}
+    single_gpu_names = {
+        "train/loss",
+        "train/acc",
+        "val/loss",
+        "val/acc",
+        "test/loss",
+        "test/acc",
+        "lr",
+        "grad_norm",
+        "noise/flip_rate",
+        "gpu_ids",
+        "gpu/fraction",
+    }
     assert single_gpu_names <= set(results[-1])
     assert results[-1]["ddp/world_size"] == 2
     assert results[-1]["val/acc"] > 0.5  # it learns: digits, 2 epochs
@@ -332,8 +417,13 @@ def test_two_gpu_trial_trains_data_parallel_with_gloo(ray_gpus, tmp_path):
 @pytest.mark.slow
 def test_sweep_spreads_over_a_two_node_cluster(tmp_path):
     """Two Ray nodes (1 CPU, 2 logical GPUs each) from `ray.cluster_utils.Cluster`, in a subprocess."""
-    proc = subprocess.run([sys.executable, "tests/two_node_sweep.py", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "tests/two_node_sweep.py", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "is on a local file system" in proc.stdout  # the storage check refused local storage first
     spans = []
@@ -341,7 +431,9 @@ def test_sweep_spreads_over_a_two_node_cluster(tmp_path):
         if (trial / "result.json").exists():
             results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
             assert results[-1]["epoch"] == 4 and results[-1]["gpu_ids"] != ""
-            spans.append((results[0]["wall_time"] - results[0]["time_this_iter_s"], results[-1]["wall_time"], results[-1]["pid"]))
+            spans.append(
+                (results[0]["wall_time"] - results[0]["time_this_iter_s"], results[-1]["wall_time"], results[-1]["pid"])
+            )
     assert len(spans) == 2
     (s1, e1, pid1), (s2, e2, pid2) = spans
     assert s1 < e2 and s2 < e1 and pid1 != pid2  # ran at once, which one node (1 CPU) cannot do

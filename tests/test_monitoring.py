@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 
 from sweeps import noise_grid
-from sweeps.cli import UsageError
-from sweeps.monitoring import SweepProgress, format_duration, format_progress, sweep_status
+from sweeps.engine.flags import UsageError
+from sweeps.engine.monitoring import SweepProgress, format_duration, format_progress, sweep_status
 from trainables.logs import log_epoch, trial_logger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,8 +39,15 @@ def fake_trial(name, status, epochs_done=0, epochs=10, val_acc=None, best=None, 
     if val_acc is not None:
         last["val/acc"] = val_acc
     analysis = {"val/acc": {"max": best if best is not None else val_acc}} if val_acc is not None else {}
-    return FakeTrial(name=name, status=status, config={"epochs": epochs}, last_result=last, metric_analysis=analysis,
-                     error_file=f"/runs/{name}/error.txt", path=f"/runs/{name}")
+    return FakeTrial(
+        name=name,
+        status=status,
+        config={"epochs": epochs},
+        last_result=last,
+        metric_analysis=analysis,
+        error_file=f"/runs/{name}/error.txt",
+        path=f"/runs/{name}",
+    )
 
 
 def trials_of(*specs):
@@ -66,13 +73,17 @@ def test_status_counts_states_best_and_epochs_including_trials_not_created_yet()
 
 
 def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
-    trials = trials_of(*[((f"t{i}", "RUNNING", 5), {"val_acc": i / 20, "gpu_ids": str(i % 4)}) for i in range(11)],
-                       (("done", "TERMINATED", 10), {"val_acc": 0.5}))
+    trials = trials_of(
+        *[((f"t{i}", "RUNNING", 5), {"val_acc": i / 20, "gpu_ids": str(i % 4)}) for i in range(11)],
+        (("done", "TERMINATED", 10), {"val_acc": 0.5}),
+    )
     status = sweep_status(trials, total_trials=12)
     lines = format_progress(status, elapsed_s=60.0, epochs_at_start=0)
     # 65 of 120 epochs in 60 s: 55 left take 55 * 60 / 65 = 50.8 s
-    assert lines[0] == ("[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
-                        "best val/acc 0.5000 (t10) | epochs 65/120 | ETA 0:00:51")
+    assert lines[0] == (
+        "[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
+        "best val/acc 0.5000 (t10) | epochs 65/120 | ETA 0:00:51"
+    )
     assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "0.5000", "train/loss", "-", "GPU", "2"]
     assert len(lines) == 1 + 8 + 1 and lines[-1] == "  ... and 3 more running"
     # a resumed sweep: only epochs done in this run count towards the speed
@@ -120,19 +131,30 @@ def test_trial_log_line_names_trial_gpus_and_pid(monkeypatch, capsys):
     line = capsys.readouterr().out.strip()
     assert re.fullmatch(
         rf"asym_0\.375_seed1:INFO \| \[GPU 1,3 \| pid {os.getpid()}\] Epoch \[2/10\] \| Loss 1\.2346 \| "
-        r"Val Acc 0\.8750 \| LR 1\.00e-02 \| Grad Norm 2\.5000 \| ETA 0:00:(39|40)", line), line
+        r"Val Acc 0\.8750 \| LR 1\.00e-02 \| Grad Norm 2\.5000 \| ETA 0:00:(39|40)",
+        line,
+    ), line
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     trial_logger("sym_0.5_seed0").info("x")  # the next trial in a reused worker: one handler, CPU
     assert capsys.readouterr().out == f"sym_0.5_seed0:INFO | [CPU | pid {os.getpid()}] x\n"
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--progress-every", "0"], r"--progress-every=0.0 must be > 0 seconds"),
-    pytest.param(["--mlflow-uri", "sqlite:///mlflow.db"], r"needs the mlflow package: pip install 'raysweep\[trackers\]'",
-                 marks=pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed")),
-    pytest.param(["--wandb-project", "noise"], r"needs the wandb package: pip install 'raysweep\[trackers\]'",
-                 marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--progress-every", "0"], r"--progress-every=0.0 must be > 0 seconds"),
+        pytest.param(
+            ["--mlflow-uri", "sqlite:///mlflow.db"],
+            r"needs the mlflow package: pip install 'raysweep\[trackers\]'",
+            marks=pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed"),
+        ),
+        pytest.param(
+            ["--wandb-project", "noise"],
+            r"needs the wandb package: pip install 'raysweep\[trackers\]'",
+            marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed"),
+        ),
+    ],
+)
 def test_bad_monitoring_flags_are_refused_before_ray_starts(argv, match, tmp_path):
     with pytest.raises(UsageError, match=match):
         noise_grid.main([*argv, "--storage-path", str(tmp_path / "runs")])
@@ -161,16 +183,36 @@ def ray_head():
     gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = free_ports(7)
     temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Unix socket paths are limited to 107 bytes
     token = uuid.uuid4().hex
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # `python` = this venv's
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }  # `python` = this venv's
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={gcs}",
-         "--num-cpus=2", "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
-         f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}", f"--temp-dir={temp_dir}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--port={gcs}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--metrics-export-port={metrics}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--temp-dir={temp_dir}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         yield f"http://127.0.0.1:{dashboard}", token, env
@@ -195,7 +237,7 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
             client = JobSubmissionClient(url, headers={"Authorization": f"Bearer {token}"})
             job_id = client.submit_job(
                 entrypoint=f"python sweeps/noise_grid.py --smoke-test --noise-rates 0.5 --noise-types sym "
-                           f"--storage-path {tmp_path} --progress-every 1",
+                f"--storage-path {tmp_path} --progress-every 1",
                 runtime_env={"working_dir": str(ROOT), "excludes": [".venv", "runs", "*.png"]},
             )
             break
@@ -212,8 +254,11 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
     assert re.search(r"^noise_rate\s+sym\s*$", logs, re.M), logs[-3000:]
     assert re.search(r"^0\.5\s+\d+\.\d\d \(1\)\s*$", logs, re.M), logs[-3000:]  # ... and its cell
     assert "dashboard: http://" in logs
-    assert re.search(r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
-                     r"\| best val/acc 0\.\d{4} \(sym_0\.5_seed0\) \| epochs 2/2", logs), logs[-3000:]
+    assert re.search(
+        r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
+        r"\| best val/acc 0\.\d{4} \(sym_0\.5_seed0\) \| epochs 2/2",
+        logs,
+    ), logs[-3000:]
     trial = tmp_path / "noise_grid" / "sym_0.5_seed0"
     assert re.search(r"sym_0\.5_seed0:INFO \| \[CPU \| pid \d+\] Epoch \[2/2\]", (trial / "stdout").read_text())
     assert (trial / "stderr").exists() and list(trial.glob("events.out.tfevents.*"))
@@ -226,17 +271,34 @@ def find_chromium() -> str | None:
 def headless_chromium(*flags: str, profile: Path) -> subprocess.CompletedProcess:
     """One run of headless Chromium (no sandbox: CI containers run as root) with a throwaway profile."""
     return subprocess.run(
-        [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--window-size=1400,1330", "--virtual-time-budget=15000", *flags],
-        check=True, timeout=120, capture_output=True, text=True,
+        [
+            find_chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1330",
+            "--virtual-time-budget=15000",
+            *flags,
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
     )
 
 
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.skipif(find_chromium() is None and os.environ.get("CI") != "true",  # CI installs it (.ci/run): never skip there
-                    reason="needs headless Chromium (Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    find_chromium() is None and os.environ.get("CI") != "true",  # CI installs it (.ci/run): never skip there
+    reason="needs headless Chromium (Debian: apt-get install chromium)",
+)
 def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_path):
     """Run a sweep, open its dashboard's Cluster view in headless Chromium, find a running trial's
     name among the workers (their process titles, `ray::<trial name>`) and keep a screenshot.
@@ -248,9 +310,28 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # a local, 127.0.0.1-only dashboard for the browser
     env.pop("RAY_ADDRESS", None)
     sweep = subprocess.Popen(
-        [sys.executable, "sweeps/noise_grid.py", "--noise-rates", "0.25,0.5", "--noise-types", "sym",
-         "--epochs", "400", "--cpus-per-trial", "0.5", "--storage-path", str(tmp_path), "--progress-every", "2"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "sweeps/noise_grid.py",
+            "--noise-rates",
+            "0.25,0.5",
+            "--noise-types",
+            "sym",
+            "--epochs",
+            "400",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--progress-every",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         url, seen = None, []
@@ -280,8 +361,15 @@ def test_progress_block_and_final_line_name_the_sweeps_metric():
     out = io.StringIO()
     progress = SweepProgress(interval_s=0.0, stream=out, metric="val_accuracy", mode="max")
     progress.setup(total_num_samples=1)
-    trial = FakeTrial(name="lr0.1", status="RUNNING", config={}, last_result={"epoch": 2, "val_accuracy": 0.7},
-                      metric_analysis={"val_accuracy": {"max": 0.7}}, error_file=None, path="/runs/lr0.1")
+    trial = FakeTrial(
+        name="lr0.1",
+        status="RUNNING",
+        config={},
+        last_result={"epoch": 2, "val_accuracy": 0.7},
+        metric_analysis={"val_accuracy": {"max": 0.7}},
+        error_file=None,
+        path="/runs/lr0.1",
+    )
     progress.on_step_end(iteration=1, trials=[trial])
     progress.on_experiment_end(trials=[trial])
     blocks = [line for line in out.getvalue().splitlines() if " trials: " in line]

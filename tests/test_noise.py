@@ -44,7 +44,13 @@ def test_digits_pair_flip_map(clean):
 
 
 def test_cifar10_and_default_pair_maps():
-    assert asym_pairs("cifar10", 10) == {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}  # truck→automobile, bird→airplane, deer→horse, cat↔dog
+    assert asym_pairs("cifar10", 10) == {
+        9: 1,
+        2: 0,
+        4: 7,
+        3: 5,
+        5: 3,
+    }  # truck→automobile, bird→airplane, deer→horse, cat↔dog
     assert asym_pairs("npz", 4) == {0: 1, 1: 2, 2: 3, 3: 0}
 
 

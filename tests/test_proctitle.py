@@ -65,18 +65,23 @@ def test_command_trial_worker_is_titled_with_its_name_and_the_command_gets_it_in
     out = tmp_path / "out"
     out.mkdir()
     name = "asym_0.375_seed1"
-    trainable = tune.with_parameters(train_command, template=[sys.executable, str(script), str(out)], grace_period_s=2.0,
-                                     complete_when=("val_acc",))  # epoch 1 is reported at once, not when epoch 2 starts
-    tuner = Tuner(tune.with_resources(trainable, {"cpu": 0.5}), param_space={"seed": 1},
-                  tune_config=TuneConfig(trial_name_creator=lambda trial: name, trial_dirname_creator=lambda trial: name),
-                  run_config=RunConfig(storage_path=str(tmp_path), name="titles", verbose=0))
+    trainable = tune.with_parameters(
+        train_command, template=[sys.executable, str(script), str(out)], grace_period_s=2.0, complete_when=("val_acc",)
+    )  # epoch 1 is reported at once, not when epoch 2 starts
+    tuner = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space={"seed": 1},
+        tune_config=TuneConfig(trial_name_creator=lambda trial: name, trial_dirname_creator=lambda trial: name),
+        run_config=RunConfig(storage_path=str(tmp_path), name="titles", verbose=0),
+    )
     results = []
     sweep = threading.Thread(target=lambda: results.append(tuner.fit()), daemon=True)
     sweep.start()
     try:
         result_file = tmp_path / "titles" / name / "result.json"
-        assert wait_until(lambda: (out / "pid").exists() and result_file.exists() and result_file.read_text().strip(), 120), \
-            "the trial did not report its first epoch in time"
+        assert wait_until(
+            lambda: (out / "pid").exists() and result_file.exists() and result_file.read_text().strip(), 120
+        ), "the trial did not report its first epoch in time"
         command = psutil.Process(int((out / "pid").read_text()))
         assert command.environ()["RAYSWEEP_TRIAL_NAME"] == name
         worker = command.parent()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis import storage
-from sweeps import driver_lock
+from sweeps.engine import driver_lock
 from tests.ray_cluster import free_port, wait_for
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
@@ -31,13 +31,18 @@ def s3(tmp_path, monkeypatch):
     """An S3 server on loopback with one bucket; yields the environment that points pyarrow at it."""
     port = free_port()
     log = (tmp_path / "moto.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         wait_for(lambda: _answers(port) or server.poll() is not None, 60, "moto's server")
         assert server.poll() is None, (tmp_path / "moto.log").read_text()[-2000:]
-        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        }
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         import boto3
@@ -63,9 +68,26 @@ def _answers(port: int) -> bool:
 
 
 def sweep(name: str, *extra: str, rates: str = "0.1,0.2", epochs: int = 2) -> list[str]:
-    return [sys.executable, "sweeps/noise_grid.py", "--noise-types", "sym", "--noise-rates", rates, "--epochs", str(epochs),
-            "--gpus-per-trial", "0", "--storage-path", f"s3://{BUCKET}/runs", "--name", name, "--address", "local",
-            "--quiet", *extra]
+    return [
+        sys.executable,
+        "sweeps/noise_grid.py",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        rates,
+        "--epochs",
+        str(epochs),
+        "--gpus-per-trial",
+        "0",
+        "--storage-path",
+        f"s3://{BUCKET}/runs",
+        "--name",
+        name,
+        "--address",
+        "local",
+        "--quiet",
+        *extra,
+    ]
 
 
 def trial_folders(experiment: str) -> dict[str, str]:
@@ -74,17 +96,22 @@ def trial_folders(experiment: str) -> dict[str, str]:
 
     fs, inner, prefix = storage.filesystem_of(experiment)
     entries = fs.get_file_info(pafs.FileSelector(inner))
-    return {e.base_name: prefix + e.path for e in entries
-            if e.type == pafs.FileType.Directory and storage.exists(prefix + e.path + "/result.json")}
+    return {
+        e.base_name: prefix + e.path
+        for e in entries
+        if e.type == pafs.FileType.Directory and storage.exists(prefix + e.path + "/result.json")
+    }
 
 
 def epochs_of(trial: str) -> list[int]:
-    return [json.loads(line)["epoch"] for line in storage.read_bytes(trial + "/result.json").decode().splitlines() if line]
+    return [
+        json.loads(line)["epoch"] for line in storage.read_bytes(trial + "/result.json").decode().splitlines() if line
+    ]
 
 
 def cells(output: str) -> list[str]:
     """The `(n)` of each row of the final table."""
-    table = output[output.index("test/acc (%)"):output.index("best configuration")].splitlines()[2:]
+    table = output[output.index("test/acc (%)") : output.index("best configuration")].splitlines()[2:]
     return [line.split()[-1] for line in table if line.strip() and not line.startswith(("failed", "duplicates"))]
 
 
@@ -99,7 +126,9 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
     assert driver_lock.read_holder(experiment)["exit_code"] == 0
 
     # Extend with a second seed: only the two new cells run; the finished ones are found on s3 and kept.
-    extend = subprocess.run(sweep("grid", "--seeds", "2"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400)
+    extend = subprocess.run(
+        sweep("grid", "--seeds", "2"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+    )
     assert extend.returncode == 0, extend.stdout[-3000:] + extend.stderr[-3000:]
     assert "2 to run, 2 reused" in extend.stdout and "2 finished trial(s) reused" in extend.stdout
     assert cells(extend.stdout) == ["(2)", "(2)"]
@@ -108,16 +137,23 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
     assert all(storage.read_bytes(after[name] + "/result.json") == data for name, data in before.items())  # not rerun
 
     # `--no-skip-existing`: new folder names next to the old ones, never overwritten.
-    again = subprocess.run(sweep("grid", "--no-skip-existing", rates="0.1"), cwd=ROOT, env=s3, capture_output=True,
-                           text=True, timeout=400)
+    again = subprocess.run(
+        sweep("grid", "--no-skip-existing", rates="0.1"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     renamed = sorted(set(trial_folders(experiment)) - set(after))
     assert len(renamed) == 1 and re.fullmatch(r"sym_0\.1_seed0_\w+", renamed[0]), renamed
     assert storage.read_bytes(after["sym_0.1_seed0"] + "/result.json") == before["sym_0.1_seed0"]
 
     # The analysis reads the experiment on s3; the rerun cell is a duplicate of the old one: counted once.
-    report = subprocess.run([sys.executable, "-m", "analysis", experiment, "--out", str(tmp_path / "report")], cwd=ROOT,
-                            env=s3, capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [sys.executable, "-m", "analysis", experiment, "--out", str(tmp_path / "report")],
+        cwd=ROOT,
+        env=s3,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     assert cells(report.stdout) == ["(2)", "(2)"] and "duplicates left out: 1 finished trial(s)" in report.stdout
     assert (tmp_path / "report" / "report.md").exists()
@@ -127,9 +163,11 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
 def test_driver_killed_on_s3_resumes(s3):
     experiment = f"s3://{BUCKET}/runs/killed"
     epochs = 12
-    driver = subprocess.Popen(sweep("killed", epochs=epochs), cwd=ROOT, env=s3, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        sweep("killed", epochs=epochs), cwd=ROOT, env=s3, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
+
         def some_progress():
             trials = trial_folders(experiment) if storage.exists(experiment) else {}
             return any(len(epochs_of(t)) >= 2 for t in trials.values())
@@ -141,8 +179,9 @@ def test_driver_killed_on_s3_resumes(s3):
         driver.wait(timeout=60)
     assert driver_lock.read_holder(experiment)["ended"] is None  # killed: no end recorded
 
-    resumed = subprocess.run(sweep("killed", "--resume", epochs=epochs), cwd=ROOT, env=s3, capture_output=True, text=True,
-                             timeout=500)
+    resumed = subprocess.run(
+        sweep("killed", "--resume", epochs=epochs), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=500
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"taking over {experiment}: its last driver" in resumed.stdout
     trials = trial_folders(experiment)
@@ -167,25 +206,51 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
     nodes = []
     try:
         address = ray_cluster.start_two_nodes(tmp_path, env, worker_ip, nodes)
-        argv = [sys.executable, "sweeps/noise_grid.py", "--address", address, "--storage-path", f"s3://{BUCKET}/runs",
-                "--name", "two_nodes", "--noise-types", "sym", "--noise-rates", "0.2,0.4,0.6", "--epochs", str(epochs),
-                "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-failures", "3", "--quiet"]
+        argv = [
+            sys.executable,
+            "sweeps/noise_grid.py",
+            "--address",
+            address,
+            "--storage-path",
+            f"s3://{BUCKET}/runs",
+            "--name",
+            "two_nodes",
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2,0.4,0.6",
+            "--epochs",
+            str(epochs),
+            "--gpus-per-trial",
+            "0",
+            "--cpus-per-trial",
+            "1",
+            "--max-failures",
+            "3",
+            "--quiet",
+        ]
+
         def trial_on_worker():
             if not storage.exists(experiment):
                 return None
             for name, uri in trial_folders(experiment).items():
-                rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+                rows = [
+                    json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line
+                ]
                 if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
                     return name
             return None
 
-        victim, code, output = ray_cluster.kill_node_under_a_trial(argv, env, ROOT, tmp_path / "sweep.out", nodes[1],
-                                                                   trial_on_worker, wait_s=240, sweep_s=400)
+        victim, code, output = ray_cluster.kill_node_under_a_trial(
+            argv, env, ROOT, tmp_path / "sweep.out", nodes[1], trial_on_worker, wait_s=240, sweep_s=400
+        )
         assert code == 0, output[-4000:]
         trials = trial_folders(experiment)
         assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
-        rows = {name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-                for name, uri in trials.items()}
+        rows = {
+            name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+            for name, uri in trials.items()
+        }
         assert {row["node_ip"] for r in rows.values() for row in r} >= {worker_ip}
         assert rows[victim][0]["node_ip"] == worker_ip
         for name, r in rows.items():
@@ -199,8 +264,14 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
 @pytest.mark.slow
 def test_driver_lock_on_s3_refuses_a_live_holder_and_takes_over_a_stale_one(s3, capsys):
     experiment = f"s3://{BUCKET}/runs/locked"
-    record = {"host": "gpu-node-7", "pid": 1234, "since": "2026-01-01 10:00:00", "heartbeat": time.time(),
-              "ended": None, "exit_code": None}
+    record = {
+        "host": "gpu-node-7",
+        "pid": 1234,
+        "since": "2026-01-01 10:00:00",
+        "heartbeat": time.time(),
+        "ended": None,
+        "exit_code": None,
+    }
     storage.write_bytes(experiment + "/driver.json", json.dumps(record).encode())
     with pytest.raises(driver_lock.ExperimentHeld, match=r"in use by another driver: host gpu-node-7, pid 1234"):
         driver_lock.hold(experiment, settle_s=0.1)

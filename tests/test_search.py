@@ -16,10 +16,15 @@ import pytest
 from matplotlib.figure import Figure
 
 from analysis.search import (
-    best_so_far, param_importance, plot_best_so_far, plot_parallel_coordinates, study_from_trials, top_trials,
+    best_so_far,
+    param_importance,
+    plot_best_so_far,
+    plot_parallel_coordinates,
+    study_from_trials,
+    top_trials,
 )
 from sweeps import lr_search
-from sweeps.cli import UsageError
+from sweeps.engine.flags import UsageError
 from trainables import load_data, parse_config, train_epochs
 from trainables.seeds import apply_hyperparameters, seed_mean
 
@@ -28,14 +33,33 @@ def trial_results(experiment: Path) -> dict[str, list[dict]]:
     """Trial folder name -> its result rows."""
     return {
         p.name: [json.loads(line) for line in (p / "result.json").read_text().splitlines() if line.strip()]
-        for p in sorted(experiment.iterdir()) if (p / "params.json").exists()
+        for p in sorted(experiment.iterdir())
+        if (p / "params.json").exists()
     }
 
 
 def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
-    return ["--num-samples", "6", "--epochs", str(epochs), "--grace-period", "1", "--reduction-factor", "2",
-            "--batch-sizes", "256", "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-concurrent", "2",
-            "--storage-path", str(tmp_path), *extra]
+    return [
+        "--num-samples",
+        "6",
+        "--epochs",
+        str(epochs),
+        "--grace-period",
+        "1",
+        "--reduction-factor",
+        "2",
+        "--batch-sizes",
+        "256",
+        "--gpus-per-trial",
+        "0",
+        "--cpus-per-trial",
+        "1",
+        "--max-concurrent",
+        "2",
+        "--storage-path",
+        str(tmp_path),
+        *extra,
+    ]
 
 
 # --- the search, with Ray --------------------------------------------------------------------------
@@ -79,7 +103,9 @@ def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path)
     # trial that finished in the instant between Tune's last state snapshot and the interrupt is rerun.)
     import analysis
 
-    terminated = set(analysis.load_trials(experiment).query("status == 'TERMINATED'")["trial_dir"].map(lambda d: Path(d).name))
+    terminated = set(
+        analysis.load_trials(experiment).query("status == 'TERMINATED'")["trial_dir"].map(lambda d: Path(d).name)
+    )
     finished_before = {n: len(rows) for n, rows in before.items() if rows and rows[-1].get("done") and n in terminated}
 
     with pytest.raises(UsageError, match="already holds a search"):
@@ -110,26 +136,29 @@ def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path)
 # --- bad input: refused before Ray starts -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--lr-range", "0.1,1e-3"], r"--lr-range='0.1,1e-3': LOW must be below HIGH"),
-    (["--lr-range", "0.01,0.01"], "LOW must be below HIGH"),
-    (["--lr-range=-0.1,1"], r"--lr-range: -0.1 is outside the allowed range \(0, 10\]"),
-    (["--lr-range", "1e-3"], "is not LOW,HIGH"),
-    (["--weight-decay-range", "0,1e-2"], r"--weight-decay-range: 0 is outside the allowed range \(0, 1\]"),
-    (["--gce-q-range", "0.5,1.5"], r"--gce-q-range: 1.5 is outside"),
-    (["--losses", "ce,mae"], "--losses: 'mae' is not one of ce, gce, sce"),
-    (["--batch-sizes", "0,64"], "--batch-sizes: 0 must be"),
-    (["--batch-sizes", "64,big"], "is not a list of whole numbers"),
-    (["--reduction-factor", "1"], "--reduction-factor=1 must be > 1"),
-    (["--grace-period", "5", "--epochs", "3"], r"--grace-period=5 must be <= --epochs \(3\)"),
-    (["--repeat", "0"], "--repeat=0 must be"),
-    (["--num-samples", "0"], "--num-samples=0 must be"),
-    (["--noise-rate", "1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
-    (["--loss", "gce"], "searches loss; use --losses"),
-    (["--lr", "0.1"], "searches lr; use --lr-range"),
-    (["--noise-rate", "0.2,0.4"], "this sweep takes one value"),
-    (["--resume"], "no sweep to resume"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--lr-range", "0.1,1e-3"], r"--lr-range='0.1,1e-3': LOW must be below HIGH"),
+        (["--lr-range", "0.01,0.01"], "LOW must be below HIGH"),
+        (["--lr-range=-0.1,1"], r"--lr-range: -0.1 is outside the allowed range \(0, 10\]"),
+        (["--lr-range", "1e-3"], "is not LOW,HIGH"),
+        (["--weight-decay-range", "0,1e-2"], r"--weight-decay-range: 0 is outside the allowed range \(0, 1\]"),
+        (["--gce-q-range", "0.5,1.5"], r"--gce-q-range: 1.5 is outside"),
+        (["--losses", "ce,mae"], "--losses: 'mae' is not one of ce, gce, sce"),
+        (["--batch-sizes", "0,64"], "--batch-sizes: 0 must be"),
+        (["--batch-sizes", "64,big"], "is not a list of whole numbers"),
+        (["--reduction-factor", "1"], "--reduction-factor=1 must be > 1"),
+        (["--grace-period", "5", "--epochs", "3"], r"--grace-period=5 must be <= --epochs \(3\)"),
+        (["--repeat", "0"], "--repeat=0 must be"),
+        (["--num-samples", "0"], "--num-samples=0 must be"),
+        (["--noise-rate", "1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
+        (["--loss", "gce"], "searches loss; use --losses"),
+        (["--lr", "0.1"], "searches lr; use --lr-range"),
+        (["--noise-rate", "0.2,0.4"], "this sweep takes one value"),
+        (["--resume"], "no sweep to resume"),
+    ],
+)
 def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
     import ray
 
@@ -145,7 +174,9 @@ def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
 
 
 def test_seed_mean_averages_metrics_and_gives_a_t_interval():
-    per_seed = [{"epoch": 4, "val/acc": a, "train/loss": l, "gpu_ids": "0"} for a, l in [(0.8, 1.0), (0.9, 2.0), (0.7, 3.0)]]
+    per_seed = [
+        {"epoch": 4, "val/acc": a, "train/loss": l, "gpu_ids": "0"} for a, l in [(0.8, 1.0), (0.9, 2.0), (0.7, 3.0)]
+    ]
     out = seed_mean(per_seed, seeds=(0, 1, 2))
     assert out["epoch"] == 4 and out["gpu_ids"] == "0" and out["num_seeds"] == 3
     assert out["val/acc"] == pytest.approx(0.8) and out["train/loss"] == pytest.approx(2.0)
@@ -184,15 +215,21 @@ def trials_df() -> pd.DataFrame:
     loss = np.array(["ce", "gce", "sce"])[np.arange(30) % 3]
     acc = 0.9 - 0.1 * np.abs(np.log10(lr) + 1) + rng.normal(0, 0.002, 30)
     q = rng.uniform(0.1, 1.0, 30)
-    return pd.DataFrame({
-        "trial_id": [f"t{i:02d}" for i in range(30)],
-        "config/lr": lr, "config/weight_decay": wd, "config/loss": loss,
-        "config/gce_q": np.where(loss == "gce", q, np.nan),
-        "val/acc": acc, "val/acc_ci95": 0.01, "num_seeds": 3,
-        "training_iteration": np.where(np.arange(30) % 4 == 0, 1, 10),
-        "timestamp": 1000.0 + 10 * np.arange(30)[::-1],  # rows listed newest first
-        "time_total_s": 5.0,
-    })
+    return pd.DataFrame(
+        {
+            "trial_id": [f"t{i:02d}" for i in range(30)],
+            "config/lr": lr,
+            "config/weight_decay": wd,
+            "config/loss": loss,
+            "config/gce_q": np.where(loss == "gce", q, np.nan),
+            "val/acc": acc,
+            "val/acc_ci95": 0.01,
+            "num_seeds": 3,
+            "training_iteration": np.where(np.arange(30) % 4 == 0, 1, 10),
+            "timestamp": 1000.0 + 10 * np.arange(30)[::-1],  # rows listed newest first
+            "time_total_s": 5.0,
+        }
+    )
 
 
 def test_best_so_far_follows_finishing_order(trials_df):
@@ -250,16 +287,23 @@ def test_pbt_explore_is_clipped_to_the_search_bounds():
     from sweeps.pbt import clip_to_bounds
 
     bounds = {"lr": (1e-3, 0.5), "weight_decay": (1e-6, 1e-2)}
-    assert clip_to_bounds({"lr": 0.6, "weight_decay": 1e-7, "loss": "ce"}, bounds) == {"lr": 0.5, "weight_decay": 1e-6, "loss": "ce"}
+    assert clip_to_bounds({"lr": 0.6, "weight_decay": 1e-7, "loss": "ce"}, bounds) == {
+        "lr": 0.5,
+        "weight_decay": 1e-6,
+        "loss": "ce",
+    }
     assert clip_to_bounds({"lr": 0.01, "weight_decay": 1e-4}, bounds) == {"lr": 0.01, "weight_decay": 1e-4}
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--perturbation-interval", "4", "--epochs", "4"], r"--perturbation-interval=4 must be below --epochs \(4\)"),
-    (["--quantile-fraction", "0.6"], r"--quantile-fraction=0.6 is outside the allowed range \(0, 0.5\]"),
-    (["--lr-range", "1,0.1"], "LOW must be below HIGH"),
-    (["--loss", "mae"], "loss='mae' is not one of"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--perturbation-interval", "4", "--epochs", "4"], r"--perturbation-interval=4 must be below --epochs \(4\)"),
+        (["--quantile-fraction", "0.6"], r"--quantile-fraction=0.6 is outside the allowed range \(0, 0.5\]"),
+        (["--lr-range", "1,0.1"], "LOW must be below HIGH"),
+        (["--loss", "mae"], "loss='mae' is not one of"),
+    ],
+)
 def test_pbt_bad_input_fails_before_ray_starts(argv, match, tmp_path):
     from sweeps import pbt
 

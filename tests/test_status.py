@@ -40,20 +40,35 @@ def small_sweep(tmp_path: Path, driver: dict | None) -> Path:
     ]
     experiment = write_experiment(tmp_path, "grid", specs)
     info = json.loads((experiment / "raysweep.json").read_text())
-    (experiment / "raysweep.json").write_text(json.dumps({**info, "total_trials": 8,  # 2 not created by Tune yet
-                                                          "argv": ["sweeps/noise_grid.py", "--seeds", "8"]}))
+    (experiment / "raysweep.json").write_text(
+        json.dumps(
+            {
+                **info,
+                "total_trials": 8,  # 2 not created by Tune yet
+                "argv": ["sweeps/noise_grid.py", "--seeds", "8"],
+            }
+        )
+    )
     (experiment / "tuner.pkl").write_bytes(b"")  # Tune saved the sweep: --resume can restore it
     running = next(experiment.glob("train_abcde_00004_*"))
-    (running / "stdout").write_text("sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [1/5] | Loss 1.0\n"
-                                    "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5\n")
+    (running / "stdout").write_text(
+        "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [1/5] | Loss 1.0\n"
+        "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5\n"
+    )
     if driver is not None:
         (experiment / "driver.json").write_text(json.dumps(driver))
     return experiment
 
 
 def record(pid: int, host: str | None = None, heartbeat: float | None = None, ended=None, exit_code=None) -> dict:
-    return {"host": host or socket.gethostname(), "pid": pid, "since": "2026-01-01 00:00:00",
-            "heartbeat": time.time() if heartbeat is None else heartbeat, "ended": ended, "exit_code": exit_code}
+    return {
+        "host": host or socket.gethostname(),
+        "pid": pid,
+        "since": "2026-01-01 00:00:00",
+        "heartbeat": time.time() if heartbeat is None else heartbeat,
+        "ended": ended,
+        "exit_code": exit_code,
+    }
 
 
 def dead_pid() -> int:
@@ -69,7 +84,9 @@ def test_counts_running_trial_best_and_live_driver(tmp_path):
     assert (s["done"], s["diverged"], s["errored"], s["running"], s["pending"], s["total"]) == (2, 1, 1, 1, 3, 8)
     assert s["best"] == (pytest.approx(0.97), "sym_0.2_seed4")  # the running trial leads
     lines = format_status(report, now=time.time())
-    assert lines[0].startswith("[0:00:20] 8 trials: 1 running, 3 pending, 2 done, 1 errored, 1 diverged | best val/acc 0.9700 (sym_0.2_seed4)")
+    assert lines[0].startswith(
+        "[0:00:20] 8 trials: 1 running, 3 pending, 2 done, 1 errored, 1 diverged | best val/acc 0.9700 (sym_0.2_seed4)"
+    )
     assert "sym_0.2_seed4  epoch 2/5  val/acc 0.9700" in lines[1] and lines[1].endswith("GPU 1")
     assert lines[2].strip() == "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5"  # its last log line
     assert lines[3].startswith(f"driver: alive on {socket.gethostname()}, pid {os.getpid()}")
@@ -96,23 +113,31 @@ def test_an_extended_grid_counts_the_cells_of_every_run(tmp_path):
     finished cells, listed in the first run's file, are done, not running."""
     config = lambda seed: {"noise_rate": 0.2, "seed": seed, "epochs": 5}  # noqa: E731
     first = write_experiment(tmp_path / "a", "grid", [trial_spec("sym_0.2_seed0", config(0), rows(5, 0.80))])
-    second = write_experiment(tmp_path / "b", "grid", [
-        trial_spec("sym_0.2_seed1", config(1), rows(2, 0.70), status="RUNNING", trial_id="fghij_00000")])
+    second = write_experiment(
+        tmp_path / "b",
+        "grid",
+        [trial_spec("sym_0.2_seed1", config(1), rows(2, 0.70), status="RUNNING", trial_id="fghij_00000")],
+    )
     for path in second.iterdir():
         if path.name.startswith("train_"):
             path.rename(first / path.name)
-    (second / next(second.glob("experiment_state-*.json")).name).rename(first / "experiment_state-2026-01-02_00-00-00.json")
+    (second / next(second.glob("experiment_state-*.json")).name).rename(
+        first / "experiment_state-2026-01-02_00-00-00.json"
+    )
     status = read_status(first, now=T0 + 20)["status"]
     assert (status["done"], status["running"], status["total"]) == (1, 1, 2)
     assert [name for name, _, _ in status["running_trials"]] == ["sym_0.2_seed1"]
     assert status["best"] == (pytest.approx(0.85), "sym_0.2_seed0")
 
 
-@pytest.mark.parametrize("driver,heartbeat_age_s,alive,says", [
-    (dict(ended=T0, exit_code=0), 0, False, "driver: finished at"),
-    (dict(host="elsewhere"), 5, True, "driver: alive on elsewhere"),
-    (dict(host="elsewhere"), 600, False, "driver: gone (was on elsewhere"),
-])
+@pytest.mark.parametrize(
+    "driver,heartbeat_age_s,alive,says",
+    [
+        (dict(ended=T0, exit_code=0), 0, False, "driver: finished at"),
+        (dict(host="elsewhere"), 5, True, "driver: alive on elsewhere"),
+        (dict(host="elsewhere"), 600, False, "driver: gone (was on elsewhere"),
+    ],
+)
 def test_driver_on_another_host_by_heartbeat_and_an_ended_driver(tmp_path, driver, heartbeat_age_s, alive, says):
     # the heartbeat's age is taken when the test runs, not when pytest collects it (a long suite in between)
     report = read_status(small_sweep(tmp_path, record(0, heartbeat=time.time() - heartbeat_age_s, **driver)))
@@ -123,8 +148,14 @@ def test_driver_on_another_host_by_heartbeat_and_an_ended_driver(tmp_path, drive
 
 def test_dead_driver_with_trials_left_says_resume_and_exits_1(tmp_path):
     experiment = small_sweep(tmp_path, record(dead_pid()))
-    result = subprocess.run([sys.executable, "-m", "analysis", str(experiment), "--status"], env=ENV, cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "analysis", str(experiment), "--status"],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr
     assert "driver: gone (was on" in result.stdout
     assert "4 trial(s) left: continue the sweep with `python sweeps/noise_grid.py --seeds 8 --resume`" in result.stdout
@@ -137,8 +168,12 @@ def test_watch_prints_again_until_the_driver_ends(tmp_path):
     experiment = small_sweep(tmp_path, record(os.getpid()))
     stream = io.StringIO()
     blocks = lambda: stream.getvalue().count("driver: ")  # noqa: E731
-    ender = threading.Thread(target=lambda: wait_until(lambda: blocks() >= 2, 30) and (experiment / "driver.json").write_text(
-        json.dumps(record(os.getpid(), ended=time.time(), exit_code=0))))
+    ender = threading.Thread(
+        target=lambda: (
+            wait_until(lambda: blocks() >= 2, 30)
+            and (experiment / "driver.json").write_text(json.dumps(record(os.getpid(), ended=time.time(), exit_code=0)))
+        )
+    )
     ender.start()
     assert watch(experiment, 0.1, stream) == 1  # ended with trials left: --resume
     ender.join()
@@ -168,42 +203,67 @@ def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(t
     report = read_status(experiment)
     assert (report["status"]["total"], report["left"], report["driver_alive"]) == (0, 0, False)
     assert format_status(report)[-1].startswith("driver: gone (was on")
-    (experiment / "raysweep.json").write_text(json.dumps({"metric": "val/acc", "mode": "max", "total_trials": 12,
-                                                          "argv": ["sweeps/noise_grid.py"]}))
+    (experiment / "raysweep.json").write_text(
+        json.dumps({"metric": "val/acc", "mode": "max", "total_trials": 12, "argv": ["sweeps/noise_grid.py"]})
+    )
     report = read_status(experiment)
     assert (report["status"]["pending"], report["left"], exit_code(report)) == (12, 12, 1)
-    assert format_status(report)[-1] == ("  12 trial(s) left, none saved yet: start the sweep again with "
-                                         "`python sweeps/noise_grid.py`")  # --resume needs Tune's tuner.pkl
+    assert format_status(report)[-1] == (
+        "  12 trial(s) left, none saved yet: start the sweep again with `python sweeps/noise_grid.py`"
+    )  # --resume needs Tune's tuner.pkl
 
 
 def test_resume_command_keeps_the_sweeps_own_flags():
-    assert resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"]) == \
-        "`python sweeps/run_command.py --name 'a b' --resume`"
+    assert (
+        resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"])
+        == "`python sweeps/run_command.py --name 'a b' --resume`"
+    )
     assert resume_command(None) == "its command line and --resume"
     assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "`python sweeps/run_command.py`"
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--status", "--watch", "0"], "--watch=0 must be > 0 seconds"),
-    (["OTHER", "--status"], "--status takes one experiment, not 2"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--status", "--watch", "0"], "--watch=0 must be > 0 seconds"),
+        (["OTHER", "--status"], "--status takes one experiment, not 2"),
+    ],
+)
 def test_bad_status_flags_are_one_line_exit_2(tmp_path, argv, match):
     experiment = small_sweep(tmp_path, None)
     argv = [str(experiment) if a == "OTHER" else a for a in argv]
-    result = subprocess.run([sys.executable, "-m", "analysis", str(experiment), *argv], env=ENV, cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "analysis", str(experiment), *argv],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and match in result.stderr
 
 
 def test_not_an_experiment_is_one_line_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path), "--status"], env=ENV, cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "analysis", str(tmp_path), "--status"],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
 
 
 def status(experiment: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", str(experiment), "--status", *flags], env=ENV, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", str(experiment), "--status", *flags],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def titled(names: set[str]) -> set[str]:
@@ -224,9 +284,25 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
     """A real sweep in a subprocess; `--status` from other processes while it runs and after a SIGKILL."""
     name = "live"
     experiment = tmp_path / name
-    driver = subprocess.Popen([sys.executable, "sweeps/noise_grid.py", "--smoke-test", "--epochs", "40",
-                               "--storage-path", str(tmp_path), "--name", name, "--quiet"],
-                              cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "sweeps/noise_grid.py",
+            "--smoke-test",
+            "--epochs",
+            "40",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            name,
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline, seen = time.monotonic() + 240, None
         while time.monotonic() < deadline and driver.poll() is None:
@@ -239,7 +315,10 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
             time.sleep(0.5)
         assert seen is not None and " 0 running" not in seen.stdout.splitlines()[0], "no trial ran within 240 s"
         out = seen.stdout.splitlines()
-        counts = re.search(r"^\[\d+:\d\d:\d\d\] 12 trials: (\d+) running, (\d+) pending, (\d+) done, (\d+) errored, (\d+) diverged", out[0])
+        counts = re.search(
+            r"^\[\d+:\d\d:\d\d\] 12 trials: (\d+) running, (\d+) pending, (\d+) done, (\d+) errored, (\d+) diverged",
+            out[0],
+        )
         assert counts and sum(map(int, counts.groups())) == 12, out
         assert 1 <= int(counts[1]) <= 2  # 2 CPUs, 1 per trial
         running = [line.split()[0] for line in out[1:] if re.match(r"  \S+ +epoch \d+/40 ", line)]
@@ -259,4 +338,3 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
-

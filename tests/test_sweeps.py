@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import noise_grid
-from sweeps.cli import UsageError
+from sweeps.engine.flags import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,10 @@ def last_result(trial_dir: Path) -> dict:
 def test_smoke_grid_subprocess_completes_12_trials(tmp_path):
     proc = subprocess.run(
         [sys.executable, "sweeps/noise_grid.py", "--smoke-test", "--storage-path", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     experiment = tmp_path / "noise_grid"
@@ -49,10 +52,22 @@ def test_smoke_grid_subprocess_completes_12_trials(tmp_path):
 @pytest.mark.slow
 def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
     """8 trials x 0.5 GPU on 4 logical GPUs: Ray may pack two per GPU id, never three."""
-    code = noise_grid.main([
-        "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "25", "--gpus-per-trial", "0.5",
-        "--cpus-per-trial", "0.25", "--storage-path", str(tmp_path), "--name", "packing",
-    ])
+    code = noise_grid.main(
+        [
+            "--noise-rates",
+            "0.1,0.2,0.3,0.4",
+            "--epochs",
+            "25",
+            "--gpus-per-trial",
+            "0.5",
+            "--cpus-per-trial",
+            "0.25",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "packing",
+        ]
+    )
     assert code == 0
     intervals = []  # (gpu id, start, end) per trial, from the trials' own clocks
     for trial in trial_dirs(tmp_path / "packing"):
@@ -79,21 +94,24 @@ def test_more_gpus_per_trial_than_any_node_fails_fast(ray_gpus, tmp_path):
     assert not (tmp_path / "noise_grid").exists()
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--noise-rates", "0.2,1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
-    (["--noise-rates", "0.2,abc"], "--noise-rate='abc' is not a number"),
-    (["--noise-types", "sym,pair"], "--noise-type: noise_type='pair' is not one of sym, asym"),
-    (["--dataset", "mnist"], "dataset='mnist' is not one of digits, cifar10, npz"),
-    (["--model", "vit"], "model='vit' is not one of mlp, cnn, resnet18"),
-    (["--loss", "mae"], "loss='mae' is not one of"),
-    (["--gpus-per-trial", "-1"], "--gpus-per-trial=-1 is not allowed"),
-    (["--gpus-per-trial", "1.5"], "--gpus-per-trial=1.5 is not allowed"),
-    (["--seeds", "0"], "--seeds=0 must be a whole number >= 1"),
-    (["--epochs", "0"], "--epochs: epochs=0 must be a whole number >= 1"),
-    (["--dataset", "cifar10"], "needs data_root"),
-    (["--dataset", "cifar10", "--data-root", "/nonexistent"], "lacks the CIFAR-10 python batches"),
-    (["--dataset", "npz", "--data-root", "/nonexistent.npz"], "is not a file"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--noise-rates", "0.2,1.0"], r"--noise-rate: noise_rate=1.0 is outside the allowed range \[0.0, 1.0\)"),
+        (["--noise-rates", "0.2,abc"], "--noise-rate='abc' is not a number"),
+        (["--noise-types", "sym,pair"], "--noise-type: noise_type='pair' is not one of sym, asym"),
+        (["--dataset", "mnist"], "dataset='mnist' is not one of digits, cifar10, npz"),
+        (["--model", "vit"], "model='vit' is not one of mlp, cnn, resnet18"),
+        (["--loss", "mae"], "loss='mae' is not one of"),
+        (["--gpus-per-trial", "-1"], "--gpus-per-trial=-1 is not allowed"),
+        (["--gpus-per-trial", "1.5"], "--gpus-per-trial=1.5 is not allowed"),
+        (["--seeds", "0"], "--seeds=0 must be a whole number >= 1"),
+        (["--epochs", "0"], "--epochs: epochs=0 must be a whole number >= 1"),
+        (["--dataset", "cifar10"], "needs data_root"),
+        (["--dataset", "cifar10", "--data-root", "/nonexistent"], "lacks the CIFAR-10 python batches"),
+        (["--dataset", "npz", "--data-root", "/nonexistent.npz"], "is not a file"),
+    ],
+)
 def test_bad_input_is_refused_before_ray_starts(argv, match, tmp_path):
     import ray
 
@@ -119,9 +137,14 @@ def test_corrupt_npz_and_unwritable_storage(tmp_path):
 def test_user_mistake_prints_one_line_and_exit_code_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "sweeps/noise_grid.py", "--noise-rates", "0.5,1.5", "--storage-path", str(tmp_path / "r")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: --noise-rate: noise_rate=1.5 is outside the allowed range [0.0, 1.0)"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: --noise-rate: noise_rate=1.5 is outside the allowed range [0.0, 1.0)"
+    ]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "r").exists()

@@ -14,34 +14,48 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import cli, monitoring
-from sweeps.cli import UsageError
+from sweeps.engine import monitoring, run_flags
+from sweeps.engine.flags import UsageError
 
-needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)")
+needs_mlflow = pytest.mark.skipif(
+    importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"
+)
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
 
 
 def flags(**values) -> dict:
     """`monitoring_callbacks`' keyword arguments: the run flags' defaults, with `values`."""
     parser = argparse.ArgumentParser()
-    cli.add_run_args(parser, name="trackers", grid=False)
-    options = cli.run_options(parser.parse_args([]))
-    fields = {"name": "trackers", "progress_every": options.progress_every, "quiet": options.quiet,
-              "mlflow_uri": options.mlflow_uri, "wandb_project": options.wandb_project}
+    run_flags.add_run_args(parser, name="trackers", grid=False)
+    options = run_flags.run_options(parser.parse_args([]))
+    fields = {
+        "name": "trackers",
+        "progress_every": options.progress_every,
+        "quiet": options.quiet,
+        "mlflow_uri": options.mlflow_uri,
+        "wandb_project": options.wandb_project,
+    }
     return fields | values
 
 
 def test_mlflow_uri_alone_means_a_sqlite_database():
     parser = argparse.ArgumentParser()
-    cli.add_run_args(parser, name="trackers", grid=False)
+    run_flags.add_run_args(parser, name="trackers", grid=False)
     assert parser.parse_args(["--mlflow-uri"]).mlflow_uri == "sqlite:///mlflow.db"
     assert parser.parse_args([]).mlflow_uri is None
 
 
-@pytest.mark.parametrize("module,kwargs,match", [
-    ("mlflow", {"mlflow_uri": "sqlite:///x.db"}, r"--mlflow-uri='sqlite:///x.db' needs the mlflow package: pip install 'raysweep\[trackers\]'"),
-    ("wandb", {"wandb_project": "noise"}, r"--wandb-project='noise' needs the wandb package"),
-])
+@pytest.mark.parametrize(
+    "module,kwargs,match",
+    [
+        (
+            "mlflow",
+            {"mlflow_uri": "sqlite:///x.db"},
+            r"--mlflow-uri='sqlite:///x.db' needs the mlflow package: pip install 'raysweep\[trackers\]'",
+        ),
+        ("wandb", {"wandb_project": "noise"}, r"--wandb-project='noise' needs the wandb package"),
+    ],
+)
 def test_a_missing_tracker_package_is_one_line(module, kwargs, match, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
@@ -50,11 +64,20 @@ def test_a_missing_tracker_package_is_one_line(module, kwargs, match, monkeypatc
 
 
 @needs_mlflow
-@pytest.mark.parametrize("uri,match", [
-    ("file:./mlruns", r"--mlflow-uri='file:./mlruns': MLflow cannot use this tracking store \(.*filesystem tracking backend"),
-    ("http://127.0.0.1:9", r"--mlflow-uri='http://127.0.0.1:9': MLflow cannot use this tracking store \(API request"),
-    ("bogus://x", r"--mlflow-uri='bogus://x': MLflow cannot use this tracking store"),
-])
+@pytest.mark.parametrize(
+    "uri,match",
+    [
+        (
+            "file:./mlruns",
+            r"--mlflow-uri='file:./mlruns': MLflow cannot use this tracking store \(.*filesystem tracking backend",
+        ),
+        (
+            "http://127.0.0.1:9",
+            r"--mlflow-uri='http://127.0.0.1:9': MLflow cannot use this tracking store \(API request",
+        ),
+        ("bogus://x", r"--mlflow-uri='bogus://x': MLflow cannot use this tracking store"),
+    ],
+)
 def test_an_mlflow_store_that_cannot_work_is_one_line(uri, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)

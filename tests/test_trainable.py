@@ -26,8 +26,20 @@ def test_learns_digits_well_above_chance(tiny_config):
     assert [m["epoch"] for m in history] == [1, 2, 3, 4]
     assert history[-1]["val/acc"] > 0.85  # chance is 0.10
     assert history[-1]["train/loss"] < history[0]["train/loss"]
-    expected = {"epoch", "train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc",
-                "lr", "grad_norm", "samples_per_s", "noise/flip_rate", "gpu_ids"}
+    expected = {
+        "epoch",
+        "train/loss",
+        "train/acc",
+        "val/loss",
+        "val/acc",
+        "test/loss",
+        "test/acc",
+        "lr",
+        "grad_norm",
+        "samples_per_s",
+        "noise/flip_rate",
+        "gpu_ids",
+    }
     assert expected <= set(history[-1])
 
 
@@ -49,10 +61,14 @@ def test_noise_reaches_training_labels_only(tiny_config):
     assert 0.45 < history[0]["noise/flip_rate"] < 0.55
 
 
-@pytest.mark.parametrize("model,loss,extra", [
-    ("cnn", "gce", {"optimizer": "adamw", "lr": 3e-3}), ("mlp", "sce", {"optimizer": "adamw", "lr": 1e-3}),
-    ("mlp", "label_smoothing", {"grad_accum_steps": 4}),
-])
+@pytest.mark.parametrize(
+    "model,loss,extra",
+    [
+        ("cnn", "gce", {"optimizer": "adamw", "lr": 3e-3}),
+        ("mlp", "sce", {"optimizer": "adamw", "lr": 1e-3}),
+        ("mlp", "label_smoothing", {"grad_accum_steps": 4}),
+    ],
+)
 def test_models_and_losses_train(tiny_config, model, loss, extra):
     history, _ = run({**tiny_config, "epochs": 2, "model": model, "loss": loss, **extra})
     assert all(math.isfinite(m["train/loss"]) for m in history)
@@ -64,10 +80,17 @@ def test_unknown_config_key_is_named():
         parse_config({"learning_rate": 0.1})
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("noise_rate", 1.0, r"\[0.0, 1.0\)"), ("noise_type", "pair", "sym, asym"), ("model", "vit", "mlp, cnn, resnet18"),
-    ("loss", "mae", "ce, label_smoothing"), ("epochs", 0, ">= 1"), ("dataset", "mnist", "digits, cifar10, npz"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("noise_rate", 1.0, r"\[0.0, 1.0\)"),
+        ("noise_type", "pair", "sym, asym"),
+        ("model", "vit", "mlp, cnn, resnet18"),
+        ("loss", "mae", "ce, label_smoothing"),
+        ("epochs", 0, ">= 1"),
+        ("dataset", "mnist", "digits, cifar10, npz"),
+    ],
+)
 def test_bad_values_name_value_and_range(key, value, match):
     with pytest.raises(ValueError, match=match):
         parse_config({key: value})

@@ -15,14 +15,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ray.cluster_utils import Cluster
 
 from sweeps import noise_grid
-from sweeps.cli import UsageError
+from sweeps.engine.flags import UsageError
 
 storage = sys.argv[1]
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 2, "include_dashboard": False})
 cluster.add_node(num_cpus=1, num_gpus=2)
 cluster.wait_for_nodes()
-argv = ["--address", cluster.address, "--noise-types", "sym", "--noise-rates", "0.2,0.4", "--epochs", "4",
-        "--gpus-per-trial", "1", "--cpus-per-trial", "1", "--storage-path", storage, "--name", "two_nodes"]
+argv = [
+    "--address",
+    cluster.address,
+    "--noise-types",
+    "sym",
+    "--noise-rates",
+    "0.2,0.4",
+    "--epochs",
+    "4",
+    "--gpus-per-trial",
+    "1",
+    "--cpus-per-trial",
+    "1",
+    "--storage-path",
+    storage,
+    "--name",
+    "two_nodes",
+]
 try:
     try:
         noise_grid.main(argv)

@@ -9,10 +9,15 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "METRIC": "trainables.config", "MODE": "trainables.config", "TrainConfig": "trainables.config",
-    "parse_config": "trainables.config", "load_data": "trainables.data",
-    "add_label_noise": "trainables.noise", "transition_matrix": "trainables.noise",
-    "train_classifier": "trainables.trial", "train_epochs": "trainables.train",
+    "METRIC": "trainables.config",
+    "MODE": "trainables.config",
+    "TrainConfig": "trainables.config",
+    "parse_config": "trainables.config",
+    "load_data": "trainables.data",
+    "add_label_noise": "trainables.noise",
+    "transition_matrix": "trainables.noise",
+    "train_classifier": "trainables.trial",
+    "train_epochs": "trainables.train",
 }
 __all__ = list(_EXPORTS)
 

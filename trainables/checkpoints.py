@@ -48,13 +48,18 @@ def load_latest_state(tune_checkpoint_dir: str | Path | None, trial_dir: str | P
         try:
             state = torch.load(folder / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
         except Exception as e:  # torn zip, missing file, pickled code refused by weights_only
-            failures.append(f"{folder / CHECKPOINT_FILE}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            failures.append(
+                f"{folder / CHECKPOINT_FILE}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            )
             continue
         if best is None or state["epoch"] > best["epoch"]:
             best = state
     if best is None:
-        raise RuntimeError("no checkpoint of this trial can be loaded, so it cannot resume: " + "; ".join(failures)
-                           + " (rerun the trial from scratch: run the sweep again without --resume)")
+        raise RuntimeError(
+            "no checkpoint of this trial can be loaded, so it cannot resume: "
+            + "; ".join(failures)
+            + " (rerun the trial from scratch: run the sweep again without --resume)"
+        )
     if failures:
         warnings.warn(f"skipped unloadable checkpoint(s), resuming from epoch {best['epoch']}: " + "; ".join(failures))
     return best

@@ -93,15 +93,23 @@ class CommandFailed(RuntimeError):
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
-def train_command(config: dict, *, template: list[str], step_key: str = "epoch", metric_pattern: str | list[str] | None = None,
-                  metrics_from: str = "stdout", complete_when: tuple = (), grace_period_s: float = 10.0,
-                  cwd: str | None = None) -> None:
+def train_command(
+    config: dict,
+    *,
+    template: list[str],
+    step_key: str = "epoch",
+    metric_pattern: str | list[str] | None = None,
+    metrics_from: str = "stdout",
+    complete_when: tuple = (),
+    grace_period_s: float = 10.0,
+    cwd: str | None = None,
+) -> None:
     """Run one trial's command and report what it prints (Tune Function API).
 
     Args:
         config: the trial's config; every key fills `{key}` in the template and `RAYSWEEP_<KEY>`.
         template: the command as argv with `{name}` placeholders (config keys, `trial_dir`,
-            `trial_name`), checked beforehand by `sweeps/command_template.py:check_template`.
+            `trial_name`), checked beforehand by `sweeps/engine/command_template.py:check_template`.
         step_key: the metric counting progress (`command_parse.StepContext` groups results by it).
         metric_pattern: regex(es) with named groups for stdout lines, one per line shape;
             None: `key=value` / `key: value` pairs.
@@ -121,7 +129,7 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
         CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
             exited 0 without any result (which pattern / file was expected, the last stdout lines).
             Exit code 2 (a usage error) and "no result" are reported with `NO_RETRY_METRIC` first,
-            so that `sweeps/no_retry.py` stops Tune from retrying them.
+            so that `sweeps/engine/no_retry.py` stops Tune from retrying them.
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
@@ -145,17 +153,27 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
             if non_finite(result):
                 _report_divergence(result, step_key, trial_folder)
                 return True
-            if last_step is not None and (result[step_key] < last_step or (result[step_key] == last_step and not final)):
+            if last_step is not None and (
+                result[step_key] < last_step or (result[step_key] == last_step and not final)
+            ):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             _report(result, step_key)
             last_step = result[step_key]
         return False
 
-    recovered = (unreported_results(stdout_log, last_step if last_step is not None else -math.inf, step_key, patterns, complete_when)
-                 if restarted and metrics_from == "stdout" else [])
+    recovered = (
+        unreported_results(
+            stdout_log, last_step if last_step is not None else -math.inf, step_key, patterns, complete_when
+        )
+        if restarted and metrics_from == "stdout"
+        else []
+    )
     if recovered:
-        print(f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
-              f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})", flush=True)
+        print(
+            f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
+            f"(steps {recovered[0][step_key]}..{recovered[-1][step_key]}, from {stdout_log.name})",
+            flush=True,
+        )
     if report_new(recovered):
         return
     parsed = 0
@@ -172,7 +190,9 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
     with open(stdout_log, "a", encoding="utf-8") as log:
         log.write(ATTEMPT_LINE + time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
     for stream, name in ((proc.stdout, "OUT"), (proc.stderr, "ERR")):
-        threading.Thread(target=_read_lines, args=(stream, name, lines, stdout_log if name == "OUT" else None), daemon=True).start()
+        threading.Thread(
+            target=_read_lines, args=(stream, name, lines, stdout_log if name == "OUT" else None), daemon=True
+        ).start()
     tails = {"OUT": collections.deque(maxlen=TAIL_LINES), "ERR": collections.deque(maxlen=TAIL_LINES)}
     file_offset, open_streams, exited_at = 0, 2, None
     try:
@@ -198,18 +218,30 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
                 terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
             if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
                 break  # a process that left the group holds the pipes open; stop waiting for it
-        written_late = read_metrics_file(metrics_file, file_offset, step_key)[0] if metrics_from != "tensorboard" else []
+        written_late = (
+            read_metrics_file(metrics_file, file_offset, step_key)[0] if metrics_from != "tensorboard" else []
+        )
         if report_new(written_late + (events.poll() if events else [])):  # written just before the exit
             return
         if report_new(context.close() + (events.close() if events else []), final=True):  # what the last step printed
             return
         code = proc.wait()
         if code != 0:
-            raise _failed(f"command exited with {_exit_status(code)}: {' '.join(argv)}", tails["ERR"], "stderr",
-                          no_retry=code == 2, why="exit code 2 is a usage error")
+            raise _failed(
+                f"command exited with {_exit_status(code)}: {' '.join(argv)}",
+                tails["ERR"],
+                "stderr",
+                no_retry=code == 2,
+                why="exit code 2 is a usage error",
+            )
         if parsed == 0 and last_step is None:
-            raise _failed(_no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
-                          tails["OUT"], "stdout", no_retry=True, why="it exited 0: running it again prints the same")
+            raise _failed(
+                _no_metrics_message(step_key, patterns, metrics_from, metrics_file, work_dir, tails),
+                tails["OUT"],
+                "stdout",
+                no_retry=True,
+                why="it exited 0: running it again prints the same",
+            )
     finally:
         terminate_group(proc, grace_period_s)
         if watchdog is not None:
@@ -218,7 +250,9 @@ def train_command(config: dict, *, template: list[str], step_key: str = "epoch",
         err.flush()
 
 
-def unreported_results(stdout_log: Path, last_step, step_key: str, patterns: list[re.Pattern], complete_when=()) -> list[dict]:
+def unreported_results(
+    stdout_log: Path, last_step, step_key: str, patterns: list[re.Pattern], complete_when=()
+) -> list[dict]:
     """Results in the stdout lines of earlier attempts (`command_stdout.txt`) past `last_step`.
 
     After a driver kill the command may have printed rows Tune never recorded; a resumed script
@@ -295,7 +329,9 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
     env.setdefault("PYTHONUNBUFFERED", "1")
     for key, value in config.items():
         env["RAYSWEEP_" + re.sub(r"\W", "_", str(key)).upper()] = format_value(value)
-    env.update({"RAYSWEEP_TRIAL_DIR": str(work_dir), "RAYSWEEP_TRIAL_NAME": trial_name, METRICS_FILE_ENV: str(metrics_file)})
+    env.update(
+        {"RAYSWEEP_TRIAL_DIR": str(work_dir), "RAYSWEEP_TRIAL_NAME": trial_name, METRICS_FILE_ENV: str(metrics_file)}
+    )
     fraction = memory_fraction_for(gpus, TrainConfig.gpu_memory_headroom)  # the built-in trainable's default
     if fraction is not None:
         env["RAYSWEEP_GPU_MEMORY_FRACTION"] = format_value(fraction)
@@ -311,8 +347,16 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None) -> subproc
     i.e. when the worker process is killed. The preexec function only makes one libc call,
     prepared before the fork, so it is safe in the threaded Ray worker.
     """
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent if _LIBC else None)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if _LIBC else None,
+    )
 
 
 def start_watchdog(pgid: int, grace_period_s: float) -> int:
@@ -325,9 +369,21 @@ def start_watchdog(pgid: int, grace_period_s: float) -> int:
     """
     read_end, write_end = os.pipe()  # not inheritable (PEP 446): only this process holds the write end
     try:
-        launcher = subprocess.Popen([sys.executable, "-S", str(Path(__file__).with_name("watchdog.py")), str(read_end), str(pgid), str(grace_period_s)],
-                                    pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        launcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-S",
+                str(Path(__file__).with_name("watchdog.py")),
+                str(read_end),
+                str(pgid),
+                str(grace_period_s),
+            ],
+            pass_fds=(read_end,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         launcher.wait()  # it forks the watchdog and exits at once
     finally:
         os.close(read_end)
@@ -385,9 +441,15 @@ def _report(result: dict, step_key: str) -> None:
 def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
     """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report."""
     bad = non_finite(result)
-    dump = {"epoch": result.get("epoch", result[step_key]), "step": result[step_key], "last_finite_loss": None,
-            "parameters": [], "gradients": [], "non_finite_metrics": bad,
-            "result": {k: v if k not in bad else str(v) for k, v in result.items()}}
+    dump = {
+        "epoch": result.get("epoch", result[step_key]),
+        "step": result[step_key],
+        "last_finite_loss": None,
+        "parameters": [],
+        "gradients": [],
+        "non_finite_metrics": bad,
+        "result": {k: v if k not in bad else str(v) for k, v in result.items()},
+    }
     divergence.write_dump(trial_folder, dump)
     tune.report({**divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
 
@@ -483,13 +545,20 @@ def _exit_status(code: int) -> str:
     return f"exit code {code}"
 
 
-def _no_metrics_message(step_key: str, patterns: list, metrics_from: str, metrics_file: Path, work_dir: Path, tails: dict) -> str:
+def _no_metrics_message(
+    step_key: str, patterns: list, metrics_from: str, metrics_file: Path, work_dir: Path, tails: dict
+) -> str:
     if metrics_from == "tensorboard":
         expected = f"TensorBoard scalars in event files under {work_dir} (write them to {{trial_dir}})"
     else:
-        expected = (f"stdout lines matching --metric-pattern {' or '.join(repr(p.pattern) for p in patterns)}" if patterns
-                    else f"stdout lines with `name=<number>` or `name: <number>` (e.g. `{step_key}=3 val_acc=0.81`)")
-        expected = (expected + " or " if metrics_from == "stdout" else "") + f"JSON lines in ${METRICS_FILE_ENV} ({metrics_file})"
+        expected = (
+            f"stdout lines matching --metric-pattern {' or '.join(repr(p.pattern) for p in patterns)}"
+            if patterns
+            else f"stdout lines with `name=<number>` or `name: <number>` (e.g. `{step_key}=3 val_acc=0.81`)"
+        )
+        expected = (
+            expected + " or " if metrics_from == "stdout" else ""
+        ) + f"JSON lines in ${METRICS_FILE_ENV} ({metrics_file})"
     hint = ""
     if metrics_from == "stdout" and any(line_metrics(line, step_key, patterns) for line in tails["ERR"]):
         hint = " (such lines went to stderr, which is not read for metrics: print them to stdout)"
@@ -504,8 +573,12 @@ def _failed(summary: str, tail, stream: str, no_retry: bool, why: str) -> Comman
         tune.report({NO_RETRY_METRIC: 1})
     quoted = " | ".join(line.strip() for line in tail[-QUOTED_LINES:] if line.strip()) or f"(no {stream} output)"
     last = summary.split(": ", 1)[0] if summary.startswith("command exited with") else summary.split(": expected")[0]
-    return CommandFailed(f"{summary}\nlast {len(tail)} lines of {stream}:\n" + "\n".join(tail) + "\n"
-                         + f"{last}{f' (not retried: {why})' if no_retry else ''}; {stream} ends: {quoted}")
+    return CommandFailed(
+        f"{summary}\nlast {len(tail)} lines of {stream}:\n"
+        + "\n".join(tail)
+        + "\n"
+        + f"{last}{f' (not retried: {why})' if no_retry else ''}; {stream} ends: {quoted}"
+    )
 
 
 def _trial_name_and_folder() -> tuple[str, Path]:

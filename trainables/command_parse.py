@@ -1,6 +1,6 @@
 """Pure helpers of the command trainable: fill a command template, read metrics from a line.
 
-No Ray, torch or pandas here: `sweeps/command_template.py` re-exports these to check a command
+No Ray, torch or pandas here: `sweeps/engine/command_template.py` re-exports these to check a command
 before Ray starts, and `trainables/command.py` uses them inside each trial.
 
 A template is the user's command as an argv list whose items may hold `{name}` placeholders
@@ -31,7 +31,8 @@ NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan
 # `97.0%` is read as 97.0; `Elapsed: 0:00:03` and `total: 1,000` are not numbers (a `:` or `,` and a digit follow).
 # A key may be quoted, as Python dicts and JSON print it (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`).
 DEFAULT_METRIC_PATTERN = re.compile(
-    rf"(?<![\w./\-])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)")
+    rf"(?<![\w./\-])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)"
+)
 _INT = re.compile(r"[-+]?\d+")
 
 
@@ -61,7 +62,9 @@ def placeholders(template: list[str]) -> set[str]:
             raise ValueError(f"{word!r}: {e} (write {{{{ and }}}} for literal braces)") from None
         for field in fields:
             if not field.isidentifier():
-                raise ValueError(f"{word!r}: placeholder {{{field}}} is not a name; use {{name}} with a config key, trial_dir or trial_name")
+                raise ValueError(
+                    f"{word!r}: placeholder {{{field}}} is not a name; use {{name}} with a config key, trial_dir or trial_name"
+                )
             names.add(field)
     return names
 
@@ -103,8 +106,10 @@ def _number(text: str) -> int | float | None:
 def step_pattern(step_key: str) -> re.Pattern:
     """The default forms of a step on a line, case-insensitive: `epoch=3`, `epoch: 3`, `epoch 3`,
     `epoch 3/50`, `epoch [3/50]`, `[epoch 3]` (for step key `epoch`); group `step` holds the number."""
-    return re.compile(rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?\s*\]?(?![\w.])",
-                      re.IGNORECASE)
+    return re.compile(
+        rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?\s*\]?(?![\w.])",
+        re.IGNORECASE,
+    )
 
 
 def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict:

@@ -89,8 +89,12 @@ def config_hash(cfg: TrainConfig | dict) -> str:
 
 
 CHOICES = {
-    "dataset": DATASETS, "model": MODELS, "loss": LOSSES, "noise_type": NOISE_TYPES,
-    "optimizer": OPTIMIZERS, "amp": AMP_MODES,
+    "dataset": DATASETS,
+    "model": MODELS,
+    "loss": LOSSES,
+    "noise_type": NOISE_TYPES,
+    "optimizer": OPTIMIZERS,
+    "amp": AMP_MODES,
 }
 # (low, high, low_open, high_open): the allowed range of each numeric field.
 RANGES = {
@@ -108,8 +112,15 @@ RANGES = {
     "warmup_epochs": (0.0, math.inf, False, False),
     "gpu_memory_headroom": (0.0, 0.9, False, False),
 }
-WHOLE_NUMBERS = {"batch_size": 1, "grad_accum_steps": 1, "epochs": 1, "checkpoint_every": 1,
-                 "seed": 0, "data_seed": 0, "noise_seed": 0}  # field -> smallest allowed value
+WHOLE_NUMBERS = {
+    "batch_size": 1,
+    "grad_accum_steps": 1,
+    "epochs": 1,
+    "checkpoint_every": 1,
+    "seed": 0,
+    "data_seed": 0,
+    "noise_seed": 0,
+}  # field -> smallest allowed value
 
 
 def check_field(name: str, value) -> None:
@@ -126,8 +137,10 @@ def check_field(name: str, value) -> None:
         bad_low = not isinstance(value, (int, float)) or (value <= low if low_open else value < low)
         bad_high = not isinstance(value, (int, float)) or (value >= high if high_open else value > high)
         if isinstance(value, bool) or bad_low or bad_high or math.isnan(value):
-            raise ValueError(f"{name}={value!r} is outside the allowed range "
-                             f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+            raise ValueError(
+                f"{name}={value!r} is outside the allowed range "
+                f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+            )
     if name in WHOLE_NUMBERS and not (name == "noise_seed" and value is None):
         low = WHOLE_NUMBERS[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -68,16 +68,27 @@ def load_data(cfg) -> dict:
     return {
         "name": cfg.dataset,
         "key": data_key(cfg),
-        "x_train": x_train, "y_train": y_train.astype(np.int64),
-        "x_val": x_val, "y_val": y_val.astype(np.int64),
-        "x_test": x_test, "y_test": y_test.astype(np.int64),
+        "x_train": x_train,
+        "y_train": y_train.astype(np.int64),
+        "x_val": x_val,
+        "y_val": y_val.astype(np.int64),
+        "x_test": x_test,
+        "y_test": y_test.astype(np.int64),
         "num_classes": num_classes,
-        "mean": mean, "std": std,
+        "mean": mean,
+        "std": std,
     }
 
 
-def check_data(source: str, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, y_test: np.ndarray | None,
-               val_fraction: float, test_fraction: float | None) -> None:
+def check_data(
+    source: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    x_test: np.ndarray | None,
+    y_test: np.ndarray | None,
+    val_fraction: float,
+    test_fraction: float | None,
+) -> None:
     """Refuse data no sweep can learn from, before Ray starts: one message naming `source` and the count.
 
     Checks, in order: finite features (NaN/inf make every trial diverge); labels 0..C-1 with every
@@ -95,32 +106,48 @@ def check_data(source: str, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | N
         ValueError: naming `source`, the numbers that are wrong and the minimum needed.
     """
     for name, features in (("x", x), ("x_test", x_test)):
-        if features is not None and features.dtype.kind == "f" and (bad := int(np.size(features) - np.isfinite(features).sum())):
+        if (
+            features is not None
+            and features.dtype.kind == "f"
+            and (bad := int(np.size(features) - np.isfinite(features).sum()))
+        ):
             rows = int((~np.isfinite(features.reshape(len(features), -1))).any(axis=1).sum())
-            raise ValueError(f"{source}: {name} holds {bad} NaN/inf value(s) in {rows} of {len(features)} samples; "
-                             "remove or impute them (every trial would diverge)")
+            raise ValueError(
+                f"{source}: {name} holds {bad} NaN/inf value(s) in {rows} of {len(features)} samples; "
+                "remove or impute them (every trial would diverge)"
+            )
     counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
     if (missing := np.flatnonzero(counts == 0)).size:
-        raise ValueError(f"{source}: labels must be 0..C-1 but class(es) {missing.tolist()} of 0..{len(counts) - 1} "
-                         f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) as 0..{np.count_nonzero(counts) - 1}")
+        raise ValueError(
+            f"{source}: labels must be 0..C-1 but class(es) {missing.tolist()} of 0..{len(counts) - 1} "
+            f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) as 0..{np.count_nonzero(counts) - 1}"
+        )
     if len(counts) < 2:
-        raise ValueError(f"{source}: the training data has {len(counts)} class(es) ({len(y)} samples); "
-                         "classification needs at least 2")
+        raise ValueError(
+            f"{source}: the training data has {len(counts)} class(es) ({len(y)} samples); "
+            "classification needs at least 2"
+        )
     if y_test is not None and len(y_test) and (y_test.min() < 0 or y_test.max() >= len(counts)):
-        raise ValueError(f"{source}: y_test has labels outside 0..{len(counts) - 1}, the classes of y "
-                         f"(min {int(y_test.min())}, max {int(y_test.max())})")
+        raise ValueError(
+            f"{source}: y_test has labels outside 0..{len(counts) - 1}, the classes of y "
+            f"(min {int(y_test.min())}, max {int(y_test.max())})"
+        )
     fractions = [("val", val_fraction)] if test_fraction is None else [("test", test_fraction), ("val", val_fraction)]
     needed = _min_class_size([f for _, f in fractions])
-    if (small := {c: int(n) for c, n in enumerate(counts) if n < needed}):
-        raise ValueError(f"{source}: class sizes {small} (class: samples) are below the {needed} per class the stratified "
-                         f"{' and '.join(n for n, _ in fractions)} split(s) need; add samples or drop those classes")
+    if small := {c: int(n) for c, n in enumerate(counts) if n < needed}:
+        raise ValueError(
+            f"{source}: class sizes {small} (class: samples) are below the {needed} per class the stratified "
+            f"{' and '.join(n for n, _ in fractions)} split(s) need; add samples or drop those classes"
+        )
     pool = len(y)
     for split, fraction in fractions:
         held_out = math.ceil(fraction * pool)
         if min(held_out, pool - held_out) < len(counts):
-            raise ValueError(f"{source}: {pool} samples split {fraction:g} for {split} give {held_out} / {pool - held_out}, "
-                             f"fewer than the {len(counts)} classes on one side; the data needs at least "
-                             f"{math.ceil(len(counts) / min(fraction, 1 - fraction))} samples for this split")
+            raise ValueError(
+                f"{source}: {pool} samples split {fraction:g} for {split} give {held_out} / {pool - held_out}, "
+                f"fewer than the {len(counts)} classes on one side; the data needs at least "
+                f"{math.ceil(len(counts) / min(fraction, 1 - fraction))} samples for this split"
+            )
         pool -= held_out
 
 
@@ -158,8 +185,11 @@ class _ArrayUnpickler(pickle.Unpickler):
     """Unpickles plain containers and numpy arrays only: a CIFAR batch cannot run code."""
 
     ALLOWED = {
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
     }
 
     def find_class(self, module, name):

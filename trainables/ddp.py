@@ -35,8 +35,15 @@ from trainables.train import train_epochs
 from trainables.trial import report_epochs, start_trial
 
 
-def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers: int = 2,
-                         cpus_per_worker: float = 1.0, use_gpu: bool = True, experiment_path: str | None = None) -> None:
+def train_classifier_ddp(
+    config: dict,
+    data: dict | None = None,
+    *,
+    num_workers: int = 2,
+    cpus_per_worker: float = 1.0,
+    use_gpu: bool = True,
+    experiment_path: str | None = None,
+) -> None:
     """A Tune trial that trains `config` with DDP over `num_workers` workers of one GPU each.
 
     Args:
@@ -58,10 +65,17 @@ def train_classifier_ddp(config: dict, data: dict | None = None, *, num_workers:
     trial_path = f"{experiment_path}/{context.get_trial_name()}" if experiment_path else str(trial_dir)
     trainer = TorchTrainer(
         _train_worker,
-        train_loop_config={"config": config, "data": ray.put(data), "trial_dir": trial_path,
-                           "trial_name": context.get_trial_name()},
-        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": cpus_per_worker, "GPU": 1 if use_gpu else 0}),
+        train_loop_config={
+            "config": config,
+            "data": ray.put(data),
+            "trial_dir": trial_path,
+            "trial_name": context.get_trial_name(),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=num_workers,
+            use_gpu=use_gpu,
+            resources_per_worker={"CPU": cpus_per_worker, "GPU": 1 if use_gpu else 0},
+        ),
         torch_config=TorchConfig(backend="nccl" if use_gpu and torch.version.cuda else "gloo"),
         run_config=RunConfig(name="ddp", storage_path=trial_path, callbacks=[TuneReportCallback()]),
     )
@@ -84,10 +98,23 @@ def _train_worker(loop_config: dict) -> None:
     trial_dir = Path(loop_config["trial_dir"]) if context.get_world_rank() == 0 else None
     if trial_dir is not None:
         trial_dir.mkdir(parents=True, exist_ok=True)
-    with trial_process_title(loop_config.get("trial_name")), \
-            sample_gpu_utilization(nvml_utilization_reader()) as utilization:
+    with (
+        trial_process_title(loop_config.get("trial_name")),
+        sample_gpu_utilization(nvml_utilization_reader()) as utilization,
+    ):
+
         def extra_metrics() -> dict:  # one whole GPU per worker: no memory cap
-            return {**gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization),
-                    "ddp/world_size": context.get_world_size()}
-        report_epochs(cfg, (cfg.seed,), [train_epochs(cfg, data, state)], trial_dir, extra_metrics,
-                      report=report_then_refresh(train.report), checkpoint_type=Checkpoint)
+            return {
+                **gpu_metrics(1.0 if torch.cuda.is_available() else 0.0, None, utilization),
+                "ddp/world_size": context.get_world_size(),
+            }
+
+        report_epochs(
+            cfg,
+            (cfg.seed,),
+            [train_epochs(cfg, data, state)],
+            trial_dir,
+            extra_metrics,
+            report=report_then_refresh(train.report),
+            checkpoint_type=Checkpoint,
+        )

@@ -34,8 +34,15 @@ def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflo
     return bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))
 
 
-def forensics(model: torch.nn.Module, *, epoch: int, step: int, loss: torch.Tensor, grad_norm: torch.Tensor,
-              last_finite_loss: float | None) -> dict:
+def forensics(
+    model: torch.nn.Module,
+    *,
+    epoch: int,
+    step: int,
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    last_finite_loss: float | None,
+) -> dict:
     """Describe a model at the first non-finite step: what is NaN/inf, where, and how many values.
 
     Args:
@@ -47,6 +54,7 @@ def forensics(model: torch.nn.Module, *, epoch: int, step: int, loss: torch.Tens
         JSON-ready dict: epoch, step, loss, grad_norm, last_finite_loss, and `parameters` / `gradients`:
         lists of {name, shape, numel, nan, inf} for each tensor holding a non-finite value.
     """
+
     def non_finite(named_tensors) -> list[dict]:
         found = []
         for name, t in named_tensors:

@@ -5,7 +5,7 @@ from taking the whole card and crashing its neighbours (ray-project/ray#10640). 
 g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
 with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
 `GpuOutOfMemory`, which the sweep recognises and re-queues with a larger fraction
-(`sweeps/gpus.py:next_fraction_after_oom`).
+(`sweeps/engine/gpus.py:next_fraction_after_oom`).
 
 Every function here is a no-op or returns None on a machine without CUDA or without NVML.
 """
@@ -176,12 +176,22 @@ def peak_memory_of_probe(train_epochs, cfg, data: dict) -> dict | None:
     if not torch.cuda.is_available():
         return None
     n = 2 * cfg.batch_size
-    small = {**data, "x_train": data["x_train"][:n], "y_train": data["y_train"][:n],
-             "x_val": data["x_val"][:1024], "y_val": data["y_val"][:1024],
-             "x_test": data["x_test"][:1024], "y_test": data["y_test"][:1024]}
+    small = {
+        **data,
+        "x_train": data["x_train"][:n],
+        "y_train": data["y_train"][:n],
+        "x_val": data["x_val"][:1024],
+        "y_val": data["y_val"][:1024],
+        "x_test": data["x_test"][:1024],
+        "y_test": data["y_test"][:1024],
+    }
     torch.cuda.reset_peak_memory_stats()
     for _ in train_epochs(cfg.__class__(**{**cfg.__dict__, "epochs": 1}), small):
         pass
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return {"peak_bytes": int(torch.cuda.max_memory_allocated()), "total_bytes": int(props.total_memory),
-            "device": props.name, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    return {
+        "peak_bytes": int(torch.cuda.max_memory_allocated()),
+        "total_bytes": int(props.total_memory),
+        "device": props.name,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }

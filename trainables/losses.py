@@ -51,4 +51,3 @@ class SymmetricCrossEntropy(nn.Module):
         p_y = F.softmax(logits.float(), dim=1).gather(1, targets[:, None]).squeeze(1)
         rce = (-self.log_zero * (1.0 - p_y)).mean()
         return self.alpha * ce + self.beta * rce
-

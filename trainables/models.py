@@ -36,8 +36,10 @@ class MLP(nn.Module):
         super().__init__()
         self.net = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(in_features, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(in_features, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, num_classes),
         )
 
@@ -51,11 +53,18 @@ class SmallCNN(nn.Module):
     def __init__(self, in_channels: int, num_classes: int, width: int = 32):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+            nn.Conv2d(in_channels, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.BatchNorm2d(4 * width), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Conv2d(2 * width, 4 * width, 3, padding=1),
+            nn.BatchNorm2d(4 * width),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
         )
         self.head = nn.Linear(4 * width, num_classes)
 

@@ -60,20 +60,24 @@ def refresh_title() -> None:
 def titled_trial(trainable: Callable) -> Callable:
     """Decorate a Tune Function-API trainable so that its worker is titled `ray::<trial name>`
     while it runs (Tune's trial name from `tune.get_context()`; outside Tune: untouched)."""
+
     @functools.wraps(trainable)
     def run_titled(*args, **kwargs):
         with trial_process_title(_tune_trial_name()):
             return trainable(*args, **kwargs)
+
     return run_titled
 
 
 def report_then_refresh(report: Callable) -> Callable:
     """`report` (`tune.report`, `ray.train.report`) followed by `refresh_title()`."""
+
     @functools.wraps(report)
     def report_and_refresh(*args, **kwargs):
         result = report(*args, **kwargs)
         refresh_title()
         return result
+
     return report_and_refresh
 
 

@@ -4,7 +4,7 @@ Tune gives a trial two folders. `tune.get_context().get_trial_dir()` is a stagin
 after the Ray session on the *driver's* node: on another node of a cluster it does not exist, and
 a resumed experiment (a new session) never sees it again. The trial's folder on storage
 (`<storage_path>/<name>/<trial>`) is the same for a retry and for `--resume`, on every node that
-mounts the storage (a multi-node sweep requires shared storage: `sweeps/gpus.py:check_shared_storage`).
+mounts the storage (a multi-node sweep requires shared storage: `sweeps/engine/gpus.py:check_shared_storage`).
 So `noise.json`, `trial_config.json`, `confusion.json`, `divergence.json`, the OOM marker and a
 command's `{trial_dir}` are written there. With remote storage (s3://...) there is no such local
 folder: files then go to the trial's working directory on its node, which Tune copies to storage

@@ -25,7 +25,9 @@ from trainables.models import build_model
 from trainables.noise import add_label_noise
 
 
-def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict | None = None) -> Iterator[tuple[dict, dict]]:
+def train_epochs(
+    cfg: TrainConfig | dict, data: dict | None = None, state: dict | None = None
+) -> Iterator[tuple[dict, dict]]:
     """Train epoch by epoch, yielding `(metrics, checkpoint_state)` after each epoch.
 
     Args:
@@ -45,7 +47,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         data = load_data(cfg)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     num_classes = data["num_classes"]
-    y_noisy = add_label_noise(data["y_train"], cfg.noise_type, cfg.noise_rate, num_classes, noise_seed(cfg), cfg.dataset)
+    y_noisy = add_label_noise(
+        data["y_train"], cfg.noise_type, cfg.noise_rate, num_classes, noise_seed(cfg), cfg.dataset
+    )
     flip_rate = float(np.mean(y_noisy != data["y_train"]))
     y_noisy = torch.from_numpy(y_noisy).to(device)
     mean, std = (torch.tensor(data[k], device=device) for k in ("mean", "std"))
@@ -81,7 +85,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         start_epoch = state["epoch"]
     raw_model = model  # checkpoints hold the unwrapped model, loadable with or without DDP
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if device.type == "cuda" else None)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[torch.cuda.current_device()] if device.type == "cuda" else None
+        )
 
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         model.train()
@@ -91,7 +97,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         correct = torch.zeros((), device=device, dtype=torch.long)
         grad_norms = []
         for step_start in range(0, n_train, cfg.batch_size):
-            batch_idx = order[step_start : step_start + cfg.batch_size][rank::world]  # each rank its share of the global batch
+            batch_idx = order[step_start : step_start + cfg.batch_size][
+                rank::world
+            ]  # each rank its share of the global batch
             # Gradient accumulation: micro-batches of one optimizer step add up their gradients.
             for micro in range(0, len(batch_idx), micro_batch):
                 idx = batch_idx[micro : micro + micro_batch]
@@ -106,8 +114,14 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
             if not divergence.is_finite(loss_sum, grad_norm, grads_may_overflow=scaler.is_enabled()):
-                dump = divergence.forensics(model, epoch=epoch, step=scheduler.last_epoch + 1, loss=loss, grad_norm=grad_norm,
-                                            last_finite_loss=None if last_finite_loss is None else last_finite_loss.item())
+                dump = divergence.forensics(
+                    model,
+                    epoch=epoch,
+                    step=scheduler.last_epoch + 1,
+                    loss=loss,
+                    grad_norm=grad_norm,
+                    last_finite_loss=None if last_finite_loss is None else last_finite_loss.item(),
+                )
                 yield divergence.diverged_metrics(dump), dump
                 return
             last_finite_loss = loss.detach()
@@ -122,8 +136,12 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
         train_seconds = time.perf_counter() - started
 
         val_loss, val_acc, _ = evaluate(raw_model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
-        test_loss, test_acc, test_pred = evaluate(raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype)
-        confusion = np.bincount(data["y_test"] * num_classes + test_pred, minlength=num_classes**2).reshape(num_classes, -1)
+        test_loss, test_acc, test_pred = evaluate(
+            raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype
+        )
+        confusion = np.bincount(data["y_test"] * num_classes + test_pred, minlength=num_classes**2).reshape(
+            num_classes, -1
+        )
         metrics = {
             "epoch": epoch,
             "train/loss": loss_sum.item() / n_train,
@@ -157,8 +175,9 @@ def train_epochs(cfg: TrainConfig | dict, data: dict | None = None, state: dict 
 
 
 @torch.no_grad()
-def evaluate(model, x: np.ndarray, y: np.ndarray, mean, std, device, amp_dtype=None,
-             batch_size: int = 1024) -> tuple[float, float, np.ndarray]:
+def evaluate(
+    model, x: np.ndarray, y: np.ndarray, mean, std, device, amp_dtype=None, batch_size: int = 1024
+) -> tuple[float, float, np.ndarray]:
     """Mean cross-entropy, accuracy (fraction in [0, 1]) and predicted classes (N,) of `model` on clean labels `y`."""
     model.eval()
     loss_sum, correct, predictions = 0.0, 0, []
@@ -196,7 +215,9 @@ def _to_input(x: np.ndarray, mean: torch.Tensor, std: torch.Tensor, device) -> t
 def _build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0, weight_decay=cfg.weight_decay
+    )
 
 
 def _rank_and_world() -> tuple[int, int]:

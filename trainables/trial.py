@@ -36,7 +36,14 @@ from trainables import divergence
 from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
 from trainables.config import TrainConfig, config_hash, parse_config
 from trainables.data import data_key, load_data
-from trainables.gpu import cap_gpu_memory, gpu_metrics, mark_gpu_oom, nvml_utilization_reader, sample_gpu_utilization, trial_gpu_fraction
+from trainables.gpu import (
+    cap_gpu_memory,
+    gpu_metrics,
+    mark_gpu_oom,
+    nvml_utilization_reader,
+    sample_gpu_utilization,
+    trial_gpu_fraction,
+)
 from trainables.logs import log_epoch, trial_logger
 from trainables.noise import add_label_noise, transition_matrix
 from trainables.proctitle import report_then_refresh, titled_trial
@@ -80,12 +87,25 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
     gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
     memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
     with sample_gpu_utilization(nvml_utilization_reader()) as utilization, mark_gpu_oom(gpu_fraction, trial_dir):
-        report_epochs(cfg, seeds, runs, trial_dir, lambda: gpu_metrics(gpu_fraction, memory_cap, utilization),
-                      report=report_then_refresh(tune.report) if trial_dir else None)
+        report_epochs(
+            cfg,
+            seeds,
+            runs,
+            trial_dir,
+            lambda: gpu_metrics(gpu_fraction, memory_cap, utilization),
+            report=report_then_refresh(tune.report) if trial_dir else None,
+        )
 
 
-def report_epochs(cfg: TrainConfig, seeds: Sequence[int], runs: list, trial_dir: Path | None, extra_metrics: Callable[[], dict],
-                  report: Callable | None = tune.report, checkpoint_type: type = Checkpoint) -> None:
+def report_epochs(
+    cfg: TrainConfig,
+    seeds: Sequence[int],
+    runs: list,
+    trial_dir: Path | None,
+    extra_metrics: Callable[[], dict],
+    report: Callable | None = tune.report,
+    checkpoint_type: type = Checkpoint,
+) -> None:
     """Drive the `train_epochs` generators of `seeds` epoch by epoch and report each epoch.
 
     Args:
@@ -123,14 +143,20 @@ def report_epochs(cfg: TrainConfig, seeds: Sequence[int], runs: list, trial_dir:
         if metrics["epoch"] % cfg.checkpoint_every == 0 or metrics["epoch"] == cfg.epochs:
             with tempfile.TemporaryDirectory() as folder:
                 states = [state for _, state in per_seed]
-                state = states[0] if len(seeds) == 1 else {"epoch": metrics["epoch"], "seed_states": dict(zip(seeds, states))}
+                state = (
+                    states[0]
+                    if len(seeds) == 1
+                    else {"epoch": metrics["epoch"], "seed_states": dict(zip(seeds, states))}
+                )
                 torch.save(state, Path(folder) / CHECKPOINT_FILE)
                 report(metrics, checkpoint=checkpoint_type.from_directory(folder))
         else:
             report(metrics)
 
 
-def end_diverged(seed: int, metrics: dict, dump: dict, num_seeds: int, trial_dir: Path | None, report: Callable | None) -> None:
+def end_diverged(
+    seed: int, metrics: dict, dump: dict, num_seeds: int, trial_dir: Path | None, report: Callable | None
+) -> None:
     """The last report of a trial in which `seed` diverged: `diverged: True`, the seed and epoch,
     no sweep metric (schedulers skip it), and `divergence.json` in the trial folder."""
     metrics = {**metrics, "diverged/seed": seed}
@@ -149,7 +175,9 @@ def start_trial(cfg: TrainConfig, data: dict) -> Path | None:
     if _tune_trial_name() is None:
         return None
     trial_dir = trial_folder()  # on storage: every node of a cluster, every retry and --resume see it
-    (trial_dir / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)}))
+    (trial_dir / "trial_config.json").write_text(
+        json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)})
+    )
     write_noise_summary(cfg, data, trial_dir)
     return trial_dir
 

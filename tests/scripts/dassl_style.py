@@ -23,8 +23,10 @@ def main() -> int:
     base = 50 + 10 * args.seed + args.num_classes / 10 + len(args.config)
     for epoch in range(1, args.epochs + 1):
         for batch in range(1, 5):
-            print(f"epoch [{epoch}/{args.epochs}] batch [{batch}/4] time 0.100 (0.120) data 0.001 "
-                  f"loss {1.5 / (epoch + batch):.4f} acc {base + epoch:.1f} lr {args.lr:.1e} eta 0:00:0{batch}")
+            print(
+                f"epoch [{epoch}/{args.epochs}] batch [{batch}/4] time 0.100 (0.120) data 0.001 "
+                f"loss {1.5 / (epoch + batch):.4f} acc {base + epoch:.1f} lr {args.lr:.1e} eta 0:00:0{batch}"
+            )
         print(f"val_acc: {base + 2 * epoch:.1f}%")
         time.sleep(args.sleep)
     print("Finished training")

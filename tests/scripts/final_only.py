@@ -1,6 +1,6 @@
 """A script that prints no step at all: its results once, at the end (a small paper-repo `eval` script).
 
-    python tests/scripts/final_only.py --lr 0.1
+python tests/scripts/final_only.py --lr 0.1
 """
 
 import argparse

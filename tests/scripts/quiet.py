@@ -1,6 +1,6 @@
 """A script that trains and exits 0 but prints no metric the sweep can read (its logs are prose).
 
-    python tests/scripts/quiet.py --lr 0.1
+python tests/scripts/quiet.py --lr 0.1
 """
 
 import argparse

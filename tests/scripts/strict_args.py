@@ -1,6 +1,6 @@
 """A script whose options differ from the sweep's command: argparse refuses `--lr` and exits 2.
 
-    python tests/scripts/strict_args.py --learning-rate 0.1
+python tests/scripts/strict_args.py --learning-rate 0.1
 """
 
 import argparse

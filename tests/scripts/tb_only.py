@@ -1,6 +1,6 @@
 """A script that writes its metrics only to TensorBoard (tensorboardX's SummaryWriter), printing prose.
 
-    python tests/scripts/tb_only.py --logdir /tmp/run --lr 0.1 --steps 5
+python tests/scripts/tb_only.py --logdir /tmp/run --lr 0.1 --steps 5
 """
 
 import argparse

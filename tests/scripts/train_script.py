@@ -31,7 +31,9 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds of extra work per epoch")
     p.add_argument("--start-delay", type=float, default=0.0, help="seconds to wait before training")
-    p.add_argument("--kill-self-at-epoch", type=int, default=0, help="SIGKILL itself after this epoch, first attempt only")
+    p.add_argument(
+        "--kill-self-at-epoch", type=int, default=0, help="SIGKILL itself after this epoch, first attempt only"
+    )
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code after training (after a stderr line)")
     p.add_argument("--print-nothing", action="store_true")
     p.add_argument("--nan-at-epoch", type=int, default=0)
@@ -40,9 +42,17 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"env_{os.getpid()}.json").write_text(json.dumps(
-        {"pid": os.getpid(), "started": time.time(), "argv": sys.argv[1:], "cwd": os.getcwd(),
-         **{k: v for k, v in os.environ.items() if k.startswith("RAYSWEEP_") or k == "CUDA_VISIBLE_DEVICES"}}))
+    (out / f"env_{os.getpid()}.json").write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "started": time.time(),
+                "argv": sys.argv[1:],
+                "cwd": os.getcwd(),
+                **{k: v for k, v in os.environ.items() if k.startswith("RAYSWEEP_") or k == "CUDA_VISIBLE_DEVICES"},
+            }
+        )
+    )
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", f"grandchild-of:{out}"])
         (out / "grandchild.pid").write_text(str(child.pid))

@@ -54,7 +54,9 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
         if saved is not None:  # the built-in trainable: its resolved config (epochs included) and hash
             key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
         else:
-            key = hash_fn({k[len("config/"):]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)})
+            key = hash_fn(
+                {k[len("config/") :]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)}
+            )
         if not _finished(row):
             continue
         mtime = storage.modified(storage.join(trial_dir, "result.json"))
@@ -63,8 +65,9 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
     return {h: d for h, (_, d) in found.items()}
 
 
-def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: bool,
-               hash_fn: Callable[[dict], str] = config_hash) -> tuple[list[dict], dict[str, str]]:
+def plan_cells(
+    cells: list[dict], experiment_dir: str | Path, skip_existing: bool, hash_fn: Callable[[dict], str] = config_hash
+) -> tuple[list[dict], dict[str, str]]:
     """Split the grid into cells to run and finished trials to reuse.
 
     Args:
@@ -85,9 +88,11 @@ def plan_cells(cells: list[dict], experiment_dir: str | Path, skip_existing: boo
 def fresh_dirname(experiment_dir: str | Path, name: Callable) -> Callable:
     """A `trial_dirname_creator`: `name(trial)`, plus `_<trial_id>` when that folder already exists
     (a cell rerun next to its old, unfinished or errored, trial), locally or on object storage."""
+
     def dirname(trial) -> str:
         base = name(trial)
         return f"{base}_{trial.trial_id}" if storage.exists(storage.join(str(experiment_dir), base)) else base
+
     return dirname
 
 
@@ -117,19 +122,36 @@ def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requ
         print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
     diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
     reused_diverged = _diverged_rows(reused)
-    diverged += [(Path(row["trial_dir"]) if "://" not in row["trial_dir"] else PurePosixPath(row["trial_dir"].split("://", 1)[1]), {"epoch": row.get("last/epoch"), "diverged/step": row.get("last/diverged/step"),
-                                            "diverged/seed": row.get("last/diverged/seed")}) for row in reused_diverged]
+    diverged += [
+        (
+            Path(row["trial_dir"])
+            if "://" not in row["trial_dir"]
+            else PurePosixPath(row["trial_dir"].split("://", 1)[1]),
+            {
+                "epoch": row.get("last/epoch"),
+                "diverged/step": row.get("last/diverged/step"),
+                "diverged/seed": row.get("last/diverged/seed"),
+            },
+        )
+        for row in reused_diverged
+    ]
     for folder, last in diverged:
         seed = f", seed {last['diverged/seed']:g}" if isinstance(last.get("diverged/seed"), (int, float)) else ""
-        print(f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, step {last.get('diverged/step')}{seed}; "
-              f"dump: {folder / 'divergence.json'}")
+        print(
+            f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, step {last.get('diverged/step')}{seed}; "
+            f"dump: {folder / 'divergence.json'}"
+        )
     failed = [r for r in results if r.error is not None]
     for r in failed:
         error = str(r.error).strip().splitlines()
-        print(f"error: trial {Path(r.path).name} failed: {error[-1] if error else type(r.error).__name__}; "
-              f"error file: {Path(r.path) / 'error.txt'}")
+        print(
+            f"error: trial {Path(r.path).name} failed: {error[-1] if error else type(r.error).__name__}; "
+            f"error file: {Path(r.path) / 'error.txt'}"
+        )
     if failed:
-        print(f"{len(failed)} trial(s) ended in error; `--resume --retry-errored` continues them from their checkpoints")
+        print(
+            f"{len(failed)} trial(s) ended in error; `--resume --retry-errored` continues them from their checkpoints"
+        )
     scored = [r for r in results if r.error is None and _reported(r, metric)]
     if not scored and len(reused) == len(reused_diverged):
         why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"

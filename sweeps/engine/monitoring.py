@@ -27,7 +27,8 @@ from typing import TextIO
 from ray import tune
 
 from analysis.progress import format_duration, format_progress, sweep_status  # noqa: F401  (the block, shared with `--status`)
-from sweeps.cli import MLFLOW_DEFAULT_URI, UsageError
+from sweeps.engine.flags import UsageError
+from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI
 from trainables.config import METRIC, MODE
 
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
@@ -36,8 +37,16 @@ HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many
 TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
 
 
-def monitoring_callbacks(name: str, *, progress_every: float = 15.0, quiet: bool = False, mlflow_uri: str | None = None,
-                         wandb_project: str | None = None, metric: str = METRIC, mode: str = MODE) -> list[tune.Callback]:
+def monitoring_callbacks(
+    name: str,
+    *,
+    progress_every: float = 15.0,
+    quiet: bool = False,
+    mlflow_uri: str | None = None,
+    wandb_project: str | None = None,
+    metric: str = METRIC,
+    mode: str = MODE,
+) -> list[tune.Callback]:
     """The console progress callback (best `metric` by `mode`), plus Ray's own MLflow / W&B logger
     callbacks when asked for (flags of `sweeps/cli.py:add_run_args`).
 
@@ -53,10 +62,12 @@ def monitoring_callbacks(name: str, *, progress_every: float = 15.0, quiet: bool
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
-    from sweeps.no_retry import NoRetryOnMarkedError
+    from sweeps.engine.no_retry import NoRetryOnMarkedError
 
-    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
-                                      NoRetryOnMarkedError()]
+    callbacks: list[tune.Callback] = [
+        SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
+        NoRetryOnMarkedError(),
+    ]
     if mlflow_uri:
         check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -93,8 +104,10 @@ def check_mlflow(uri: str, timeout_s: float = 10.0) -> None:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as e:  # MlflowException and whatever the store's driver raises
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
-        raise UsageError(f"--mlflow-uri={uri!r}: MLflow cannot use this tracking store ({reason}); "
-                         f"give a database such as {MLFLOW_DEFAULT_URI} or a running server http://host:5000") from None
+        raise UsageError(
+            f"--mlflow-uri={uri!r}: MLflow cannot use this tracking store ({reason}); "
+            f"give a database such as {MLFLOW_DEFAULT_URI} or a running server http://host:5000"
+        ) from None
     finally:
         for key, value in saved.items():
             if value is None:
@@ -117,8 +130,10 @@ def check_wandb(project: str) -> None:
     import wandb
 
     if not wandb.login(prompt=False):
-        raise UsageError(f"--wandb-project={project!r}: no W&B login here; run `wandb login`, set WANDB_API_KEY, "
-                         "or set WANDB_MODE=offline (runs are written locally; `wandb sync` uploads them later)")
+        raise UsageError(
+            f"--wandb-project={project!r}: no W&B login here; run `wandb login`, set WANDB_API_KEY, "
+            "or set WANDB_MODE=offline (runs are written locally; `wandb sync` uploads them later)"
+        )
 
 
 class SweepProgress(tune.Callback):
@@ -134,8 +149,14 @@ class SweepProgress(tune.Callback):
         stream: where to print (default: sys.stdout at print time).
     """
 
-    def __init__(self, interval_s: float = 15.0, quiet: bool = False, metric: str = METRIC, mode: str = MODE,
-                 stream: TextIO | None = None):
+    def __init__(
+        self,
+        interval_s: float = 15.0,
+        quiet: bool = False,
+        metric: str = METRIC,
+        mode: str = MODE,
+        stream: TextIO | None = None,
+    ):
         self.interval_s, self.quiet, self.metric, self.mode, self.stream = interval_s, quiet, metric, mode, stream
         self.total_trials: int | None = None
         self.started = time.monotonic()

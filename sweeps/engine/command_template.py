@@ -12,12 +12,31 @@ import os
 import re
 import shutil
 
-from sweeps.cli import UsageError
-from trainables.command_parse import BUILTIN_PLACEHOLDERS, DEFAULT_METRIC_PATTERN, KEY, METRICS_SOURCES, parse_metrics_line, render
+from sweeps.engine.flags import UsageError
+from trainables.command_parse import (
+    BUILTIN_PLACEHOLDERS,
+    DEFAULT_METRIC_PATTERN,
+    KEY,
+    METRICS_SOURCES,
+    parse_metrics_line,
+    render,
+)
 from trainables.command_parse import placeholders as _placeholders
 
-__all__ = ["parse_axis", "read_tasks", "expand_cells", "cell_axes", "placeholders", "check_template", "compile_metric_pattern", "check_metric_producible",
-           "render", "parse_metrics_line", "DEFAULT_METRIC_PATTERN", "METRICS_SOURCES"]
+__all__ = [
+    "parse_axis",
+    "read_tasks",
+    "expand_cells",
+    "cell_axes",
+    "placeholders",
+    "check_template",
+    "compile_metric_pattern",
+    "check_metric_producible",
+    "render",
+    "parse_metrics_line",
+    "DEFAULT_METRIC_PATTERN",
+    "METRICS_SOURCES",
+]
 
 _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
@@ -41,7 +60,9 @@ def parse_axis(text: str) -> tuple[str | tuple[str, ...], list]:
         raise UsageError(f"--axis {text!r} has no '='; write NAME=V1,V2,... e.g. --axis noise_rate=0.2,0.4,0.6")
     for n in names:
         if not n.isidentifier():
-            raise UsageError(f"--axis {text!r}: the name {n!r} is not allowed; use letters, digits and _ (e.g. noise_rate)")
+            raise UsageError(
+                f"--axis {text!r}: the name {n!r} is not allowed; use letters, digits and _ (e.g. noise_rate)"
+            )
         if n in BUILTIN_PLACEHOLDERS:
             raise UsageError(f"--axis {text!r}: {n} is set by raysweep for each trial; choose another name")
     if len(set(names)) < len(names):
@@ -55,8 +76,10 @@ def parse_axis(text: str) -> tuple[str | tuple[str, ...], list]:
         parts = [[p.strip() for p in item.split(":")] for item in items]
         bad = next((item for item, ps in zip(items, parts) if len(ps) != len(names) or not all(ps)), None)
         if bad is not None:
-            raise UsageError(f"--axis {text!r}: {bad!r} must have {len(names)} non-empty parts joined by ':' "
-                             f"({':'.join(names)}), e.g. --axis dataset,num_classes=caltech101:100,oxford_pets:37")
+            raise UsageError(
+                f"--axis {text!r}: {bad!r} must have {len(names)} non-empty parts joined by ':' "
+                f"({':'.join(names)}), e.g. --axis dataset,num_classes=caltech101:100,oxford_pets:37"
+            )
         values = [tuple(_value(p) for p in ps) for ps in parts]
     repeated = sorted({str(v) for i, v in enumerate(values) if v in values[:i]})
     if repeated:
@@ -85,8 +108,10 @@ def read_tasks(path: str) -> list[dict]:
             if suffix == ".csv":
                 import csv
 
-                rows = [{k.strip(): None if v is None else _value(v.strip()) for k, v in row.items() if k is not None}
-                        for row in csv.DictReader(f)]
+                rows = [
+                    {k.strip(): None if v is None else _value(v.strip()) for k, v in row.items() if k is not None}
+                    for row in csv.DictReader(f)
+                ]
             elif suffix in (".yaml", ".yml"):
                 import yaml
 
@@ -94,7 +119,9 @@ def read_tasks(path: str) -> list[dict]:
             elif suffix == ".json":
                 rows = json.load(f)
             else:
-                raise UsageError(f"--tasks {path}: use a .csv (header row), .yaml/.yml or .json file (a list of mappings)")
+                raise UsageError(
+                    f"--tasks {path}: use a .csv (header row), .yaml/.yml or .json file (a list of mappings)"
+                )
     except OSError as e:
         raise UsageError(f"--tasks {path}: cannot read it: {e.strerror or e}") from None
     except ValueError as e:  # JSON and YAML errors (yaml.YAMLError is not one: below)
@@ -108,13 +135,17 @@ def read_tasks(path: str) -> list[dict]:
     keys = list(rows[0]) if isinstance(rows[0], dict) else []
     for i, row in enumerate(rows, 1):
         if not isinstance(row, dict) or list(row) != keys or not keys:
-            raise UsageError(f"--tasks {path}: row {i} must be a mapping of the same settings as row 1 ({', '.join(map(str, keys))})")
+            raise UsageError(
+                f"--tasks {path}: row {i} must be a mapping of the same settings as row 1 ({', '.join(map(str, keys))})"
+            )
         if any(v is None or v == "" or isinstance(v, (dict, list)) for v in row.values()):
             raise UsageError(f"--tasks {path}: row {i} has an empty or nested value: {row}")
     for key in keys:
         if not str(key).isidentifier() or key in BUILTIN_PLACEHOLDERS:
-            raise UsageError(f"--tasks {path}: setting {key!r} must be a name of letters, digits and _ "
-                             f"(not {' or '.join(BUILTIN_PLACEHOLDERS)})")
+            raise UsageError(
+                f"--tasks {path}: setting {key!r} must be a name of letters, digits and _ "
+                f"(not {' or '.join(BUILTIN_PLACEHOLDERS)})"
+            )
     if any(row in rows[:i] for i, row in enumerate(rows)):
         raise UsageError(f"--tasks {path}: a row is given twice; give each task once")
     return rows
@@ -141,8 +172,10 @@ def expand_cells(axes: dict, tasks: list[dict] | None, max_trials: int) -> list[
         raise UsageError(f"{both[0]} is set by both --tasks and --axis; give it in one of them")
     count = len(tasks or [{}]) * math.prod(len(v) for v in axes.values())
     if count > max_trials:
-        raise UsageError(f"the grid has {count:,} trials, more than --max-trials={max_trials:,}; "
-                         "check the axes (a typo in --seeds?) or raise --max-trials")
+        raise UsageError(
+            f"the grid has {count:,} trials, more than --max-trials={max_trials:,}; "
+            "check the axes (a typo in --seeds?) or raise --max-trials"
+        )
     cells = []
     for task in tasks or [{}]:
         for values in itertools.product(*axes.values()):
@@ -204,20 +237,29 @@ def check_template(template: list[str], axes: dict, seeds: bool) -> None:
     known = set(axes) | set(BUILTIN_PLACEHOLDERS) | ({"seed"} if seeds else set())
     unknown = sorted(used - known)
     if unknown:
-        raise UsageError(f"command: placeholder {{{unknown[0]}}} is not defined; use one of "
-                         + ", ".join(f"{{{n}}}" for n in sorted(known)) + " (or add --axis " + unknown[0] + "=...)")
+        raise UsageError(
+            f"command: placeholder {{{unknown[0]}}} is not defined; use one of "
+            + ", ".join(f"{{{n}}}" for n in sorted(known))
+            + " (or add --axis "
+            + unknown[0]
+            + "=...)"
+        )
     unused = sorted((set(axes) | ({"seed"} if seeds else set())) - used)
     if unused:
         where = "--seeds" if unused[0] == "seed" and seeds and "seed" not in axes else f"--axis {unused[0]}"
-        raise UsageError(f"{where}: the command never uses {{{unused[0]}}}, so its trials would all run the same "
-                         f"command; pass it, e.g. --{unused[0].replace('_', '-')} {{{unused[0]}}}")
+        raise UsageError(
+            f"{where}: the command never uses {{{unused[0]}}}, so its trials would all run the same "
+            f"command; pass it, e.g. --{unused[0].replace('_', '-')} {{{unused[0]}}}"
+        )
     program = template[0]
     if _placeholders([program]):
         return  # chosen per trial: checked when it runs
     if os.sep in program:
         if not os.path.isfile(program) or not os.access(program, os.X_OK):
-            raise UsageError(f"command: {program!r} is not an executable file; give an existing script with "
-                             f"chmod +x, or run it through its interpreter (python {program})")
+            raise UsageError(
+                f"command: {program!r} is not an executable file; give an existing script with "
+                f"chmod +x, or run it through its interpreter (python {program})"
+            )
     elif shutil.which(program) is None:
         raise UsageError(f"command: program {program!r} is not found on PATH; give its path or an installed command")
 
@@ -233,13 +275,20 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     except re.error as e:
         raise UsageError(f"--metric-pattern={text!r} is not a valid regular expression: {e}") from None
     if not pattern.groupindex:
-        raise UsageError(f"--metric-pattern={text!r} has no named group; name each metric, e.g. "
-                         r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)'")
+        raise UsageError(
+            f"--metric-pattern={text!r} has no named group; name each metric, e.g. "
+            r"'Epoch (?P<epoch>\d+).*acc (?P<val_acc>[\d.]+)'"
+        )
     return pattern
 
 
-def check_metric_producible(metric: str, patterns: list[re.Pattern] | re.Pattern | None, step_key: str,
-                            metrics_from: str = "stdout", test_metric: str | None = None) -> None:
+def check_metric_producible(
+    metric: str,
+    patterns: list[re.Pattern] | re.Pattern | None,
+    step_key: str,
+    metrics_from: str = "stdout",
+    test_metric: str | None = None,
+) -> None:
     """Refuse a `--metric` / `--test-metric` / `--step-key` that no result of this sweep can hold.
 
     Args:
@@ -260,9 +309,13 @@ def check_metric_producible(metric: str, patterns: list[re.Pattern] | re.Pattern
     flags = [("--metric", metric), ("--step-key", step_key)] + ([("--test-metric", test_metric)] if test_metric else [])
     for flag, name in flags if metrics_from == "stdout" else ():
         if not re.fullmatch(KEY, name) and not (patterns and flag != "--step-key" and name in groups):
-            raise UsageError(f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - "
-                             "starting with a letter")
+            raise UsageError(
+                f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - "
+                "starting with a letter"
+            )
         if patterns and flag != "--step-key" and name not in groups:
-            raise UsageError(f"{flag}={name!r} is not a named group of --metric-pattern (groups: "
-                             f"{', '.join(dict.fromkeys(groups))}); add (?P<{name}>...) or drop --metric-pattern if the "
-                             "script writes $RAYSWEEP_METRICS_FILE")
+            raise UsageError(
+                f"{flag}={name!r} is not a named group of --metric-pattern (groups: "
+                f"{', '.join(dict.fromkeys(groups))}); add (?P<{name}>...) or drop --metric-pattern if the "
+                "script writes $RAYSWEEP_METRICS_FILE"
+            )

@@ -18,12 +18,14 @@ import time
 
 import ray
 
-from sweeps.cli import UsageError, check_dashboard_host
+from sweeps.engine.flags import UsageError, check_dashboard_host
 
 CONNECT_TIMEOUT_S = 5.0  # the TCP probe of HOST:PORT, and again the GCS handshake: <= 10 s in all
-TOKEN_HELP = ("every node and every driver needs the same token: copy the head's token (`ray get-auth-token` there) "
-              "into ~/.ray/auth_token here or set RAY_AUTH_TOKEN, and set RAY_AUTH_MODE=token "
-              "(docs.ray.io/en/latest/ray-security/token-auth.html)")
+TOKEN_HELP = (
+    "every node and every driver needs the same token: copy the head's token (`ray get-auth-token` there) "
+    "into ~/.ray/auth_token here or set RAY_AUTH_TOKEN, and set RAY_AUTH_MODE=token "
+    "(docs.ray.io/en/latest/ray-security/token-auth.html)"
+)
 
 
 def secure_dashboard(host: str) -> None:
@@ -37,8 +39,11 @@ def secure_dashboard(host: str) -> None:
     """
     if check_dashboard_host(host):
         return
-    print(f"warning: the Ray dashboard will listen on {host}: anyone who can reach its port can run code on "
-          f"this cluster through the Jobs API (CVE-2023-48022). Prefer 127.0.0.1 and an SSH tunnel.", file=sys.stderr)
+    print(
+        f"warning: the Ray dashboard will listen on {host}: anyone who can reach its port can run code on "
+        f"this cluster through the Jobs API (CVE-2023-48022). Prefer 127.0.0.1 and an SSH tunnel.",
+        file=sys.stderr,
+    )
     try:
         from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
     except ImportError:
@@ -46,13 +51,21 @@ def secure_dashboard(host: str) -> None:
         return
     mode = os.environ.setdefault(AUTH_MODE_ENV_VAR, "token")
     if mode.lower() == "token":
-        print(f"token authentication is on ({AUTH_MODE_ENV_VAR}=token): clients need the token in ~/.ray/auth_token "
-              f"(`ray get-auth-token`)", file=sys.stderr)
+        print(
+            f"token authentication is on ({AUTH_MODE_ENV_VAR}=token): clients need the token in ~/.ray/auth_token "
+            f"(`ray get-auth-token`)",
+            file=sys.stderr,
+        )
     else:
-        print(f"warning: {AUTH_MODE_ENV_VAR}={mode} was set: the dashboard is open to anyone who can reach it", file=sys.stderr)
+        print(
+            f"warning: {AUTH_MODE_ENV_VAR}={mode} was set: the dashboard is open to anyone who can reach it",
+            file=sys.stderr,
+        )
 
 
-def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False) -> None:
+def init_ray(
+    address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False
+) -> None:
     """Start a local Ray (dashboard on `dashboard_host`) or join a running cluster; say which, in one line.
 
     `address` (or, when None, the environment variable RAY_ADDRESS) names a running cluster:
@@ -78,11 +91,16 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
         except UsageError as e:
             if not found:
                 raise
-            raise UsageError(f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
-                             "`ray stop` clears it, --address local starts a private Ray") from None
+            raise UsageError(
+                f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
+                "`ray stop` clears it, --address local starts a private Ray"
+            ) from None
     if ray.is_initialized():  # a notebook or test that started Ray itself
-        print(f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
-              f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}", flush=True)
+        print(
+            f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
+            f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}",
+            flush=True,
+        )
         return
     if address:
         try:
@@ -92,19 +110,31 @@ def init_ray(address: str | None, dashboard_host: str, num_gpus: int | None = No
     else:
         secure_dashboard(dashboard_host)
         new_token = quiet_local_token_auth()
-        context = ray.init(address="local", dashboard_host=dashboard_host, include_dashboard=True, num_gpus=num_gpus,
-                           log_to_driver=log_to_driver)
+        context = ray.init(
+            address="local",
+            dashboard_host=dashboard_host,
+            include_dashboard=True,
+            num_gpus=num_gpus,
+            log_to_driver=log_to_driver,
+        )
     url = context.dashboard_url
     dashboard = f"dashboard: {'http://' + url if url else 'not running'}"
     if address:
         nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-        print(f"joined the running cluster at {ray.get_runtime_context().gcs_address} with {_capacity()} "
-              f"({nodes} node{'s' if nodes != 1 else ''}); {dashboard}", flush=True)
+        print(
+            f"joined the running cluster at {ray.get_runtime_context().gcs_address} with {_capacity()} "
+            f"({nodes} node{'s' if nodes != 1 else ''}); {dashboard}",
+            flush=True,
+        )
     else:
-        print(f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True)
+        print(
+            f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True
+        )
         if new_token and new_token.exists():
-            print(f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
-                  flush=True)
+            print(
+                f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
+                flush=True,
+            )
 
 
 def quiet_local_token_auth():
@@ -119,7 +149,9 @@ def quiet_local_token_auth():
     """
     try:
         from ray._private.authentication.authentication_token_setup import (
-            AUTH_MODE_ENV_VAR, _enable_token_auth, _get_default_token_path,
+            AUTH_MODE_ENV_VAR,
+            _enable_token_auth,
+            _get_default_token_path,
         )
     except ImportError:
         return None
@@ -161,8 +193,10 @@ def split_address(address: str) -> tuple[str, int] | None:
     host, sep, port = address.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--address={address!r} is not HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), "
-                         "'auto' or ray://HOST:PORT")
+        raise UsageError(
+            f"--address={address!r} is not HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), "
+            "'auto' or ray://HOST:PORT"
+        )
     return host, int(port)
 
 
@@ -207,26 +241,35 @@ def connect_checks(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     host, port = where
     mode = use_token_if_available()
     if mode == "no token" and os.environ.get("RAY_AUTH_MODE", "").lower() == "token":  # Ray's C++ client would abort
-        raise UsageError(f"--address={address}: RAY_AUTH_MODE=token is set but there is no token in RAY_AUTH_TOKEN, "
-                         f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; {TOKEN_HELP}")
+        raise UsageError(
+            f"--address={address}: RAY_AUTH_MODE=token is set but there is no token in RAY_AUTH_TOKEN, "
+            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; {TOKEN_HELP}"
+        )
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as e:
         reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise UsageError(f"--address={address}: nothing answers at {host}:{port} ({reason}); start the head there "
-                         f"with `ray start --head --port {port}`, or check the host and the port") from None
+        raise UsageError(
+            f"--address={address}: nothing answers at {host}:{port} ({reason}); start the head there "
+            f"with `ray start --head --port {port}`, or check the host and the port"
+        ) from None
     error = gcs_handshake(f"{host}:{port}", timeout_s)
     if error is None:
         return
     if type(error).__name__ == "AuthenticationError":
-        why = {"": "this Ray predates token authentication",
-               "disabled": "RAY_AUTH_MODE=disabled is set here",
-               "no token": "no token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
-               }.get(mode, "its token differs from the cluster's")
-        raise UsageError(f"--address={address}: the Ray cluster refused this driver's authentication ({why}); {TOKEN_HELP}")
-    raise UsageError(f"--address={address}: {host}:{port} answers but not as a Ray head's GCS port "
-                     f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
-                     "give the port of `ray start --head --port` (default 6379)")
+        why = {
+            "": "this Ray predates token authentication",
+            "disabled": "RAY_AUTH_MODE=disabled is set here",
+            "no token": "no token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here",
+        }.get(mode, "its token differs from the cluster's")
+        raise UsageError(
+            f"--address={address}: the Ray cluster refused this driver's authentication ({why}); {TOKEN_HELP}"
+        )
+    raise UsageError(
+        f"--address={address}: {host}:{port} answers but not as a Ray head's GCS port "
+        f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+        "give the port of `ray start --head --port` (default 6379)"
+    )
 
 
 def gcs_handshake(address: str, timeout_s: float) -> Exception | None:
@@ -289,7 +332,6 @@ def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:
         f"each trial asks for {gpus_per_trial:g} GPU(s) and {cpus_per_trial:g} CPU(s), but the largest node "
         f"has {best_gpus:g} GPU(s) and {best_cpus:g} CPU(s); lower --gpus-per-trial / --cpus-per-trial"
     )
-
 
 
 def concurrent_slots(gpus_per_trial: float, cpus_per_trial: float) -> int:

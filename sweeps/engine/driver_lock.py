@@ -38,8 +38,14 @@ class DriverHold:
     def __init__(self, experiment_dir: str, file_lock=None, previous: dict | None = None, created: list[str] = ()):
         self.experiment_dir = experiment_dir
         self.previous, self.created = previous, list(created)  # undone when the sweep never started (exit 2)
-        self.record = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                       "heartbeat": time.time(), "ended": None, "exit_code": None}
+        self.record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "heartbeat": time.time(),
+            "ended": None,
+            "exit_code": None,
+        }
         self._file_lock = file_lock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
@@ -117,24 +123,34 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
             file_lock.acquire(timeout=0)
         except Timeout:
             record = read_holder(experiment_dir)
-            raise ExperimentHeld(f"{experiment_dir} is in use by another driver: "
-                                 + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
-                                 + "; wait for it to end, or use another --name") from None
+            raise ExperimentHeld(
+                f"{experiment_dir} is in use by another driver: "
+                + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
+                + "; wait for it to end, or use another --name"
+            ) from None
     record = read_holder(experiment_dir)
     here = socket.gethostname()
     # With the file lock, a same-host record is not alive whatever its pid says (a reused pid).
     if record is not None and holder_alive(record) and not (file_lock is not None and record.get("host") == here):
         if file_lock is not None:
             file_lock.release()
-        raise ExperimentHeld(f"{experiment_dir} is in use by another driver: {describe_holder(record)}; "
-                             "wait for it to end, or use another --name")
+        raise ExperimentHeld(
+            f"{experiment_dir} is in use by another driver: {describe_holder(record)}; "
+            "wait for it to end, or use another --name"
+        )
     mine = DriverHold(experiment_dir, file_lock, record, created)
     mine._write()
     if file_lock is None:  # object storage: two drivers may have written at once; the later one wins
         time.sleep(settle_s)
         now = read_holder(experiment_dir)
-        if now and (now.get("host"), now.get("pid"), now.get("since")) != (here, mine.record["pid"], mine.record["since"]):
-            raise ExperimentHeld(f"{experiment_dir} was taken at the same time by another driver: {describe_holder(now)}")
+        if now and (now.get("host"), now.get("pid"), now.get("since")) != (
+            here,
+            mine.record["pid"],
+            mine.record["since"],
+        ):
+            raise ExperimentHeld(
+                f"{experiment_dir} was taken at the same time by another driver: {describe_holder(now)}"
+            )
     if record and record.get("ended") is None:
         gone = "its pid is gone" if record.get("host") == here else f"no heartbeat for over {HEARTBEAT_TIMEOUT_S:.0f} s"
         print(f"taking over {experiment_dir}: its last driver ({describe_holder(record)}) is gone ({gone})", flush=True)

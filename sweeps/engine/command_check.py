@@ -14,7 +14,7 @@ import threading
 import types
 from pathlib import Path
 
-from sweeps import cli, command_template
+from sweeps.engine import command_template, grid
 
 
 def check_command(args) -> int:
@@ -29,11 +29,17 @@ def check_command(args) -> int:
     import re
 
     from trainables.command import (
-        METRICS_FILE, StepContext, TensorBoardResults, command_env, read_metrics_file, start_command, terminate_group,
+        METRICS_FILE,
+        StepContext,
+        TensorBoardResults,
+        command_env,
+        read_metrics_file,
+        start_command,
+        terminate_group,
     )
 
     cell = args.cells[0]
-    name = cli.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
+    name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
     patterns = [re.compile(p) for p in args.metric_pattern]
     complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
     seen: set = set()
@@ -65,11 +71,21 @@ def check_command(args) -> int:
             terminate_group(proc, 2.0)
         stderr.join(timeout=5)
         rows = context.close() if args.metrics_from == "stdout" else []
-        rows += read_metrics_file(metrics_file, 0, args.step_key)[0] if args.metrics_from != "tensorboard" else events.close()
+        rows += (
+            read_metrics_file(metrics_file, 0, args.step_key)[0]
+            if args.metrics_from != "tensorboard"
+            else events.close()
+        )
         show(rows)
     missing = [m for m in complete if m not in seen]
-    print(f"exit code {code}; " + "; ".join(f"{flag} {m}: {'seen' if m in seen else 'NOT seen'}"
-                                            for flag, m in zip(("--metric", "--test-metric"), complete)), flush=True)
+    print(
+        f"exit code {code}; "
+        + "; ".join(
+            f"{flag} {m}: {'seen' if m in seen else 'NOT seen'}"
+            for flag, m in zip(("--metric", "--test-metric"), complete)
+        ),
+        flush=True,
+    )
     if missing and seen:
         print(f"rows held: {', '.join(sorted(seen))}; check --metric / --metric-pattern / --step-key", file=sys.stderr)
     return 0 if code == 0 and not missing else 1

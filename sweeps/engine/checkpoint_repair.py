@@ -70,27 +70,40 @@ def repair_missing_checkpoint(trial) -> str | None:
         return None
     folder = posixpath.dirname(missing.path)
     if folder != trial.storage.trial_fs_path:  # PBT: another member's checkpoint; its own bookkeeping owns it
-        return (f"{trial}: the checkpoint it would restore from, {missing.path}, belongs to another trial and is "
-                "gone; left to Tune")
+        return (
+            f"{trial}: the checkpoint it would restore from, {missing.path}, belongs to another trial and is "
+            "gone; left to Tune"
+        )
     rows = reported_checkpoints(fs, folder)
-    left = sorted((int(m.group(1)), info.base_name) for info in fs.get_file_info(pafs.FileSelector(folder))
-                  if info.type == pafs.FileType.Directory and (m := CHECKPOINT_DIR.match(info.base_name))
-                  and info.base_name in rows)
+    left = sorted(
+        (int(m.group(1)), info.base_name)
+        for info in fs.get_file_info(pafs.FileSelector(folder))
+        if info.type == pafs.FileType.Directory
+        and (m := CHECKPOINT_DIR.match(info.base_name))
+        and info.base_name in rows
+    )
     old_manager = trial.run_metadata.checkpoint_manager
     manager = _CheckpointManager(old_manager.checkpoint_config)
     for _, name in left:
-        manager.register_checkpoint(_TrainingResult(
-            checkpoint=tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), metrics=rows[name]))
+        manager.register_checkpoint(
+            _TrainingResult(checkpoint=tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), metrics=rows[name])
+        )
     trial.run_metadata.checkpoint_manager = manager
     trial.invalidate_json_state()
     gone = posixpath.basename(missing.path)
     if not left:
-        return (f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved, "
-                "and no other reported checkpoint is left: it starts again from the beginning")
+        return (
+            f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved, "
+            "and no other reported checkpoint is left: it starts again from the beginning"
+        )
     index, name = left[-1]
-    trial.storage.current_checkpoint_index = index  # Tune's index of the last checkpoint: the next one is index + 1, not one kept
-    return (f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved; "
-            f"resuming from {name} (iteration {rows[name].get('training_iteration', '?')}) instead")
+    trial.storage.current_checkpoint_index = (
+        index  # Tune's index of the last checkpoint: the next one is index + 1, not one kept
+    )
+    return (
+        f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved; "
+        f"resuming from {name} (iteration {rows[name].get('training_iteration', '?')}) instead"
+    )
 
 
 def reported_checkpoints(fs: pafs.FileSystem, folder: str) -> dict[str, dict]:

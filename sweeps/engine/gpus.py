@@ -1,6 +1,6 @@
 """Choosing and packing GPUs for a sweep, before Ray starts: selection, busy GPUs, packing, storage.
 
-Plain functions; placement itself stays Ray's. After `sweeps.cli.parse_gpu_flags` (the flags,
+Plain functions; placement itself stays Ray's. After `sweeps.engine.flags.parse_gpu_flags` (the flags,
 before Ray), the launcher calls, in order: `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
 exported as CUDA_VISIBLE_DEVICES before `ray.init`), then, with Ray up, `auto_gpus_per_trial`,
 `check_gpu_request` and `check_shared_storage`; after `Tuner.fit`, `oom_trials` and
@@ -16,18 +16,34 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 
-from sweeps.cli import UsageError
+from sweeps.engine.flags import UsageError
 
 BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
 BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
 MAX_TRIALS_PER_GPU = 8  # `auto` packs at most 1/8 GPU per trial
 PROBE_MARGIN = 0.25  # `auto`: a trial's cap must exceed the probe's peak by 25 % (longer runs, eval spikes)
 LOGICAL_GPUS_ENV = "RAYSWEEP_LOGICAL_GPUS"  # for tests: N idle logical GPUs instead of the devices present
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
-                       "fuse.sshfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "9p", "wekafs")
+NETWORK_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "fuse.sshfs",
+    "fuse.juicefs",
+    "fuse.s3fs",
+    "fuse.gcsfuse",
+    "fuse.mountpoint-s3",
+    "9p",
+    "wekafs",
+)
 
 
 def read_nvml() -> list[dict] | None:
@@ -44,11 +60,15 @@ def read_nvml() -> list[dict] | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
             name = pynvml.nvmlDeviceGetName(handle)
-            readings.append({
-                "index": index, "name": name.decode() if isinstance(name, bytes) else name,
-                "memory_total": int(memory.total), "memory_free": int(memory.free),
-                "utilization": float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-            })
+            readings.append(
+                {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_total": int(memory.total),
+                    "memory_free": int(memory.free),
+                    "utilization": float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                }
+            )
         return readings
     except Exception:
         return None
@@ -66,8 +86,16 @@ def read_torch() -> list[dict] | None:
         import torch
     except ImportError:
         return None
-    return [{"index": i, "name": "CUDA device (no NVML: load unknown)", "memory_total": None, "memory_free": None,
-             "utilization": None} for i in range(torch.cuda.device_count())]
+    return [
+        {
+            "index": i,
+            "name": "CUDA device (no NVML: load unknown)",
+            "memory_total": None,
+            "memory_free": None,
+            "utilization": None,
+        }
+        for i in range(torch.cuda.device_count())
+    ]
 
 
 def logical_readings(count: str) -> list[dict]:
@@ -78,8 +106,16 @@ def logical_readings(count: str) -> list[dict]:
     """
     if not count.isdigit() or int(count) < 1:
         raise UsageError(f"{LOGICAL_GPUS_ENV}={count!r} must be a whole number >= 1 (logical GPUs, for tests)")
-    return [{"index": i, "name": f"logical GPU ({LOGICAL_GPUS_ENV})", "memory_total": 0, "memory_free": 0,
-             "utilization": 0.0} for i in range(int(count))]
+    return [
+        {
+            "index": i,
+            "name": f"logical GPU ({LOGICAL_GPUS_ENV})",
+            "memory_total": 0,
+            "memory_free": 0,
+            "utilization": 0.0,
+        }
+        for i in range(int(count))
+    ]
 
 
 def read_gpus() -> list[dict] | None:
@@ -97,8 +133,9 @@ def read_gpus() -> list[dict] | None:
     return readings if readings is not None else read_torch()
 
 
-def busy_reason(reading: dict, min_free_fraction: float = BUSY_MIN_FREE_FRACTION,
-                max_utilization: float = BUSY_MAX_UTILIZATION) -> str | None:
+def busy_reason(
+    reading: dict, min_free_fraction: float = BUSY_MIN_FREE_FRACTION, max_utilization: float = BUSY_MAX_UTILIZATION
+) -> str | None:
     """Why a GPU counts as busy ("3.1 of 80 GiB free", "97 % utilised"), or None when it is free or unknown."""
     reasons = []
     if reading["memory_free"] is not None and reading["memory_free"] < min_free_fraction * reading["memory_total"]:
@@ -124,18 +161,23 @@ def select_gpus(readings: list[dict] | None, selection: list[int] | str | None) 
     """
     if readings is None:
         if selection is not None:
-            raise UsageError(f"--gpus={_flag(selection)}: no GPU can be detected here (neither NVML nor torch sees one); "
-                             f"drop --gpus (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)")
+            raise UsageError(
+                f"--gpus={_flag(selection)}: no GPU can be detected here (neither NVML nor torch sees one); "
+                f"drop --gpus (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)"
+            )
         return None, []
     present = [r["index"] for r in readings]
     if selection is not None and not present:
-        raise UsageError(f"--gpus={_flag(selection)}: this machine has no GPU (NVML and torch see none); drop --gpus "
-                         f"for CPU trials (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)")
+        raise UsageError(
+            f"--gpus={_flag(selection)}: this machine has no GPU (NVML and torch see none); drop --gpus "
+            f"for CPU trials (tests: {LOGICAL_GPUS_ENV}=N gives N logical GPUs)"
+        )
     if isinstance(selection, list):
         missing = [i for i in selection if i not in present]
         if missing:
-            raise UsageError(f"--gpus: GPU {missing[0]} does not exist; this machine has GPU(s) "
-                             f"{', '.join(map(str, present))}")
+            raise UsageError(
+                f"--gpus: GPU {missing[0]} does not exist; this machine has GPU(s) {', '.join(map(str, present))}"
+            )
     if selection == "all":
         return present, []
     wanted = [r for r in readings if selection is None or r["index"] in selection]
@@ -147,8 +189,10 @@ def select_gpus(readings: list[dict] | None, selection: list[int] | str | None) 
         else:
             chosen.append(r["index"])
     if wanted and not chosen:
-        raise UsageError(f"every selected GPU is busy ({'; '.join(messages)}); pass --gpus all to use them anyway, "
-                         "or --gpus-per-trial 0 for CPU trials")
+        raise UsageError(
+            f"every selected GPU is busy ({'; '.join(messages)}); pass --gpus all to use them anyway, "
+            "or --gpus-per-trial 0 for CPU trials"
+        )
     return chosen, messages
 
 
@@ -156,7 +200,9 @@ def _flag(selection: list[int] | str) -> str:
     return selection if isinstance(selection, str) else ",".join(map(str, selection))
 
 
-def choose_local_gpus(selection: list[int] | str | None, address: str | None, readings: list[dict] | None = None) -> int | None:
+def choose_local_gpus(
+    selection: list[int] | str | None, address: str | None, readings: list[dict] | None = None
+) -> int | None:
     """Pick the GPUs of a local sweep and export them as CUDA_VISIBLE_DEVICES before `ray.init`.
 
     Ray detects the GPUs it may use from CUDA_VISIBLE_DEVICES at start-up and hands each trial
@@ -170,14 +216,17 @@ def choose_local_gpus(selection: list[int] | str | None, address: str | None, re
     """
     import ray
 
-    from sweeps.cluster import running_local_cluster
+    from sweeps.engine.cluster import running_local_cluster
 
     if address != "local" and (address or os.environ.get("RAY_ADDRESS")):
         return None
     if address != "local" and not ray.is_initialized() and running_local_cluster():
         if selection is not None:
-            print(f"--gpus ignored: joining the cluster `ray start` runs on this machine (its GPUs); "
-                  f"--address local starts a private Ray", flush=True)
+            print(
+                "--gpus ignored: joining the cluster `ray start` runs on this machine (its GPUs); "
+                "--address local starts a private Ray",
+                flush=True,
+            )
         return None
     readings = read_gpus() if readings is None else readings
     chosen, messages = select_gpus(readings, selection)  # a GPU that does not exist is refused in any case
@@ -212,10 +261,14 @@ def pack_fraction(peak_bytes: int, total_bytes: int, headroom: float) -> tuple[f
     for k in range(MAX_TRIALS_PER_GPU, 0, -1):
         cap = total_bytes * (memory_fraction_for(1 / k, headroom) or 1.0)
         if cap >= need:
-            return 1 / k, (f"probe peak {peak_bytes / gib:.2f} GiB on a {total_bytes / gib:.0f} GiB GPU: 1/{k} GPU "
-                           f"caps a trial at {cap / gib:.2f} GiB >= {need / gib:.2f} GiB needed (peak + {PROBE_MARGIN:.0%})")
-    raise UsageError(f"the probe peaked at {peak_bytes / gib:.2f} GiB but a GPU holds {total_bytes / gib:.0f} GiB; "
-                     "use a smaller --batch-size/model or --gpus-per-trial 2 (data-parallel)")
+            return 1 / k, (
+                f"probe peak {peak_bytes / gib:.2f} GiB on a {total_bytes / gib:.0f} GiB GPU: 1/{k} GPU "
+                f"caps a trial at {cap / gib:.2f} GiB >= {need / gib:.2f} GiB needed (peak + {PROBE_MARGIN:.0%})"
+            )
+    raise UsageError(
+        f"the probe peaked at {peak_bytes / gib:.2f} GiB but a GPU holds {total_bytes / gib:.0f} GiB; "
+        "use a smaller --batch-size/model or --gpus-per-trial 2 (data-parallel)"
+    )
 
 
 def auto_gpus_per_trial(cluster_gpus: float, probe, headroom: float) -> tuple[float, str]:
@@ -299,7 +352,7 @@ def oom_trials(results) -> list[dict]:
 
 
 def requeued_trial_paths(rounds: list) -> set[str]:
-    """Trial folders of the GPU out-of-memory failures that a later round of `sweeps/launch.py:rerun_oom_trials` re-ran."""
+    """Trial folders of the GPU out-of-memory failures that a later round of `sweeps/engine/launch.py:rerun_oom_trials` re-ran."""
     from trainables.gpu import is_gpu_oom
 
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}

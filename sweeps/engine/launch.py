@@ -28,17 +28,22 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from analysis import storage
-from sweeps import driver_lock, resume
-from sweeps.checkpoint_repair import RestoreFromSurvivingCheckpoint
-from sweeps.cli import MAX_FAILURES, RunOptions, UsageError, epochs_of
-from sweeps.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
-from sweeps.gpus import (
-    auto_gpus_per_trial, check_shared_storage, choose_local_gpus, next_fraction_after_oom, oom_trials, probe_on_gpu,
+from sweeps.engine import driver_lock, resume
+from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
+from sweeps.engine.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
+from sweeps.engine.flags import UsageError, epochs_of
+from sweeps.engine.gpus import (
+    auto_gpus_per_trial,
+    check_shared_storage,
+    choose_local_gpus,
+    next_fraction_after_oom,
+    oom_trials,
+    probe_on_gpu,
     requeued_trial_paths,
 )
-from sweeps.monitoring import monitoring_callbacks
+from sweeps.engine.monitoring import monitoring_callbacks
+from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from trainables.config import METRIC, MODE, TrainConfig
-
 
 ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy
 
@@ -55,10 +60,22 @@ class Trainable:
     probe_config: object | None = None
 
 
-def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, trial_name, search_alg=None, scheduler=None,
-           num_samples: int = 1, metric: str = METRIC, mode: str = MODE, settings: dict | None = None,
-           reused: dict | None = None, checkpoint_config: CheckpointConfig | None = None,
-           test_metric: str = "test/acc") -> tuple[int, list]:
+def launch(
+    options: RunOptions,
+    trainable: Trainable,
+    *,
+    param_space: dict,
+    trial_name,
+    search_alg=None,
+    scheduler=None,
+    num_samples: int = 1,
+    metric: str = METRIC,
+    mode: str = MODE,
+    settings: dict | None = None,
+    reused: dict | None = None,
+    checkpoint_config: CheckpointConfig | None = None,
+    test_metric: str = "test/acc",
+) -> tuple[int, list]:
     """Run a sweep with Ray Tune and report it.
 
     Args:
@@ -76,33 +93,68 @@ def launch(options: RunOptions, trainable: Trainable, *, param_space: dict, tria
         the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
-            another driver alive on `<storage-path>/<name>` (`sweeps.driver_lock`).
+            another driver alive on `<storage-path>/<name>` (`sweeps.engine.driver_lock`).
     """
     o, experiment_dir = options, options.experiment_dir
-    callbacks = monitoring_callbacks(o.name, progress_every=o.progress_every, quiet=o.quiet, mlflow_uri=o.mlflow_uri,
-                                     wandb_project=o.wandb_project, metric=metric, mode=mode)  # before Ray: a bad tracker is a usage error
+    callbacks = monitoring_callbacks(
+        o.name,
+        progress_every=o.progress_every,
+        quiet=o.quiet,
+        mlflow_uri=o.mlflow_uri,
+        wandb_project=o.wandb_project,
+        metric=metric,
+        mode=mode,
+    )  # before Ray: a bad tracker is a usage error
     callbacks.append(RestoreFromSurvivingCheckpoint())  # kept in the Tuner's RunConfig, so it acts on `--resume`
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trainable)
     concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
-    print(f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
-          + (f", {concurrent} at once" if concurrent else ""), flush=True)
+    print(
+        f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
+        + (f", {concurrent} at once" if concurrent else ""),
+        flush=True,
+    )
 
     set_tune_environment(experiment_dir)
-    run_config = sweep_run_config(o.name, o.storage_path, max_failures=o.max_failures, fail_fast=o.fail_fast,
-                                  callbacks=callbacks, metric=metric, mode=mode, checkpoint_config=checkpoint_config)
+    run_config = sweep_run_config(
+        o.name,
+        o.storage_path,
+        max_failures=o.max_failures,
+        fail_fast=o.fail_fast,
+        callbacks=callbacks,
+        metric=metric,
+        mode=mode,
+        checkpoint_config=checkpoint_config,
+    )
     trainable_for = lambda share: with_resources(trainable, share, o.cpus_per_trial, experiment_dir)  # noqa: E731
     if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
-        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored)
+        tuner = Tuner.restore(
+            experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored
+        )
     else:
-        write_sweep_info(experiment_dir, {"metric": metric, "mode": mode, "argv": sys.argv, "settings": settings or {},
-                                          "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                          "total_trials": num_samples * grid_size(param_space)})
-        tune_config = sweep_tune_config(concurrent, metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler,
-                                        num_samples=num_samples, time_budget_s=o.time_budget_s,
-                                        trial_name_creator=trial_name,
-                                        trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name))
+        write_sweep_info(
+            experiment_dir,
+            {
+                "metric": metric,
+                "mode": mode,
+                "argv": sys.argv,
+                "settings": settings or {},
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "total_trials": num_samples * grid_size(param_space),
+            },
+        )
+        tune_config = sweep_tune_config(
+            concurrent,
+            metric=metric,
+            mode=mode,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            time_budget_s=o.time_budget_s,
+            trial_name_creator=trial_name,
+            trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name),
+        )
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
     rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
@@ -119,7 +171,7 @@ def hold_and_start_ray(options: RunOptions, trainable: Trainable):
     Returns:
         (the `driver_lock` hold, released by the caller with the sweep's exit code; GPUs per trial).
     Raises:
-        UsageError: another driver alive on the folder (`sweeps.driver_lock`), or a check fails;
+        UsageError: another driver alive on the folder (`sweeps.engine.driver_lock`), or a check fails;
             after the hold, the folder is then left as it was found (released with code 2).
     """
     o = options
@@ -152,8 +204,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 
-def max_concurrent_trials(max_concurrent: int | None, gpus: float, cpus: float, trainable: Trainable, search_alg,
-                          num_samples: int) -> int | None:
+def max_concurrent_trials(
+    max_concurrent: int | None, gpus: float, cpus: float, trainable: Trainable, search_alg, num_samples: int
+) -> int | None:
     """`TuneConfig.max_concurrent_trials`: --max-concurrent, or a limit the sweep needs (None: none).
 
     Data-parallel trials (`gpus` >= 2 with `trainable.ddp`) hold no resources in their driver: no
@@ -170,7 +223,7 @@ def max_concurrent_trials(max_concurrent: int | None, gpus: float, cpus: float, 
 def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trainable: Trainable) -> float:
     """Resolve --gpus-per-trial with Ray up: `requested` as it is (GPUs, a float), the default (None:
     0.25 with GPUs, else 0), or `auto` (probe the memory of one trial on a whole GPU, pack densely;
-    `sweeps/gpus.py`)."""
+    `sweeps/engine/gpus.py`)."""
     if requested is None:
         return default_gpus_per_trial()
     if requested != "auto":
@@ -190,9 +243,16 @@ def with_resources(trainable: Trainable, gpus: float, cpus: float, experiment_di
     Ray Train run of one worker per GPU and itself holds almost nothing.
     """
     if gpus >= 2 and trainable.ddp is not None:
-        return tune.with_resources(tune.with_parameters(
-            trainable.ddp, **trainable.params, num_workers=int(gpus), cpus_per_worker=cpus,
-            experiment_path=experiment_dir), {"cpu": 0.01})  # Tune needs some resource
+        return tune.with_resources(
+            tune.with_parameters(
+                trainable.ddp,
+                **trainable.params,
+                num_workers=int(gpus),
+                cpus_per_worker=cpus,
+                experiment_path=experiment_dir,
+            ),
+            {"cpu": 0.01},
+        )  # Tune needs some resource
     return tune.with_resources(tune.with_parameters(trainable.function, **trainable.params), {"cpu": cpus, "gpu": gpus})
 
 
@@ -228,9 +288,17 @@ def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
     return TuneConfig(**(settings | overrides))
 
 
-def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, fail_fast: bool = False, callbacks: list | None = None,
-                     metric: str = METRIC, mode: str = MODE, checkpoint_config: CheckpointConfig | None = None,
-                     **overrides) -> RunConfig:
+def sweep_run_config(
+    name: str,
+    storage_path,
+    max_failures: int = MAX_FAILURES,
+    fail_fast: bool = False,
+    callbacks: list | None = None,
+    metric: str = METRIC,
+    mode: str = MODE,
+    checkpoint_config: CheckpointConfig | None = None,
+    **overrides,
+) -> RunConfig:
     """The `RunConfig` every sweep starts from.
 
     Storage under `storage_path/name`; the best two checkpoints by `metric` (Ray also keeps the
@@ -247,10 +315,12 @@ def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, 
     settings = {
         "name": name,
         "storage_path": str(storage_path),
-        "checkpoint_config": checkpoint_config or CheckpointConfig(
-            num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
+        "checkpoint_config": checkpoint_config
+        or CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
         "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
-        "sync_config": SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S),
+        "sync_config": SyncConfig(
+            sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
+        ),
         "log_to_file": True,
         "callbacks": callbacks,
         "verbose": 0,
@@ -258,8 +328,15 @@ def sweep_run_config(name: str, storage_path, max_failures: int = MAX_FAILURES, 
     return RunConfig(**(settings | overrides))
 
 
-def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config: RunConfig, trial_name,
-                     metric: str = METRIC, mode: str = MODE) -> list:
+def rerun_oom_trials(
+    results,
+    trainable_for,
+    gpus_per_trial: float,
+    run_config: RunConfig,
+    trial_name,
+    metric: str = METRIC,
+    mode: str = MODE,
+) -> list:
     """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
 
     Each round is a new `Tuner` over exactly the failed configs (`BasicVariantGenerator`'s
@@ -278,22 +355,38 @@ def rerun_oom_trials(results, trainable_for, gpus_per_trial: float, run_config: 
     share = gpus_per_trial
     while (configs := oom_trials(rounds[-1])) and (share := next_fraction_after_oom(share)) is not None:
         print(f"{len(configs)} trial(s) ran out of GPU memory: re-queued with {share:g} GPU each", flush=True)
-        rounds.append(Tuner(
-            trainable_for(share),
-            param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
-            tune_config=sweep_tune_config(None, metric=metric, mode=mode, num_samples=len(configs),
-                                          search_alg=BasicVariantGenerator(points_to_evaluate=configs),
-                                          trial_name_creator=trial_name, trial_dirname_creator=trial_name),
-            run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
-        ).fit())
+        rounds.append(
+            Tuner(
+                trainable_for(share),
+                param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
+                tune_config=sweep_tune_config(
+                    None,
+                    metric=metric,
+                    mode=mode,
+                    num_samples=len(configs),
+                    search_alg=BasicVariantGenerator(points_to_evaluate=configs),
+                    trial_name_creator=trial_name,
+                    trial_dirname_creator=trial_name,
+                ),
+                run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
+            ).fit()
+        )
     if configs := oom_trials(rounds[-1]):
-        print(f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
-              "--gpus-per-trial 2 (data-parallel)", file=sys.stderr)
+        print(
+            f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
+            "--gpus-per-trial 2 (data-parallel)",
+            file=sys.stderr,
+        )
     return rounds
 
 
-def print_summary(experiment_dir: str, metric: str = METRIC, mode: str = MODE, test_metric: str = "test/acc",
-                  shutdown_ray: bool = False) -> None:
+def print_summary(
+    experiment_dir: str,
+    metric: str = METRIC,
+    mode: str = MODE,
+    test_metric: str = "test/acc",
+    shutdown_ray: bool = False,
+) -> None:
     """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
     stated, the best configuration by `metric` named below) and then write the analysis report
     (paper table, plots, report.md, with the same rule) next to the results.

@@ -1,0 +1,1 @@
+"""The engine behind the sweep scripts: flags, grid, pre-flight checks, the one launcher and its parts."""

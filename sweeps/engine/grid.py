@@ -1,0 +1,80 @@
+"""The grid: the cross product of the axes, trial names, and folder-safe short forms of values."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+
+from sweeps.engine.flags import UsageError
+
+
+def grid_cells(axes: dict[str, list], max_trials: int) -> list[dict]:
+    """The cross product of the axes: one config dict per cell, in the axes' order.
+
+    Raises:
+        UsageError: more than `max_trials` cells (counted before any is built).
+    """
+    count = math.prod(len(v) for v in axes.values())
+    if count > max_trials:
+        raise UsageError(
+            f"the grid has {count:,} trials, more than --max-trials={max_trials:,}; "
+            "check the axes (a typo in --seeds?) or raise --max-trials"
+        )
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*axes.values())]
+
+
+def trial_namer(axes: dict[str, list]):
+    """A `trial_name_creator`: every varying axis, then noise type, noise rate and seed when the
+    trial has them, e.g. `gce_lr0.1_asym_0.4_seed2` (strings as they are, numbers after their name).
+    A string a folder name cannot hold (`configs/fast.yaml`, spaces) appears in `short_forms`."""
+    last = ("noise_type", "noise_rate", "seed")
+    varying = [k for k, v in axes.items() if len(v) > 1 and k not in last]
+    shorts = {k: short_forms(v) for k, v in axes.items()}
+
+    def text(key: str, value, named: bool) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = f"{value:g}"
+            return f"{key.replace('_', '')}{value}" if named else value
+        return shorts.get(key, {}).get(value) or short_forms([value])[value]
+
+    def name(trial) -> str:
+        c = trial.config
+        parts = [text(k, c[k], named=True) for k in varying]
+        parts += [text(k, c[k], named=False) for k in last[:2] if k in c]
+        parts += [f"seed{c['seed']}"] if "seed" in c else []
+        return "_".join(parts) or "trial"
+
+    return name
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a trial folder name may hold
+
+
+def short_forms(values: list) -> dict:
+    """{value: a folder-safe, unique short form} for the strings in `values` (others left out).
+
+    A string of `[A-Za-z0-9._+-]` only is itself; else its last path part (`configs/fast.yaml` ->
+    `fast.yaml`) with other characters as `-`, at most 40 characters; when two values would share
+    a form, the whole value is used, and an 8-digit hash of it is added where that is still not
+    unique or too long.
+    """
+    strings = [v for v in values if isinstance(v, str)]
+
+    def tidy(text: str) -> str:
+        return _UNSAFE.sub("-", text).strip("-.") or "x"
+
+    forms = {
+        v: v if not _UNSAFE.search(v) and v not in (".", "..") else tidy(v.rstrip("/").rsplit("/", 1)[-1])[:40]
+        for v in strings
+    }
+    first = list(forms.values())
+    for v in strings:
+        if first.count(forms[v]) > 1 and forms[v] != v:
+            forms[v] = tidy(v)
+    for v in strings:
+        if list(forms.values()).count(forms[v]) > 1 or len(forms[v]) > 60:
+            forms[v] = f"{forms[v][:40]}-{hashlib.sha1(v.encode()).hexdigest()[:8]}"
+    return forms
