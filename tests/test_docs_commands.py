@@ -450,3 +450,17 @@ def test_readme_is_at_most_300_lines_and_links_every_docs_page():
     linked = {(ROOT / t.split("#")[0]).resolve() for t in relative_links(ROOT / "README.md")}
     unlinked = [p.name for p in PAGES[1:] if p.resolve() not in linked]
     assert not unlinked, f"docs pages no reader of the README can reach: {unlinked}"
+
+
+CODE_PATH = re.compile(
+    r"\b(?:sweeps|trainables|analysis|tests|benchmarks|notebooks|docs)/[\w/.-]+\.(?:py|ipynb|md|png|json)\b"
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_files_named_in_code_spans_exist(page):
+    """`sweeps/engine/launch.py` in a page names a file of this checkout: a moved file leaves no stale name."""
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", page.read_text(), flags=re.S))
+    named = {path for span in spans for path in CODE_PATH.findall(span)}
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
