@@ -36,7 +36,8 @@ def record_run(experiment_dir: str, trainable_params: dict) -> dict | None:
     try:
         previous = read_records(experiment_dir)
         record, patch = collect(code_folder(trainable_params), nodes=ray_nodes())
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(record["started"])) + f"-{os.getpid()}"
+        now = time.time()  # the record's name: when it was written, to the millisecond (sorts in order)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
         folder = storage.join(experiment_dir, FOLDER)
         if patch:
             record["code"]["patch"] = f"run-{stamp}.patch"
