@@ -17,7 +17,7 @@ import pytest
 
 from analysis.provenance import changed_files, format_provenance
 from sweeps.engine import notify, provenance
-from sweeps.engine.flags import UsageError
+from sweeps.engine.flags import UsageError, check_notify_urls
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -119,7 +119,7 @@ def test_changed_files_names_the_files_whose_diff_or_commit_changed():
 
 def test_a_bad_notify_url_is_a_usage_error_naming_it():
     with pytest.raises(UsageError, match="'slackk://x'"):
-        notify.check_urls(["json://127.0.0.1:9/", "slackk://x"])
+        check_notify_urls(["json://127.0.0.1:9/", "slackk://x"])
 
 
 def test_undeliverable_notification_is_one_warning_line(capsys):

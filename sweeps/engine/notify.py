@@ -6,31 +6,7 @@ import logging
 import sys
 import time
 
-from sweeps.engine.flags import UsageError
-
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
-
-
-def check_urls(urls: list[str]) -> tuple[str, ...]:
-    """The --notify URLs, each one apprise can parse (`Apprise.instantiate`: Slack, mailto, ntfy,
-    Matrix, json://host:port/ ... https://github.com/caronc/apprise/wiki); nothing is sent.
-
-    Raises:
-        UsageError: naming the first URL apprise cannot parse (or apprise not installed).
-    """
-    if not urls:
-        return ()
-    try:
-        import apprise
-    except ImportError:
-        raise UsageError("--notify needs the apprise package: pip install apprise") from None
-    for url in urls:
-        if apprise.Apprise.instantiate(url) is None:
-            raise UsageError(
-                f"--notify {url!r} is not a URL apprise knows (e.g. json://host:port/, ntfy://topic, "
-                "slack://..., mailto://...; see https://github.com/caronc/apprise/wiki)"
-            )
-    return tuple(urls)
 
 
 def watch(urls: tuple[str, ...], name: str) -> None:

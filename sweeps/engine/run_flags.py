@@ -12,12 +12,12 @@ import os
 from sweeps.engine.flags import (
     UsageError,
     check_dashboard_host,
+    check_notify_urls,
     check_positive_int,
     check_storage_path,
     parse_gpu_flags,
     parse_range,
 )
-from sweeps.engine.notify import check_urls
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
@@ -163,7 +163,7 @@ def check_run_args(args: argparse.Namespace) -> None:
     if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
         raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
     check_dashboard_host(args.dashboard_host)
-    args.notify = check_urls(args.notify)
+    args.notify = check_notify_urls(args.notify)
     args.storage_path = check_storage_path(args.storage_path)
     if args.max_failures is not None and args.max_failures < 0:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
