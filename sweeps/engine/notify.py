@@ -24,7 +24,8 @@ def sweep_ended(code: int, rounds: list, metric: str, mode: str, reused: dict | 
     if not _WATCHED:
         return
     finished = sum(r.num_terminated for r in rounds)
-    errored = sum(r.num_errors for r in rounds[-1:])  # an OOM round re-runs the earlier rounds' errors
+    # each trial of an OOM re-queue round (`launch.rerun_oom_trials`) re-runs an error of the round before
+    errored = sum(r.num_errors for r in rounds) - sum(len(r) for r in rounds[1:])
     counts = f"{finished} finished, {errored} errored" + (f", {len(reused)} reused" if reused else "")
     title = f"sweep {_WATCHED['name']} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
     body = f"{counts}\n{best_line(rounds[0], metric, mode)}\nwall time: {wall_time()}"
@@ -44,18 +45,19 @@ def send(title: str, body: str, kind: str) -> bool:
     an exception (apprise's own log lines are silenced). Returns whether every URL took it."""
     import apprise
 
-    urls, _ = _WATCHED.pop("urls", ()), _WATCHED.clear()
+    urls = _WATCHED.get("urls", ())
+    _WATCHED.clear()  # one message per sweep: an error after the end message is not told again
     sender = apprise.Apprise()
     for url in urls:
         sender.add(url)
     log = logging.getLogger("apprise")
-    level, log.disabled = log.disabled, True
+    was_disabled, log.disabled = log.disabled, True
     try:
         delivered = bool(sender.notify(body=body, title=title, notify_type=kind))
-    except Exception as e:  # a plugin's own bug must not fail the sweep
-        delivered, body = False, str(e)
+    except Exception:  # a plugin's own bug must not fail the sweep
+        delivered = False
     finally:
-        log.disabled = level
+        log.disabled = was_disabled
     if not delivered:
         print(f"warning: --notify: the message '{title}' could not be delivered to {', '.join(urls)}", file=sys.stderr)
     return delivered
