@@ -145,6 +145,18 @@ def test_undeliverable_notification_is_one_warning_line(capsys):
     assert len(err.splitlines()) == 1 and err.startswith("warning: --notify")
 
 
+def test_estimate_scales_seconds_per_step_by_epochs_and_places_trials_longest_first():
+    from sweeps.engine.estimate import makespan, trial_seconds
+
+    per_step = {(("lr", 0.1),): 2.0, None: 1.0, "steps": 3.0}
+    epochs = lambda cell: cell.get("epochs", 30)  # noqa: E731
+    assert trial_seconds({"lr": 0.1, "epochs": 5}, per_step, epochs) == 10.0  # same config, other epochs
+    assert trial_seconds({"lr": 0.5, "epochs": 5}, per_step, epochs) == 5.0  # unseen config: the mean
+    assert trial_seconds({"lr": 0.5}, per_step) == 3.0  # a command: the history's mean steps
+    assert makespan([2, 3, 2, 3, 2], 2) == 7.0  # LPT: 3|3, 2|2, then 2 on one slot
+    assert makespan([4.0], 8) == 4.0
+
+
 # --- slow: sweeps of a command in a git repository, as a user runs them ------------------------
 
 
