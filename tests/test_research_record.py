@@ -84,6 +84,7 @@ def closed_port_url() -> str:
 
 def test_collect_records_commit_branch_diff_and_untracked_files_of_the_scripts_repo(tmp_path):
     repo = git_repo(tmp_path / "repo")
+    assert provenance.code_folder({"data": None}) == str(ROOT)  # a built-in sweep: this project
     folder = provenance.code_folder({"template": [PY, "train.py", "--seed", "{seed}"], "cwd": str(repo)})
     record, patch = provenance.collect(folder)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
