@@ -59,7 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watch", type=float, metavar="N", help="with --status: print it again every N seconds until the sweep ends"
     )
+    parser.add_argument(
+        "--provenance", action="store_true", help="print what ran: command, commit, diff, versions, nodes"
+    )
     args = parser.parse_args(argv)
+    if args.provenance:  # analysis/provenance.py; reads no trial files
+        from analysis.provenance import print_provenance
+
+        return print_provenance(args.experiment)
     try:
         check_select(args.select, args.k)
     except ExperimentError as error:

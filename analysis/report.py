@@ -30,6 +30,7 @@ from analysis.plots import (
     plot_timeline,
     save_figure,
 )
+from analysis.provenance import report_lines as provenance_lines
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 from analysis.select import add_selected
 from analysis.summary import best_cell, cell_trials, summary_text
@@ -308,4 +309,5 @@ def _markdown(
     ]
     for title, file in figures.items():
         lines += [f"## {title}", "", f"![{title}]({file})", ""]
+    lines += provenance_lines(trials.attrs["experiment"])
     return "\n".join(lines)

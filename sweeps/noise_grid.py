@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import estimate, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 
 NAME = "noise_grid"
 GRID_DEFAULTS = {"noise_type": "sym,asym", "noise_rate": "0.125,0.25,0.375,0.5,0.625,0.75"}  # the grid's own axes
@@ -37,6 +37,7 @@ def parse_args(argv: list[str]):
         defaults=GRID_DEFAULTS,
         aliases={"noise_type": ["--noise-types"], "noise_rate": ["--noise-rates"]},
     )
+    parser.add_argument("--dry-run", action="store_true", help="print the trials, steps and expected wall time; exit")
     run_flags.add_run_args(parser, name=NAME, grid=True)
     args = parser.parse_args(argv)
     run_flags.check_run_args(args)
@@ -60,6 +61,10 @@ def main(argv: list[str]) -> int:
     axes = grid_axes(args)
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", flush=True)
+    if args.dry_run:  # before Ray, torch or the data load
+        estimated = estimate.estimate_lines(cells, f"{args.storage_path}/{args.name}", **estimate.run_flags_of(args))
+        print(*estimated, "nothing was run (--dry-run)", sep="\n")
+        return 0
     preflight.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
 
     from trainables.config import parse_config

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import command_template, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import command_template, estimate, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES  # noqa: E402
 
@@ -140,6 +140,10 @@ def dry_run(args) -> int:
         name = namer(types.SimpleNamespace(config=cell))
         argv = command_template.render(args.template, cell, f"{args.storage_path}/{args.name}/{name}/work", name)
         print(f"{name}: {shlex.join(argv)}")
+    print(
+        *estimate.estimate_lines(args.cells, f"{args.storage_path}/{args.name}", **estimate.run_flags_of(args)),
+        sep="\n",
+    )
     print(f"{len(args.cells)} trials; nothing was run (--dry-run)")
     return 0
 

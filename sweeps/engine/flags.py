@@ -131,6 +131,28 @@ def check_storage_path(path: str) -> Path:
     return resolved
 
 
+def check_notify_urls(urls: list[str]) -> tuple[str, ...]:
+    """The --notify URLs, each one apprise can parse (`Apprise.instantiate`: Slack, mailto, ntfy,
+    Matrix, json://host:port/ ... https://github.com/caronc/apprise/wiki); nothing is sent.
+
+    Raises:
+        UsageError: naming the first URL apprise cannot parse (or apprise not installed).
+    """
+    if not urls:
+        return ()
+    try:
+        import apprise
+    except ImportError:
+        raise UsageError("--notify needs the apprise package: pip install apprise") from None
+    for url in urls:
+        if apprise.Apprise.instantiate(url) is None:
+            raise UsageError(
+                f"--notify {url!r} is not a URL apprise knows (e.g. json://host:port/, ntfy://topic, "
+                "slack://..., mailto://...; see https://github.com/caronc/apprise/wiki)"
+            )
+    return tuple(urls)
+
+
 def check_dashboard_host(host: str) -> bool:
     """Check --dashboard-host; return True when it is loopback (only this machine can connect).
 

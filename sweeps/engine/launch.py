@@ -28,7 +28,7 @@ from ray.tune.search import BasicVariantGenerator
 
 import analysis
 from analysis import storage
-from sweeps.engine import driver_lock, resume
+from sweeps.engine import driver_lock, notify, provenance, resume
 from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
 from sweeps.engine.flags import UsageError, epochs_of
@@ -109,6 +109,8 @@ def launch(
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trainable)
+    notify.watch(o.notify, o.name)
+    provenance.record_run(experiment_dir, trainable.params)  # every run: first, --resume, extension
     concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
     print(
         f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
@@ -158,6 +160,7 @@ def launch(
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
     rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
+    notify.sweep_ended(code, rounds, metric, mode, reused)
     print_summary(experiment_dir, metric, mode, test_metric, shutdown_ray=starts_ray)
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     held.release(code)

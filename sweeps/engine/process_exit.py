@@ -27,9 +27,19 @@ def run_main(main) -> None:
     except KeyboardInterrupt:
         print("interrupted: resume with the same command and --resume", file=sys.stderr)
         code = 130
+        _notify_stopped("interrupted (Ctrl-C)")
+    except Exception as e:  # a crash: --notify URLs hear of it, then Python's traceback and exit code 1
+        _notify_stopped(e)
+        raise
     if "sweeps.engine.driver_lock" in sys.modules:  # the sweep held its experiment folder: record how it ended
         sys.modules["sweeps.engine.driver_lock"].release_all(code)
     exit_now(code)
+
+
+def _notify_stopped(why) -> None:
+    """Tell the sweep's --notify URLs that it stopped (`sweeps.engine.notify`, if it got that far)."""
+    if "sweeps.engine.notify" in sys.modules:
+        sys.modules["sweeps.engine.notify"].sweep_stopped(why)
 
 
 def exit_now(code: int) -> None:

@@ -12,6 +12,7 @@ import os
 from sweeps.engine.flags import (
     UsageError,
     check_dashboard_host,
+    check_notify_urls,
     check_positive_int,
     check_storage_path,
     parse_gpu_flags,
@@ -82,6 +83,12 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
             "--seeds", type=int, default=None, help="seeds per configuration: an axis 0..N-1 (default: 1, or --seed)"
         )
         res.add_argument(
+            "--estimate-from",
+            default=None,
+            metavar="EXP",
+            help="with --dry-run: estimate the wall time from this finished experiment (default: --name's)",
+        )
+        res.add_argument(
             "--max-trials", type=int, default=MAX_TRIALS, help=f"refuse a grid of more trials (default: {MAX_TRIALS:,})"
         )
     faults = parser.add_argument_group("failures, resuming and extending")
@@ -129,6 +136,14 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         help="also log every trial to this Weights & Biases project (needs the trackers extra and "
         "`wandb login`, or WANDB_MODE=offline to write runs locally and `wandb sync` them later)",
     )
+    watch.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="send a message when the sweep ends or stops on an error, to an apprise URL such as "
+        "ntfy://topic, slack://..., mailto://..., json://host:port/ (repeatable; docs/research-record.md)",
+    )
 
 
 def check_run_args(args: argparse.Namespace) -> None:
@@ -148,6 +163,7 @@ def check_run_args(args: argparse.Namespace) -> None:
     if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
         raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
     check_dashboard_host(args.dashboard_host)
+    args.notify = check_notify_urls(args.notify)
     args.storage_path = check_storage_path(args.storage_path)
     if args.max_failures is not None and args.max_failures < 0:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
@@ -156,6 +172,8 @@ def check_run_args(args: argparse.Namespace) -> None:
             f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them"
         )
     args.max_failures = 0 if args.fail_fast else (MAX_FAILURES if args.max_failures is None else args.max_failures)
+    if getattr(args, "estimate_from", None) and not getattr(args, "dry_run", False):
+        raise UsageError("--estimate-from says what --dry-run estimates from; give --dry-run too")
     if getattr(args, "retry_errored", False) and not args.resume:
         raise UsageError(
             "--retry-errored needs --resume (it continues the errored trials of a killed or finished sweep)"
@@ -189,6 +207,7 @@ class RunOptions:
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
         quiet, progress_every: no progress blocks; seconds between them.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
+        notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.notify`).
     """
 
     name: str
@@ -209,6 +228,7 @@ class RunOptions:
     progress_every: float = 15.0
     mlflow_uri: str | None = None
     wandb_project: str | None = None
+    notify: tuple[str, ...] = ()
 
     @property
     def experiment_dir(self) -> str:

@@ -1,0 +1,240 @@
+"""The research record (docs/research-record.md): provenance per run, --notify messages, --dry-run's estimate."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.provenance import changed_files, format_provenance
+from sweeps.engine import notify, provenance
+from sweeps.engine.flags import UsageError, check_notify_urls
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+SCRIPT = """import sys, time
+for e in range(1, 4):
+    time.sleep(0.5)
+    print(f"epoch={e} val_acc={0.5 + e / 10 + int(sys.argv[1]) / 100}", flush=True)
+"""
+
+
+def git_repo(folder: Path) -> Path:
+    """A git repository holding train.py, committed, then changed without a commit, and an untracked file."""
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=folder, check=True)
+    subprocess.run(git + ["add", "train.py"], cwd=folder, check=True)
+    subprocess.run(git + ["commit", "-qm", "first"], cwd=folder, check=True)
+    (folder / "train.py").write_text(SCRIPT + "# lr warm-up tried\n")
+    (folder / "notes.py").write_text("x = 1\n")
+    return folder
+
+
+class Receiver:
+    """An HTTP server on loopback that keeps every JSON body POSTed to it (apprise's json:// target)."""
+
+    def __init__(self):
+        self.messages = []
+        messages = self.messages
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"json://127.0.0.1:{self.server.server_port}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"json://127.0.0.1:{s.getsockname()[1]}/"  # nothing listens once the socket is closed
+
+
+# --- fast: provenance and notifications without Ray -------------------------------------------
+
+
+def test_collect_records_commit_branch_diff_and_untracked_files_of_the_scripts_repo(tmp_path):
+    repo = git_repo(tmp_path / "repo")
+    assert provenance.code_folder({"data": None}) == str(ROOT)  # a built-in sweep: this project
+    folder = provenance.code_folder({"template": [PY, "train.py", "--seed", "{seed}"], "cwd": str(repo)})
+    record, patch = provenance.collect(folder)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert record["code"]["commit"] == head and record["code"]["branch"] == "main"
+    assert list(record["code"]["diff_files"]) == ["train.py"] and record["code"]["untracked"] == ["notes.py"]
+    assert "+# lr warm-up tried" in patch
+    assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["packages"]["ray"] == record["versions"]["ray"]
+    assert record["command"].startswith(PY)
+    assert record["nodes"][0]["host"] == socket.gethostname()
+
+
+def test_record_run_writes_a_record_and_patch_that_provenance_prints(tmp_path, capsys):
+    repo, experiment = git_repo(tmp_path / "repo"), str(tmp_path / "runs" / "exp")
+    params = {"template": [PY, "train.py"], "cwd": str(repo)}
+    provenance.record_run(experiment, params)
+    (repo / "train.py").write_text(SCRIPT)  # the change undone: train.py differs from the first run
+    second = provenance.record_run(experiment, params)
+    assert "code changed since the previous run: train.py" in capsys.readouterr().out
+    assert second["code"]["diff_files"] == {}
+    text = format_provenance(experiment)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert text.count(f"commit {head} (branch main)") == 2 and text.count("+# lr warm-up tried") == 1
+    assert "code changed since the previous run: train.py" in text
+
+
+def test_changed_files_names_the_files_whose_diff_or_commit_changed():
+    before = {"code": {"diff_files": {"a.py": "1", "b.py": "2"}, "untracked": ["n.py"]}}
+    after = {"code": {"diff_files": {"a.py": "1", "b.py": "3"}, "untracked": [], "since_previous": ["c.py"]}}
+    assert changed_files(before, after) == ["b.py", "c.py", "n.py"]
+    assert changed_files(before, before) == []
+
+
+def test_a_bad_notify_url_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="'slackk://x'"):
+        check_notify_urls(["json://127.0.0.1:9/", "slackk://x"])
+
+
+def test_a_driver_crash_sends_one_stop_message_naming_the_exception(receiver, monkeypatch):
+    from sweeps.engine import process_exit
+
+    def crash(argv):
+        raise RuntimeError("the head node went away")
+
+    notify.watch((receiver.url,), "noise_grid")
+    monkeypatch.setattr(sys, "argv", ["sweep"])
+    with pytest.raises(RuntimeError):
+        process_exit.run_main(crash)  # re-raised after the message: Python's traceback, exit code 1
+    notify.sweep_stopped(RuntimeError("again"))  # told once only
+    assert len(receiver.messages) == 1
+    assert receiver.messages[0]["title"] == "sweep noise_grid stopped"
+    assert "RuntimeError: the head node went away" in receiver.messages[0]["message"]
+
+
+def test_undeliverable_notification_is_one_warning_line(capsys):
+    notify.watch((closed_port_url(),), "s")
+    assert notify.send("t", "b", "info") is False
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("warning: --notify")
+
+
+def test_estimate_scales_seconds_per_step_by_epochs_and_places_trials_longest_first():
+    from sweeps.engine.estimate import makespan, trial_seconds
+
+    per_step = {(("lr", 0.1),): 2.0, None: 1.0, "steps": 3.0}
+    epochs = lambda cell: cell.get("epochs", 30)  # noqa: E731
+    assert trial_seconds({"lr": 0.1, "epochs": 5}, per_step, epochs) == 10.0  # same config, other epochs
+    assert trial_seconds({"lr": 0.5, "epochs": 5}, per_step, epochs) == 5.0  # unseen config: the mean
+    assert trial_seconds({"lr": 0.5}, per_step) == 3.0  # a command: the history's mean steps
+    assert makespan([2, 3, 2, 3, 2], 2) == 7.0  # LPT: 3|3, 2|2, then 2 on one slot
+    assert makespan([4.0], 8) == 4.0
+
+
+# --- slow: sweeps of a command in a git repository, as a user runs them ------------------------
+
+
+def run_sweep(cwd: Path, storage: Path, *argv: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`python sweeps/run_command.py ARGV` from `cwd`, CPU trials; (process, wall seconds)."""
+    own, command = list(argv[: argv.index("--")]), list(argv[argv.index("--") :])
+    flags = ["--storage-path", str(storage), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    start = time.monotonic()
+    proc = subprocess.run(
+        [PY, str(ROOT / "sweeps/run_command.py"), *own, *flags, *command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    return proc, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_sweep_records_provenance_notifies_once_and_dry_run_estimates_its_wall_time(tmp_path, receiver):
+    repo, runs = git_repo(tmp_path / "repo"), tmp_path / "runs"
+    sweep = ["--axis", "lr=1,2,3,4", "--notify", receiver.url, "--", PY, "train.py", "{lr}"]
+    proc, wall = run_sweep(repo, runs, *sweep)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # provenance: the commit and the uncommitted diff, printed by --provenance
+    shown = subprocess.run(
+        [PY, "-m", "analysis", str(runs / "command"), "--provenance"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert shown.returncode == 0, shown.stderr
+    assert f"commit {head} (branch main)" in shown.stdout and "+# lr warm-up tried" in shown.stdout
+    assert "untracked files: notes.py" in shown.stdout
+    assert "## Provenance" in (runs / "command" / "report" / "report.md").read_text()
+
+    # one message for the finished sweep, naming it, its counts and its best configuration
+    assert len(receiver.messages) == 1, receiver.messages
+    message = receiver.messages[0]
+    assert message["title"] == "sweep command finished" and "4 finished, 0 errored" in message["message"]
+    assert "best: lr=4" in message["message"]
+
+    # --dry-run of the same command: within 30 % of the wall time just measured
+    dry, _ = run_sweep(repo, runs, "--dry-run", *sweep)
+    assert dry.returncode == 0, dry.stderr
+    estimated = float(re.search(r"expected wall time: (\d+) s", dry.stdout).group(1))
+    print(f"estimated {estimated:.0f} s, measured {wall:.1f} s")  # seen with pytest -s
+    assert abs(estimated - wall) <= 0.3 * wall, (estimated, wall, dry.stdout)
+    assert len(receiver.messages) == 1  # a dry run tells nobody
+
+    # a second run after another change says which file changed, and records itself
+    (repo / "train.py").write_text(SCRIPT + "# warm-up removed\n")
+    again, _ = run_sweep(repo, runs, "--axis", "lr=1,2,3,4,5", "--", PY, "train.py", "{lr}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "code changed since the previous run: train.py" in again.stdout
+    assert len(list((runs / "command" / "provenance").glob("run-*.json"))) == 2
+
+
+@pytest.mark.slow
+def test_a_failed_sweep_sends_one_message_and_an_undeliverable_url_only_warns(tmp_path, receiver):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "fail.py").write_text("print('epoch=1 val_acc=0.1', flush=True)\nraise SystemExit(1)\n")
+    dead = closed_port_url()
+    proc, _ = run_sweep(
+        folder, tmp_path / "runs", "--max-failures", "0", "--notify", receiver.url, "--notify", dead, "--",
+        PY, "fail.py",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(receiver.messages) == 1, receiver.messages
+    assert receiver.messages[0]["title"] == "sweep command ended with errors (exit code 1)"
+    assert "0 finished, 1 errored" in receiver.messages[0]["message"]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: --notify")]
+    assert len(warnings) == 1 and dead in warnings[0]
