@@ -37,7 +37,10 @@ _WHERE = {
         "varying_config_columns",
     ),
     "analysis.select": ("add_selected", "select_values"),
-    "analysis.paper": ("format_paper_table", "paired_test", "paper_caption", "paper_table", "write_paper_table"),
+    "analysis.paper": ("paper_table",),
+    "analysis.paper_format": ("format_cell", "format_paper_table", "paper_caption", "write_paper_table"),
+    "analysis.stats": ("bootstrap_ci", "holm", "paired_test", "seed_stats"),
+    "analysis.formatting": ("latex_escape",),
     "analysis.summary": ("summary_text", "sweep_summary"),
     "analysis.confusion": ("load_confusion", "per_class_accuracy"),
     "analysis.plots": (

@@ -120,7 +120,8 @@ def _paper(source, args) -> int:
     from pathlib import Path
 
     from analysis.load import duplicates_line, load_experiment
-    from analysis.paper import format_paper_table, paper_table, write_paper_table
+    from analysis.paper import paper_table
+    from analysis.paper_format import format_paper_table, write_paper_table
     from analysis.report import report_folder, resolve_metric
 
     trials, history = load_experiment(source)

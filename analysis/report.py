@@ -20,7 +20,8 @@ from analysis.load import (
     varying_config_columns,
 )
 from analysis.packing import sweep_efficiency
-from analysis.paper import format_paper_table, paper_table, write_paper_table
+from analysis.paper import paper_table
+from analysis.paper_format import format_paper_table, write_paper_table
 from analysis.plots import (
     plot_confusion,
     plot_heatmap,

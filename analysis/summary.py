@@ -11,7 +11,8 @@ import pandas as pd
 
 from analysis.errors import ExperimentError
 from analysis.load import duplicates_line, load_experiment
-from analysis.paper import format_cell, paper_table
+from analysis.paper import paper_table
+from analysis.paper_format import format_cell
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 
 
