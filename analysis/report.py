@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from analysis.confusion import CONFUSION_SELECT, load_confusion
+from analysis.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
 from analysis.load import (
     ExperimentError,
     config_column,
@@ -22,15 +23,7 @@ from analysis.load import (
 from analysis.packing import sweep_efficiency
 from analysis.paper import paper_table
 from analysis.paper_format import format_paper_table, write_paper_table
-from analysis.plots import (
-    plot_confusion,
-    plot_heatmap,
-    plot_learning_curves,
-    plot_metric_vs_noise_rate,
-    plot_paper_curves,
-    plot_timeline,
-    save_figure,
-)
+from analysis.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 from analysis.select import add_selected
 from analysis.summary import best_cell, cell_trials, summary_text
