@@ -3,6 +3,7 @@
     python -m analysis runs/noise_grid [--metric val/acc --mode max --out DIR --svg]
     python -m analysis runs/ce runs/gce --paper [--select best-val|last|last-k] [--k 10]
                        [--rows loss] [--baseline ce] [--test-metric test/acc]
+    python -m analysis runs/ce runs/gce --paper --bootstrap      # + bootstrap CIs of each cell
     python -m analysis runs/noise_grid --status [--watch 30]     # a running (or ended) sweep
 
 Arguments are parsed and checked before pandas, matplotlib or scipy are imported, so --help and
@@ -20,6 +21,19 @@ from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELEC
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        check_select(args.select, args.k)
+    except ExperimentError as error:
+        parser.exit(2, f"error: {error}\n")
+    if args.watch is not None or args.status:
+        return _status(parser, args)
+    return _report(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The flags of ``python -m analysis`` (no pandas, matplotlib or scipy imported)."""
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "experiment",
@@ -59,14 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watch", type=float, metavar="N", help="with --status: print it again every N seconds until the sweep ends"
     )
-    args = parser.parse_args(argv)
-    try:
-        check_select(args.select, args.k)
-    except ExperimentError as error:
-        parser.exit(2, f"error: {error}\n")
-    if args.watch is not None or args.status:
-        return _status(parser, args)
+    parser.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="add a BCa bootstrap 95%% interval of each paper-table cell's mean beside mean ± std "
+        "(scipy.stats.bootstrap; docs/analysis-statistics.md)",
+    )
+    return parser
 
+
+def _report(args) -> int:
+    """The report (or with --paper only the paper table): written, its summary printed."""
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     import matplotlib
 
@@ -88,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             test_metric=args.test_metric,
             rows=args.rows,
             baseline=args.baseline,
+            bootstrap=args.bootstrap,
         )
     except (ExperimentError, FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -136,6 +154,7 @@ def _paper(source, args) -> int:
         val_mode=mode,
         rows=args.rows,
         baseline=args.baseline,
+        bootstrap=args.bootstrap,
     )
     out = Path(args.out) if args.out else report_folder(trials)
     written = write_paper_table(table, out / "paper_table")

@@ -28,10 +28,8 @@ def plot_learning_curves(
 ) -> Figure:
     """``metric`` against training progress, one line per configuration: mean ± 1 std over seeds.
 
-    Errored and diverged trials are left out (the legend gives the number of seeds per line).
-    When ``panel`` is one of the configuration keys there is one panel per value of it (e.g.
-    sym | asym); when a single numeric key is left (e.g. noise rate), lines are coloured along
-    a sequential colour map in its order.
+    Errored and diverged trials are left out (the legend gives the seeds per line). One panel per
+    value of ``panel`` (e.g. sym | asym); one numeric key left (noise rate): a sequential colour map.
 
     Args:
         history: :func:`analysis.load_history` of the experiment.
@@ -51,24 +49,15 @@ def plot_learning_curves(
         ExperimentError: ``metric`` (or ``x``) is not a column of ``history``; the message lists
             the metrics that exist.
     """
-    metric_column(trials, metric)  # clear error when no trial reported it
-    if metric not in history.columns:
-        raise ExperimentError(f"metric {metric!r} is not in the history; columns: {', '.join(history.columns)}")
-    if x is None:
-        x = "epoch" if "epoch" in history.columns and history["epoch"].notna().any() else "training_iteration"
-    if x not in history.columns:
-        raise ExperimentError(f"x column {x!r} is not in the history; columns: {', '.join(history.columns)}")
+    x = _x_column(history, trials, metric, x)
     keys = _group_keys(trials, by, seed)
     panel_key = next((k for k in keys if panel and k in (panel, f"config/{panel}")), None)
     line_keys = [k for k in keys if k != panel_key]
-
     ok = trials.loc[~failed(trials), ["trial_id", *keys]]
     data = history[["trial_id", x, metric]].merge(ok, on="trial_id")
     data = data[np.isfinite(pd.to_numeric(data[metric], errors="coerce"))]
     panels = list(data.groupby(panel_key, sort=True)) if panel_key else [(None, data)]
-    line_values = (
-        sorted({tuple(v) for v in data[line_keys].itertuples(index=False)}, key=sort_key) if line_keys else [()]
-    )
+    line_values = sorted(set(data[line_keys].itertuples(index=False, name=None)), key=sort_key) if line_keys else [()]
     sequential = len(line_keys) == 1 and pd.api.types.is_numeric_dtype(trials[line_keys[0]])
     line_colors = dict(zip(line_values, colors(len(line_values), sequential)))
 
@@ -87,6 +76,19 @@ def plot_learning_curves(
     if len(line_values) > 1 or not line_keys:
         legend(axes[-1], len(line_values))
     return fig
+
+
+def _x_column(history: pd.DataFrame, trials: pd.DataFrame, metric: str, x: str | None) -> str:
+    """The x column (default ``epoch`` when reported, else ``training_iteration``), after checking
+    that it and ``metric`` are in the history."""
+    metric_column(trials, metric)  # clear error when no trial reported it
+    if metric not in history.columns:
+        raise ExperimentError(f"metric {metric!r} is not in the history; columns: {', '.join(history.columns)}")
+    if x is None:
+        x = "epoch" if "epoch" in history.columns and history["epoch"].notna().any() else "training_iteration"
+    if x not in history.columns:
+        raise ExperimentError(f"x column {x!r} is not in the history; columns: {', '.join(history.columns)}")
+    return x
 
 
 def _mean_std_lines(ax, rows: pd.DataFrame, line_keys: list[str], x: str, metric: str, line_colors: dict) -> None:
@@ -142,14 +144,8 @@ def plot_metric_vs_noise_rate(
     x_column = config_column(trials, x)
     panel_column = config_column(trials, panel) if _has_config(trials, panel) else None
     hue = [c for c in varying_config_columns(trials, seed) if c not in (x_column, panel_column)]
-    table = best_runs(
-        trials,
-        metric,
-        mode or guess_mode(metric),
-        by=[c for c in (panel_column, *hue, x_column) if c],
-        scope=scope,
-        seed=seed,
-    )
+    by = [c for c in (panel_column, *hue, x_column) if c]
+    table = best_runs(trials, metric, mode or guess_mode(metric), by=by, scope=scope, seed=seed)
     x_name, hue_names = bare(x_column), [bare(c) for c in hue]
     panel_name = bare(panel_column) if panel_column else None
     panel_values = sorted(table[panel_name].dropna().unique()) if panel_column else [None]

@@ -82,9 +82,7 @@ def paper_table(
 ) -> pd.DataFrame:
     """The paper table in long form: one row per (method, noise type, noise rate) cell.
 
-    Each trial contributes one value of ``metric``, chosen by ``select``
-    (:func:`analysis.select.select_values`); a cell is the mean ± std over seeds of its usable trials.
-
+    Each trial gives one value of ``metric`` by ``select`` (:func:`analysis.select.select_values`).
     Args:
         trials, history: :func:`analysis.load_experiment` of one experiment or a list of them.
         metric: the reported metric, e.g. ``"test/acc"``; ``mode`` its direction (default
@@ -92,13 +90,10 @@ def paper_table(
         select, k: selection rule (``"best-val"``, ``"last"``, ``"last-k"``) and its window.
         val_metric, val_mode: validation metric for ``best-val``; default the sweep's recorded
             metric and mode (``trials.attrs``), else ``val/acc``/``max``.
-        rows: config keys that make a method (``["loss"]``, ``["loss", "lr"]``, ``"experiment"``).
-            Default: every varying config key but noise type, noise rate and the seed;
-            ``experiment`` in front when experiments would otherwise share a cell; ``loss`` when
-            nothing varies.
-        baseline: method row the others are tested against, by its label (row key values joined
-            with ``", "``) or one of its values; ``"auto"`` = the row with ``ce`` when exactly one
-            has it; None = no tests.
+        rows: config keys that make a method (``["loss", "lr"]``, ``"experiment"``); default every
+            varying key but noise and seed (``experiment`` first when experiments share a cell).
+        baseline: label (``"gce, 0.001"``) or a value of the row the others are tested against;
+            ``"auto"``: the one row with ``ce``; None: no tests.
         seed: config key of the seed axis; pairs are formed on equal seeds (same noise draw).
         bootstrap: add BCa bootstrap intervals of each cell's mean (``boot_low``, ``boot_high``).
 
@@ -111,8 +106,7 @@ def paper_table(
         ``correction`` (``"holm"``), ``n_comparisons``, ``bootstrap`` (method or None).
 
     Raises:
-        ExperimentError: bad rule or k, ``metric`` or (for best-val) the validation metric not in
-            the history, a row key or baseline that does not exist (the message lists them).
+        ExperimentError: bad rule or k, a metric, row key or baseline that does not exist.
     """
     val_metric, val_mode, mode = _directions(trials, metric, val_metric, val_mode, mode)
     values = select_values(history, metric, select, k=k, val_metric=val_metric, val_mode=val_mode)["value"]
@@ -128,25 +122,27 @@ def paper_table(
         table[["boot_low", "boot_high"]] = [bootstrap_ci(list(s.values())) for s in table["_seeds"]]
     table = _tidy(table, keys, columns, bootstrap)
     n_seeds = trials[seed_column].nunique() if seed_column else int(table[["n", "n_failed"]].sum(axis=1).max())
-    table.attrs.update(
-        metric=metric,
-        mode=mode,
-        select=select,
-        k=k,
-        val_metric=val_metric,
-        rule=describe_select(select, metric, val_metric, k),
+    rule = dict(metric=metric, mode=mode, select=select, k=k, val_metric=val_metric)
+    table.attrs.update(_attrs(table, rule, keys, columns, base_label, int(n_seeds), bootstrap, trials.attrs))
+    return table
+
+
+def _attrs(table, rule: dict, keys, columns, base_label, n_seeds: int, bootstrap: bool, trial_attrs: dict) -> dict:
+    """The ``attrs`` of a paper table (listed in :func:`paper_table`)."""
+    return dict(
+        **rule,
+        rule=describe_select(rule["select"], rule["metric"], rule["val_metric"], rule["k"]),
         rows=[bare(c) for c in keys],
         columns=[bare(c) for c in columns],
         baseline=base_label,
-        n_seeds=int(n_seeds),
-        percent=_is_percent(metric, table["mean"]),
-        experiment=trials.attrs.get("experiment"),
+        n_seeds=n_seeds,
+        percent=_is_percent(rule["metric"], table["mean"]),
+        experiment=trial_attrs.get("experiment"),
         alpha=ALPHA,
         correction="holm",
         n_comparisons=int(table["p_ttest"].notna().sum()),
         bootstrap=BOOTSTRAP_METHOD if bootstrap else None,
     )
-    return table
 
 
 def _directions(trials, metric, val_metric, val_mode, mode) -> tuple[str, str, str]:

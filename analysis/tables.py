@@ -64,16 +64,7 @@ def best_runs(
         else [column if column in trials.columns else config_column(trials, column) for column in by]
     )
     seed_column = f"config/{seed}" if f"config/{seed}" in trials.columns else None
-    work = pd.DataFrame(
-        {
-            "_value": pd.to_numeric(trials[value_column], errors="coerce"),
-            "_failed": failed(trials),
-            "_seed": trials[seed_column] if seed_column else np.nan,
-            "_trial": trials["trial_name"],
-            **{key: trials[key] for key in keys},
-        }
-    )
-    work["_usable"] = ~work["_failed"] & np.isfinite(work["_value"])
+    work = _per_trial(trials, value_column, keys, seed_column)
     table = cell_stats(work, keys, "_value", "_usable", lambda ok, group: _best_run(ok, group, mode))
     table["ci95_low"], table["ci95_high"] = table["mean"] - table["ci95"], table["mean"] + table["ci95"]
     table = table[[*keys, *_STAT_COLUMNS]]
@@ -86,6 +77,21 @@ def best_runs(
 
 
 _STAT_COLUMNS = ["n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best", "best_seed", "best_trial"]
+
+
+def _per_trial(trials: pd.DataFrame, value_column: str, keys: list[str], seed_column: str | None) -> pd.DataFrame:
+    """One row per trial: its configuration, value, seed, name, and whether it failed or is usable."""
+    work = pd.DataFrame(
+        {
+            "_value": pd.to_numeric(trials[value_column], errors="coerce"),
+            "_failed": failed(trials),
+            "_seed": trials[seed_column] if seed_column else np.nan,
+            "_trial": trials["trial_name"],
+            **{key: trials[key] for key in keys},
+        }
+    )
+    work["_usable"] = ~work["_failed"] & np.isfinite(work["_value"])
+    return work
 
 
 def _best_run(ok: pd.DataFrame, group: pd.DataFrame, mode: str) -> dict:
