@@ -24,6 +24,7 @@ import optuna
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.formatting import bare
 from analysis.rules import DEFAULT_METRIC as METRIC
 from analysis.rules import DEFAULT_MODE as MODE
 
@@ -172,7 +173,7 @@ def top_trials(
         out["trial"] = ranked[name_col] if name_col else range(1, len(ranked) + 1)
     for column in sorted(c for c in df.columns if c.startswith("config/")):
         if df[column].nunique(dropna=True) > 1:
-            out[column.removeprefix("config/")] = ranked[column].map(_short)
+            out[bare(column)] = ranked[column].map(_short)
     if "training_iteration" in ranked:
         out["epochs"] = ranked["training_iteration"].astype(int).astype(str)
         if epochs is not None:
