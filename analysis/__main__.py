@@ -3,6 +3,7 @@
     python -m analysis runs/noise_grid [--metric val/acc --mode max --out DIR --svg]
     python -m analysis runs/ce runs/gce --paper [--select best-val|last|last-k] [--k 10]
                        [--rows loss] [--baseline ce] [--test-metric test/acc]
+    python -m analysis runs/ce runs/gce --paper --bootstrap      # + bootstrap CIs of each cell
     python -m analysis runs/noise_grid --status [--watch 30]     # a running (or ended) sweep
 
 Arguments are parsed and checked before pandas, matplotlib or scipy are imported, so --help and
@@ -20,6 +21,23 @@ from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELEC
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.provenance:  # analysis/provenance.py; reads no trial files
+        from analysis.provenance import print_provenance
+
+        return print_provenance(args.experiment)
+    try:
+        check_select(args.select, args.k)
+    except ExperimentError as error:
+        parser.exit(2, f"error: {error}\n")
+    if args.watch is not None or args.status:
+        return _status(parser, args)
+    return _report(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The flags of ``python -m analysis`` (no pandas, matplotlib or scipy imported)."""
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "experiment",
@@ -60,20 +78,19 @@ def main(argv: list[str] | None = None) -> int:
         "--watch", type=float, metavar="N", help="with --status: print it again every N seconds until the sweep ends"
     )
     parser.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="add a BCa bootstrap 95%% interval of each paper-table cell's mean beside mean ± std "
+        "(scipy.stats.bootstrap; docs/analysis-statistics.md)",
+    )
+    parser.add_argument(
         "--provenance", action="store_true", help="print what ran: command, commit, diff, versions, nodes"
     )
-    args = parser.parse_args(argv)
-    if args.provenance:  # analysis/provenance.py; reads no trial files
-        from analysis.provenance import print_provenance
+    return parser
 
-        return print_provenance(args.experiment)
-    try:
-        check_select(args.select, args.k)
-    except ExperimentError as error:
-        parser.exit(2, f"error: {error}\n")
-    if args.watch is not None or args.status:
-        return _status(parser, args)
 
+def _report(args) -> int:
+    """The report (or with --paper only the paper table): written, its summary printed."""
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     import matplotlib
 
@@ -95,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             test_metric=args.test_metric,
             rows=args.rows,
             baseline=args.baseline,
+            bootstrap=args.bootstrap,
         )
     except (ExperimentError, FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -127,7 +145,8 @@ def _paper(source, args) -> int:
     from pathlib import Path
 
     from analysis.load import duplicates_line, load_experiment
-    from analysis.paper import format_paper_table, paper_table, write_paper_table
+    from analysis.paper import paper_table
+    from analysis.paper_format import format_paper_table, write_paper_table
     from analysis.report import report_folder, resolve_metric
 
     trials, history = load_experiment(source)
@@ -142,6 +161,7 @@ def _paper(source, args) -> int:
         val_mode=mode,
         rows=args.rows,
         baseline=args.baseline,
+        bootstrap=args.bootstrap,
     )
     out = Path(args.out) if args.out else report_folder(trials)
     written = write_paper_table(table, out / "paper_table")

@@ -59,6 +59,16 @@ def timeline(trials: pd.DataFrame) -> pd.DataFrame:
         else:
             cpu_trials.append((i, base))
 
+    rows += _pack_cpu_trials(cpu_trials, nodes, prefix)
+    out = pd.DataFrame(rows, columns=columns)
+    order = out["slot"].map(_slot_order)
+    return out.assign(_order=order).sort_values(["_order", "start_s"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _pack_cpu_trials(cpu_trials: list[tuple[int, dict]], nodes, prefix: bool) -> list[dict]:
+    """Timeline rows of the trials without GPU ids: per node, each takes the lowest free CPU slot at
+    its start (interval partitioning, greedy by start time), so the slots are as few as possible."""
+    rows = []
     for node in sorted({nodes[i] for i, _ in cpu_trials}):
         members = sorted((b["start_s"], b["end_s"], k, b) for k, (i, b) in enumerate(cpu_trials) if nodes[i] == node)
         busy: list[tuple[float, int]] = []  # (end, slot) of trials running
@@ -73,10 +83,7 @@ def timeline(trials: pd.DataFrame) -> pd.DataFrame:
                 slot, n_slots = n_slots, n_slots + 1
             heapq.heappush(busy, (e, slot))
             rows.append({**base, "slot": f"{node} slot {slot}" if prefix else f"slot {slot}"})
-
-    out = pd.DataFrame(rows, columns=columns)
-    order = out["slot"].map(_slot_order)
-    return out.assign(_order=order).sort_values(["_order", "start_s"]).drop(columns="_order").reset_index(drop=True)
+    return rows
 
 
 def sweep_efficiency(trials: pd.DataFrame, slots: int | None = None) -> float:

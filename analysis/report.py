@@ -1,4 +1,19 @@
-"""A report folder for one experiment: tables, figures and a report.md that embeds them."""
+"""A report folder for one experiment: tables, figures and a report.md that embeds them.
+
+What :func:`write_report` writes:
+
+- ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of ``test_metric``, methods × noise
+  type × noise rate, Holm-corrected tests against ``baseline``) and ``summary.txt`` (the console
+  text of :func:`analysis.sweep_summary`, same numbers), when some trial reported ``test_metric``;
+- ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of ``metric`` under the rule;
+  ``best_runs.txt`` is the console rendering the CLI prints), ``trials.csv``;
+- figures, in each of ``formats``: ``noise_rate_curves`` (the paper table vs noise rate, 95 % CI
+  bands), ``confusion`` (clean-test confusion matrix summed over the seeds of the best
+  configuration by ``metric``, only when its trials saved ``confusion.json``),
+  ``learning_curves``, ``metric_vs_noise_rate`` (when the config has ``noise_rate``),
+  ``heatmap`` (noise rate × noise type, or the first two varying config keys), ``timeline``;
+- ``report.md``, starting with the paper table, embedding the rest.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +24,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from analysis.confusion import CONFUSION_SELECT, load_confusion
+from analysis.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
 from analysis.load import (
     ExperimentError,
     config_column,
@@ -20,16 +36,9 @@ from analysis.load import (
     varying_config_columns,
 )
 from analysis.packing import sweep_efficiency
-from analysis.paper import format_paper_table, paper_table, write_paper_table
-from analysis.plots import (
-    plot_confusion,
-    plot_heatmap,
-    plot_learning_curves,
-    plot_metric_vs_noise_rate,
-    plot_paper_curves,
-    plot_timeline,
-    save_figure,
-)
+from analysis.paper import paper_table
+from analysis.paper_format import format_paper_table, write_paper_table
+from analysis.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
 from analysis.provenance import report_lines as provenance_lines
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 from analysis.select import add_selected
@@ -81,24 +90,12 @@ def write_report(
     test_metric: str = DEFAULT_TEST_METRIC,
     rows: Sequence[str] | None = None,
     baseline: str | None = "auto",
+    bootstrap: bool = False,
 ) -> Path:
     """Write the report of an experiment (or of several, compared) and return its folder.
 
     Every value per trial follows one selection rule (``select``, :mod:`analysis.rules`),
-    stated in each table, caption and axis label. Contents:
-
-    - ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of ``test_metric``, methods ×
-      noise type × noise rate, tests against ``baseline``) and ``summary.txt`` (the console
-      text of :func:`analysis.sweep_summary`, same numbers), when some trial reported
-      ``test_metric``;
-    - ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of ``metric`` under the rule;
-      ``best_runs.txt`` is the console rendering the CLI prints), ``trials.csv``;
-    - figures, in each of ``formats``: ``noise_rate_curves`` (the paper table vs noise rate,
-      95 % CI bands), ``confusion`` (clean-test confusion matrix summed over the seeds of the
-      best configuration by ``metric``, only when its trials saved ``confusion.json``),
-      ``learning_curves``, ``metric_vs_noise_rate`` (when the config has ``noise_rate``),
-      ``heatmap`` (noise rate × noise type, or the first two varying config keys), ``timeline``;
-    - ``report.md``, starting with the paper table, embedding the rest.
+    stated in each table, caption and axis label. The files are listed in this module's docstring.
 
     Args:
         source: experiment folder, URI, ``ResultGrid``, or a list of them (as for
@@ -109,7 +106,7 @@ def write_report(
         formats: figure formats, e.g. ``("png", "svg")``; PNG is always written for report.md.
         select, k: selection rule and the ``last-k`` window.
         test_metric: the metric of the paper table.
-        rows, baseline: as for :func:`analysis.paper_table`.
+        rows, baseline, bootstrap: as for :func:`analysis.paper_table`.
 
     Raises:
         ExperimentError: as :func:`analysis.load_trials`, :func:`resolve_metric` and
@@ -118,29 +115,32 @@ def write_report(
     check_select(select, k)
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, metric, mode)
-    if out_dir is None:
-        out_dir = report_folder(trials)
-    has_test = test_metric in history.columns and history[test_metric].notna().any()
-    paper = (
-        paper_table(
-            trials,
-            history,
-            test_metric,
-            select=select,
-            k=k,
-            val_metric=metric,
-            val_mode=mode,
-            rows=rows,
-            baseline=baseline,
-        )
-        if has_test
-        else None
-    )
-    out = Path(out_dir)
+    out = Path(out_dir if out_dir is not None else report_folder(trials))
     out.mkdir(parents=True, exist_ok=True)
-    formats = tuple(dict.fromkeys(("png", *formats)))
+    figures: dict[str, str] = {}
+
+    def save(name: str, title: str, fig) -> None:
+        save_figure(fig, out / name, tuple(dict.fromkeys(("png", *formats))))
+        figures[title] = f"{name}.png"
 
     selected = add_selected(trials, history, [metric], select, k=k, val_metric=metric, val_mode=mode)
+    table, rule = _write_best_runs(trials, selected, metric, mode, out)
+    paper = summary = None
+    if test_metric in history.columns and history[test_metric].notna().any():
+        rule_args = dict(select=select, k=k, val_metric=metric, val_mode=mode)
+        paper = paper_table(
+            trials, history, test_metric, rows=rows, baseline=baseline, bootstrap=bootstrap, **rule_args
+        )
+        summary = _write_paper(trials, history, paper, out, save, test_metric, **rule_args)
+    _figures(trials, history, selected, metric, mode, save)
+    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, figures))
+    return out
+
+
+def _write_best_runs(
+    trials: pd.DataFrame, selected: pd.DataFrame, metric: str, mode: str, out: Path
+) -> tuple[pd.DataFrame, str]:
+    """``best_runs.*``, ``best_runs.txt`` and ``trials.csv``; returns the table and the rule in words."""
     table = best_runs(selected, metric, mode, scope="select")
     write_table(table, out / "best_runs")
     rule = selected.attrs["select_text"][metric]
@@ -151,39 +151,33 @@ def write_report(
         + (duplicates + "\n" if duplicates else "")
     )
     trials.to_csv(out / "trials.csv", index=False)
+    return table, rule
 
-    figures: dict[str, str] = {}
 
-    def save(name: str, title: str, fig) -> None:
-        save_figure(fig, out / name, formats)
-        figures[title] = f"{name}.png"
+def _write_paper(trials, history, paper, out: Path, save, test_metric: str, *, select, k, val_metric, val_mode) -> str:
+    """``paper_table.*``, ``summary.txt``, the noise-rate curves and the confusion matrix; returns the summary."""
+    write_paper_table(paper, out / "paper_table")
+    rows = paper.attrs["rows"]
+    summary = summary_text(trials, history, val_metric, val_mode, select, k=k, test_metric=test_metric, rows=rows)
+    (out / "summary.txt").write_text(summary)
+    if "noise_rate" in paper.attrs["columns"]:
+        save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
+    confusion = _best_confusion(trials, history, val_metric, val_mode, select, k, rows)
+    if confusion is not None:
+        save("confusion", "Confusion matrix of the best configuration", confusion)
+    return summary
 
-    summary = None
-    if paper is not None:
-        write_paper_table(paper, out / "paper_table")
-        summary = summary_text(
-            trials, history, metric, mode, select, k=k, test_metric=test_metric, rows=paper.attrs["rows"]
-        )
-        (out / "summary.txt").write_text(summary)
-        if "noise_rate" in paper.attrs["columns"]:
-            save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
-        confusion = _best_confusion(trials, history, metric, mode, select, k, paper.attrs["rows"])
-        if confusion is not None:
-            save("confusion", "Confusion matrix of the best configuration", confusion)
+
+def _figures(trials, history, selected, metric: str, mode: str, save) -> None:
+    """Learning curves, metric vs noise rate, heatmap and timeline."""
     save("learning_curves", "Learning curves", plot_learning_curves(history, trials, metric))
     if _has(trials, "noise_rate"):
-        save(
-            "metric_vs_noise_rate",
-            f"{metric} vs noise rate",
-            plot_metric_vs_noise_rate(selected, metric, mode, scope="select"),
-        )
+        figure = plot_metric_vs_noise_rate(selected, metric, mode, scope="select")
+        save("metric_vs_noise_rate", f"{metric} vs noise rate", figure)
     axes = _heatmap_axes(trials)
     if axes:
         save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", plot_heatmap(selected, metric, *axes, scope="select"))
     save("timeline", "Trial timeline", plot_timeline(trials))
-
-    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, figures))
-    return out
 
 
 def report_folder(trials: pd.DataFrame) -> Path:

@@ -24,6 +24,7 @@ import optuna
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.formatting import bare
 from analysis.rules import DEFAULT_METRIC as METRIC
 from analysis.rules import DEFAULT_MODE as MODE
 
@@ -103,8 +104,8 @@ def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC,
 
     Distributions are inferred per parameter: strings, booleans, whole numbers with at most 8
     distinct values (batch sizes) and constants are categorical; other numbers are floats, on a log
-    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is left out of that trial (conditional
-    parameters). Rows with a NaN metric are skipped.
+    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is
+    left out of that trial (conditional parameters). Rows with a NaN metric are skipped.
     Raises:
         KeyError: a parameter or the metric is missing. ValueError: no row has a metric.
     """
@@ -155,7 +156,8 @@ def top_trials(
 ) -> pd.DataFrame:
     """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
 
-    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/` column that varies (prefix dropped), `epochs` (with
+    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per
+    `config/` column that varies (prefix dropped), `epochs` (with
     `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
     as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
     Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an
@@ -172,7 +174,7 @@ def top_trials(
         out["trial"] = ranked[name_col] if name_col else range(1, len(ranked) + 1)
     for column in sorted(c for c in df.columns if c.startswith("config/")):
         if df[column].nunique(dropna=True) > 1:
-            out[column.removeprefix("config/")] = ranked[column].map(_short)
+            out[bare(column)] = ranked[column].map(_short)
     if "training_iteration" in ranked:
         out["epochs"] = ranked["training_iteration"].astype(int).astype(str)
         if epochs is not None:

@@ -44,17 +44,24 @@ def select_values(
         ExperimentError: unknown rule, ``k`` < 1, ``metric`` not in the history, or ``best-val``
             without ``val_metric`` in the history (each message names the reported metrics).
     """
+    _check(history, metric, select, k, val_metric, val_mode)
+    ids = pd.unique(history["trial_id"])
+    h = history.sort_values(["trial_id", "training_iteration"], kind="stable")
+    h = h.assign(_value=pd.to_numeric(h[metric], errors="coerce")).reset_index(drop=True)
+    out = _at_best_val(h, val_metric, val_mode) if select == "best-val" else _last(h, 1 if select == "last" else k)
+    out = out.reindex(ids)
+    out.index.name = "trial_id"
+    out["epochs"] = out["epochs"].fillna(0).astype(int)
+    return out
+
+
+def _check(history: pd.DataFrame, metric: str, select: str, k: int, val_metric: str, val_mode: str) -> None:
+    """Raise :class:`ExperimentError` for a bad rule, k or mode, or a metric missing from the history."""
     check_select(select, k)
     if val_mode not in ("max", "min"):
         raise ExperimentError(f"validation mode must be 'max' or 'min', not {val_mode!r}")
-    reported = (
-        ", ".join(
-            c
-            for c in history.columns
-            if c not in ("experiment", "trial_id", "training_iteration", "time_total_s", "timestamp")
-        )
-        or "none"
-    )
+    not_metrics = ("experiment", "trial_id", "training_iteration", "time_total_s", "timestamp")
+    reported = ", ".join(c for c in history.columns if c not in not_metrics) or "none"
     if metric not in history.columns:
         raise ExperimentError(f"metric {metric!r} is not in the history; reported metrics: {reported}")
     if select == "best-val" and (val_metric not in history.columns or history[val_metric].isna().all()):
@@ -62,29 +69,27 @@ def select_values(
             f"best-val needs the validation metric {val_metric!r} in the history, "
             f"and no trial reported it; reported metrics: {reported}"
         )
-    ids = pd.unique(history["trial_id"])
-    h = history.sort_values(["trial_id", "training_iteration"], kind="stable")
-    h = h.assign(_value=pd.to_numeric(h[metric], errors="coerce")).reset_index(drop=True)
 
-    if select == "best-val":
-        val = pd.to_numeric(h[val_metric], errors="coerce")
-        val = val.where(np.isfinite(val))
-        score = (val if val_mode == "max" else -val).dropna()
-        rows = h.loc[score.groupby(h.loc[score.index, "trial_id"], sort=False).idxmax()]  # first max: earliest
-        out = pd.DataFrame(
-            {"value": rows["_value"].to_numpy(float), "iteration": rows["training_iteration"].to_numpy(), "epochs": 1},
-            index=rows["trial_id"].to_numpy(),
-        )
-    else:
-        window = h[h["_value"].notna()].groupby("trial_id", sort=False).tail(1 if select == "last" else k)
-        by = window.groupby("trial_id", sort=False)
-        out = pd.DataFrame(
-            {"value": by["_value"].mean(), "iteration": by["training_iteration"].last(), "epochs": by.size()}
-        )
-    out = out.reindex(ids)
-    out.index.name = "trial_id"
-    out["epochs"] = out["epochs"].fillna(0).astype(int)
-    return out
+
+def _at_best_val(h: pd.DataFrame, val_metric: str, val_mode: str) -> pd.DataFrame:
+    """Per trial: ``_value`` at the iteration of the best finite ``val_metric`` (ties: the earliest)."""
+    val = pd.to_numeric(h[val_metric], errors="coerce")
+    val = val.where(np.isfinite(val))
+    score = (val if val_mode == "max" else -val).dropna()
+    rows = h.loc[score.groupby(h.loc[score.index, "trial_id"], sort=False).idxmax()]  # first max: earliest
+    return pd.DataFrame(
+        {"value": rows["_value"].to_numpy(float), "iteration": rows["training_iteration"].to_numpy(), "epochs": 1},
+        index=rows["trial_id"].to_numpy(),
+    )
+
+
+def _last(h: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per trial: the mean of its last ``k`` reported ``_value``s, the last iteration and how many were averaged."""
+    window = h[h["_value"].notna()].groupby("trial_id", sort=False).tail(k)
+    by = window.groupby("trial_id", sort=False)
+    return pd.DataFrame(
+        {"value": by["_value"].mean(), "iteration": by["training_iteration"].last(), "epochs": by.size()}
+    )
 
 
 def add_selected(

@@ -10,8 +10,10 @@ from typing import Any
 import pandas as pd
 
 from analysis.errors import ExperimentError
+from analysis.formatting import format_value
 from analysis.load import duplicates_line, load_experiment
-from analysis.paper import format_cell, paper_table
+from analysis.paper import paper_table
+from analysis.paper_format import format_cell
 from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
 
 
@@ -83,43 +85,52 @@ def summary_text(
         rows=a["rows"],
         baseline=None,
     )
-    keys = a["rows"] + [c for c in a["columns"] if c != "noise_type"]
     wide = "noise_type" in a["columns"]
-    types = sorted(test["noise_type"].unique(), key=str) if wide else [None]
-    unit = " (%)" if a["percent"] else ""
-    header = keys + ([str(t) for t in types] if wide else [test_metric])
-    body = []
-    for key, group in test.groupby(keys, sort=True, dropna=False) if keys else [((), test)]:
-        key = key if isinstance(key, tuple) else (key,)
-        cells = [_text(v) for v in key]
-        for t in types:
-            match = group[group["noise_type"] == t] if wide else group
-            cells.append(format_cell(match.iloc[0], a, "console") if len(match) else "–")
-        body.append(cells)
-
     errored = int((trials["status"] == "ERROR").sum())
     diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
     lines = [
-        f"{test_metric}{unit}: {a['rule']}; mean ± std (n seeds) over seeds"
+        f"{test_metric}{' (%)' if a['percent'] else ''}: {a['rule']}; mean ± std (n seeds) over seeds"
         + (", columns: noise type" if wide else ""),
-        *_aligned(header, body, len(keys)),
+        *_grid_lines(test, test_metric),
         f"failed trials (left out of the cells): {errored} errored, {diverged} diverged",
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
+    lines.append(_best_line(test, val, metric, mode, test_metric))
+    return "\n".join(lines) + "\n"
+
+
+def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:
+    """The aligned grid: one row per method × noise rate, one ``mean ± std (n)`` column per noise type."""
+    a = test.attrs
+    keys = a["rows"] + [c for c in a["columns"] if c != "noise_type"]
+    wide = "noise_type" in a["columns"]
+    types = sorted(test["noise_type"].unique(), key=str) if wide else [None]
+    header = keys + ([str(t) for t in types] if wide else [test_metric])
+    body = []
+    for key, group in test.groupby(keys, sort=True, dropna=False) if keys else [((), test)]:
+        key = key if isinstance(key, tuple) else (key,)
+        cells = [format_value(v) for v in key]
+        for t in types:
+            match = group[group["noise_type"] == t] if wide else group
+            cells.append(format_cell(match.iloc[0], a, "console") if len(match) else "–")
+        body.append(cells)
+    return _aligned(header, body, len(keys))
+
+
+def _best_line(test: pd.DataFrame, val: pd.DataFrame, metric: str, mode: str, test_metric: str) -> str:
+    """The best configuration by the validation metric, with its validation and test cells."""
     best = best_cell(val, mode)
     if best is None:
-        lines.append(f"best configuration: none (no usable {metric} value)")
-    else:
-        where = a["rows"] + a["columns"]
-        same = test[test["_label"].eq(best["_label"]) & _same_column(test, best, a["columns"])]
-        setting = ", ".join(f"{c}={_text(best[c])}" for c in where) or "all trials"
-        lines.append(
-            f"best configuration by {val.attrs['rule']}: {setting}: "
-            f"{metric} {format_cell(best, val.attrs, 'console')}, "
-            f"{test_metric} {format_cell(same.iloc[0], a, 'console')}"
-        )
-    return "\n".join(lines) + "\n"
+        return f"best configuration: none (no usable {metric} value)"
+    a = test.attrs
+    same = test[test["_label"].eq(best["_label"]) & _same_column(test, best, a["columns"])]
+    setting = ", ".join(f"{c}={format_value(best[c])}" for c in a["rows"] + a["columns"]) or "all trials"
+    return (
+        f"best configuration by {val.attrs['rule']}: {setting}: "
+        f"{metric} {format_cell(best, val.attrs, 'console')}, "
+        f"{test_metric} {format_cell(same.iloc[0], a, 'console')}"
+    )
 
 
 def _aligned(header: list[str], body: list[list[str]], left: int) -> list[str]:
@@ -130,10 +141,6 @@ def _aligned(header: list[str], body: list[list[str]], left: int) -> list[str]:
         for cells in body
     ]
     return lines
-
-
-def _text(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def best_cell(val: pd.DataFrame, mode: str) -> pd.Series | None:
@@ -150,7 +157,7 @@ def cell_trials(trials: pd.DataFrame, cell: pd.Series, table: pd.DataFrame) -> p
     mask = pd.Series(True, index=trials.index)
     for name in table.attrs["rows"] + table.attrs["columns"]:
         column = name if name == "experiment" else f"config/{name}"
-        mask &= trials[column].map(_text) == _text(cell[name])
+        mask &= trials[column].map(format_value) == format_value(cell[name])
     return trials[mask]
 
 

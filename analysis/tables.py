@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.special import stdtrit  # Student t quantile; much lighter to import than scipy.stats
 
+from analysis.formatting import bare, format_number, latex_escape
 from analysis.load import SEED_KEY, config_column, metric_column, varying_config_columns
-
-CI_LEVEL = 0.95
-"""Level of the confidence intervals (two-sided, Student t over seeds)."""
+from analysis.stats import CI_LEVEL, cell_stats  # noqa: F401  (CI_LEVEL: its old home)
 
 
 def failed(trials: pd.DataFrame) -> pd.Series:
@@ -67,53 +64,45 @@ def best_runs(
         else [column if column in trials.columns else config_column(trials, column) for column in by]
     )
     seed_column = f"config/{seed}" if f"config/{seed}" in trials.columns else None
-
-    work = pd.DataFrame(
-        {
-            "value": pd.to_numeric(trials[value_column], errors="coerce"),
-            "failed": failed(trials),
-            "seed": trials[seed_column] if seed_column else np.nan,
-            "trial": trials["trial_name"],
-        }
-    )
-    for i, key in enumerate(keys):
-        work[f"key{i}"] = trials[key]
-    key_names = [f"key{i}" for i in range(len(keys))]
-    usable = ~work["failed"] & np.isfinite(work["value"])
-
-    rows = []
-    groups = work.groupby(key_names, sort=True, dropna=False) if keys else [((), work)]
-    for key, group in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        ok = group[usable.loc[group.index]]
-        values = ok["value"].to_numpy(dtype=float)
-        n = len(values)
-        mean = values.mean() if n else np.nan
-        std = values.std(ddof=1) if n > 1 else np.nan
-        half = stdtrit(n - 1, 0.5 + CI_LEVEL / 2) * std / math.sqrt(n) if n > 1 else np.nan
-        best = ok.loc[ok["value"].idxmax() if mode == "max" else ok["value"].idxmin()] if n else None
-        rows.append(
-            {
-                **dict(zip(keys, key)),
-                "n": n,
-                "n_failed": int(group["failed"].sum()),
-                "mean": mean,
-                "std": std,
-                "ci95": half,
-                "ci95_low": mean - half,
-                "ci95_high": mean + half,
-                "best": best["value"] if best is not None else np.nan,
-                "best_seed": best["seed"] if best is not None else np.nan,
-                "best_trial": best["trial"] if best is not None else None,
-            }
-        )
-    table = pd.DataFrame(rows)
+    work = _per_trial(trials, value_column, keys, seed_column)
+    table = cell_stats(work, keys, "_value", "_usable", lambda ok, group: _best_run(ok, group, mode))
+    table["ci95_low"], table["ci95_high"] = table["mean"] - table["ci95"], table["mean"] + table["ci95"]
+    table = table[[*keys, *_STAT_COLUMNS]]
     if seed_column and pd.api.types.is_integer_dtype(trials[seed_column]):
         table["best_seed"] = table["best_seed"].astype("Int64")
     table = table.sort_values("mean", ascending=(mode == "min"), na_position="last", kind="stable")
-    table = table.rename(columns=lambda c: c[len("config/") :] if c.startswith("config/") else c)
+    table = table.rename(columns=bare)
     table.attrs.update(metric=metric, mode=mode, scope=scope)
     return table.reset_index(drop=True)
+
+
+_STAT_COLUMNS = ["n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best", "best_seed", "best_trial"]
+
+
+def _per_trial(trials: pd.DataFrame, value_column: str, keys: list[str], seed_column: str | None) -> pd.DataFrame:
+    """One row per trial: its configuration, value, seed, name, and whether it failed or is usable."""
+    work = pd.DataFrame(
+        {
+            "_value": pd.to_numeric(trials[value_column], errors="coerce"),
+            "_failed": failed(trials),
+            "_seed": trials[seed_column] if seed_column else np.nan,
+            "_trial": trials["trial_name"],
+            **{key: trials[key] for key in keys},
+        }
+    )
+    work["_usable"] = ~work["_failed"] & np.isfinite(work["_value"])
+    return work
+
+
+def _best_run(ok: pd.DataFrame, group: pd.DataFrame, mode: str) -> dict:
+    """The failed-trial count of a configuration and its best run's value, seed and trial name."""
+    best = ok.loc[ok["_value"].idxmax() if mode == "max" else ok["_value"].idxmin()] if len(ok) else None
+    return {
+        "n_failed": int(group["_failed"].sum()),
+        "best": best["_value"] if best is not None else np.nan,
+        "best_seed": best["_seed"] if best is not None else np.nan,
+        "best_trial": best["_trial"] if best is not None else None,
+    }
 
 
 def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> str:
@@ -132,50 +121,53 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     """
     if style not in ("text", "markdown", "latex"):
         raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
-    stat_columns = {"n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best", "best_seed", "best_trial"}
-    keys = [c for c in table.columns if c not in stat_columns]
+    keys = [c for c in table.columns if c not in _STAT_COLUMNS]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
-
     header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} (mean ± 95% CI)", "std", "best seed"]
     body = []
     for _, row in table.iterrows():
-        mean = _number(row["mean"], digits)
+        mean = format_number(row["mean"], digits)
         if not pd.isna(row["ci95"]):
-            mean += " ± " + _number(row["ci95"], digits)
+            mean += " ± " + format_number(row["ci95"], digits)
         body.append(
             [
-                *(_cell(row[k], digits) for k in keys),
+                *(format_number(row[k], digits) for k in keys),
                 str(row["n"]),
                 *([str(row["n_failed"])] if show_failed else []),
                 mean,
-                _number(row["std"], digits),
-                _cell(row["best_seed"], digits),
+                format_number(row["std"], digits),
+                format_number(row["best_seed"], digits),
             ]
         )
-
     if style == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(lines) + "\n"
     if style == "latex":
+        return _latex_tabular(header, body, len(keys))
+    return _aligned_text(header, body, len(keys))
 
-        def esc(text: str) -> str:
-            return _latex_escape(text).replace("±", r"$\pm$")
 
-        lines = [
-            r"\begin{tabular}{" + "l" * len(keys) + "r" * (len(header) - len(keys)) + "}",
-            r"\toprule",
-            " & ".join(esc(h) for h in header) + r" \\",
-            r"\midrule",
-        ]
-        lines += [" & ".join(esc(c) for c in cells) + r" \\" for cells in body]
-        lines += [r"\bottomrule", r"\end{tabular}"]
-        return "\n".join(lines) + "\n"
+def _latex_tabular(header: list[str], body: list[list[str]], n_keys: int) -> str:
+    """A booktabs ``tabular``: key columns left-aligned, statistics right-aligned, text escaped."""
+    lines = [
+        r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}",
+        r"\toprule",
+        " & ".join(latex_escape(h) for h in header) + r" \\",
+        r"\midrule",
+    ]
+    lines += [" & ".join(latex_escape(c) for c in cells) + r" \\" for cells in body]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _aligned_text(header: list[str], body: list[list[str]], n_keys: int) -> str:
+    """Columns padded to their widest cell: keys left-aligned, numbers right-aligned."""
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += [
-        "  ".join(c.rjust(w) if i >= len(keys) else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        "  ".join(c.rjust(w) if i >= n_keys else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
         for cells in body
     ]
     return "\n".join(lines) + "\n"
@@ -193,34 +185,3 @@ def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
     md.write_text(format_table(table, "markdown"))
     tex.write_text(format_table(table, "latex"))
     return [csv, md, tex]
-
-
-def _number(value, digits: int) -> str:
-    return "–" if pd.isna(value) else f"{value:.{digits}g}"
-
-
-def _cell(value, digits: int) -> str:
-    if isinstance(value, (float, np.floating)):
-        return "–" if np.isnan(value) else f"{value:.{digits}g}"
-    if isinstance(value, (np.integer,)):
-        return str(int(value))
-    return "–" if value is None or value is pd.NA else str(value)
-
-
-_LATEX = str.maketrans(
-    {
-        "\\": r"\textbackslash{}",
-        "&": r"\&",
-        "%": r"\%",
-        "_": r"\_",
-        "#": r"\#",
-        "{": r"\{",
-        "}": r"\}",
-        "$": r"\$",
-        "–": "--",
-    }
-)
-
-
-def _latex_escape(text: str) -> str:
-    return text.translate(_LATEX)
