@@ -39,6 +39,9 @@ def make_repo(folder: Path) -> Path:
     (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (folder / "__pycache__").mkdir()
     (folder / "__pycache__" / "sibling.cpython-311.pyc").write_bytes(b"x")
+    (folder / "checkpoint.pth.tar").write_bytes(b"an earlier run's, in the repo")
+    (folder / "runs" / "Nov23").mkdir(parents=True)
+    (folder / "runs" / "Nov23" / "events.out.tfevents.1.host").write_bytes(b"earlier events")
     return folder
 
 
@@ -63,6 +66,7 @@ def test_snapshot_copies_code_links_data_and_leaves_out_caches(tmp_path):
     assert (code / "data").is_symlink() and os.readlink(code / "data") == str(repo.resolve() / "data")
     assert (code / "pretrained.bin").is_symlink()  # over LINK_ABOVE_BYTES: linked, never copied
     assert not (code / ".git").exists() and not (code / "__pycache__").exists()
+    assert not (code / "checkpoint.pth.tar").exists() and not (code / "runs").exists()  # earlier runs' outputs
     assert sorted(manifest["linked"]) == ["data", "pretrained.bin"]
     assert manifest["files"] == 4 and manifest["source"] == str(repo.resolve())
     assert json.loads((code / MANIFEST).read_text())["bytes"] == manifest["bytes"] > 0
@@ -174,7 +178,7 @@ def test_dry_run_warns_once_about_a_hard_coded_gpu(tmp_path):
 @pytest.mark.slow
 def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ray_gpus, tmp_path):
     from ray import tune
-    from ray.tune import RunConfig, Tuner
+    from ray.tune import RunConfig, SyncConfig, Tuner
 
     from trainables.command import train_command
 
@@ -184,7 +188,13 @@ def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ra
     grid = Tuner(
         tune.with_resources(trainable, {"cpu": 0.25, "gpu": 1}),
         param_space={"seed": tune.grid_search([0, 1, 2, 3])},
-        run_config=RunConfig(storage_path=str(tmp_path / "out"), name="gpus", verbose=0, log_to_file=True),
+        run_config=RunConfig(
+            storage_path=str(tmp_path / "out"),
+            name="gpus",
+            verbose=0,
+            log_to_file=True,
+            sync_config=SyncConfig(sync_artifacts=True),  # the trial's stdout file onto storage
+        ),
     ).fit()
     assert not grid.errors
     ids = sorted(r.metrics["gpu_id"] for r in grid)
@@ -222,7 +232,8 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
     finally:
         if sweep.poll() is None:
             sweep.kill()
-    assert not list(repo.rglob("*.pth.tar")) and tree(repo) == {
+    assert [p.name for p in repo.rglob("*.pth.tar")] == ["checkpoint.pth.tar"]  # the earlier run's, untouched
+    assert tree(repo) == {
         **before,
         "sibling.py": (repo / "sibling.py").read_bytes(),
     }

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".mypy_cache", ".pytest_cache")
-EXCLUDED += (".ruff_cache", ".ipynb_checkpoints", "node_modules", ".tox", "*.egg-info", "wandb", "mlruns")
+EXCLUDED += (".ruff_cache", ".ipynb_checkpoints", "node_modules", ".tox", "*.egg-info")
+# outputs of earlier runs in the repo: a trial must not resume from, overwrite, or read as its own metrics
+EXCLUDED += ("*.pth.tar", "*.ckpt", "*tfevents*", "runs", "outputs", "multirun", "lightning_logs", "wandb", "mlruns")
 DATA_DIRS = ("data", "datasets", "dataset")  # linked whole: read by trials, never copied
 LINK_ABOVE_BYTES = 1024 * 1024  # a larger file is linked (weights, data files), not copied
 LINK_DIR_ENTRIES = 1000  # a folder with more entries (an image folder) is linked whole
