@@ -148,6 +148,7 @@ def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path):
         (["bash", "-c", "CUDA_VISIBLE_DEVICES=1 python main.py"], "CUDA_VISIBLE_DEVICES=1"),
         (["python", "main.py", "--gpu", "{gpu}"], None),
         (["python", "main.py", "--gpus-per-node", "2", "--lr", "{lr}"], None),
+        (["python", "train.py", "--gpus", "1"], None),  # Lightning's count of GPUs, not an id
         (["env", "CUDA_VISIBLE_DEVICES={gpu}", "python", "main.py"], None),
     ],
 )

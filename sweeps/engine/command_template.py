@@ -322,14 +322,14 @@ def check_metric_producible(
             )
 
 
-_GPU_FLAG = re.compile(r"--gpu(?:[-_]?ids?|s)?(?:=(?P<value>.*))?")
+_GPU_FLAG = re.compile(r"--gpu(?:[-_]?ids?)?(?:=(?P<value>.*))?")  # not --gpus N: a count (Lightning)
 _CUDA_SET = re.compile(r"(?:^|[\s;&|(])CUDA_VISIBLE_DEVICES=(?P<value>\S*)")
 
 
 def gpu_warnings(template: list[str]) -> list[str]:
     """One warning line for each place `template` picks a GPU itself, overriding the one Ray assigned.
 
-    Found: `--gpu N`, `--gpu=N`, `--gpu-id N`, `--gpu_ids N`, `--gpus N` with a fixed value, and
+    Found: `--gpu N`, `--gpu=N`, `--gpu-id N`, `--gpu_ids N`, `--gpuid N` with a fixed value, and
     `CUDA_VISIBLE_DEVICES=...` in any word (`env CUDA_VISIBLE_DEVICES=0 python ...`, `bash -c "..."`).
     A value that is a placeholder (`--gpu {gpu}`) is not warned about.
     Returns:
