@@ -8,7 +8,9 @@ Run:
 
 Everything after `--` is the command; `{name}` placeholders are filled per trial from the axes and
 `{seed}`, `{trial_dir}` (a folder kept across retries and --resume: the script's own checkpoints
-go there) and `{trial_name}`. The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
+go there), `{trial_name}` and `{gpu}` (the GPU ids Ray assigned). Each trial runs in its own copy
+of the code taken at launch, in {trial_dir} (docs/trial-folders.md; --in-place: the launch folder).
+The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
 (or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block; other
 shapes by --metric-pattern), appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
 or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
