@@ -79,6 +79,12 @@ def parse_args(argv: list[str]):
         "ASHA optimise (default: val_acc); the built-in trainable always uses val/acc",
     )
     parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="with a command after --: run every trial in the launch folder itself (default: each in its own "
+        "copy of the code, taken at launch, in {trial_dir})",
+    )
     flags.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
     run_flags.add_run_args(parser, name=NAME, grid=False)
     args = parser.parse_args(argv)
@@ -235,11 +241,19 @@ def main(argv: list[str]) -> int:
 
     trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
     if args.template:  # your own script: the searched values reach it through its {placeholders}
+        from sweeps.engine.code_snapshot import take_snapshot
         from trainables.command import train_command
 
+        snapshot = take_snapshot(f"{args.storage_path}/{args.name}", args.in_place, args.resume)
         trainable = Trainable(
-            train_command, {"template": args.template, "cwd": os.getcwd(), "complete_when": (args.metric,)}
-        )  # each step reported as soon as it has it
+            train_command,
+            {
+                "template": args.template,
+                "cwd": os.getcwd(),
+                "code_dir": snapshot and snapshot["path"],
+                "complete_when": (args.metric,),  # each step reported as soon as it has it
+            },
+        )
     code, rounds = launch(
         run_flags.run_options(args),
         trainable,

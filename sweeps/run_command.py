@@ -8,7 +8,9 @@ Run:
 
 Everything after `--` is the command; `{name}` placeholders are filled per trial from the axes and
 `{seed}`, `{trial_dir}` (a folder kept across retries and --resume: the script's own checkpoints
-go there) and `{trial_name}`. The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
+go there), `{trial_name}` and `{gpu}` (the GPU ids Ray assigned). Each trial runs in its own copy
+of the code taken at launch, in {trial_dir} (docs/trial-folders.md; --in-place: the launch folder).
+The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
 (or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block; other
 shapes by --metric-pattern), appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
 or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
@@ -28,7 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import command_template, estimate, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+    code_snapshot,
+    command_template,
+    estimate,
+    flags,
+    grid,
+    preflight,
+    process_exit,
+    run_flags,
+)
 from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES  # noqa: E402
 
@@ -92,6 +103,12 @@ def parse_args(argv: list[str]):
         default=10.0,
         help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)",
     )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="run every trial in the launch folder itself, for a script that must write into its repo "
+        "(default: each trial runs in its own copy of the code, taken at launch, in {trial_dir})",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every cell's command, one per line, and exit")
     parser.add_argument(
         "--check",
@@ -133,12 +150,21 @@ def parse_args(argv: list[str]):
     return args
 
 
+def warn_gpu_choice(template: list[str]) -> None:
+    """Print `command_template.gpu_warnings` to stderr, one line each."""
+    for line in command_template.gpu_warnings(template):
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def dry_run(args) -> int:
-    """Print each cell's trial name and rendered command (`{trial_dir}` as the folder it will be), one per line."""
+    """Print each cell's trial name and rendered command (`{trial_dir}` as the folder it will be, `{gpu}`
+    as it is: Ray assigns it when the trial starts), one per line."""
+    warn_gpu_choice(args.template)
     namer = grid.trial_namer(command_template.cell_axes(args.cells))
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
-        argv = command_template.render(args.template, cell, f"{args.storage_path}/{args.name}/{name}/work", name)
+        folder = f"{args.storage_path}/{args.name}/{name}/work"
+        argv = command_template.render(args.template, cell, folder, name, gpu="{gpu}")
         print(f"{name}: {shlex.join(argv)}")
     print(
         *estimate.estimate_lines(args.cells, f"{args.storage_path}/{args.name}", **estimate.run_flags_of(args)),
@@ -155,6 +181,7 @@ def main(argv: list[str]) -> int:
     if args.check:
         from sweeps.engine.command_check import check_command
 
+        warn_gpu_choice(args.template)
         return check_command(args)
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
@@ -177,6 +204,7 @@ def main(argv: list[str]) -> int:
         print_summary(experiment_dir, args.metric, args.mode, test_metric=args.test_metric)
         return resume.report_outcome(None, reused, args.metric)
     preflight.probe_storage(experiment_dir)
+    snapshot = code_snapshot.take_snapshot(experiment_dir, args.in_place, args.resume)
     print(f"command: {' '.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
@@ -197,6 +225,7 @@ def main(argv: list[str]) -> int:
             "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
             "grace_period_s": args.grace_period_s,
             "cwd": os.getcwd(),
+            "code_dir": snapshot and snapshot["path"],
         },
     )
     code, _ = launch(
@@ -209,6 +238,7 @@ def main(argv: list[str]) -> int:
         metric=args.metric,
         mode=args.mode,
         reused=reused,
+        settings={"code_snapshot": snapshot},
         test_metric=args.test_metric,
         # every result carries a small step checkpoint; keep the latest two, whatever the metric
         checkpoint_config=CheckpointConfig(num_to_keep=2),

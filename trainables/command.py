@@ -64,6 +64,7 @@ import time
 import warnings
 from pathlib import Path
 
+import ray
 from ray import tune
 from ray.tune import Checkpoint
 
@@ -74,6 +75,7 @@ from trainables.gpu import memory_fraction_for, trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.report import METRICS_FILE_ENV
 from trainables.watchdog import end_group
+from trainables.workdir import fill_work_dir
 
 WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
@@ -103,6 +105,7 @@ def train_command(
     complete_when: tuple = (),
     grace_period_s: float = 10.0,
     cwd: str | None = None,
+    code_dir: str | None = None,
 ) -> None:
     """Run one trial's command and report what it prints (Tune Function API).
 
@@ -119,8 +122,11 @@ def train_command(
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
-        cwd: folder the command runs in (the launcher passes its own working folder, so relative
-            paths in the command work); None: the worker's folder, which Tune sets to the trial folder.
+        cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
+            folder); None: the worker's folder, which Tune sets to the trial folder.
+        code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`): copied into
+            `{trial_dir}` (`trainables/workdir.py:fill_work_dir`, what the trial wrote kept), where
+            the command then runs, so every relative write of the script is the trial's own.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         On a retry or `--resume`, results the command printed before (in `command_stdout.txt`)
@@ -179,7 +185,10 @@ def train_command(
     parsed = 0
     context = StepContext(step_key, patterns, complete_when)
     events = TensorBoardResults(work_dir, step_key, complete_when) if metrics_from == "tensorboard" else None
-    argv = render(template, config, str(work_dir), trial_name)
+    if code_dir:
+        fill_work_dir(Path(code_dir), work_dir)
+        cwd = str(work_dir)
+    argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
     out, err = sys.stdout, sys.stderr  # Tune's tees into this trial's files, bound now
     proc = start_command(argv, env, cwd)

@@ -20,7 +20,7 @@ import math
 import re
 import string
 
-BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name")  # filled by the trainable, not from the config
+BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
 METRICS_SOURCES = ("stdout", "jsonl", "tensorboard")  # --metrics-from
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
 
@@ -74,20 +74,21 @@ class _PlainFormatter(string.Formatter):
         return format(value, format_spec) if format_spec else format_value(value)
 
 
-def render(template: list[str], config: dict, trial_dir: str, trial_name: str) -> list[str]:
-    """Fill each word's placeholders from `config`, `trial_dir` and `trial_name`.
+def render(template: list[str], config: dict, trial_dir: str, trial_name: str, gpu: str = "") -> list[str]:
+    """Fill each word's placeholders from `config`, `trial_dir`, `trial_name` and `gpu`.
 
     Args:
         template: argv with `{name}` fields, e.g. ["python", "train.py", "--noise-rate", "{noise_rate}"].
         config: the trial's config (flat dict).
         trial_dir: folder the trial keeps across retries and `--resume` (absolute path).
         trial_name: Tune's name of the trial.
+        gpu: the GPU ids Ray assigned to the trial as the machine numbers them (`3`, `2,3`; "" on CPU).
     Returns:
         The argv to run: ["python", "train.py", "--noise-rate", "0.4"].
     Raises:
         KeyError: a placeholder that is not a config key, `trial_dir` or `trial_name`.
     """
-    values = {**config, "trial_dir": trial_dir, "trial_name": trial_name}
+    values = {**config, "trial_dir": trial_dir, "trial_name": trial_name, "gpu": gpu}
     return [_PlainFormatter().vformat(word, (), values) for word in template]
 
 

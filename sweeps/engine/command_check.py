@@ -1,8 +1,9 @@
 """`run_command.py --check`: run the first cell's command once, without Ray, and show what the sweep would read.
 
 The command runs as a trial would run it (same environment, `RAYSWEEP_*` variables, working
-folder, metric parsing by `trainables/command_parse.py:StepContext`), but in this process, with
-`{trial_dir}` a temporary folder removed afterwards: nothing is written under --storage-path.
+folder: a copy of the code in `{trial_dir}` unless --in-place, metric parsing by
+`trainables/command_parse.py:StepContext`), but in this process, with `{trial_dir}` a temporary
+folder removed afterwards: nothing is written under --storage-path. `{gpu}` is empty (no Ray).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import types
 from pathlib import Path
 
 from sweeps.engine import command_template, grid
+from sweeps.engine.flags import UsageError
 
 
 def check_command(args) -> int:
@@ -37,6 +39,7 @@ def check_command(args) -> int:
         start_command,
         terminate_group,
     )
+    from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -47,6 +50,12 @@ def check_command(args) -> int:
         work_dir, metrics_file = Path(folder) / "work", Path(folder) / METRICS_FILE
         work_dir.mkdir()
         metrics_file.touch()
+        if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
+            try:
+                snapshot_code(Path.cwd(), Path(folder) / "code", skip=(Path(args.storage_path),))
+            except SnapshotTooLarge as e:
+                raise UsageError(str(e)) from None
+            fill_work_dir(Path(folder) / "code", work_dir)
         argv = command_template.render(args.template, cell, str(work_dir), name)
         print(f"--check {name}: {shlex.join(argv)}", flush=True)
         context = StepContext(args.step_key, patterns, complete)
@@ -57,7 +66,8 @@ def check_command(args) -> int:
                 seen.update(row)
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
-        proc = start_command(argv, command_env(cell, work_dir, name, metrics_file, 0.0))
+        env = command_env(cell, work_dir, name, metrics_file, 0.0)
+        proc = start_command(argv, env, None if args.in_place else str(work_dir))
         stderr = threading.Thread(target=_echo, args=(proc.stderr, "  stderr | "), daemon=True)
         stderr.start()
         try:

@@ -32,6 +32,7 @@ __all__ = [
     "check_template",
     "compile_metric_pattern",
     "check_metric_producible",
+    "gpu_warnings",
     "render",
     "parse_metrics_line",
     "DEFAULT_METRIC_PATTERN",
@@ -319,3 +320,38 @@ def check_metric_producible(
                 f"{', '.join(dict.fromkeys(groups))}); add (?P<{name}>...) or drop --metric-pattern if the "
                 "script writes $RAYSWEEP_METRICS_FILE"
             )
+
+
+_GPU_FLAG = re.compile(r"--gpu(?:[-_]?ids?)?(?:=(?P<value>.*))?")  # not --gpus N: a count (Lightning)
+_CUDA_SET = re.compile(r"(?:^|[\s;&|(])CUDA_VISIBLE_DEVICES=(?P<value>\S*)")
+
+
+def gpu_warnings(template: list[str]) -> list[str]:
+    """One warning line for each place `template` picks a GPU itself, overriding the one Ray assigned.
+
+    Found: `--gpu N`, `--gpu=N`, `--gpu-id N`, `--gpu_ids N`, `--gpuid N` with a fixed value, and
+    `CUDA_VISIBLE_DEVICES=...` in any word (`env CUDA_VISIBLE_DEVICES=0 python ...`, `bash -c "..."`).
+    A value that is a placeholder (`--gpu {gpu}`) is not warned about.
+    Returns:
+        The lines, without a `warning:` prefix; [] when none.
+    """
+    lines = []
+    for i, word in enumerate(template):
+        flag = _GPU_FLAG.fullmatch(word)
+        value = (
+            (flag["value"] if flag["value"] is not None else (template[i + 1] if i + 1 < len(template) else ""))
+            if flag
+            else None
+        )
+        if flag and value and not _placeholders([value]):
+            lines.append(
+                f"the command picks its GPU itself ({word if flag['value'] is not None else word + ' ' + value}): "
+                "every trial would use that GPU, not the one Ray assigned; write --gpu {gpu}"
+            )
+        cuda = _CUDA_SET.search(word)
+        if cuda and "{gpu}" not in cuda["value"]:
+            lines.append(
+                f"the command sets CUDA_VISIBLE_DEVICES={cuda['value']}: it overrides the GPU Ray assigned to each "
+                "trial (Ray sets CUDA_VISIBLE_DEVICES itself); leave it out or write CUDA_VISIBLE_DEVICES={gpu}"
+            )
+    return lines

@@ -1,0 +1,262 @@
+"""Command trials in their own working folders (`trainables/workdir.py`, `sweeps/engine/code_snapshot.py`)
+and the `{gpu}` placeholder: run from a repo-like folder under tmp_path, never the project root."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps.engine.command_template import gpu_warnings, render
+from trainables.workdir import MANIFEST, SnapshotTooLarge, fill_work_dir, snapshot_code
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def make_repo(folder: Path) -> Path:
+    """A research repo as users have it: main.py, a sibling module, config/x.json, a data folder, a large
+    weights file, an `experiment/` folder with a log from an earlier run, .git and __pycache__."""
+    folder.mkdir(parents=True)
+    shutil.copy(SCRIPTS / "imagenet_style.py", folder / "main.py")
+    (folder / "sibling.py").write_text(
+        "VERSION = 1\n\ndef accuracy(lr, seed, epoch):\n    return round(0.5 + lr + seed / 100 + epoch / 1000, 6)\n"
+    )
+    (folder / "config").mkdir()
+    (folder / "config" / "x.json").write_text('{"scale": 1.0}')
+    (folder / "data" / "train").mkdir(parents=True)
+    (folder / "data" / "train" / "0.txt").write_text("sample")
+    (folder / "pretrained.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
+    (folder / "experiment").mkdir()
+    (folder / "experiment" / "log.txt").write_text("earlier run\n")
+    (folder / ".git" / "objects").mkdir(parents=True)
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "sibling.cpython-311.pyc").write_bytes(b"x")
+    (folder / "checkpoint.pth.tar").write_bytes(b"an earlier run's, in the repo")
+    (folder / "runs" / "Nov23").mkdir(parents=True)
+    (folder / "runs" / "Nov23" / "events.out.tfevents.1.host").write_bytes(b"earlier events")
+    return folder
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every regular file under `folder` (links not followed) and its bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(q.is_symlink() for q in [p, *p.parents])
+    }
+
+
+# --- the snapshot and the trial folders, without Ray -----------------------------------------------
+
+
+def test_snapshot_copies_code_links_data_and_leaves_out_caches(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    manifest = snapshot_code(repo, tmp_path / "code")
+    code = tmp_path / "code"
+    assert (code / "main.py").read_bytes() == (repo / "main.py").read_bytes() and not (code / "main.py").is_symlink()
+    assert (code / "config" / "x.json").is_file() and not (code / "config").is_symlink()
+    assert (code / "data").is_symlink() and os.readlink(code / "data") == str(repo.resolve() / "data")
+    assert (code / "pretrained.bin").is_symlink()  # over LINK_ABOVE_BYTES: linked, never copied
+    assert not (code / ".git").exists() and not (code / "__pycache__").exists()
+    assert not (code / "checkpoint.pth.tar").exists() and not (code / "runs").exists()  # earlier runs' outputs
+    assert sorted(manifest["linked"]) == ["data", "pretrained.bin"]
+    assert manifest["files"] == 4 and manifest["source"] == str(repo.resolve())
+    assert json.loads((code / MANIFEST).read_text())["bytes"] == manifest["bytes"] > 0
+
+
+def test_trial_writes_land_in_its_own_folder_and_reach_no_one_else(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    snapshot_code(repo, tmp_path / "code")
+    before_repo, before_code = tree(repo), tree(tmp_path / "code")
+    a, b = tmp_path / "a" / "work", tmp_path / "b" / "work"
+    for work in (a, b):
+        fill_work_dir(tmp_path / "code", work)
+    with open(a / "experiment" / "log.txt", "a") as f:  # an existing file of the repo, appended to
+        f.write("trial a\n")
+    (a / "config" / "x.json").write_text('{"scale": 2.0}')  # an existing file, overwritten
+    (a / "experiment" / "new.txt").write_text("a")  # a new file in an existing folder
+    (a / "checkpoint.pth.tar").write_bytes(b"a")
+    assert tree(repo) == before_repo and tree(tmp_path / "code") == before_code
+    assert (b / "experiment" / "log.txt").read_text() == "earlier run\n"
+    assert not (b / "experiment" / "new.txt").exists() and not (b / "checkpoint.pth.tar").exists()
+    assert (a / "data" / "train" / "0.txt").read_text() == "sample"  # reads of data go to the original
+    assert not (a / MANIFEST).exists()
+
+
+def test_a_retried_trial_keeps_its_own_files_and_an_edit_after_launch_reaches_no_trial(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    snapshot_code(repo, tmp_path / "code")
+    (repo / "sibling.py").write_text("VERSION = 2\n")  # edited after launch
+    work = tmp_path / "t" / "work"
+    fill_work_dir(tmp_path / "code", work)
+    assert "VERSION = 1" in (work / "sibling.py").read_text()
+    (work / "checkpoint.pth.tar").write_bytes(b"epoch 2")
+    (work / "config" / "x.json").write_text('{"scale": 3.0}')
+    (work / "main.py").unlink()
+    fill_work_dir(tmp_path / "code", work)  # the retry
+    assert (work / "checkpoint.pth.tar").read_bytes() == b"epoch 2"
+    assert (work / "config" / "x.json").read_text() == '{"scale": 3.0}'
+    assert (work / "main.py").read_bytes() == (tmp_path / "code" / "main.py").read_bytes()
+
+
+def test_a_code_folder_too_large_to_copy_is_refused_and_leaves_nothing(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "notes").mkdir()
+    for i in range(3):
+        (repo / "notes" / f"{i}.txt").write_bytes(b"n" * 1000)
+    with pytest.raises(SnapshotTooLarge, match=r"largest: notes.*--in-place"):
+        snapshot_code(repo, tmp_path / "code", limit=2500)
+    assert not (tmp_path / "code").exists() and not (tmp_path / "code.partial").exists()
+
+
+def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "runs" / "command" / "old_trial").mkdir(parents=True)
+    (repo / "runs" / "command" / "old_trial" / "result.json").write_text("{}")
+    from sweeps.engine.code_snapshot import take_snapshot
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(repo)
+        first = take_snapshot(str(repo / "runs" / "command"), in_place=False, resume=False)
+        kept = take_snapshot(str(repo / "runs" / "command"), in_place=False, resume=True)
+    finally:
+        os.chdir(cwd)
+    assert kept["path"] == first["path"] and Path(first["path"]).parent == repo / "runs" / "command" / "code"
+    assert not (Path(first["path"]) / "runs").exists()
+    assert take_snapshot(str(repo / "runs" / "command"), in_place=True, resume=False) is None
+
+
+# --- {gpu} -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "template, warned",
+    [
+        (["python", "main.py", "--gpu", "0"], "(--gpu 0)"),
+        (["python", "main.py", "--gpu=1"], "(--gpu=1)"),
+        (["python", "main.py", "--gpu-id", "2"], "(--gpu-id 2)"),
+        (["env", "CUDA_VISIBLE_DEVICES=0", "python", "main.py"], "CUDA_VISIBLE_DEVICES=0"),
+        (["bash", "-c", "CUDA_VISIBLE_DEVICES=1 python main.py"], "CUDA_VISIBLE_DEVICES=1"),
+        (["python", "main.py", "--gpu", "{gpu}"], None),
+        (["python", "main.py", "--gpus-per-node", "2", "--lr", "{lr}"], None),
+        (["python", "train.py", "--gpus", "1"], None),  # Lightning's count of GPUs, not an id
+        (["env", "CUDA_VISIBLE_DEVICES={gpu}", "python", "main.py"], None),
+    ],
+)
+def test_a_template_that_picks_its_gpu_is_warned_about(template, warned):
+    lines = gpu_warnings(template)
+    assert [warned in line for line in lines] == ([True] if warned else [])
+
+
+def test_gpu_placeholder_renders_the_assigned_ids():
+    assert render(["x", "--gpu", "{gpu}"], {}, "/t", "n", gpu="2,3") == ["x", "--gpu", "2,3"]
+    assert render(["x", "--gpu={gpu}"], {}, "/t", "n") == ["x", "--gpu="]
+
+
+def test_dry_run_warns_once_about_a_hard_coded_gpu(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--dry-run", "--seeds", "2"]
+        + ["--storage-path", str(tmp_path / "out"), "--", sys.executable, "main.py", "--gpu", "0", "--seed", "{seed}"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("warning: the command picks its GPU itself (--gpu 0)") == 1
+
+
+@pytest.mark.slow
+def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ray_gpus, tmp_path):
+    from ray import tune
+    from ray.tune import RunConfig, SyncConfig, Tuner
+
+    from trainables.command import train_command
+
+    template = [sys.executable, str(SCRIPTS / "pick_gpu.py"), "--gpu", "{gpu}", "--meeting", str(tmp_path / "m")]
+    template += ["--trials", "4", "--seed", "{seed}"]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(tmp_path), grace_period_s=2.0)
+    grid = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.25, "gpu": 1}),
+        param_space={"seed": tune.grid_search([0, 1, 2, 3])},
+        run_config=RunConfig(
+            storage_path=str(tmp_path / "out"),
+            name="gpus",
+            verbose=0,
+            log_to_file=True,
+            sync_config=SyncConfig(sync_artifacts=True),  # the trial's stdout file onto storage
+        ),
+    ).fit()
+    assert not grid.errors
+    ids = sorted(r.metrics["gpu_id"] for r in grid)
+    assert ids == [0, 1, 2, 3]
+    for result in grid:  # the script's own CUDA_VISIBLE_DEVICES is the id Ray assigned
+        assert f"CUDA_VISIBLE_DEVICES={result.metrics['gpu_id']}" in (Path(result.path) / "stdout").read_text()
+
+
+# --- a sweep from the repo folder ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_the_code_at_launch(tmp_path):
+    """4 trials, one at a time, each SIGKILLing itself once after epoch 2 (retried: `--resume
+    checkpoint.pth.tar` relative); sibling.py is edited once the first trial has reported."""
+    import torch
+
+    repo = make_repo(tmp_path / "repo")
+    before = tree(repo)
+    out = tmp_path / "out"
+    argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--axis", "lr=0.1,0.2", "--seeds", "2"]
+    argv += ["--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--max-concurrent", "1"]
+    argv += ["--max-failures", "1", "--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+    argv += ["--epochs", "3", "--resume", "checkpoint.pth.tar", "--kill-self-at-epoch", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    log = (tmp_path / "sweep.log").open("w")
+    sweep = subprocess.Popen(argv, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("command/*/result.json")) and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (repo / "sibling.py").write_text((repo / "sibling.py").read_text().replace("VERSION = 1", "VERSION = 2"))
+        edited = time.time()
+        assert sweep.wait(timeout=400) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert [p.name for p in repo.rglob("*.pth.tar")] == ["checkpoint.pth.tar"]  # the earlier run's, untouched
+    assert tree(repo) == {
+        **before,
+        "sibling.py": (repo / "sibling.py").read_bytes(),
+    }
+    trials = [p for p in (out / "command").iterdir() if (p / "result.json").exists()]
+    assert len(trials) == 4
+    seen, started_after_edit = set(), 0
+    for trial in trials:
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+        assert [r["epoch"] for r in rows] == [1, 2, 3] and {r["version"] for r in rows} == {1}
+        work = trial / "work"
+        checkpoint = torch.load(work / "checkpoint.pth.tar")  # intact: one writer
+        config = json.loads((trial / "params.json").read_text())
+        assert (checkpoint["lr"], checkpoint["seed"], checkpoint["epoch"]) == (config["lr"], config["seed"], 3)
+        assert torch.load(work / "model_best.pth.tar")["lr"] == config["lr"]
+        assert "=> resumed from epoch 2 of checkpoint.pth.tar" in (trial / "stderr").read_text()
+        log_lines = (work / "experiment" / "log.txt").read_text().splitlines()
+        assert log_lines[0] == "earlier run" and {line.split(" epoch")[0] for line in log_lines[1:]} == {
+            f"lr={config['lr']} seed={config['seed']}"
+        }
+        seen.add((config["lr"], config["seed"]))
+        started_after_edit += min(p.stat().st_mtime for p in work.glob("*.pth.tar")) > edited
+    assert seen == {(0.1, 0), (0.1, 1), (0.2, 0), (0.2, 1)}
+    assert started_after_edit >= 2  # trials that started after the edit still ran the code at launch
+    info = json.loads((out / "command" / "raysweep.json").read_text())
+    assert info["settings"]["code_snapshot"]["source"] == str(repo.resolve())
