@@ -36,7 +36,15 @@ from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
-from analysis.tune_state import list_dir, listed_trials, read_bytes, resolve_source, sweep_settings
+from analysis.tune_state import (
+    describe_duplicates,
+    list_dir,
+    listed_trials,
+    read_bytes,
+    repeats,
+    resolve_source,
+    sweep_settings,
+)
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -54,6 +62,8 @@ class TrialRecord:
     metric_analysis: dict  # metric -> {"max": ..., "min": ...}
     start: float | None = None  # Unix seconds
     end: float | None = None  # Unix seconds of its last result
+    folder: str | None = None  # its folder in the experiment
+    state: str | None = None  # the experiment_state-*.json listing it, None for a folder found by scanning
 
     def __str__(self) -> str:
         return self.name
@@ -67,9 +77,12 @@ def read_status(source, now: float | None = None) -> dict:
         now: time.time() (the default), for the driver's heartbeat and the elapsed time.
     Returns:
         dict with `status` (`analysis.progress.sweep_status`), `metric`, `mode`, `elapsed_s` (seconds
-        from the first trial's start to now, or to the last result once the sweep is over), `log_lines` (running trial -> last log line), `driver`
-        (the `driver.json` record or None), `driver_alive` (bool or None when unknown), `left`
-        (trials running or pending), `argv` (the sweep's command line, or None) and `where`.
+        from the first trial's start to now, or to the last result once the sweep is over),
+        `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
+        `driver_alive` (bool or None when unknown), `left` (trials running or pending), `argv` (the
+        sweep's command line, or None), `where`, `resumable` and `duplicates`: the folders of trials
+        left out as repeats of another (`analysis.tune_state.repeats`: a copied folder, an
+        unfinished rerun of a finished cell).
     Raises:
         ExperimentError: not a folder, or no Tune experiment in it (no state file, no trial folder).
     """
@@ -94,6 +107,8 @@ def read_status(source, now: float | None = None) -> dict:
             t["metric_analysis"],
             t["start"],
             t["end"],
+            t["dir"],
+            t["state"],
         )
         for t in listed
     ]
@@ -108,7 +123,7 @@ def read_status(source, now: float | None = None) -> dict:
             if not rows:
                 continue  # not a trial folder, or one that has reported nothing yet
             config = rows[-1].get("config") if isinstance(rows[-1].get("config"), dict) else {}
-            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"))
+            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"), folder=folder)
             trials.append(trial)
         _update_from_rows(trial, rows, metric)
         if trial.status == "RUNNING":
@@ -116,6 +131,10 @@ def read_status(source, now: float | None = None) -> dict:
             if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
                 trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
 
+    dropped = set(repeats([vars(t) for t in trials]))  # a copied folder or a repeat is not another trial
+    duplicates = sorted(trials[i].folder or trials[i].name for i in dropped)
+    trials = [t for i, t in enumerate(trials) if i not in dropped]
+    log_lines = {name: line for name, line in log_lines.items() if any(t.name == name for t in trials)}
     total = max(int(info.get("total_trials") or 0), len(trials))
     status = sweep_status(trials, total, metric, mode)
     driver = read_holder(prefix + root)
@@ -135,6 +154,7 @@ def read_status(source, now: float | None = None) -> dict:
         "left": left,
         "argv": info.get("argv"),
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
+        "duplicates": duplicates,
     }
 
 
@@ -144,6 +164,8 @@ def format_status(report: dict, now: float | None = None) -> list[str]:
     lines = format_progress(
         report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"]
     )
+    if describe_duplicates(report["duplicates"]):
+        lines.append(describe_duplicates(report["duplicates"]))
     lines.append(driver_line(report, time.time() if now is None else now))
     if report["driver_alive"] is False and report["left"]:
         if report["resumable"]:
