@@ -208,19 +208,26 @@ def exit_code(report: dict) -> int:
     return 1 if report["driver_alive"] is False and report["left"] else 0
 
 
-def watch(source, every_s: float | None, stream: TextIO | None = None) -> int:
+def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: bool = False) -> int:
     """Print the status block once, or (every_s > 0) every `every_s` seconds until the sweep is over
-    (its driver ended or is gone; with no driver record: no trial left). Returns `exit_code`."""
+    (its driver ended or is gone; with no driver record: no trial left). Returns `exit_code`.
+    `as_json`: each time one line, the `raysweep.status/1` document (`analysis/json_output.py`)."""
     stream = stream or sys.stdout
     while True:
         report = read_status(source)
-        stream.write("\n".join(format_status(report)) + "\n")
+        if as_json:
+            from analysis.json_output import dumps, status_document  # imports this module: not at the top
+
+            stream.write(dumps(status_document(report)) + "\n")
+        else:
+            stream.write("\n".join(format_status(report)) + "\n")
         stream.flush()
         over = report["driver_alive"] is False or (report["driver"] is None and not report["left"])
         if not every_s or over:
             return exit_code(report)
         time.sleep(every_s)
-        stream.write("\n")
+        if not as_json:
+            stream.write("\n")
 
 
 def _read_json(fs, path: str) -> dict:
