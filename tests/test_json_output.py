@@ -156,3 +156,13 @@ def test_the_schemas_ship_with_the_package():
     for version in (STATUS_SCHEMA, SUMMARY_SCHEMA):
         jsonschema.Draft202012Validator.check_schema(schema(version))
         assert schema(version)["title"] == version
+
+
+def test_status_json_imports_no_pandas():
+    """`--status --json` stays as light as `--status` (it must answer in well under 2 s)."""
+    code = (
+        "import sys; from analysis.json_output import status_document; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'matplotlib', 'scipy', 'ray', 'torch'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr
