@@ -98,43 +98,7 @@ def read_status(source, now: float | None = None) -> dict:
     settings = sweep_settings(fs, root, files, state)
     metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
 
-    trials = [
-        TrialRecord(
-            t["trial_name"] or t["dir"],
-            t["status"] or "PENDING",
-            t["config"] or {},
-            t["last_result"],
-            t["metric_analysis"],
-            t["start"],
-            t["end"],
-            t["dir"],
-            t["state"],
-        )
-        for t in listed
-    ]
-    folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}
-    log_lines = {}
-    for folder in dirs:  # trials the snapshot lists as running, and those it does not list yet
-        trial = folders.get(folder)
-        if trial is not None and trial.status in ("TERMINATED", "ERROR"):
-            continue  # finished in the snapshot: nothing newer to read
-        rows = _result_rows(fs, posixpath.join(root, folder, "result.json"))
-        if trial is None:
-            if not rows:
-                continue  # not a trial folder, or one that has reported nothing yet
-            config = rows[-1].get("config") if isinstance(rows[-1].get("config"), dict) else {}
-            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"), folder=folder)
-            trials.append(trial)
-        _update_from_rows(trial, rows, metric)
-        if trial.status == "RUNNING":
-            log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
-            if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
-                trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
-
-    dropped = set(repeats([vars(t) for t in trials]))  # a copied folder or a repeat is not another trial
-    duplicates = sorted(trials[i].folder or trials[i].name for i in dropped)
-    trials = [t for i, t in enumerate(trials) if i not in dropped]
-    log_lines = {name: line for name, line in log_lines.items() if any(t.name == name for t in trials)}
+    trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, metric)
     total = max(int(info.get("total_trials") or 0), len(trials))
     status = sweep_status(trials, total, metric, mode)
     driver = read_holder(prefix + root)
@@ -228,6 +192,52 @@ def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: 
         time.sleep(every_s)
         if not as_json:
             stream.write("\n")
+
+
+def _trial_records(
+    fs, root: str, dirs: list[str], listed: list[dict], metric: str
+) -> tuple[list[TrialRecord], dict[str, str | None], list[str]]:
+    """The trials of the state files, updated from the result.json of those not finished there, and
+    the folders with results that no state file lists yet; repeats left out (`tune_state.repeats`).
+
+    Returns (trials, running trial name -> last log line, folders left out as repeats)."""
+    trials = [
+        TrialRecord(
+            t["trial_name"] or t["dir"],
+            t["status"] or "PENDING",
+            t["config"] or {},
+            t["last_result"],
+            t["metric_analysis"],
+            t["start"],
+            t["end"],
+            t["dir"],
+            t["state"],
+        )
+        for t in listed
+    ]
+    folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}
+    log_lines = {}
+    for folder in dirs:  # trials the snapshot lists as running, and those it does not list yet
+        trial = folders.get(folder)
+        if trial is not None and trial.status in ("TERMINATED", "ERROR"):
+            continue  # finished in the snapshot: nothing newer to read
+        rows = _result_rows(fs, posixpath.join(root, folder, "result.json"))
+        if trial is None:
+            if not rows:
+                continue  # not a trial folder, or one that has reported nothing yet
+            config = rows[-1].get("config") if isinstance(rows[-1].get("config"), dict) else {}
+            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"), folder=folder)
+            trials.append(trial)
+        _update_from_rows(trial, rows, metric)
+        if trial.status == "RUNNING":
+            log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
+            if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
+                trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
+    dropped = set(repeats([vars(t) for t in trials]))  # a copied folder or a repeat is not another trial
+    duplicates = sorted(trials[i].folder or trials[i].name for i in dropped)
+    trials = [t for i, t in enumerate(trials) if i not in dropped]
+    names = {t.name for t in trials}
+    return trials, {name: line for name, line in log_lines.items() if name in names}, duplicates
 
 
 def _read_json(fs, path: str) -> dict:
