@@ -5,6 +5,7 @@
                        [--rows loss] [--baseline ce] [--test-metric test/acc]
     python -m analysis runs/ce runs/gce --paper --bootstrap      # + bootstrap CIs of each cell
     python -m analysis runs/noise_grid --status [--watch 30]     # a running (or ended) sweep
+    python -m analysis runs/noise_grid [--status] --json         # the same as JSON (docs/json-output.md)
 
 Arguments are parsed and checked before pandas, matplotlib or scipy are imported, so --help and
 usage errors are immediate. Bad input: one line ``error: ...`` on stderr, exit code 2.
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         check_select(args.select, args.k)
     except ExperimentError as error:
         parser.exit(2, f"error: {error}\n")
+    if args.json and args.paper:
+        parser.exit(2, "error: --json prints the summary table; use it without --paper\n")
     if args.watch is not None or args.status:
         return _status(parser, args)
     return _report(args)
@@ -86,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--provenance", action="store_true", help="print what ran: command, commit, diff, versions, nodes"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary table (with --status: the status) as one JSON document and write nothing",
+    )
     return parser
 
 
@@ -97,6 +105,8 @@ def _report(args) -> int:
     matplotlib.use("Agg")  # no display needed; must precede any figure
     source = args.experiment if len(args.experiment) > 1 else args.experiment[0]
     try:
+        if args.json:
+            return _json_summary(source, args)
         if args.paper:
             return _paper(source, args)
         from analysis.report import write_report
@@ -132,12 +142,25 @@ def _status(parser: argparse.ArgumentParser, args) -> int:
     from analysis.status import watch
 
     try:
-        return watch(args.experiment[0], args.watch)
+        return watch(args.experiment[0], args.watch, as_json=args.json)
     except (ExperimentError, FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _json_summary(source, args) -> int:
+    """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/json_output.py`)."""
+    from analysis.json_output import dumps, summary_document
+    from analysis.load import load_experiment
+    from analysis.report import resolve_metric
+
+    trials, history = load_experiment(source)
+    metric, mode = resolve_metric(trials, args.metric, args.mode)
+    options = dict(k=args.k, test_metric=args.test_metric, rows=args.rows)
+    print(dumps(summary_document(trials, history, metric, mode, args.select, **options)))
+    return 0
 
 
 def _paper(source, args) -> int:

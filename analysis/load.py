@@ -1,7 +1,7 @@
 """Any Ray Tune experiment as tidy pandas DataFrames: one row per trial, and the history.
 
-The files are read by :mod:`analysis.tune_files`; this module shapes them into tables and
-holds the helpers that find columns in those tables.
+The files are read by :mod:`analysis.tune_files` and shaped by :mod:`analysis.trial_table`; this
+module leaves out repeated trials, stacks experiments and holds the helpers that find columns.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from analysis.errors import ExperimentError
-from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE  # noqa: F401  (re-exported)
-from analysis.tune_files import flatten, read_experiment_files, resolve_source
+from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE, guess_mode  # noqa: F401  (re-exported)
+from analysis.trial_table import assemble
+from analysis.tune_files import read_experiment_files, resolve_source
+from analysis.tune_state import describe_duplicates, repeats
 
 STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
 """Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
@@ -25,31 +27,6 @@ STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
 SEED_KEY = "seed"
 """Config key of the seed axis. Only this key is dropped when grouping over seeds;
 `noise_seed`, `data_seed` and the like are kept (they change the data, not the repeat)."""
-
-# Keys Tune adds to every result. They are not metrics: dropped from the history, except the
-# ones in _HISTORY_KEEP, which locate a row in time.
-_TUNE_KEYS = {
-    "config",
-    "date",
-    "done",
-    "pid",
-    "hostname",
-    "node_ip",
-    "trial_id",
-    "experiment_tag",
-    "checkpoint_dir_name",
-    "should_checkpoint",
-    "time_this_iter_s",
-    "time_since_restore",
-    "iterations_since_restore",
-    "timesteps_since_restore",
-    "timesteps_total",
-    "episodes_total",
-    "experiment_id",
-    "warmup_time",
-}
-_HISTORY_KEEP = ("training_iteration", "time_total_s", "timestamp")
-_NOT_METRICS = _TUNE_KEYS | set(_HISTORY_KEEP) | {"diverged"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,9 +50,9 @@ def load_experiment(
         return _load_many(source, modes, filesystem)
     fs, root, prefix = resolve_source(source, filesystem)
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
+    trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
-    trials_df, history = _assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
-    trials_df, history, duplicates = _drop_duplicates(trials_df, history)
+    trials_df, history = assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     trials_df.attrs.update(experiment=prefix + root, metric=metric, mode=mode, duplicates=duplicates)
@@ -133,12 +110,14 @@ def load_trials(
         the sweep recorded them (``raysweep.json``, else the metric given to ``TuneConfig``,
         with :func:`guess_mode`); None when not recorded.
 
-        A trial is identified by its config, seed included: of several finished (TERMINATED)
-        trials of one experiment with equal configs (a second driver on the same folder, a
-        copied trial folder) only the newest (latest end, then start) is kept, so a repeat
-        never counts as another seed. ``df.attrs["duplicates"]`` lists the folders (or trial
-        ids) left out, and :func:`duplicates_line` says so in one line. Experiments loaded
-        together are never compared with each other this way.
+        A trial is identified by its config, seed included, whatever its folder name and whether
+        or not a state file lists it: of the trials of one experiment with equal configs (a
+        copied trial folder, runs merged from two machines, a second driver on the same folder,
+        an errored or unfinished repeat of a finished cell) one is kept: the finished one, then
+        the newest (:func:`analysis.tune_state.repeats`), so a repeat never counts as another
+        seed. ``df.attrs["duplicates"]`` lists the folders (or trial ids) left out, and
+        :func:`duplicates_line` says so in one line. Experiments loaded together are never
+        compared with each other this way.
 
     Raises:
         ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;
@@ -175,17 +154,6 @@ def load_history(
         ExperimentError: as for :func:`load_trials`.
     """
     return load_experiment(source, filesystem=filesystem)[1]
-
-
-def guess_mode(metric: str) -> str:
-    """``"min"`` for metrics that read as losses or errors, else ``"max"``.
-
-    The rule looks at the last ``/``-separated part of the name: it is ``"min"`` when that part
-    contains ``loss``, ``err``, ``nll`` or ``perplexity`` (``val/loss``, ``test_error``).
-    Pass the mode explicitly wherever the rule is wrong for a metric.
-    """
-    leaf = metric.rsplit("/", 1)[-1].lower()
-    return "min" if any(word in leaf for word in ("loss", "err", "nll", "perplexity")) else "max"
 
 
 def reported_metrics(trials: pd.DataFrame) -> list[str]:
@@ -270,38 +238,34 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
 def duplicates_line(trials: pd.DataFrame) -> str | None:
     """One line saying how many duplicate trials :func:`load_trials` left out and where, or
     None when there were none (``trials.attrs["duplicates"]``)."""
-    left_out = trials.attrs.get("duplicates") or []
-    if not left_out:
-        return None
-    shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
-    return (
-        f"duplicates left out: {len(left_out)} finished trial(s) with the same config (seed included) "
-        f"as a newer one, which is counted instead: {shown}"
-    )
+    return describe_duplicates(trials.attrs.get("duplicates") or [])
 
 
-def _drop_duplicates(trials: pd.DataFrame, history: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """Keep the newest of the finished trials that share a config (see :func:`load_trials`)."""
-    config = [c for c in trials.columns if c.startswith("config/")]
-    finished = trials["status"] == "TERMINATED"
-    if not config or finished.sum() < 2:
-        return trials, history, []
-    key = trials[config].apply(lambda row: repr(tuple(_hashable(v) for v in row)), axis=1)
-    newest_first = (
-        trials[finished]
-        .assign(_key=key[finished])
-        .sort_values(["end_time", "start_time"], ascending=False, na_position="last", kind="stable")
+def _drop_repeats(
+    trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
+) -> tuple[list[dict], pd.DataFrame, list[str]]:
+    """Leave out the trials that repeat another (:func:`analysis.tune_state.repeats`).
+
+    Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
+    folders (or trial ids) left out, sorted."""
+    timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
+    dropped = set(repeats(timed))
+    left_out = sorted(
+        prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)
     )
-    dropped = newest_first.index[newest_first.duplicated("_key", keep="first")]
-    if len(dropped) == 0:
-        return trials, history, []
-    left_out = [
-        d if isinstance(d, str) else i
-        for d, i in zip(trials.loc[dropped, "trial_dir"], trials.loc[dropped, "trial_id"])
-    ]
-    kept = trials.drop(index=dropped).reset_index(drop=True)
-    history = history[history["trial_id"].isin(set(kept["trial_id"]))].reset_index(drop=True)
-    return kept, history, sorted(left_out)
+    kept = [i for i in range(len(trials)) if i not in dropped]
+    if dropped:
+        renumber = np.full(len(trials), -1, dtype=np.int64)
+        renumber[kept] = np.arange(len(kept))
+        rows = rows[~rows["_trial"].isin(dropped)].copy()
+        rows["_trial"] = renumber[rows["_trial"].to_numpy(dtype=np.int64)]
+        trials = [trials[i] for i in kept]
+    seen: set[str] = set()
+    for trial in trials:  # a folder copied under another name keeps its trial id; rows are grouped by id
+        if trial["trial_id"] in seen:
+            trial["trial_id"] = f"{trial['trial_id']}@{trial['dir']}"
+        seen.add(trial["trial_id"])
+    return trials, rows.reset_index(drop=True), left_out
 
 
 def _load_many(
@@ -356,105 +320,3 @@ def _hashable(value: Any) -> Any:
         return value
     except TypeError:
         return repr(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Assembling the DataFrames
-# --------------------------------------------------------------------------------------------
-
-
-def _assemble(
-    trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: str, root: str, modes: Mapping[str, str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trial table and history from the trial dicts (sorted) and the raw result rows."""
-    n = len(trials)
-    position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)  # raw _trial (read order) -> row in the sorted trial table
-    ids = np.array([t["trial_id"] for t in trials], dtype=object)
-
-    history = raw.drop(columns=[c for c in _TUNE_KEYS if c in raw.columns])
-    pos = position[history.pop("_trial").to_numpy(dtype=np.int64)]
-    history.insert(0, "trial_id", ids[pos])
-    history = history.iloc[np.argsort(pos, kind="stable")].reset_index(drop=True)
-    if "training_iteration" not in history.columns:
-        history["training_iteration"] = history.groupby("trial_id", sort=False).cumcount() + 1
-    keep = ["trial_id"] + [c for c in _HISTORY_KEEP if c in history.columns]
-    history = history[keep + [c for c in history.columns if c not in keep]]
-    history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
-
-    metrics = [c for c in history.columns if c not in _NOT_METRICS]
-    numeric = [
-        c for c in metrics if pd.api.types.is_numeric_dtype(history[c]) and not pd.api.types.is_bool_dtype(history[c])
-    ]
-    grouped = history.groupby("trial_id", sort=False)
-
-    # last/: the value of the last row that reported the metric. Rows parsed by pyarrow hold no
-    # NaN of their own, so a NaN there means "not reported" and groupby().last() is exact; for
-    # trials parsed row by row the merged dict keeps a reported NaN (the metric diverged).
-    last = grouped[metrics].last().reindex(ids) if metrics else pd.DataFrame(index=ids)
-    merged = [i for i, trial in enumerate(trials) if trial["merged"] is not None]
-    if merged and metrics:
-        exact = pd.DataFrame.from_records([trials[i]["merged"] for i in merged], columns=metrics)
-        for j, column in enumerate(metrics):
-            numeric_pair = column in numeric and pd.api.types.is_numeric_dtype(exact[column])
-            if not numeric_pair and last[column].dtype != exact[column].dtype:
-                last[column] = last[column].astype(object)  # e.g. a string metric in some trials only
-            last.iloc[merged, j] = exact[column].to_numpy()
-    last.columns = [f"last/{c}" for c in last.columns]
-
-    best_parts = []
-    values = history[numeric].replace([np.inf, -np.inf], np.nan)
-    for column in numeric:
-        by = values[column].groupby(history["trial_id"], sort=False)
-        best = by.max() if (modes.get(column) or guess_mode(column)) == "max" else by.min()
-        best_parts.append(best.rename(f"best/{column}"))
-    best = pd.concat(best_parts, axis=1).reindex(ids) if best_parts else pd.DataFrame(index=ids)
-
-    start = np.array([np.nan if t["start"] is None else t["start"] for t in trials], dtype=float)
-    end = np.array([np.nan if t["end"] is None else t["end"] for t in trials], dtype=float)
-    _estimate_spans(history, ids, start, end)
-
-    diverged = [bool(t["nonfinite"] or t["tail"].get("diverged") is True) for t in trials]
-    base = pd.DataFrame(
-        {
-            "trial_id": ids.astype(str),
-            "trial_name": [t["trial_name"] or t["trial_id"] for t in trials],
-            "status": [t["status"] for t in trials],
-            "diverged": diverged,
-            "error": pd.Series([t["error"] for t in trials], dtype=object),
-            "start_time": pd.to_datetime(start, unit="s", utc=True),
-            "end_time": pd.to_datetime(end, unit="s", utc=True),
-            "duration_s": end - start,
-            "iterations": [int(t["tail"].get("training_iteration") or 0) for t in trials],
-            "node": pd.Series([t["tail"].get("hostname") for t in trials], dtype=object),
-        }
-    )
-    resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
-    resources.columns = [f"resources/{c}" for c in resources.columns]
-    dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})
-    config = pd.DataFrame.from_records([flatten(t["config"]) for t in trials], index=range(n))
-    config.columns = [f"config/{c}" for c in config.columns]
-    parts = [base, resources, dirs, config, last.reset_index(drop=True), best.reset_index(drop=True)]
-    return pd.concat(parts, axis=1), history
-
-
-def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-    """Fill unknown start/end (Unix s) from ``timestamp`` (int s) and ``time_total_s`` (float).
-
-    Each row's true time lies in [timestamp, timestamp + 1), so each row bounds the start to
-    [timestamp - time_total_s, timestamp + 1 - time_total_s); intersecting over all rows of a
-    trial pins the start much closer than one second. End = start + last time_total_s.
-    """
-    missing = np.isnan(start)
-    if not missing.any() or not {"timestamp", "time_total_s"} <= set(history.columns):
-        return
-    stamp = pd.to_numeric(history["timestamp"], errors="coerce")
-    total = pd.to_numeric(history["time_total_s"], errors="coerce")
-    by = history["trial_id"]
-    low = (stamp - total).groupby(by, sort=False).max().reindex(ids).to_numpy(dtype=float)
-    high = (stamp + 1 - total).groupby(by, sort=False).min().reindex(ids).to_numpy(dtype=float)
-    last_total = total.groupby(by, sort=False).last().reindex(ids).to_numpy(dtype=float)
-    estimate = np.where(high >= low, (low + high) / 2, low)
-    start[missing] = estimate[missing]
-    fill_end = missing | np.isnan(end)
-    end[fill_end] = (start + last_total)[fill_end]

@@ -94,9 +94,8 @@ def format_progress(
         log_lines: trial name -> last line of its log, printed under the trial's line (`--status`).
     """
     s = status
-    done_now = s["epochs_done"] - epochs_at_start
-    remaining = s["epochs_planned"] - s["epochs_done"]
-    eta = format_duration(remaining * elapsed_s / done_now) if done_now > 0 else "?"
+    eta_s = eta_seconds(s, elapsed_s, epochs_at_start)
+    eta = format_duration(eta_s) if eta_s is not None else "?"
     best = f"best {metric} {s['best'][0]:.4f} ({s['best'][1]})" if s["best"] else f"best {metric} -"
     lines = [
         f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
@@ -116,6 +115,14 @@ def format_progress(
     if len(s["running_trials"]) > RUNNING_LINES:
         lines.append(f"  ... and {len(s['running_trials']) - RUNNING_LINES} more running")
     return lines
+
+
+def eta_seconds(status: dict, elapsed_s: float, epochs_at_start: int = 0) -> float | None:
+    """Seconds left for a `sweep_status` dict: (epochs planned - epochs done) / (epochs done in this
+    run / elapsed_s); None until an epoch has finished in this run (arguments as `format_progress`)."""
+    done_now = status["epochs_done"] - epochs_at_start
+    remaining = status["epochs_planned"] - status["epochs_done"]
+    return remaining * elapsed_s / done_now if done_now > 0 else None
 
 
 def format_duration(seconds: float) -> str:

@@ -52,3 +52,14 @@ def describe_select(select: str, metric: str, val_metric: str = DEFAULT_METRIC, 
     if select == "last":
         return f"{metric} at the last epoch"
     return f"{metric} averaged over the last {k} epochs"
+
+
+def guess_mode(metric: str) -> str:
+    """``"min"`` for metrics that read as losses or errors, else ``"max"``.
+
+    The rule looks at the last ``/``-separated part of the name: it is ``"min"`` when that part
+    contains ``loss``, ``err``, ``nll`` or ``perplexity`` (``val/loss``, ``test_error``).
+    Pass the mode explicitly wherever the rule is wrong for a metric.
+    """
+    leaf = metric.rsplit("/", 1)[-1].lower()
+    return "min" if any(word in leaf for word in ("loss", "err", "nll", "perplexity")) else "max"

@@ -36,7 +36,15 @@ from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
-from analysis.tune_state import list_dir, listed_trials, read_bytes, resolve_source, sweep_settings
+from analysis.tune_state import (
+    describe_duplicates,
+    list_dir,
+    listed_trials,
+    read_bytes,
+    repeats,
+    resolve_source,
+    sweep_settings,
+)
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -54,6 +62,8 @@ class TrialRecord:
     metric_analysis: dict  # metric -> {"max": ..., "min": ...}
     start: float | None = None  # Unix seconds
     end: float | None = None  # Unix seconds of its last result
+    folder: str | None = None  # its folder in the experiment
+    state: str | None = None  # the experiment_state-*.json listing it, None for a folder found by scanning
 
     def __str__(self) -> str:
         return self.name
@@ -67,9 +77,12 @@ def read_status(source, now: float | None = None) -> dict:
         now: time.time() (the default), for the driver's heartbeat and the elapsed time.
     Returns:
         dict with `status` (`analysis.progress.sweep_status`), `metric`, `mode`, `elapsed_s` (seconds
-        from the first trial's start to now, or to the last result once the sweep is over), `log_lines` (running trial -> last log line), `driver`
-        (the `driver.json` record or None), `driver_alive` (bool or None when unknown), `left`
-        (trials running or pending), `argv` (the sweep's command line, or None) and `where`.
+        from the first trial's start to now, or to the last result once the sweep is over),
+        `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
+        `driver_alive` (bool or None when unknown), `left` (trials running or pending), `argv` (the
+        sweep's command line, or None), `where`, `resumable` and `duplicates`: the folders of trials
+        left out as repeats of another (`analysis.tune_state.repeats`: a copied folder, an
+        unfinished rerun of a finished cell).
     Raises:
         ExperimentError: not a folder, or no Tune experiment in it (no state file, no trial folder).
     """
@@ -85,37 +98,7 @@ def read_status(source, now: float | None = None) -> dict:
     settings = sweep_settings(fs, root, files, state)
     metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
 
-    trials = [
-        TrialRecord(
-            t["trial_name"] or t["dir"],
-            t["status"] or "PENDING",
-            t["config"] or {},
-            t["last_result"],
-            t["metric_analysis"],
-            t["start"],
-            t["end"],
-        )
-        for t in listed
-    ]
-    folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}
-    log_lines = {}
-    for folder in dirs:  # trials the snapshot lists as running, and those it does not list yet
-        trial = folders.get(folder)
-        if trial is not None and trial.status in ("TERMINATED", "ERROR"):
-            continue  # finished in the snapshot: nothing newer to read
-        rows = _result_rows(fs, posixpath.join(root, folder, "result.json"))
-        if trial is None:
-            if not rows:
-                continue  # not a trial folder, or one that has reported nothing yet
-            config = rows[-1].get("config") if isinstance(rows[-1].get("config"), dict) else {}
-            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"))
-            trials.append(trial)
-        _update_from_rows(trial, rows, metric)
-        if trial.status == "RUNNING":
-            log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
-            if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
-                trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
-
+    trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, metric)
     total = max(int(info.get("total_trials") or 0), len(trials))
     status = sweep_status(trials, total, metric, mode)
     driver = read_holder(prefix + root)
@@ -135,6 +118,7 @@ def read_status(source, now: float | None = None) -> dict:
         "left": left,
         "argv": info.get("argv"),
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
+        "duplicates": duplicates,
     }
 
 
@@ -144,6 +128,8 @@ def format_status(report: dict, now: float | None = None) -> list[str]:
     lines = format_progress(
         report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"]
     )
+    if describe_duplicates(report["duplicates"]):
+        lines.append(describe_duplicates(report["duplicates"]))
     lines.append(driver_line(report, time.time() if now is None else now))
     if report["driver_alive"] is False and report["left"]:
         if report["resumable"]:
@@ -186,19 +172,72 @@ def exit_code(report: dict) -> int:
     return 1 if report["driver_alive"] is False and report["left"] else 0
 
 
-def watch(source, every_s: float | None, stream: TextIO | None = None) -> int:
+def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: bool = False) -> int:
     """Print the status block once, or (every_s > 0) every `every_s` seconds until the sweep is over
-    (its driver ended or is gone; with no driver record: no trial left). Returns `exit_code`."""
+    (its driver ended or is gone; with no driver record: no trial left). Returns `exit_code`.
+    `as_json`: each time one line, the `raysweep.status/1` document (`analysis/json_output.py`)."""
     stream = stream or sys.stdout
     while True:
         report = read_status(source)
-        stream.write("\n".join(format_status(report)) + "\n")
+        if as_json:
+            from analysis.json_output import dumps, status_document  # imports this module: not at the top
+
+            stream.write(dumps(status_document(report)) + "\n")
+        else:
+            stream.write("\n".join(format_status(report)) + "\n")
         stream.flush()
         over = report["driver_alive"] is False or (report["driver"] is None and not report["left"])
         if not every_s or over:
             return exit_code(report)
         time.sleep(every_s)
-        stream.write("\n")
+        if not as_json:
+            stream.write("\n")
+
+
+def _trial_records(
+    fs, root: str, dirs: list[str], listed: list[dict], metric: str
+) -> tuple[list[TrialRecord], dict[str, str | None], list[str]]:
+    """The trials of the state files, updated from the result.json of those not finished there, and
+    the folders with results that no state file lists yet; repeats left out (`tune_state.repeats`).
+
+    Returns (trials, running trial name -> last log line, folders left out as repeats)."""
+    trials = [
+        TrialRecord(
+            t["trial_name"] or t["dir"],
+            t["status"] or "PENDING",
+            t["config"] or {},
+            t["last_result"],
+            t["metric_analysis"],
+            t["start"],
+            t["end"],
+            t["dir"],
+            t["state"],
+        )
+        for t in listed
+    ]
+    folders = {t["dir"]: trial for t, trial in zip(listed, trials) if t["dir"]}
+    log_lines = {}
+    for folder in dirs:  # trials the snapshot lists as running, and those it does not list yet
+        trial = folders.get(folder)
+        if trial is not None and trial.status in ("TERMINATED", "ERROR"):
+            continue  # finished in the snapshot: nothing newer to read
+        rows = _result_rows(fs, posixpath.join(root, folder, "result.json"))
+        if trial is None:
+            if not rows:
+                continue  # not a trial folder, or one that has reported nothing yet
+            config = rows[-1].get("config") if isinstance(rows[-1].get("config"), dict) else {}
+            trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"), folder=folder)
+            trials.append(trial)
+        _update_from_rows(trial, rows, metric)
+        if trial.status == "RUNNING":
+            log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
+            if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
+                trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
+    dropped = set(repeats([vars(t) for t in trials]))  # a copied folder or a repeat is not another trial
+    duplicates = sorted(trials[i].folder or trials[i].name for i in dropped)
+    trials = [t for i, t in enumerate(trials) if i not in dropped]
+    names = {t.name for t in trials}
+    return trials, {name: line for name, line in log_lines.items() if name in names}, duplicates
 
 
 def _read_json(fs, path: str) -> dict:

@@ -18,7 +18,7 @@ import os
 import pickle
 import posixpath
 import warnings
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pyarrow.fs as pafs
 
@@ -117,15 +117,16 @@ def listed_trials(fs, root: str, files: set[str], dirs: list[str]) -> tuple[dict
     Args:
         fs, root: the experiment folder; files, dirs: the names of its files and folders.
     Returns:
-        (the newest readable state, or None; `state_trials` dicts of all states, one per trial folder).
+        (the newest readable state, or None; `state_trials` dicts of all states, one per trial folder,
+        each with ``state``: the name of the newest state file listing it).
     """
     state_files = sorted(f for f in files if f.startswith("experiment_state-") and f.endswith(".json"))
-    states = [state for f in state_files if (state := read_state(fs, posixpath.join(root, f))) is not None]
+    states = [(f, state) for f in state_files if (state := read_state(fs, posixpath.join(root, f))) is not None]
     by_folder: dict = {}
-    for one in states:
+    for name, one in states:
         for trial in state_trials(one, dirs):
-            by_folder[trial["dir"] or ("id", trial["trial_id"])] = trial
-    return (states[-1] if states else None), list(by_folder.values())
+            by_folder[trial["dir"] or ("id", trial["trial_id"])] = {**trial, "state": name}
+    return (states[-1][1] if states else None), list(by_folder.values())
 
 
 def _unpickled_as_text(value: Any) -> Any:
@@ -152,7 +153,73 @@ def folder_trial(folder: str | None) -> dict:
         "end": None,
         "resources": {},
         "error": None,
+        "state": None,
     }
+
+
+_STATUS_RANK = {"TERMINATED": 0, "RUNNING": 1, "PAUSED": 1, "PENDING": 2, "ERROR": 3}
+
+
+def repeats(trials: Sequence[Mapping]) -> list[int]:
+    """Indices of the trials that repeat another trial of the same experiment, to be left out.
+
+    A trial is identified by its config, seed included, whatever its folder name and whether or not
+    a state file lists it: a folder copied into the experiment (runs merged from two machines), a
+    second driver's run of a cell, or an unfinished (errored, stopped) repeat of a finished cell is
+    not another seed. Of the trials sharing a config, the one kept is the finished one
+    (TERMINATED, then RUNNING/PAUSED, PENDING, ERROR), then the newest (latest ``end``),
+    then one a state file lists, then the first given. The exception is Tune's own: trials that
+    one state file lists under different ids are distinct even with equal configs (two PBT members
+    whose explore step clipped both to the same bound), so a config keeps as many trials as the
+    most of them one state file lists.
+
+    Args:
+        trials: mappings with ``config`` (dict), ``status`` (Tune's, or None), ``end`` (Unix
+            seconds of its last result, or None) and ``state`` (the state file listing it, or None).
+    Returns:
+        the indices left out, ascending.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, trial in enumerate(trials):
+        groups.setdefault(config_key(trial["config"]), []).append(i)
+    left_out = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        listed = [trials[i]["state"] for i in members if trials[i]["state"] is not None]
+        keep = max([listed.count(s) for s in set(listed)] or [1])
+        ranked = sorted(members, key=lambda i: _keep_order(trials[i], i))
+        left_out += ranked[keep:]
+    return sorted(left_out)
+
+
+def describe_duplicates(left_out: list[str]) -> str | None:
+    """``duplicates left out: N trial(s) ...: folder, ...`` (at most 5 named), or None when empty.
+
+    Shared by the report (:func:`analysis.load.duplicates_line`) and ``--status``."""
+    if not left_out:
+        return None
+    shown = ", ".join(left_out[:5]) + (f" and {len(left_out) - 5} more" if len(left_out) > 5 else "")
+    return (
+        f"duplicates left out: {len(left_out)} trial(s) with the same config (seed included) as one "
+        f"counted instead (a copied folder, a repeat, an unfinished rerun): {shown}"
+    )
+
+
+def config_key(config: Mapping | None) -> str:
+    """A trial's identity: its config (seed included) as canonical JSON."""
+    return json.dumps(config or {}, sort_keys=True, default=repr)
+
+
+def _keep_order(trial: Mapping, index: int) -> tuple:
+    """Sort key, first = the trial to keep (see `repeats`)."""
+    end = trial.get("end")
+    return (
+        _STATUS_RANK.get(trial.get("status") or "PENDING", 2),
+        -(end if end is not None else -math.inf),
+        trial.get("state") is None,
+        index,
+    )
 
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:

@@ -506,10 +506,10 @@ def test_duplicate_trials_count_once_and_are_reported(tmp_path):
     assert cell["n"] == 3 and cell["mean"] == pytest.approx(expected)
 
     summary = analysis.sweep_summary(str(path))
-    line = next(line for line in summary.splitlines() if line.startswith("duplicates left out: 2 finished trial(s)"))
+    line = next(line for line in summary.splitlines() if line.startswith("duplicates left out: 2 trial(s)"))
     assert str(folder) in line and "copied_by_hand" in line
     report = (analysis.write_report(path) / "report.md").read_text()
-    assert "- duplicates left out: 2 finished trial(s) with the same config (seed included)" in report
+    assert "- duplicates left out: 2 trial(s) with the same config (seed included)" in report
     # a different seed is another trial, not a duplicate; an unfinished repeat is not dropped either
     assert analysis.load_trials(paper_grid(tmp_path, "plain")).attrs["duplicates"] == []
 

@@ -155,7 +155,7 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
         timeout=300,
     )
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
-    assert cells(report.stdout) == ["(2)", "(2)"] and "duplicates left out: 1 finished trial(s)" in report.stdout
+    assert cells(report.stdout) == ["(2)", "(2)"] and "duplicates left out: 1 trial(s)" in report.stdout
     assert (tmp_path / "report" / "report.md").exists()
 
 

@@ -1,0 +1,113 @@
+"""Nothing counted twice (issue 28): a trial is its config, seed included, whatever its folder or state file."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import analysis
+from analysis.status import format_status, read_status
+from analysis.tune_state import repeats
+from tests.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
+
+
+def one_seed_grid(tmp_path: Path) -> Path:
+    """ce/gce × sym/asym × 0.2/0.4, seed 0 only: every cell is `(1)`."""
+    return paper_grid(tmp_path, seeds=(0,))
+
+
+def cell_counts(summary: str) -> list[str]:
+    """The `(n)` of every cell of the summary table."""
+    lines = summary.splitlines()
+    table = lines[2 : next(i for i, line in enumerate(lines) if line.startswith("failed trials"))]
+    return [count for line in table for count in re.findall(r"\(\d+\)", line)]
+
+
+def first_trial(experiment: Path) -> Path:
+    return sorted(experiment.glob("train_*"))[0]
+
+
+def rewrite_results(folder: Path, keep: int | None = None, **changes) -> None:
+    """Rewrite a trial folder's result.json: its first `keep` rows, with `changes` applied to each."""
+    rows = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()][:keep]
+    (folder / "result.json").write_text("".join(json.dumps({**row, **changes}) + "\n" for row in rows))
+
+
+def test_a_copied_trial_folder_leaves_its_cell_at_one(tmp_path):
+    """Runs merged from two machines: the same trial under another folder name, listed in no
+    experiment state file, once with its own trial id (the other machine's) and once with the same."""
+    experiment = one_seed_grid(tmp_path)
+    original = first_trial(experiment)
+    shutil.copytree(original, experiment / "from_gpu_box")  # the same trial id
+    shutil.copytree(original, experiment / "from_gpu_box_2")
+    rewrite_results(experiment / "from_gpu_box_2", trial_id="qwert_00000")  # the other machine's id
+
+    trials, history = analysis.load_experiment(experiment)
+    assert len(trials) == 8 and trials["trial_id"].is_unique
+    assert set(history["trial_id"]) == set(trials["trial_id"])
+    assert str(original) in set(trials["trial_dir"])  # the listed folder is the one counted
+    assert trials.attrs["duplicates"] == [str(experiment / "from_gpu_box"), str(experiment / "from_gpu_box_2")]
+    summary = analysis.sweep_summary(str(experiment))
+    assert cell_counts(summary) == ["(1)"] * 8, summary
+    line = next(ln for ln in summary.splitlines() if ln.startswith("duplicates left out: 2 trial(s)"))
+    assert line.endswith(f"{experiment / 'from_gpu_box'}, {experiment / 'from_gpu_box_2'}")
+
+    report = read_status(experiment, now=T0 + 60)
+    s = report["status"]
+    assert (s["done"], s["running"], s["total"]) == (8, 0, 8)  # not 10 done
+    assert report["duplicates"] == ["from_gpu_box", "from_gpu_box_2"]
+    assert any(ln.startswith("duplicates left out: 2 trial(s)") for ln in format_status(report, now=T0))
+
+
+@pytest.mark.parametrize("fate", ["ERROR", "RUNNING"])
+def test_an_unfinished_repeat_of_a_finished_cell_is_not_counted(tmp_path, fate):
+    """A rerun of a finished cell that errored, or stopped with no final result (no `done`), later
+    than the finished one: neither another seed nor a failed trial."""
+    experiment = one_seed_grid(tmp_path)
+    original = first_trial(experiment)
+    rerun = experiment / "rerun_of_first"
+    shutil.copytree(original, rerun)
+    rewrite_results(rerun, keep=2, trial_id="zxcvb_00000", done=False)
+    rows = [json.loads(line) for line in (rerun / "result.json").read_text().splitlines()]
+    rewrite_results(rerun, timestamp=rows[-1]["timestamp"] + 3600)  # newer than the finished trial
+    if fate == "ERROR":
+        (rerun / "error.txt").write_text("Traceback (most recent call last):\nRuntimeError: CUDA error\n")
+
+    trials = analysis.load_trials(experiment)
+    assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()
+    assert trials.attrs["duplicates"] == [str(rerun)]
+    summary = analysis.sweep_summary(str(experiment))
+    assert cell_counts(summary) == ["(1)"] * 8, summary
+    assert "failed trials (left out of the cells): 0 errored, 0 diverged" in summary
+    s = read_status(experiment, now=T0 + 60)["status"]
+    assert (s["done"], s["running"], s["errored"], s["total"]) == (8, 0, 0, 8)
+
+
+def test_trials_one_state_file_lists_are_distinct_even_with_equal_configs(tmp_path):
+    """Tune ran both (two PBT members clipped to the same bound): two trials, not a repeat. A copy
+    of one of them is still a repeat."""
+    config = {"lr": 0.1, "seed": 0, "epochs": 2}
+    rows = [{"epoch": e, "val/acc": 0.5 + 0.1 * e} for e in range(2)]
+    experiment = write_experiment(
+        tmp_path, "pbt", [trial_spec("pbt_00000", config, rows), trial_spec("pbt_00001", config, rows, start=5.0)]
+    )
+    assert analysis.load_trials(experiment).attrs["duplicates"] == []
+    shutil.copytree(first_trial(experiment), experiment / "copied")
+    trials = analysis.load_trials(experiment)
+    assert len(trials) == 2 and trials.attrs["duplicates"] == [str(experiment / "copied")]
+    assert read_status(experiment)["status"]["done"] == 2
+
+
+def test_repeats_keeps_the_finished_then_newest_then_listed_trial():
+    def trial(status, end, state=None, seed=0):
+        return {"config": {"seed": seed, "lr": 0.1}, "status": status, "end": end, "state": state}
+
+    assert repeats([trial("ERROR", 9.0), trial("TERMINATED", 1.0), trial("RUNNING", 8.0)]) == [0, 2]
+    assert repeats([trial("TERMINATED", 1.0), trial("TERMINATED", 2.0)]) == [0]
+    assert repeats([trial("TERMINATED", 1.0), trial("TERMINATED", 1.0, "s1")]) == [0]  # a tie: the listed one
+    assert repeats([trial("TERMINATED", 1.0), trial("TERMINATED", 1.0, seed=1)]) == []  # another seed
+    assert repeats([trial("TERMINATED", 1.0, "s1"), trial("TERMINATED", 2.0, "s2")]) == [0]  # two drivers
