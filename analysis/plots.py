@@ -354,8 +354,9 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
     """Gantt chart of the sweep: one row per GPU (or CPU slot), one bar per trial and slot.
 
     Bars are coloured by status (:data:`STATUS_COLORS`; diverged trials orange) and carry the
-    trial's name where it fits inside the bar (:func:`_label_bars`). The title gives the sweep efficiency, busy slot-time / (slots × makespan), from
-    :func:`analysis.sweep_efficiency`. Rows and packing are those of :func:`analysis.timeline`.
+    trial's name where it fits inside the bar (:func:`_label_bars`). The title gives the sweep efficiency,
+    busy slot-time / (slots × makespan), from :func:`analysis.sweep_efficiency`. Rows and packing are
+    those of :func:`analysis.timeline`.
 
     Args:
         trials: :func:`analysis.load_trials` table.
@@ -363,8 +364,8 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
 
     Returns:
         Figure with one Axes holding one ``Rectangle`` per (trial, slot) in ``ax.patches`` and
-        one text per bar wide enough for its trial's name in ``ax.texts``; y tick labels are the slot names. A figure saying "no timed trials" when no trial has
-        start and end times.
+        one text per bar wide enough for its trial's name in ``ax.texts``; y tick labels are the slot
+        names. A figure saying "no timed trials" when no trial has start and end times.
     """
     rows = timeline(trials)
     slot_names = list(dict.fromkeys(rows["slot"]))

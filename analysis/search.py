@@ -103,8 +103,8 @@ def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC,
 
     Distributions are inferred per parameter: strings, booleans, whole numbers with at most 8
     distinct values (batch sizes) and constants are categorical; other numbers are floats, on a log
-    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is left out of that trial (conditional
-    parameters). Rows with a NaN metric are skipped.
+    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is
+    left out of that trial (conditional parameters). Rows with a NaN metric are skipped.
     Raises:
         KeyError: a parameter or the metric is missing. ValueError: no row has a metric.
     """
@@ -155,7 +155,8 @@ def top_trials(
 ) -> pd.DataFrame:
     """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
 
-    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/` column that varies (prefix dropped), `epochs` (with
+    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per `config/`
+    column that varies (prefix dropped), `epochs` (with
     `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
     as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
     Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an

@@ -124,7 +124,8 @@ def run_packing(
 def check_oom_requeue(
     rows: list[dict], *, data: dict, data_root: str, cpus_per_trial: float, storage: str, total_memory_bytes: int
 ) -> dict:
-    """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice the share."""
+    """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice
+    the share."""
     from ray import tune
 
     from sweeps.engine.launch import Trainable, rerun_oom_trials, sweep_run_config, sweep_tune_config, with_resources
@@ -139,12 +140,10 @@ def check_oom_requeue(
     cap = share * (1 - 0.1) * total_memory_bytes  # TrainConfig.gpu_memory_headroom = 0.1
     batch_size = int(1.5 * cap / per_sample)
     space = {"dataset": "npz", "data_root": data_root, "model": "resnet18", "epochs": 1, "batch_size": batch_size}
-    trainable_for = lambda s: with_resources(
-        Trainable(train_classifier, {"data": data}),
-        s,
-        cpus_per_trial,  # noqa: E731
-        f"{storage}/oom",
-    )
+
+    def trainable_for(gpu_share: float):
+        return with_resources(Trainable(train_classifier, {"data": data}), gpu_share, cpus_per_trial, f"{storage}/oom")
+
     run_config = sweep_run_config("oom", storage, max_failures=0)
     first = tune.Tuner(
         trainable_for(share), param_space=space, tune_config=sweep_tune_config(None), run_config=run_config

@@ -116,7 +116,8 @@ def main(argv: list[str]) -> int:
     )
     if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
         print(
-            f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them"
+            f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; "
+            "run again without --resume to add them"
         )
     return code
 

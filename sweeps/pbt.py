@@ -106,7 +106,8 @@ def main(argv: list[str]) -> int:
 
     print(
         f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
-        f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}",
+        f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, "
+        f"loss {cfg.loss}",
         flush=True,
     )
 

@@ -54,7 +54,8 @@ def parse_args(argv: list[str]):
         "--tasks",
         default=None,
         metavar="FILE",
-        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; crossed with --axis and --seeds",
+        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; "
+        "crossed with --axis and --seeds",
     )
     parser.add_argument(
         "--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)"

@@ -41,7 +41,8 @@ def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.25):
 
 
 def token_env(home: Path) -> dict:
-    """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here), RAY_AUTH_MODE unset."""
+    """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here),
+    RAY_AUTH_MODE unset."""
     env = {
         k: v
         for k, v in os.environ.items()

@@ -1,5 +1,6 @@
 """The logic of the performance work, without timing anything: trial order, the start-up
-milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded (here: made-up) figures."""
+milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded
+(here: made-up) figures."""
 
 from __future__ import annotations
 

@@ -149,7 +149,8 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
         )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines() == [
-            f"error: --address={address}: the Ray cluster refused this driver's authentication (no token in RAY_AUTH_TOKEN, "
+            f"error: --address={address}: the Ray cluster refused this driver's authentication "
+            "(no token in RAY_AUTH_TOKEN, "
             f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {cluster.TOKEN_HELP}"
         ]
         assert not (tmp_path / "refused").exists()

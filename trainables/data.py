@@ -120,7 +120,8 @@ def check_data(
     if (missing := np.flatnonzero(counts == 0)).size:
         raise ValueError(
             f"{source}: labels must be 0..C-1 but class(es) {missing.tolist()} of 0..{len(counts) - 1} "
-            f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) as 0..{np.count_nonzero(counts) - 1}"
+            f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) "
+            f"as 0..{np.count_nonzero(counts) - 1}"
         )
     if len(counts) < 2:
         raise ValueError(

@@ -45,7 +45,8 @@ from sweeps.engine.monitoring import monitoring_callbacks
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from trainables.config import METRIC, MODE, TrainConfig
 
-ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy
+# A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
+ARTIFACT_SYNC_PERIOD_S = 5
 
 
 @dataclasses.dataclass

@@ -153,7 +153,8 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
     if args.fail_fast and args.max_failures:
         raise UsageError(
-            f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them"
+            f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; "
+            "give one of them"
         )
     args.max_failures = 0 if args.fail_fast else (MAX_FAILURES if args.max_failures is None else args.max_failures)
     if getattr(args, "retry_errored", False) and not args.resume:
