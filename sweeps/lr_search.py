@@ -131,11 +131,12 @@ def check_command(args) -> None:
                 f"--metric={args.metric}: the built-in trainable is ranked by {METRIC}; "
                 "--metric names what a command after -- prints"
             )
-        args.metric, args.mode = METRIC, MODE
+        args.metric, args.mode, args.test_metric = METRIC, MODE, "test/acc"
         return
     from sweeps.engine import command_template
 
     args.metric = args.metric or "val_acc"
+    args.test_metric = args.metric  # a command's table shows the metric it is ranked by
     if args.repeat != 1:
         raise UsageError(
             "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
@@ -217,14 +218,16 @@ def main(argv: list[str]) -> int:
         "grace_period": args.grace_period,
         "reduction_factor": args.reduction_factor,
     }
-    cfg, data = preflight.prepare_search(args, settings)
+    options = run_flags.run_options(args)
+    cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
+    from ray import tune
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
     from analysis.search import top_trials
-    from sweeps.engine.launch import Trainable, launch
+    from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
 
     print(
@@ -233,17 +236,16 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
 
-    trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
+    trial_function = TrialFunction(
+        train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg
+    )
     if args.template:  # your own script: the searched values reach it through its {placeholders}
         from trainables.command import train_command
 
-        trainable = Trainable(
+        trial_function = TrialFunction(
             train_command, {"template": args.template, "cwd": os.getcwd(), "complete_when": (args.metric,)}
         )  # each step reported as soon as it has it
-    code, rounds = launch(
-        run_flags.run_options(args),
-        trainable,
-        param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
+    tune_config = tune.TuneConfig(
         search_alg=skip_results_without(OptunaSearch, args.metric)(
             functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed
         ),
@@ -254,12 +256,17 @@ def main(argv: list[str]) -> int:
             reduction_factor=args.reduction_factor,
         ),
         num_samples=args.num_samples,
-        trial_name=trial_name,
-        settings=settings,
         metric=args.metric,
         mode=args.mode,
-        test_metric=args.metric if args.template else "test/acc",
+        trial_name_creator=trial_name,
+    )
+    code, rounds = launch(
+        options,
+        trial_function,
+        args.fixed,  # what stays fixed; the searched part is `search_space`
+        tune_config,
         checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
+        settings=settings,
     )
     df = rounds[0].get_dataframe()
     if len(df):
@@ -274,5 +281,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
     process_exit.run_main(main)

@@ -63,12 +63,7 @@ def monitoring_callbacks(
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
-    from sweeps.engine.no_retry import NoRetryOnMarkedError
-
-    callbacks: list[tune.Callback] = [
-        SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
-        NoRetryOnMarkedError(),
-    ]
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode)]
     if mlflow_uri:
         check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback

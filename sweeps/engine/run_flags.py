@@ -190,6 +190,7 @@ class RunOptions:
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
         quiet, progress_every: no progress blocks; seconds between them.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
+        test_metric: the metric in the cells of the final table, at the epoch the sweep's metric selects.
     """
 
     name: str
@@ -210,6 +211,7 @@ class RunOptions:
     progress_every: float = 15.0
     mlflow_uri: str | None = None
     wandb_project: str | None = None
+    test_metric: str = "test/acc"
 
     @property
     def experiment_dir(self) -> str:
