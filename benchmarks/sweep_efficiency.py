@@ -55,7 +55,9 @@ def time_checkpoint_persist() -> dict:
     """Time Ray's copy of each reported checkpoint to storage in this worker (benchmark instrumentation:
     `StorageContext.persist_current_checkpoint`, which `tune.report` calls before handing the result
     over). Returns the dict whose "last_s" holds the latest copy's seconds."""
-    from ray.train._internal.storage import StorageContext
+    from trainables import ray_private
+
+    StorageContext = ray_private.storage_context_class()
 
     timing = {"last_s": 0.0}
     original = StorageContext.persist_current_checkpoint

@@ -19,6 +19,7 @@ import time
 import ray
 
 from sweeps.engine.flags import UsageError, check_dashboard_host
+from trainables import ray_private
 
 CONNECT_TIMEOUT_S = 5.0  # the TCP probe of HOST:PORT, and again the GCS handshake: <= 10 s in all
 TOKEN_HELP = (
@@ -45,7 +46,7 @@ def secure_dashboard(host: str) -> None:
         file=sys.stderr,
     )
     try:
-        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
+        AUTH_MODE_ENV_VAR = ray_private.auth_mode_env_var()
     except ImportError:
         print("warning: this Ray has no token authentication; firewall the dashboard port", file=sys.stderr)
         return
@@ -98,7 +99,7 @@ def init_ray(
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(
             f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
-            f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}",
+            f"dashboard: {ray_private.dashboard_url() or 'not running'}",
             flush=True,
         )
         return
@@ -148,20 +149,15 @@ def quiet_local_token_auth():
         has no token authentication).
     """
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            AUTH_MODE_ENV_VAR,
-            _enable_token_auth,
-            _get_default_token_path,
-        )
+        if ray_private.auth_mode_env_var() in os.environ:
+            return None
     except ImportError:
         return None
-    if AUTH_MODE_ENV_VAR in os.environ:
-        return None
-    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as Ray would
-    path = _get_default_token_path()
+    ray_private.enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as Ray would
+    path = ray_private.default_token_path()
     if path.exists() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         return None
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.WARNING)
+    logging.getLogger(ray_private.AUTH_LOGGER).setLevel(logging.WARNING)
     return path
 
 
@@ -169,9 +165,7 @@ def running_local_cluster() -> str | None:
     """The GCS address of the cluster `ray start` last started on this machine (Ray's
     `ray_current_cluster` file, which `ray.init()` without an address joins), or None."""
     try:
-        from ray._private.services import find_bootstrap_address
-
-        return find_bootstrap_address(None)
+        return ray_private.find_bootstrap_address()
     except Exception:  # another Ray version: leave it to ray.init
         return None
 
@@ -212,17 +206,16 @@ def use_token_if_available() -> str:
         (none found, whatever the mode); "" when this Ray has no token authentication.
     """
     try:
-        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR, _enable_token_auth
-        from ray._raylet import AuthenticationTokenLoader
+        AUTH_MODE_ENV_VAR = ray_private.auth_mode_env_var()
+        loader = ray_private.auth_token_loader()
     except ImportError:
         return ""
-    loader = AuthenticationTokenLoader.instance()
     loader.reset_cache()  # the environment may have changed since the last look (tests, notebooks)
     if not loader.has_token(ignore_auth_mode=True):
         return "disabled" if os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "disabled" else "no token"
     if AUTH_MODE_ENV_VAR in os.environ:
         return os.environ[AUTH_MODE_ENV_VAR].lower()
-    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as `auto` would
+    ray_private.enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as `auto` would
     return "token"
 
 
@@ -279,13 +272,11 @@ def gcs_handshake(address: str, timeout_s: float) -> Exception | None:
     after `timeout_s`; Ray's C++ warnings during the attempt go to /dev/null (our caller prints
     one line instead).
     """
-    from ray._raylet import GcsClient
-
     outcome: dict = {}
 
     def connect():
         try:
-            GcsClient(address=address)
+            ray_private.gcs_client(address)
         except Exception as e:  # AuthenticationError, RpcError (timed out) ...
             outcome["error"] = e
 
