@@ -85,6 +85,26 @@ def parse_args(argv: list[str]):
 
     run_flags.check_run_args(args)
     run_flags.check_search_args(args)
+    check_search_space_flags(args)
+    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
+    if args.smoke_test:
+        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
+        args.num_samples = min(args.num_samples, 4)
+    epochs = flags.epochs_of(args.fixed)
+    args.template = template
+    check_command(args)
+    args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
+    if args.grace_period > epochs:
+        raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
+    return args
+
+
+def check_search_space_flags(args) -> None:
+    """Parse and check the flags of the search space and ASHA (ranges, losses, batch sizes, seeds).
+
+    Raises:
+        UsageError: one line naming the flag, its value and the allowed range.
+    """
     args.gce_q_range = flags.parse_range("--gce-q-range", args.gce_q_range, 0.0, 1.0)
     args.sce_alpha_range = flags.parse_range("--sce-alpha-range", args.sce_alpha_range, 0.0, 100.0)
     args.sce_beta_range = flags.parse_range("--sce-beta-range", args.sce_beta_range, 0.0, 100.0)
@@ -105,17 +125,6 @@ def parse_args(argv: list[str]):
         raise UsageError(f"--search-seed={args.search_seed} must be a whole number >= 0")
     if not (args.reduction_factor > 1):
         raise UsageError(f"--reduction-factor={args.reduction_factor:g} must be > 1")
-    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
-    if args.smoke_test:
-        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
-        args.num_samples = min(args.num_samples, 4)
-    epochs = flags.epochs_of(args.fixed)
-    args.template = template
-    check_command(args)
-    args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
-    if args.grace_period > epochs:
-        raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
-    return args
 
 
 def check_command(args) -> None:
@@ -198,8 +207,8 @@ def trial_name(trial) -> str:
     return f"{NAME}_{number:05d}_{c['loss']}_lr{c['lr']:.2g}"
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def search_bounds(args) -> tuple[dict, dict]:
+    """(the bounds `search_space` draws from, the settings a resumed search must keep)."""
     bounds = {
         "lr": list(args.lr_range),
         "weight_decay": list(args.weight_decay_range),
@@ -218,6 +227,27 @@ def main(argv: list[str]) -> int:
         "grace_period": args.grace_period,
         "reduction_factor": args.reduction_factor,
     }
+    return bounds, settings
+
+
+def print_outcome(results, args, epochs: int) -> None:
+    """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
+    from analysis.search import top_trials
+
+    df = results.get_dataframe()
+    if len(df):
+        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        df["trial"] = df["trial_id"].map(names)
+        stopped = int((df["training_iteration"] < epochs).sum())
+        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
+        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=epochs).to_string(index=False))
+    if len(df) < args.num_samples:
+        print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
     cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
@@ -226,7 +256,6 @@ def main(argv: list[str]) -> int:
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from analysis.search import top_trials
     from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
 
@@ -268,15 +297,7 @@ def main(argv: list[str]) -> int:
         checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
         settings=settings,
     )
-    df = rounds[0].get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in rounds[0] if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        stopped = int((df["training_iteration"] < cfg.epochs).sum())
-        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=cfg.epochs).to_string(index=False))
-    if len(df) < args.num_samples:
-        print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+    print_outcome(rounds[0], args, cfg.epochs)
     return code
 
 

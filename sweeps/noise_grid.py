@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
     from trainables.config import METRIC, MODE
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
-    # trials differ in length (epochs, model), the cells longest first (`launch.longest_first`).
+    # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not plan.todo:
         return report_finished(plan, options.experiment_dir, METRIC, MODE, options.test_metric)

@@ -81,6 +81,18 @@ def trial_name(trial) -> str:
     return f"{NAME}_{int(trial.experiment_tag.split('_')[0]):05d}"
 
 
+def print_outcome(results) -> None:
+    """After PBT: the ten best members (their final lr / weight decay) and where the exploit history is."""
+    from analysis.search import top_trials
+
+    df = results.get_dataframe()
+    if len(df):
+        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        df["trial"] = df["trial_id"].map(names)
+        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
+    print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
@@ -100,7 +112,6 @@ def main(argv: list[str]) -> int:
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from analysis.search import top_trials
     from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
@@ -140,12 +151,7 @@ def main(argv: list[str]) -> int:
         checkpoint_config=CheckpointConfig(num_to_keep=4),
         settings=settings,
     )
-    df = rounds[0].get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in rounds[0] if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
-    print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
+    print_outcome(rounds[0])
     return code
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import gpu_packing, startup, sweep_efficiency
-from sweeps.engine.launch import expected_cost, longest_first
+from sweeps.engine.grid_plan import expected_cost, longest_first
 
 
 def test_longest_first_orders_by_epochs_times_model_and_keeps_ties_in_order():

@@ -83,19 +83,7 @@ def init_ray(
         UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token.
     """
     started = time.perf_counter()
-    private = address == "local"
-    found = None if private or address or os.environ.get("RAY_ADDRESS") else running_local_cluster()
-    address = None if private else (address or os.environ.get("RAY_ADDRESS") or found)
-    if address:
-        try:
-            connect_checks(address)  # also when Ray already runs here: a named address must answer
-        except UsageError as e:
-            if not found:
-                raise
-            raise UsageError(
-                f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
-                "`ray stop` clears it, --address local starts a private Ray"
-            ) from None
+    address = cluster_to_join(address)
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(
             f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
@@ -136,6 +124,29 @@ def init_ray(
                 f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
                 flush=True,
             )
+
+
+def cluster_to_join(address: str | None) -> str | None:
+    """The address `init_ray` joins, checked (`connect_checks`): `address`, else RAY_ADDRESS, else the
+    cluster `ray start` runs on this machine; None: start a private Ray (`local`, or nothing runs).
+
+    Raises:
+        UsageError: the address does not answer, naming the recorded cluster when it came from there.
+    """
+    private = address == "local"
+    found = None if private or address or os.environ.get("RAY_ADDRESS") else running_local_cluster()
+    address = None if private else (address or os.environ.get("RAY_ADDRESS") or found)
+    if address:
+        try:
+            connect_checks(address)  # also when Ray already runs here: a named address must answer
+        except UsageError as e:
+            if not found:
+                raise
+            raise UsageError(
+                f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
+                "`ray stop` clears it, --address local starts a private Ray"
+            ) from None
+    return address
 
 
 def quiet_local_token_auth():

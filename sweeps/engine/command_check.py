@@ -7,6 +7,7 @@ folder, metric parsing by `trainables/command_parse.py:StepContext`), but in thi
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import tempfile
@@ -26,8 +27,6 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import re
-
     from trainables.command import (
         METRICS_FILE,
         StepContext,
@@ -77,6 +76,12 @@ def check_command(args) -> int:
             else events.close()
         )
         show(rows)
+    return _verdict(code, complete, seen)
+
+
+def _verdict(code: int, complete: tuple, seen: set) -> int:
+    """Print the exit code and which of --metric / --test-metric (`complete`) the rows held
+    (`seen`); return 0 when the command exited 0 and held them all, else 1."""
     missing = [m for m in complete if m not in seen]
     print(
         f"exit code {code}; "

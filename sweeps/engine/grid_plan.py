@@ -9,8 +9,33 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator
 
 from sweeps.engine import resume
-from sweeps.engine.launch import longest_first, print_summary
-from trainables.config import config_hash
+from sweeps.engine.flags import epochs_of
+from sweeps.engine.summary import print_summary
+from trainables.config import TrainConfig, config_hash
+
+# Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
+# cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
+# an estimate (about 10x the cnn's FLOPs per sample). Only the order these give matters.
+MODEL_EPOCH_COST = {"mlp": 1.0, "cnn": 12.0, "resnet18": 120.0}
+
+
+def expected_cost(config: dict) -> float:
+    """Relative cost of a trial of `config`: epochs x its model's `MODEL_EPOCH_COST` (unknown models: 1;
+    a command trial's `epochs` that is not a number: `TrainConfig.epochs`)."""
+    epochs = epochs_of(config)
+    epochs = epochs if isinstance(epochs, (int, float)) else TrainConfig.epochs
+    return epochs * MODEL_EPOCH_COST.get(config.get("model", TrainConfig.model), 1.0)
+
+
+def longest_first(points: list[dict], cost=expected_cost) -> list[dict]:
+    """`points` ordered by decreasing `cost(point)`; equal costs keep their order.
+
+    Tune's `BasicVariantGenerator` starts `points_to_evaluate` in the order given. Starting the
+    longest trials first (Graham's LPT rule, "Bounds on multiprocessing timing anomalies", 1969)
+    leaves short trials to fill the slots at the end, instead of one long trial running alone
+    while the other slots idle (benchmarks/sweep_efficiency.py).
+    """
+    return sorted(points, key=cost, reverse=True)
 
 
 @dataclasses.dataclass
@@ -18,7 +43,7 @@ class GridPlan:
     """What a grid sweep runs this time.
 
     Fields:
-        todo: the cells to run (full trial configs), longest first (`launch.longest_first`).
+        todo: the cells to run (full trial configs), longest first (`longest_first`).
         reused: {config hash: trial folder} of the cells an earlier run finished (`resume.plan_cells`).
         param_space: the `Tuner`'s param_space: `tune.grid_search` per axis when every cell runs in
             the grid's own order, else `tune.choice` per axis with the cells as explicit points.

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import sys
-import threading
 import time
 
 import ray
@@ -27,12 +26,11 @@ from ray import tune
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-import analysis
 from analysis import storage
 from sweeps.engine import driver_lock, resume
 from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
-from sweeps.engine.flags import UsageError, epochs_of
+from sweeps.engine.flags import UsageError
 from sweeps.engine.gpus import (
     auto_gpus_per_trial,
     check_shared_storage,
@@ -45,7 +43,8 @@ from sweeps.engine.gpus import (
 from sweeps.engine.monitoring import monitoring_callbacks
 from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
-from trainables.config import METRIC, MODE, TrainConfig
+from sweeps.engine.summary import print_summary
+from trainables.config import METRIC, MODE
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
 ARTIFACT_SYNC_PERIOD_S = 5
@@ -95,15 +94,7 @@ def launch(
     """
     o, experiment_dir = options, options.experiment_dir
     metric, mode = tune_config.metric, tune_config.mode
-    callbacks = monitoring_callbacks(
-        o.name,
-        progress_every=o.progress_every,
-        quiet=o.quiet,
-        mlflow_uri=o.mlflow_uri,
-        wandb_project=o.wandb_project,
-        metric=metric,
-        mode=mode,
-    )  # before Ray: a bad tracker is a usage error
+    run_config = sweep_run_config_for(o, tune_config, checkpoint_config)  # before Ray: a bad tracker is a usage error
     # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trial_function)
@@ -114,16 +105,6 @@ def launch(
         flush=True,
     )
     set_tune_environment(experiment_dir)
-    run_config = sweep_run_config(
-        o.name,
-        o.storage_path,
-        max_failures=o.max_failures,
-        fail_fast=o.fail_fast,
-        callbacks=callbacks,
-        metric=metric,
-        mode=mode,
-        checkpoint_config=checkpoint_config,
-    )
 
     def trainable_for(share: float):
         return with_resources(trial_function, share, o.cpus_per_trial, experiment_dir)
@@ -141,6 +122,37 @@ def launch(
     print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
     held.release(code)
     return code, rounds
+
+
+def sweep_run_config_for(
+    options: RunOptions, tune_config: TuneConfig, checkpoint_config: CheckpointConfig | None
+) -> RunConfig:
+    """`sweep_run_config` for this sweep's flags, with its progress and tracker callbacks
+    (`monitoring_callbacks`, ranked by the `tune_config`'s metric and mode).
+
+    Raises:
+        UsageError: a bad --progress-every or a tracker that cannot be set up.
+    """
+    o = options
+    callbacks = monitoring_callbacks(
+        o.name,
+        progress_every=o.progress_every,
+        quiet=o.quiet,
+        mlflow_uri=o.mlflow_uri,
+        wandb_project=o.wandb_project,
+        metric=tune_config.metric,
+        mode=tune_config.mode,
+    )
+    return sweep_run_config(
+        o.name,
+        o.storage_path,
+        max_failures=o.max_failures,
+        fail_fast=o.fail_fast,
+        callbacks=callbacks,
+        metric=tune_config.metric,
+        mode=tune_config.mode,
+        checkpoint_config=checkpoint_config,
+    )
 
 
 def sweep_tune_config_for(tune_config: TuneConfig, options: RunOptions, max_concurrent: int | None) -> TuneConfig:
@@ -271,28 +283,6 @@ def with_resources(trial_function: TrialFunction, gpus: float, cpus: float, expe
     )
 
 
-# Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
-# cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
-# an estimate (about 10x the cnn's FLOPs per sample). Only the order these give matters.
-MODEL_EPOCH_COST = {"mlp": 1.0, "cnn": 12.0, "resnet18": 120.0}
-
-
-def expected_cost(config: dict) -> float:
-    """Relative cost of a trial of `config`: epochs x its model's `MODEL_EPOCH_COST` (unknown models: 1)."""
-    return epochs_of(config) * MODEL_EPOCH_COST.get(config.get("model", TrainConfig.model), 1.0)
-
-
-def longest_first(points: list[dict], cost=expected_cost) -> list[dict]:
-    """`points` ordered by decreasing `cost(point)`; equal costs keep their order.
-
-    Tune's `BasicVariantGenerator` starts `points_to_evaluate` in the order given. Starting the
-    longest trials first (Graham's LPT rule, "Bounds on multiprocessing timing anomalies", 1969)
-    leaves short trials to fill the slots at the end, instead of one long trial running alone
-    while the other slots idle (benchmarks/sweep_efficiency.py).
-    """
-    return sorted(points, key=cost, reverse=True)
-
-
 def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
     """The `TuneConfig` every sweep starts from: rank by `val/acc`, reuse trial actors.
 
@@ -392,37 +382,6 @@ def rerun_oom_trials(
             file=sys.stderr,
         )
     return rounds
-
-
-def print_summary(
-    experiment_dir: str,
-    metric: str = METRIC,
-    mode: str = MODE,
-    test_metric: str = "test/acc",
-    shutdown_ray: bool = False,
-) -> None:
-    """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
-    stated, the best configuration by `metric` named below) and then write the analysis report
-    (paper table, plots, report.md, with the same rule) next to the results.
-
-    With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the report is
-    written: both take seconds (plots; stopping Ray's processes, about 1 s each), neither needs
-    the other, so the sweep exits after the slower of the two instead of their sum
-    (benchmarks/startup.py).
-    """
-    stopper = threading.Thread(target=ray.shutdown, name="ray-shutdown") if shutdown_ray else None
-    try:
-        print("\n" + analysis.sweep_summary(experiment_dir, metric, mode, test_metric=test_metric), flush=True)
-        if stopper:
-            stopper.start()
-        report = analysis.write_report(experiment_dir, metric=metric, mode=mode, test_metric=test_metric)
-    except analysis.ExperimentError as e:
-        print(f"no report: {e}")
-        return
-    finally:
-        if stopper and stopper.is_alive():
-            stopper.join()
-    print(f"report: {report / 'report.md'}")
 
 
 def grid_size(param_space: dict) -> int:

@@ -37,6 +37,13 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         grid: add the flags only a grid has (`--seeds`, `--skip-existing`, `--retry-errored`,
             `--max-trials`).
     """
+    add_resource_args(parser, name=name, grid=grid)
+    add_failure_args(parser, grid=grid)
+    add_monitoring_args(parser)
+
+
+def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> None:
+    """The "resources and cluster" flags of `add_run_args`: GPUs/CPUs per trial, the cluster, storage."""
     res = parser.add_argument_group("resources and cluster")
     res.add_argument(
         "--gpus-per-trial",
@@ -84,6 +91,10 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         res.add_argument(
             "--max-trials", type=int, default=MAX_TRIALS, help=f"refuse a grid of more trials (default: {MAX_TRIALS:,})"
         )
+
+
+def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
+    """The "failures, resuming and extending" flags of `add_run_args`."""
     faults = parser.add_argument_group("failures, resuming and extending")
     faults.add_argument(
         "--max-failures",
@@ -105,6 +116,10 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
             default=True,
             help="reuse trials of this --name that already finished with the same config (default: on)",
         )
+
+
+def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
+    """The "monitoring" flags of `add_run_args`: progress blocks and experiment trackers."""
     watch = parser.add_argument_group("monitoring")
     watch.add_argument(
         "--quiet",
