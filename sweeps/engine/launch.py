@@ -74,14 +74,13 @@ def launch(
 ) -> tuple[int, list]:
     """Run a sweep with Ray Tune and report it.
 
-    The script's `tune_config` (search_alg, scheduler, num_samples, metric, mode and its
-    trial_name_creator, which also names the trial folders) gets the pieces every sweep shares
-    (`sweep_tune_config_for`); the `RunConfig` is `sweep_run_config`'s.
+    The script's `tune_config` gets the pieces every sweep shares (`sweep_tune_config_for`); the
+    `RunConfig` is `sweep_run_config`'s.
     Args:
         options: how the sweep runs (`run_flags.run_options` of the flags `check_run_args` checked).
-        trial_function: see `TrialFunction`.
-        param_space: passed to `Tuner` as it is.
-        tune_config: the sweep's own `TuneConfig`; `metric` and `trial_name_creator` are required.
+        trial_function: see `TrialFunction`. param_space: passed to `Tuner` as it is.
+        tune_config: the sweep's own `TuneConfig` (search_alg, scheduler, num_samples, metric, mode,
+            trial_name_creator, which also names the trial folders); metric and names required.
         checkpoint_config: default: the best two by `metric` (and the latest).
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
         reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
@@ -91,11 +90,13 @@ def launch(
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
             another driver alive on `options.experiment_dir` (`sweeps.engine.driver_lock`).
+        ValueError: `tune_config` has no metric or no trial_name_creator (before anything starts).
+    A Ray this sweep starts (no cluster given) is stopped by it at the end.
     """
-    o, experiment_dir = options, options.experiment_dir
-    metric, mode = tune_config.metric, tune_config.mode
+    if tune_config.metric is None or tune_config.trial_name_creator is None:
+        raise ValueError("launch: the sweep's TuneConfig needs a metric and a trial_name_creator")
+    o, experiment_dir, metric, mode = options, options.experiment_dir, tune_config.metric, tune_config.mode
     run_config = sweep_run_config_for(o, tune_config, checkpoint_config)  # before Ray: a bad tracker is a usage error
-    # A Ray this sweep starts (no cluster given) is stopped by it at the end.
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trial_function)
     tune_config = sweep_tune_config_for(tune_config, o, max_concurrent_trials(o, gpus, trial_function, tune_config))
@@ -110,9 +111,8 @@ def launch(
         return with_resources(trial_function, share, o.cpus_per_trial, experiment_dir)
 
     if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
-        tuner = Tuner.restore(
-            experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored
-        )
+        restored = {"resume_unfinished": True, "resume_errored": o.retry_errored}
+        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), **restored)
     else:
         write_sweep_info(experiment_dir, sweep_info(tune_config, param_space, settings))
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
@@ -160,11 +160,7 @@ def sweep_tune_config_for(tune_config: TuneConfig, options: RunOptions, max_conc
     Python/torch start-up per trial; benchmarks/sweep_efficiency.py), `max_concurrent` trials at
     once, the sweep's --time-budget-s (seconds), and trial folders named by its trial_name_creator
     (with a suffix where that folder exists already, `resume.fresh_dirname`).
-    Raises:
-        ValueError: `tune_config` has no metric or no trial_name_creator.
     """
-    if tune_config.metric is None or tune_config.trial_name_creator is None:
-        raise ValueError("launch: the sweep's TuneConfig needs a metric and a trial_name_creator")
     return dataclasses.replace(
         tune_config,
         reuse_actors=True,
