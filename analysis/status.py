@@ -1,6 +1,7 @@
 """The status of a sweep, running or not, from its experiment folder alone: `python -m analysis EXP --status`.
 
-    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0) | epochs 20/360 | ETA 0:12:30
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
+      | epochs 20/360 | ETA 0:12:30   (one line on the console)
       sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
         sym_0.25_seed0:INFO | [GPU 0 | pid 4242] Epoch [5/30] | Loss 0.4120 | Val Acc 0.8800 | ...
     driver: alive on gpu-box, pid 4242, since 2026-11-22 18:50:18

@@ -12,8 +12,8 @@ Ray 2.x layout::
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
 
 The state file and ``raysweep.json`` are read by `analysis/tune_state.py` (no pandas; the
-status command uses it alone). Trial folders that the state file does not list yet (an experiment still running, or a copied
-folder without its state file) are found by scanning for ``result.json`` / ``params.json``.
+status command uses it alone). Trial folders that the state file does not list yet (an experiment
+still running, or a copied folder without its state file) are found by scanning for ``result.json`` / ``params.json``.
 """
 
 from __future__ import annotations

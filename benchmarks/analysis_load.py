@@ -67,9 +67,12 @@ METRICS = (
 
 def write_experiment(root: Path, n_trials: int, n_iterations: int, seed: int = 0) -> Path:
     """Write a finished synthetic noise-grid experiment under ``root``; return its folder."""
-    from ray.train._internal.storage import StorageContext
-    from ray.tune.execution.placement_groups import PlacementGroupFactory
     from ray.tune.experiment import Trial
+
+    from trainables import ray_private
+
+    StorageContext = ray_private.storage_context_class()
+    PlacementGroupFactory = ray_private.placement_group_factory_class()
 
     rng = random.Random(seed)
     name = "synthetic"

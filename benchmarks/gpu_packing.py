@@ -84,7 +84,7 @@ def run_packing(
     """k concurrent trials of `model` at 1/k GPU each; returns the row of the table (see `format_table`)."""
     from ray import tune
 
-    from sweeps.engine.launch import Trainable, sweep_run_config, sweep_tune_config, with_resources
+    from sweeps.engine.launch import TrialFunction, sweep_run_config, sweep_tune_config, with_resources
     from trainables import train_classifier
 
     name = f"{model}_{amp}_{k}x"
@@ -99,7 +99,7 @@ def run_packing(
         "seed": tune.grid_search(list(range(k))),
     }
     trainable = with_resources(
-        Trainable(train_classifier, {"data": data}), 1.0 / k, cpus_per_trial, f"{storage}/{name}"
+        TrialFunction(train_classifier, {"data": data}), 1.0 / k, cpus_per_trial, f"{storage}/{name}"
     )
     results = tune.Tuner(
         trainable,
@@ -124,10 +124,17 @@ def run_packing(
 def check_oom_requeue(
     rows: list[dict], *, data: dict, data_root: str, cpus_per_trial: float, storage: str, total_memory_bytes: int
 ) -> dict:
-    """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice the share."""
+    """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice
+    the share."""
     from ray import tune
 
-    from sweeps.engine.launch import Trainable, rerun_oom_trials, sweep_run_config, sweep_tune_config, with_resources
+    from sweeps.engine.launch import (
+        TrialFunction,
+        rerun_oom_trials,
+        sweep_run_config,
+        sweep_tune_config,
+        with_resources,
+    )
     from trainables import train_classifier
     from trainables.gpu import is_gpu_oom
 
@@ -139,17 +146,16 @@ def check_oom_requeue(
     cap = share * (1 - 0.1) * total_memory_bytes  # TrainConfig.gpu_memory_headroom = 0.1
     batch_size = int(1.5 * cap / per_sample)
     space = {"dataset": "npz", "data_root": data_root, "model": "resnet18", "epochs": 1, "batch_size": batch_size}
-    trainable_for = lambda s: with_resources(
-        Trainable(train_classifier, {"data": data}),
-        s,
-        cpus_per_trial,  # noqa: E731
-        f"{storage}/oom",
-    )
+
+    def trainable_for(gpu_share: float):
+        return with_resources(
+            TrialFunction(train_classifier, {"data": data}), gpu_share, cpus_per_trial, f"{storage}/oom"
+        )
+
     run_config = sweep_run_config("oom", storage, max_failures=0)
-    first = tune.Tuner(
-        trainable_for(share), param_space=space, tune_config=sweep_tune_config(None), run_config=run_config
-    ).fit()
-    rounds = rerun_oom_trials(first, trainable_for, share, run_config, trial_name=lambda trial: f"oom_{trial.trial_id}")
+    tune_config = sweep_tune_config(None, trial_name_creator=lambda trial: f"oom_{trial.trial_id}")
+    first = tune.Tuner(trainable_for(share), param_space=space, tune_config=tune_config, run_config=run_config).fit()
+    rounds = rerun_oom_trials(first, trainable_for, share, run_config, tune_config)
     return {
         "batch_size": batch_size,
         "share": share,

@@ -200,7 +200,8 @@ def main(argv: list[str]) -> int:
     ray.shutdown()
 
     print(
-        f"\ngrid: {grid_size} points x {epochs} epochs = {grid_epochs} trial epochs ({repeat} seed(s) each), best final {METRIC} "
+        f"\ngrid: {grid_size} points x {epochs} epochs = {grid_epochs} trial epochs ({repeat} seed(s) each), "
+        f"best final {METRIC} "
         f"{grid_best:.4f} ({report['grid']['best_trial']}), {grid_s:.0f} s"
     )
     table = pd.DataFrame(report["searches"])

@@ -2,7 +2,8 @@
 (what sweeps do, `tune.with_parameters`) vs each trial loading its own copy.
 
 Run:
-    python benchmarks/shared_data_memory.py            # 70,000 CIFAR-shaped uint8 images (215 MB), 8 trials, 3 repetitions
+    python benchmarks/shared_data_memory.py            # 70,000 CIFAR-shaped uint8 images (215 MB), 8 trials,
+                                                       # 3 repetitions
     python benchmarks/shared_data_memory.py --quick    # 7,000 images (21 MB), 4 trials, 1 repetition (CI)
     python benchmarks/shared_data_memory.py --json out.json
 
@@ -110,7 +111,8 @@ def main() -> None:
             peaks[mode].append(json.loads(out.split("RESULT ", 1)[1])["peak_bytes"])
     mib = lambda v: f"{statistics.median(v) / 2**20:.0f} [{min(v) / 2**20:.0f}, {max(v) / 2**20:.0f}]"  # noqa: E731
     print(
-        f"{trials} concurrent trials, data set {images * 3072 / 2**20:.0f} MiB; peak PSS above baseline, MiB, median [min, max] of {repeats}"
+        f"{trials} concurrent trials, data set {images * 3072 / 2**20:.0f} MiB; "
+        f"peak PSS above baseline, MiB, median [min, max] of {repeats}"
     )
     for mode, values in peaks.items():
         print(f"{mode:<10}{mib(values):>24}")

@@ -19,7 +19,7 @@ each scheme runs in a fresh process. Definitions (per run):
                           broken down by `overhead_breakdown` (checkpoint write, its persist to
                           storage, the rest of the report round trip, other, the gap)
 raysweep's scheme is what `sweeps/engine/launch.py` sets up (actor reuse, checkpoints kept, trial files
-synced in the background) with the trials in the order `launch.longest_first` gives (the sweeps
+synced in the background) with the trials in the order `grid_plan.longest_first` gives (the sweeps
 order by epochs x model; here the cost is the known duration). Tune's defaults run the grid in
 the order given. The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
 the next batch starts when the slowest of the four ends.
@@ -55,7 +55,9 @@ def time_checkpoint_persist() -> dict:
     """Time Ray's copy of each reported checkpoint to storage in this worker (benchmark instrumentation:
     `StorageContext.persist_current_checkpoint`, which `tune.report` calls before handing the result
     over). Returns the dict whose "last_s" holds the latest copy's seconds."""
-    from ray.train._internal.storage import StorageContext
+    from trainables import ray_private
+
+    StorageContext = ray_private.storage_context_class()
 
     timing = {"last_s": 0.0}
     original = StorageContext.persist_current_checkpoint
@@ -117,7 +119,8 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps.engine.launch import longest_first, sweep_run_config, sweep_tune_config
+    from sweeps.engine.grid_plan import longest_first
+    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     ray_up = time.time()

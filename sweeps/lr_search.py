@@ -91,6 +91,26 @@ def parse_args(argv: list[str]):
 
     run_flags.check_run_args(args)
     run_flags.check_search_args(args)
+    check_search_space_flags(args)
+    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
+    if args.smoke_test:
+        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
+        args.num_samples = min(args.num_samples, 4)
+    epochs = flags.epochs_of(args.fixed)
+    args.template = template
+    check_command(args)
+    args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
+    if args.grace_period > epochs:
+        raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
+    return args
+
+
+def check_search_space_flags(args) -> None:
+    """Parse and check the flags of the search space and ASHA (ranges, losses, batch sizes, seeds).
+
+    Raises:
+        UsageError: one line naming the flag, its value and the allowed range.
+    """
     args.gce_q_range = flags.parse_range("--gce-q-range", args.gce_q_range, 0.0, 1.0)
     args.sce_alpha_range = flags.parse_range("--sce-alpha-range", args.sce_alpha_range, 0.0, 100.0)
     args.sce_beta_range = flags.parse_range("--sce-beta-range", args.sce_beta_range, 0.0, 100.0)
@@ -111,17 +131,6 @@ def parse_args(argv: list[str]):
         raise UsageError(f"--search-seed={args.search_seed} must be a whole number >= 0")
     if not (args.reduction_factor > 1):
         raise UsageError(f"--reduction-factor={args.reduction_factor:g} must be > 1")
-    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
-    if args.smoke_test:
-        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
-        args.num_samples = min(args.num_samples, 4)
-    epochs = flags.epochs_of(args.fixed)
-    args.template = template
-    check_command(args)
-    args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
-    if args.grace_period > epochs:
-        raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
-    return args
 
 
 def check_command(args) -> None:
@@ -137,11 +146,12 @@ def check_command(args) -> None:
                 f"--metric={args.metric}: the built-in trainable is ranked by {METRIC}; "
                 "--metric names what a command after -- prints"
             )
-        args.metric, args.mode = METRIC, MODE
+        args.metric, args.mode, args.test_metric = METRIC, MODE, "test/acc"
         return
     from sweeps.engine import command_template
 
     args.metric = args.metric or "val_acc"
+    args.test_metric = args.metric  # a command's table shows the metric it is ranked by
     if args.repeat != 1:
         raise UsageError(
             "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
@@ -203,8 +213,8 @@ def trial_name(trial) -> str:
     return f"{NAME}_{number:05d}_{c['loss']}_lr{c['lr']:.2g}"
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def search_bounds(args) -> tuple[dict, dict]:
+    """(the bounds `search_space` draws from, the settings a resumed search must keep)."""
     bounds = {
         "lr": list(args.lr_range),
         "weight_decay": list(args.weight_decay_range),
@@ -223,14 +233,36 @@ def main(argv: list[str]) -> int:
         "grace_period": args.grace_period,
         "reduction_factor": args.reduction_factor,
     }
-    cfg, data = preflight.prepare_search(args, settings)
+    return bounds, settings
 
+
+def print_outcome(results, args, epochs: int) -> None:
+    """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
+    from analysis.search import top_trials
+
+    df = results.get_dataframe()
+    if len(df):
+        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        df["trial"] = df["trial_id"].map(names)
+        stopped = int((df["training_iteration"] < epochs).sum())
+        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
+        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=epochs).to_string(index=False))
+    if len(df) < args.num_samples:
+        print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    bounds, settings = search_bounds(args)
+    options = run_flags.run_options(args)
+    cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
+
+    from ray import tune
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from analysis.search import top_trials
-    from sweeps.engine.launch import Trainable, launch
+    from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
 
     print(
@@ -239,13 +271,15 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
 
-    trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
+    trial_function = TrialFunction(
+        train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg
+    )
     if args.template:  # your own script: the searched values reach it through its {placeholders}
         from sweeps.engine.code_snapshot import take_snapshot
         from trainables.command import train_command
 
-        snapshot = take_snapshot(f"{args.storage_path}/{args.name}", args.in_place, args.resume)
-        trainable = Trainable(
+        snapshot = take_snapshot(options.experiment_dir, args.in_place, args.resume)
+        trial_function = TrialFunction(
             train_command,
             {
                 "template": args.template,
@@ -254,10 +288,7 @@ def main(argv: list[str]) -> int:
                 "complete_when": (args.metric,),  # each step reported as soon as it has it
             },
         )
-    code, rounds = launch(
-        run_flags.run_options(args),
-        trainable,
-        param_space=args.fixed,  # what stays fixed; the searched part is `search_space`
+    tune_config = tune.TuneConfig(
         search_alg=skip_results_without(OptunaSearch, args.metric)(
             functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed
         ),
@@ -268,25 +299,21 @@ def main(argv: list[str]) -> int:
             reduction_factor=args.reduction_factor,
         ),
         num_samples=args.num_samples,
-        trial_name=trial_name,
-        settings=settings,
         metric=args.metric,
         mode=args.mode,
-        test_metric=args.metric if args.template else "test/acc",
-        checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
+        trial_name_creator=trial_name,
     )
-    df = rounds[0].get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in rounds[0] if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        stopped = int((df["training_iteration"] < cfg.epochs).sum())
-        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=cfg.epochs).to_string(index=False))
-    if len(df) < args.num_samples:
-        print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+    code, rounds = launch(
+        options,
+        trial_function,
+        args.fixed,  # what stays fixed; the searched part is `search_space`
+        tune_config,
+        checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
+        settings=settings,
+    )
+    print_outcome(rounds[0], args, cfg.epochs)
     return code
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
     process_exit.run_main(main)

@@ -17,7 +17,6 @@ table over seeds is printed at the end.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -58,14 +57,15 @@ def grid_axes(args) -> dict[str, list]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    options = run_flags.run_options(args)
     axes = grid_axes(args)
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", flush=True)
     if args.dry_run:  # before Ray, torch or the data load
-        estimated = estimate.estimate_lines(cells, f"{args.storage_path}/{args.name}", **estimate.run_flags_of(args))
+        estimated = estimate.estimate_lines(cells, options.experiment_dir, **estimate.run_flags_of(args))
         print(*estimated, "nothing was run (--dry-run)", sep="\n")
         return 0
-    preflight.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
+    preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads
 
     from trainables.config import parse_config
     from trainables.data import load_data
@@ -77,55 +77,43 @@ def main(argv: list[str]) -> int:
         raise flags.UsageError(str(e)) from None
 
     from ray import tune
-    from ray.tune.search import BasicVariantGenerator
 
     from sweeps.engine import resume
-    from sweeps.engine.launch import Trainable, launch, longest_first
+    from sweeps.engine.grid_plan import plan_grid, report_finished
+    from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
-
-    experiment_dir = f"{args.storage_path}/{args.name}"
-    todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
-    if not args.resume and not todo:
-        print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-        from sweeps.engine.launch import print_summary
-
-        print_summary(experiment_dir)
-        return resume.report_outcome(None, reused, "val/acc")
-    preflight.probe_storage(experiment_dir)
-    print(
-        f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
-        f"{len(data['y_test'])} test); {len(todo)} to run, {len(reused)} reused",
-        flush=True,
-    )
+    from trainables.config import METRIC, MODE
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
-    # trials differ in length (epochs, model), the cells longest first (`launch.longest_first`).
-    param_space = {k: tune.grid_search(v) if len(v) > 1 else v[0] for k, v in axes.items()}
-    search_alg = None
-    todo = longest_first(todo)
-    if todo != cells:  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
-        param_space = {k: tune.choice(v) if len(v) > 1 else v[0] for k, v in axes.items()}
-        search_alg = BasicVariantGenerator(points_to_evaluate=todo)
+    # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
+    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
+    if not args.resume and not plan.todo:
+        return report_finished(plan, options.experiment_dir, METRIC, MODE, options.test_metric)
+    preflight.probe_storage(options.experiment_dir)
+    print(
+        f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
+        f"{len(data['y_test'])} test); {len(plan.todo)} to run, {len(plan.reused)} reused",
+        flush=True,
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
+        num_samples=plan.num_samples,
+        metric=METRIC,
+        mode=MODE,
+        trial_name_creator=grid.trial_namer(axes),
+    )
     ddp = None
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
-    trainable = Trainable(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
-    code, rounds = launch(
-        run_flags.run_options(args),
-        trainable,
-        param_space=param_space,
-        search_alg=search_alg,
-        num_samples=len(todo) if search_alg else 1,
-        trial_name=grid.trial_namer(axes),
-        reused=reused,
-    )
-    if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
+    trial_function = TrialFunction(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
+    code, rounds = launch(options, trial_function, plan.param_space, tune_config, reused=plan.reused)
+    if args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):
         print(
-            f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them"
+            f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; "
+            "run again without --resume to add them"
         )
     return code
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
     process_exit.run_main(main)

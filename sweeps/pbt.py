@@ -17,7 +17,6 @@ the new values into the restored optimizer (`apply_hyperparameters`). Values sta
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 
@@ -82,6 +81,18 @@ def trial_name(trial) -> str:
     return f"{NAME}_{int(trial.experiment_tag.split('_')[0]):05d}"
 
 
+def print_outcome(results) -> None:
+    """After PBT: the ten best members (their final lr / weight decay) and where the exploit history is."""
+    from analysis.search import top_trials
+
+    df = results.get_dataframe()
+    if len(df):
+        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        df["trial"] = df["trial_id"].map(names)
+        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
+    print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
@@ -94,28 +105,29 @@ def main(argv: list[str]) -> int:
         "perturbation_interval": args.perturbation_interval,
         "quantile_fraction": args.quantile_fraction,
     }
-    cfg, data = preflight.prepare_search(args, settings)
+    options = run_flags.run_options(args)
+    cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
     from ray import tune
     from ray.tune import CheckpointConfig
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from analysis.search import top_trials
-    from sweeps.engine.launch import Trainable, launch
+    from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
+    from trainables.config import METRIC, MODE
 
     print(
         f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
-        f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, loss {cfg.loss}",
+        f"{args.perturbation_interval} epochs; {cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}, "
+        f"loss {cfg.loss}",
         flush=True,
     )
 
     mutations = {"lr": tune.loguniform(*args.lr_range), "weight_decay": tune.loguniform(*args.weight_decay_range)}
-    trainable = Trainable(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
-    code, rounds = launch(
-        run_flags.run_options(args),
-        trainable,
-        param_space={**args.fixed, **mutations},  # each member starts from its own draw
+    trial_function = TrialFunction(
+        train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg
+    )
+    tune_config = tune.TuneConfig(
         scheduler=PopulationBasedTraining(
             time_attr="training_iteration",
             perturbation_interval=args.perturbation_interval,
@@ -124,22 +136,24 @@ def main(argv: list[str]) -> int:
             custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
         ),
         num_samples=args.num_samples,
-        trial_name=trial_name,
-        settings=settings,
+        metric=METRIC,
+        mode=MODE,
+        trial_name_creator=trial_name,
+    )
+    code, rounds = launch(
+        options,
+        trial_function,
+        {**args.fixed, **mutations},  # each member starts from its own draw
+        tune_config,
         # A member is restored from another's checkpoint some time after the exploit decision;
         # with <= 2 kept, the source may already have deleted it (Ray warns). One checkpoint
         # per perturbation interval, four kept, as in Ray's PBT guide.
         checkpoint_config=CheckpointConfig(num_to_keep=4),
+        settings=settings,
     )
-    df = rounds[0].get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in rounds[0] if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
-    print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
+    print_outcome(rounds[0])
     return code
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
     process_exit.run_main(main)

@@ -65,7 +65,8 @@ def parse_args(argv: list[str]):
         "--tasks",
         default=None,
         metavar="FILE",
-        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; crossed with --axis and --seeds",
+        help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; "
+        "crossed with --axis and --seeds",
     )
     parser.add_argument(
         "--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)"
@@ -161,13 +162,14 @@ def dry_run(args) -> int:
     as it is: Ray assigns it when the trial starts), one per line."""
     warn_gpu_choice(args.template)
     namer = grid.trial_namer(command_template.cell_axes(args.cells))
+    experiment_dir = run_flags.run_options(args).experiment_dir
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
-        folder = f"{args.storage_path}/{args.name}/{name}/work"
+        folder = f"{experiment_dir}/{name}/work"
         argv = command_template.render(args.template, cell, folder, name, gpu="{gpu}")
         print(f"{name}: {shlex.join(argv)}")
     print(
-        *estimate.estimate_lines(args.cells, f"{args.storage_path}/{args.name}", **estimate.run_flags_of(args)),
+        *estimate.estimate_lines(args.cells, experiment_dir, **estimate.run_flags_of(args)),
         sep="\n",
     )
     print(f"{len(args.cells)} trials; nothing was run (--dry-run)")
@@ -183,39 +185,37 @@ def main(argv: list[str]) -> int:
 
         warn_gpu_choice(args.template)
         return check_command(args)
+    options = run_flags.run_options(args)
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
-    preflight.check_resume(args)
+    preflight.check_resume(options.experiment_dir, args.resume)
 
     from ray import tune
     from ray.tune import CheckpointConfig
-    from ray.tune.search import BasicVariantGenerator
 
     from sweeps.engine import resume
-    from sweeps.engine.launch import Trainable, launch
+    from sweeps.engine.grid_plan import plan_grid, report_finished
+    from sweeps.engine.launch import TrialFunction, launch
     from trainables.command import train_command
-
-    experiment_dir = f"{args.storage_path}/{args.name}"
-    todo, reused = resume.plan_cells(cells, experiment_dir, args.skip_existing, hash_fn=resume.command_hash)
-    if not args.resume and not todo:
-        print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-        from sweeps.engine.launch import print_summary
-
-        print_summary(experiment_dir, args.metric, args.mode, test_metric=args.test_metric)
-        return resume.report_outcome(None, reused, args.metric)
-    preflight.probe_storage(experiment_dir)
-    snapshot = code_snapshot.take_snapshot(experiment_dir, args.in_place, args.resume)
-    print(f"command: {' '.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).
-    flat = command_template.cell_axes(cells)
-    param_space = {k: tune.grid_search(v) for k, v in args.axes.items()}
-    search_alg = None
-    if len(todo) < len(cells) or set(flat) != set(args.axes):  # every sample is one of the explicit points
-        param_space = {k: tune.choice(v) for k, v in flat.items()}
-        search_alg = BasicVariantGenerator(points_to_evaluate=todo)
-    trainable = Trainable(
+    plan = plan_grid(
+        cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
+    )
+    if not args.resume and not plan.todo:
+        return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
+    preflight.probe_storage(options.experiment_dir)
+    snapshot = code_snapshot.take_snapshot(options.experiment_dir, args.in_place, args.resume)
+    print(f"command: {' '.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
+    tune_config = tune.TuneConfig(
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
+        num_samples=plan.num_samples,
+        metric=args.metric,
+        mode=args.mode,
+        trial_name_creator=grid.trial_namer(command_template.cell_axes(cells)),
+    )
+    trial_function = TrialFunction(
         train_command,
         {
             "template": args.template,
@@ -229,23 +229,17 @@ def main(argv: list[str]) -> int:
         },
     )
     code, _ = launch(
-        run_flags.run_options(args),
-        trainable,
-        param_space=param_space,
-        search_alg=search_alg,
-        num_samples=len(todo) if search_alg else 1,
-        trial_name=grid.trial_namer(flat),
-        metric=args.metric,
-        mode=args.mode,
-        reused=reused,
+        options,
+        trial_function,
+        plan.param_space,
+        tune_config,
         settings={"code_snapshot": snapshot},
-        test_metric=args.test_metric,
         # every result carries a small step checkpoint; keep the latest two, whatever the metric
         checkpoint_config=CheckpointConfig(num_to_keep=2),
+        reused=plan.reused,
     )
     return code
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1")
     process_exit.run_main(main)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from trainables import ray_private
+
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
@@ -41,7 +43,8 @@ def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.25):
 
 
 def token_env(home: Path) -> dict:
-    """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here), RAY_AUTH_MODE unset."""
+    """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here),
+    RAY_AUTH_MODE unset."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -206,8 +209,6 @@ def ray_auth_restored():
         else:
             os.environ[key] = value
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        ray_private.reset_auth_config()  # the mode as the restored environment says
     except ImportError:
         return
-    AuthenticationTokenLoader.instance().reset_cache()
-    Config.initialize("")  # the mode as the restored environment says

@@ -432,13 +432,13 @@ def test_plot_metric_vs_noise_rate(loaded):
 def test_plot_metric_vs_noise_rate_one_line_per_loss(tmp_path):
     specs = [
         trial_spec(
-            f"{t}{r}{l}{s}",
-            {"noise_type": t, "noise_rate": r, "loss": l, "seed": s},
-            [{"val/acc": 0.5 + r + (0.1 if l == "gce" else 0) + 0.01 * s}],
+            f"{t}{r}{loss}{s}",
+            {"noise_type": t, "noise_rate": r, "loss": loss, "seed": s},
+            [{"val/acc": 0.5 + r + (0.1 if loss == "gce" else 0) + 0.01 * s}],
         )
         for t in ("sym", "asym")
         for r in (0.1, 0.3)
-        for l in ("ce", "gce")
+        for loss in ("ce", "gce")
         for s in (0, 1)
     ]
     trials = analysis.load_trials(write_experiment(tmp_path, "e", specs))

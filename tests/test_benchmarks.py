@@ -1,5 +1,6 @@
 """The logic of the performance work, without timing anything: trial order, the start-up
-milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded (here: made-up) figures."""
+milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded
+(here: made-up) figures."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import gpu_packing, startup, sweep_efficiency
-from sweeps.engine.launch import expected_cost, longest_first
+from sweeps.engine.grid_plan import expected_cost, longest_first
 
 
 def test_longest_first_orders_by_epochs_times_model_and_keeps_ties_in_order():

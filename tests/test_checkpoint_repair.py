@@ -1,4 +1,5 @@
-"""A restored trial whose recorded checkpoint is gone resumes from the newest one left (sweeps/engine/checkpoint_repair.py).
+"""A restored trial whose recorded checkpoint is gone resumes from the newest one left
+(sweeps/engine/checkpoint_repair.py).
 
 The state is made exactly, not by racing a kill against Tune's snapshot: a trial errors after four
 checkpoints, so the experiment snapshot names its latest (checkpoint_000003); that folder is then
@@ -21,7 +22,8 @@ ITERATIONS = 6
 
 def make_trainable():
     """A trainable reporting iterations 1..ITERATIONS with a checkpoint each, failing after the 4th while
-    `fail_flag` exists. Defined in a function so that cloudpickle ships it by value: Ray workers cannot import tests/."""
+    `fail_flag` exists. Defined in a function so that cloudpickle ships it by value: Ray workers cannot
+    import tests/."""
 
     def counting_trainable(config):
         start = 0

@@ -20,6 +20,7 @@ from sweeps.engine import cluster
 from sweeps.engine.flags import UsageError
 from tests import ray_cluster
 from tests.ray_cluster import ray_auth_restored
+from trainables import ray_private
 
 pytestmark = pytest.mark.usefixtures(ray_auth_restored.__name__)  # each test leaves Ray's auth mode as it found it
 
@@ -69,7 +70,7 @@ def test_auto_and_client_addresses_are_left_to_ray():
 
 
 def test_a_token_turns_token_mode_on_unless_a_mode_was_chosen(tmp_path, monkeypatch):
-    pytest.importorskip("ray._private.authentication.authentication_token_setup")
+    pytest.importorskip(ray_private.AUTH_LOGGER)  # the module of Ray's token set-up
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
@@ -149,7 +150,8 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
         )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines() == [
-            f"error: --address={address}: the Ray cluster refused this driver's authentication (no token in RAY_AUTH_TOKEN, "
+            f"error: --address={address}: the Ray cluster refused this driver's authentication "
+            "(no token in RAY_AUTH_TOKEN, "
             f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {cluster.TOKEN_HELP}"
         ]
         assert not (tmp_path / "refused").exists()

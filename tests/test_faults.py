@@ -245,8 +245,8 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
     error_file = experiment / "sym_0.3_seed0" / "error.txt"
     assert error_file.read_text().count("Failure # ") == 2  # max_failures + 1 attempts
     assert (
-        f"error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; error file: {error_file}"
-        in out
+        "error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; "
+        f"error file: {error_file}" in out
     )
 
     diverged = results_of(experiment / "sym_0.4_seed0")[-1]
@@ -383,7 +383,7 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
         timeout=180,
         env={**env, "PYTHONPATH": str(ROOT)},
     )
-    line = [l for l in proc.stdout.splitlines() if l.startswith("LISTEN")]
+    line = [text for text in proc.stdout.splitlines() if text.startswith("LISTEN")]
     assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
     _, port, ips = line[0].split(" ", 2)
     assert ips == "['127.0.0.1']", line
@@ -434,7 +434,8 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     stdout = finished / "stdout"
     while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
         assert proc.poll() is None and time.monotonic() < deadline, (
-            f"the trial's stdout never reached storage with 4 epoch lines: {stdout.read_text() if stdout.exists() else 'absent'}"
+            "the trial's stdout never reached storage with 4 epoch lines: "
+            f"{stdout.read_text() if stdout.exists() else 'absent'}"
         )
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)

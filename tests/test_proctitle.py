@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from tests.test_command import wait_until
+from trainables import ray_private
 from trainables.proctitle import refresh_title, report_then_refresh, trial_process_title
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,7 @@ def title_of(pid: int) -> str:
 
 
 def test_title_is_the_trial_name_in_the_block_refreshed_after_a_report_and_restored_after():
-    from ray._raylet import setproctitle
+    setproctitle = ray_private.proctitle_functions()[0]
 
     setproctitle("ray::ImplicitFunc.train")
     reports = []

@@ -175,7 +175,8 @@ def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
 
 def test_seed_mean_averages_metrics_and_gives_a_t_interval():
     per_seed = [
-        {"epoch": 4, "val/acc": a, "train/loss": l, "gpu_ids": "0"} for a, l in [(0.8, 1.0), (0.9, 2.0), (0.7, 3.0)]
+        {"epoch": 4, "val/acc": acc, "train/loss": loss, "gpu_ids": "0"}
+        for acc, loss in [(0.8, 1.0), (0.9, 2.0), (0.7, 3.0)]
     ]
     out = seed_mean(per_seed, seeds=(0, 1, 2))
     assert out["epoch"] == 4 and out["gpu_ids"] == "0" and out["num_seeds"] == 3

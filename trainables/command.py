@@ -536,9 +536,9 @@ def _stop_requested() -> bool:
     trial stopped mid-epoch end its command at once. Without that internal attribute: False.
     """
     try:
-        from ray.train._internal.session import get_session
+        from trainables import ray_private
 
-        session = get_session()
+        session = ray_private.train_session()
         return bool(session and session.stop_event.is_set())
     except (ImportError, AttributeError):
         return False

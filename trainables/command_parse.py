@@ -63,7 +63,8 @@ def placeholders(template: list[str]) -> set[str]:
         for field in fields:
             if not field.isidentifier():
                 raise ValueError(
-                    f"{word!r}: placeholder {{{field}}} is not a name; use {{name}} with a config key, trial_dir or trial_name"
+                    f"{word!r}: placeholder {{{field}}} is not a name; "
+                    "use {name} with a config key, trial_dir or trial_name"
                 )
             names.add(field)
     return names

@@ -105,22 +105,13 @@ def check_data(
     Raises:
         ValueError: naming `source`, the numbers that are wrong and the minimum needed.
     """
-    for name, features in (("x", x), ("x_test", x_test)):
-        if (
-            features is not None
-            and features.dtype.kind == "f"
-            and (bad := int(np.size(features) - np.isfinite(features).sum()))
-        ):
-            rows = int((~np.isfinite(features.reshape(len(features), -1))).any(axis=1).sum())
-            raise ValueError(
-                f"{source}: {name} holds {bad} NaN/inf value(s) in {rows} of {len(features)} samples; "
-                "remove or impute them (every trial would diverge)"
-            )
+    _check_finite(source, x, x_test)
     counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
     if (missing := np.flatnonzero(counts == 0)).size:
         raise ValueError(
             f"{source}: labels must be 0..C-1 but class(es) {missing.tolist()} of 0..{len(counts) - 1} "
-            f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) as 0..{np.count_nonzero(counts) - 1}"
+            f"have no sample; relabel the classes present ({np.flatnonzero(counts).tolist()}) "
+            f"as 0..{np.count_nonzero(counts) - 1}"
         )
     if len(counts) < 2:
         raise ValueError(
@@ -149,6 +140,21 @@ def check_data(
                 f"{math.ceil(len(counts) / min(fraction, 1 - fraction))} samples for this split"
             )
         pool -= held_out
+
+
+def _check_finite(source: str, x: np.ndarray, x_test: np.ndarray | None) -> None:
+    """Raise ValueError naming `source` when float features hold NaN/inf (every trial would diverge)."""
+    for name, features in (("x", x), ("x_test", x_test)):
+        if (
+            features is not None
+            and features.dtype.kind == "f"
+            and (bad := int(np.size(features) - np.isfinite(features).sum()))
+        ):
+            rows = int((~np.isfinite(features.reshape(len(features), -1))).any(axis=1).sum())
+            raise ValueError(
+                f"{source}: {name} holds {bad} NaN/inf value(s) in {rows} of {len(features)} samples; "
+                "remove or impute them (every trial would diverge)"
+            )
 
 
 def _min_class_size(fractions: list[float]) -> int:

@@ -4,7 +4,8 @@ The seed scripts logged `GPU0:INFO | [GPU 0] Step [0/100] | Loss ... | LR ... | 
 from one process per GPU. Under Ray Tune a process may host several trials in turn and a GPU
 may hold several trials at once, so each line names the trial as well:
 
-    sym_0.5_seed0:INFO | [GPU 0 | pid 4242] Epoch [3/30] | Loss 1.2345 | Val Acc 0.8843 | LR 1.00e-02 | Grad Norm 1.3167 | ETA 0:00:41
+    sym_0.5_seed0:INFO | [GPU 0 | pid 4242] Epoch [3/30] | Loss 1.2345 | Val Acc 0.8843 | LR 1.00e-02
+      | Grad Norm 1.3167 | ETA 0:00:41   (one line in the log)
 
 Lines go to the process's stdout at the time `trial_logger` is called; inside a trial that is
 Tune's tee into the trial folder's `stdout` file (`RunConfig(log_to_file=True)`).

@@ -96,9 +96,9 @@ def _tune_trial_name() -> str | None:
 def _setproctitle() -> tuple[Callable[[str], None] | None, Callable[[], str] | None]:
     """(setproctitle, getproctitle): Ray's own, else the `setproctitle` package, else (None, None)."""
     try:
-        from ray._raylet import getproctitle, setproctitle
+        from trainables import ray_private
 
-        return setproctitle, getproctitle
+        return ray_private.proctitle_functions()
     except ImportError:
         pass
     try:

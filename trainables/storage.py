@@ -24,9 +24,10 @@ def trial_storage_dir() -> Path | None:
     outside a Tune trial."""
     try:
         import pyarrow.fs
-        from ray.train._internal.session import get_session
 
-        storage = get_session().storage
+        from trainables import ray_private
+
+        storage = ray_private.train_session().storage
         if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
             return Path(storage.trial_fs_path)
     except Exception:  # not in a trial, or another Ray version

@@ -11,7 +11,7 @@ The wider the gap between a checkpoint and the snapshot upload (object storage),
 `RestoreFromSurvivingCheckpoint` runs at the first step of a restored sweep, before any trial
 starts: such a trial restores from the newest checkpoint in its folder that Tune had reported
 (a `result.json` row names it in `checkpoint_dir_name`), newer than the one the snapshot named.
-This uses Tune's checkpoint bookkeeping (`ray.train._internal`), the only place it is kept.
+This uses Tune's checkpoint bookkeeping (`ray.train._internal`, through `trainables/ray_private.py`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import re
 
 import pyarrow.fs as pafs
 from ray import tune
-from ray.train._internal.checkpoint_manager import _CheckpointManager
-from ray.train._internal.session import _TrainingResult
+
+from trainables import ray_private
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")  # Tune's StorageContext._make_checkpoint_dir_name
 
@@ -69,7 +69,7 @@ def repair_missing_checkpoint(trial) -> str | None:
     if fs.get_file_info(missing.path).type != pafs.FileType.NotFound:
         return None
     folder = posixpath.dirname(missing.path)
-    if folder != trial.storage.trial_fs_path:  # PBT: another member's checkpoint; its own bookkeeping owns it
+    if folder != ray_private.trial_folder_path(trial):  # PBT: another member's checkpoint; its own bookkeeping owns it
         return (
             f"{trial}: the checkpoint it would restore from, {missing.path}, belongs to another trial and is "
             "gone; left to Tune"
@@ -82,24 +82,16 @@ def repair_missing_checkpoint(trial) -> str | None:
         and (m := CHECKPOINT_DIR.match(info.base_name))
         and info.base_name in rows
     )
-    old_manager = trial.run_metadata.checkpoint_manager
-    manager = _CheckpointManager(old_manager.checkpoint_config)
-    for _, name in left:
-        manager.register_checkpoint(
-            _TrainingResult(checkpoint=tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), metrics=rows[name])
-        )
-    trial.run_metadata.checkpoint_manager = manager
-    trial.invalidate_json_state()
+    checkpoints = [(tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), rows[name]) for _, name in left]
+    # Tune's index of the last checkpoint: the next one is index + 1, not one kept
+    ray_private.replace_checkpoints(trial, checkpoints, left[-1][0] if left else None)
     gone = posixpath.basename(missing.path)
     if not left:
         return (
             f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved, "
             "and no other reported checkpoint is left: it starts again from the beginning"
         )
-    index, name = left[-1]
-    trial.storage.current_checkpoint_index = (
-        index  # Tune's index of the last checkpoint: the next one is index + 1, not one kept
-    )
+    name = left[-1][1]
     return (
         f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved; "
         f"resuming from {name} (iteration {rows[name].get('training_iteration', '?')}) instead"

@@ -19,6 +19,7 @@ import time
 import ray
 
 from sweeps.engine.flags import UsageError, check_dashboard_host
+from trainables import ray_private
 
 CONNECT_TIMEOUT_S = 5.0  # the TCP probe of HOST:PORT, and again the GCS handshake: <= 10 s in all
 TOKEN_HELP = (
@@ -45,7 +46,7 @@ def secure_dashboard(host: str) -> None:
         file=sys.stderr,
     )
     try:
-        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
+        AUTH_MODE_ENV_VAR = ray_private.auth_mode_env_var()
     except ImportError:
         print("warning: this Ray has no token authentication; firewall the dashboard port", file=sys.stderr)
         return
@@ -82,23 +83,11 @@ def init_ray(
         UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token.
     """
     started = time.perf_counter()
-    private = address == "local"
-    found = None if private or address or os.environ.get("RAY_ADDRESS") else running_local_cluster()
-    address = None if private else (address or os.environ.get("RAY_ADDRESS") or found)
-    if address:
-        try:
-            connect_checks(address)  # also when Ray already runs here: a named address must answer
-        except UsageError as e:
-            if not found:
-                raise
-            raise UsageError(
-                f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
-                "`ray stop` clears it, --address local starts a private Ray"
-            ) from None
+    address = cluster_to_join(address)
     if ray.is_initialized():  # a notebook or test that started Ray itself
         print(
             f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
-            f"dashboard: {ray._private.worker.get_dashboard_url() or 'not running'}",
+            f"dashboard: {ray_private.dashboard_url() or 'not running'}",
             flush=True,
         )
         return
@@ -137,6 +126,29 @@ def init_ray(
             )
 
 
+def cluster_to_join(address: str | None) -> str | None:
+    """The address `init_ray` joins, checked (`connect_checks`): `address`, else RAY_ADDRESS, else the
+    cluster `ray start` runs on this machine; None: start a private Ray (`local`, or nothing runs).
+
+    Raises:
+        UsageError: the address does not answer, naming the recorded cluster when it came from there.
+    """
+    private = address == "local"
+    found = None if private or address or os.environ.get("RAY_ADDRESS") else running_local_cluster()
+    address = None if private else (address or os.environ.get("RAY_ADDRESS") or found)
+    if address:
+        try:
+            connect_checks(address)  # also when Ray already runs here: a named address must answer
+        except UsageError as e:
+            if not found:
+                raise
+            raise UsageError(
+                f"the cluster `ray start` recorded on this machine ({found}) does not answer: {e}; "
+                "`ray stop` clears it, --address local starts a private Ray"
+            ) from None
+    return address
+
+
 def quiet_local_token_auth():
     """Before a local `ray.init`: choose token authentication, Ray's own default for a new local
     cluster since 2.59, explicitly, so that Ray does not log its WARNING that it did (Ray is silent
@@ -148,20 +160,15 @@ def quiet_local_token_auth():
         has no token authentication).
     """
     try:
-        from ray._private.authentication.authentication_token_setup import (
-            AUTH_MODE_ENV_VAR,
-            _enable_token_auth,
-            _get_default_token_path,
-        )
+        if ray_private.auth_mode_env_var() in os.environ:
+            return None
     except ImportError:
         return None
-    if AUTH_MODE_ENV_VAR in os.environ:
-        return None
-    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as Ray would
-    path = _get_default_token_path()
+    ray_private.enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as Ray would
+    path = ray_private.default_token_path()
     if path.exists() or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         return None
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.WARNING)
+    logging.getLogger(ray_private.AUTH_LOGGER).setLevel(logging.WARNING)
     return path
 
 
@@ -169,9 +176,7 @@ def running_local_cluster() -> str | None:
     """The GCS address of the cluster `ray start` last started on this machine (Ray's
     `ray_current_cluster` file, which `ray.init()` without an address joins), or None."""
     try:
-        from ray._private.services import find_bootstrap_address
-
-        return find_bootstrap_address(None)
+        return ray_private.find_bootstrap_address()
     except Exception:  # another Ray version: leave it to ray.init
         return None
 
@@ -212,17 +217,16 @@ def use_token_if_available() -> str:
         (none found, whatever the mode); "" when this Ray has no token authentication.
     """
     try:
-        from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR, _enable_token_auth
-        from ray._raylet import AuthenticationTokenLoader
+        AUTH_MODE_ENV_VAR = ray_private.auth_mode_env_var()
+        loader = ray_private.auth_token_loader()
     except ImportError:
         return ""
-    loader = AuthenticationTokenLoader.instance()
     loader.reset_cache()  # the environment may have changed since the last look (tests, notebooks)
     if not loader.has_token(ignore_auth_mode=True):
         return "disabled" if os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "disabled" else "no token"
     if AUTH_MODE_ENV_VAR in os.environ:
         return os.environ[AUTH_MODE_ENV_VAR].lower()
-    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as `auto` would
+    ray_private.enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children, as `auto` would
     return "token"
 
 
@@ -279,13 +283,11 @@ def gcs_handshake(address: str, timeout_s: float) -> Exception | None:
     after `timeout_s`; Ray's C++ warnings during the attempt go to /dev/null (our caller prints
     one line instead).
     """
-    from ray._raylet import GcsClient
-
     outcome: dict = {}
 
     def connect():
         try:
-            GcsClient(address=address)
+            ray_private.gcs_client(address)
         except Exception as e:  # AuthenticationError, RpcError (timed out) ...
             outcome["error"] = e
 

@@ -8,6 +8,7 @@ folder removed afterwards: nothing is written under --storage-path. `{gpu}` is e
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import tempfile
@@ -28,8 +29,6 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import re
-
     from trainables.command import (
         METRICS_FILE,
         StepContext,
@@ -87,6 +86,12 @@ def check_command(args) -> int:
             else events.close()
         )
         show(rows)
+    return _verdict(code, complete, seen)
+
+
+def _verdict(code: int, complete: tuple, seen: set) -> int:
+    """Print the exit code and which of --metric / --test-metric (`complete`) the rows held
+    (`seen`); return 0 when the command exited 0 and held them all, else 1."""
     missing = [m for m in complete if m not in seen]
     print(
         f"exit code {code}; "

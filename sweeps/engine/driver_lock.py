@@ -109,25 +109,7 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
     """
     if experiment_dir in _HELD:  # this process holds it already (a second sweep in one process)
         return _HELD[experiment_dir]
-    file_lock, created = None, []
-    if "://" not in experiment_dir:
-        from filelock import FileLock, Timeout
-
-        folder = os.path.abspath(experiment_dir)
-        while not os.path.exists(folder):
-            created.append(folder)
-            folder = os.path.dirname(folder)
-        os.makedirs(experiment_dir, exist_ok=True)
-        file_lock = FileLock(os.path.join(experiment_dir, LOCK))
-        try:
-            file_lock.acquire(timeout=0)
-        except Timeout:
-            record = read_holder(experiment_dir)
-            raise ExperimentHeld(
-                f"{experiment_dir} is in use by another driver: "
-                + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
-                + "; wait for it to end, or use another --name"
-            ) from None
+    file_lock, created = _lock_local_folder(experiment_dir) if "://" not in experiment_dir else (None, [])
     record = read_holder(experiment_dir)
     here = socket.gethostname()
     # With the file lock, a same-host record is not alive whatever its pid says (a reused pid).
@@ -157,6 +139,33 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
     _HELD[experiment_dir] = mine
     mine._thread.start()
     return mine
+
+
+def _lock_local_folder(experiment_dir: str):
+    """(the held `FileLock` of a local experiment folder, the folders created for it, innermost first).
+
+    Raises:
+        ExperimentHeld: another process on this machine holds the lock.
+    """
+    from filelock import FileLock, Timeout
+
+    created = []
+    folder = os.path.abspath(experiment_dir)
+    while not os.path.exists(folder):
+        created.append(folder)
+        folder = os.path.dirname(folder)
+    os.makedirs(experiment_dir, exist_ok=True)
+    file_lock = FileLock(os.path.join(experiment_dir, LOCK))
+    try:
+        file_lock.acquire(timeout=0)
+    except Timeout:
+        record = read_holder(experiment_dir)
+        raise ExperimentHeld(
+            f"{experiment_dir} is in use by another driver: "
+            + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
+            + "; wait for it to end, or use another --name"
+        ) from None
+    return file_lock, created
 
 
 def release_all(exit_code: int) -> None:

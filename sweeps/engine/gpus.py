@@ -352,7 +352,8 @@ def oom_trials(results) -> list[dict]:
 
 
 def requeued_trial_paths(rounds: list) -> set[str]:
-    """Trial folders of the GPU out-of-memory failures that a later round of `sweeps/engine/launch.py:rerun_oom_trials` re-ran."""
+    """Trial folders of the GPU out-of-memory failures that a later round of
+    `sweeps/engine/launch.py:rerun_oom_trials` re-ran."""
     from trainables.gpu import is_gpu_oom
 
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}

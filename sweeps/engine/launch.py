@@ -1,7 +1,8 @@
 """The one launcher: every sweep (grid, search, PBT, data-parallel and command trials) runs here.
 
-A sweep script parses its flags (`sweeps/cli.py`), builds its search space, searcher and
-scheduler, and calls `launch(...)`, which does the rest the same way for all of them:
+A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its search space and its
+`tune.TuneConfig` (searcher, scheduler, samples, metric, mode, trial names), and calls
+`launch(...)`, which adds the shared pieces and does the rest the same way for all of them:
 
     Ray start-up (local or a cluster) and the GPU choice -> resources per trial and the checks that
     fail fast -> `Tuner(trainable, param_space, TuneConfig(...), RunConfig(...))` or
@@ -18,7 +19,6 @@ import dataclasses
 import json
 import os
 import sys
-import threading
 import time
 
 import ray
@@ -26,12 +26,11 @@ from ray import tune
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-import analysis
 from analysis import storage
 from sweeps.engine import driver_lock, notify, provenance, resume
 from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
-from sweeps.engine.flags import UsageError, epochs_of
+from sweeps.engine.flags import UsageError
 from sweeps.engine.gpus import (
     auto_gpus_per_trial,
     check_shared_storage,
@@ -42,14 +41,17 @@ from sweeps.engine.gpus import (
     requeued_trial_paths,
 )
 from sweeps.engine.monitoring import monitoring_callbacks
+from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
-from trainables.config import METRIC, MODE, TrainConfig
+from sweeps.engine.summary import print_summary
+from trainables.config import METRIC, MODE
 
-ARTIFACT_SYNC_PERIOD_S = 5  # a running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy
+# A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
+ARTIFACT_SYNC_PERIOD_S = 5
 
 
 @dataclasses.dataclass
-class Trainable:
+class TrialFunction:
     """What each trial runs: `function(config, **params)` (Tune's Function API), the same function
     data-parallel over whole GPUs (`ddp`, optional), and the config whose model and batch size
     `--gpus-per-trial auto` probes (None: no probe, 0.25 GPU)."""
@@ -62,112 +64,135 @@ class Trainable:
 
 def launch(
     options: RunOptions,
-    trainable: Trainable,
-    *,
+    trial_function: TrialFunction,
     param_space: dict,
-    trial_name,
-    search_alg=None,
-    scheduler=None,
-    num_samples: int = 1,
-    metric: str = METRIC,
-    mode: str = MODE,
+    tune_config: TuneConfig,
+    *,
+    checkpoint_config: CheckpointConfig | None = None,
     settings: dict | None = None,
     reused: dict | None = None,
-    checkpoint_config: CheckpointConfig | None = None,
-    test_metric: str = "test/acc",
 ) -> tuple[int, list]:
     """Run a sweep with Ray Tune and report it.
 
+    The script's `tune_config` gets the pieces every sweep shares (`sweep_tune_config_for`); the
+    `RunConfig` is `sweep_run_config`'s.
     Args:
-        options: how the sweep runs (`cli.run_options` of the flags `cli.check_run_args` checked).
-        trainable: see `Trainable`.
-        param_space, search_alg, scheduler, num_samples: passed to `Tuner` / `TuneConfig` as they are.
-        trial_name: Tune's `trial_name_creator` (also the trial folder's name).
-        metric, mode: what the sweep ranks trials by.
+        options: how the sweep runs (`run_flags.run_options` of the flags `check_run_args` checked).
+        trial_function: see `TrialFunction`. param_space: passed to `Tuner` as it is.
+        tune_config: the sweep's own `TuneConfig` (search_alg, scheduler, num_samples, metric, mode,
+            trial_name_creator, which also names the trial folders); metric and names required.
+        checkpoint_config: default: the best two by `metric` (and the latest).
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
         reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
-        checkpoint_config: default: the best two by `metric` (and the latest).
-        test_metric: the metric in the cells of the final table, at the epoch `metric` selects.
     Returns:
         (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
         the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
-            another driver alive on `<storage-path>/<name>` (`sweeps.engine.driver_lock`).
+            another driver alive on `options.experiment_dir` (`sweeps.engine.driver_lock`).
+        ValueError: `tune_config` has no metric or no trial_name_creator (before anything starts).
+    A Ray this sweep starts (no cluster given) is stopped by it at the end.
     """
-    o, experiment_dir = options, options.experiment_dir
+    if tune_config.metric is None or tune_config.trial_name_creator is None:
+        raise ValueError("launch: the sweep's TuneConfig needs a metric and a trial_name_creator")
+    o, experiment_dir, metric, mode = options, options.experiment_dir, tune_config.metric, tune_config.mode
+    run_config = sweep_run_config_for(o, tune_config, checkpoint_config)  # before Ray: a bad tracker is a usage error
+    starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
+    held, gpus = hold_and_start_ray(o, trial_function)
+    notify.watch(o.notify, o.name)
+    provenance.record_run(experiment_dir, trial_function.params)  # every run: first, --resume, extension
+    tune_config = sweep_tune_config_for(tune_config, o, max_concurrent_trials(o, gpus, trial_function, tune_config))
+    announce(o, gpus, tune_config)
+    set_tune_environment(experiment_dir)
+
+    def trainable_for(share: float):
+        return with_resources(trial_function, share, o.cpus_per_trial, experiment_dir)
+
+    if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
+        restored = {"resume_unfinished": True, "resume_errored": o.retry_errored}
+        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), **restored)
+    else:
+        write_sweep_info(experiment_dir, sweep_info(tune_config, param_space, settings))
+        tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
+    rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, tune_config)
+    code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
+    notify.sweep_ended(code, rounds, metric, mode, reused)
+    print_summary(experiment_dir, metric, mode, o.test_metric, shutdown_ray=starts_ray)
+    print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+    held.release(code)
+    return code, rounds
+
+
+def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
+    """The sweep's first line after Ray is up: starting or resuming, resources per trial, trials at once."""
+    at_once = tune_config.max_concurrent_trials
+    print(
+        f"{'resuming' if options.resume else 'starting'} {options.name}: {gpus:g} GPU and "
+        f"{options.cpus_per_trial:g} CPU per trial" + (f", {at_once} at once" if at_once else ""),
+        flush=True,
+    )
+
+
+def sweep_run_config_for(
+    options: RunOptions, tune_config: TuneConfig, checkpoint_config: CheckpointConfig | None
+) -> RunConfig:
+    """`sweep_run_config` for this sweep's flags, with its progress and tracker callbacks
+    (`monitoring_callbacks`, ranked by the `tune_config`'s metric and mode).
+
+    Raises:
+        UsageError: a bad --progress-every or a tracker that cannot be set up.
+    """
+    o = options
     callbacks = monitoring_callbacks(
         o.name,
         progress_every=o.progress_every,
         quiet=o.quiet,
         mlflow_uri=o.mlflow_uri,
         wandb_project=o.wandb_project,
-        metric=metric,
-        mode=mode,
-    )  # before Ray: a bad tracker is a usage error
-    callbacks.append(RestoreFromSurvivingCheckpoint())  # kept in the Tuner's RunConfig, so it acts on `--resume`
-    # A Ray this sweep starts (no cluster given) is stopped by it at the end.
-    starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
-    held, gpus = hold_and_start_ray(o, trainable)
-    notify.watch(o.notify, o.name)
-    provenance.record_run(experiment_dir, trainable.params)  # every run: first, --resume, extension
-    concurrent = max_concurrent_trials(o.max_concurrent, gpus, o.cpus_per_trial, trainable, search_alg, num_samples)
-    print(
-        f"{'resuming' if o.resume else 'starting'} {o.name}: {gpus:g} GPU and {o.cpus_per_trial:g} CPU per trial"
-        + (f", {concurrent} at once" if concurrent else ""),
-        flush=True,
+        metric=tune_config.metric,
+        mode=tune_config.mode,
     )
-
-    set_tune_environment(experiment_dir)
-    run_config = sweep_run_config(
+    return sweep_run_config(
         o.name,
         o.storage_path,
         max_failures=o.max_failures,
         fail_fast=o.fail_fast,
         callbacks=callbacks,
-        metric=metric,
-        mode=mode,
+        metric=tune_config.metric,
+        mode=tune_config.mode,
         checkpoint_config=checkpoint_config,
     )
-    trainable_for = lambda share: with_resources(trainable, share, o.cpus_per_trial, experiment_dir)  # noqa: E731
-    if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
-        tuner = Tuner.restore(
-            experiment_dir, trainable_for(gpus), resume_unfinished=True, resume_errored=o.retry_errored
-        )
-    else:
-        write_sweep_info(
-            experiment_dir,
-            {
-                "metric": metric,
-                "mode": mode,
-                "argv": sys.argv,
-                "settings": settings or {},
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "total_trials": num_samples * grid_size(param_space),
-            },
-        )
-        tune_config = sweep_tune_config(
-            concurrent,
-            metric=metric,
-            mode=mode,
-            search_alg=search_alg,
-            scheduler=scheduler,
-            num_samples=num_samples,
-            time_budget_s=o.time_budget_s,
-            trial_name_creator=trial_name,
-            trial_dirname_creator=resume.fresh_dirname(experiment_dir, trial_name),
-        )
-        tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
-    rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, trial_name, metric, mode)
-    code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
-    notify.sweep_ended(code, rounds, metric, mode, reused)
-    print_summary(experiment_dir, metric, mode, test_metric, shutdown_ray=starts_ray)
-    print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
-    held.release(code)
-    return code, rounds
 
 
-def hold_and_start_ray(options: RunOptions, trainable: Trainable):
+def sweep_tune_config_for(tune_config: TuneConfig, options: RunOptions, max_concurrent: int | None) -> TuneConfig:
+    """The script's `tune_config` with the pieces every sweep shares: trial actors reused (no
+    Python/torch start-up per trial; benchmarks/sweep_efficiency.py), `max_concurrent` trials at
+    once, the sweep's --time-budget-s (seconds), and trial folders named by its trial_name_creator
+    (with a suffix where that folder exists already, `resume.fresh_dirname`).
+    """
+    return dataclasses.replace(
+        tune_config,
+        reuse_actors=True,
+        max_concurrent_trials=max_concurrent,
+        time_budget_s=options.time_budget_s,
+        trial_dirname_creator=resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
+    )
+
+
+def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
+    """The `raysweep.json` record of a new sweep: metric, mode, command line, settings, start time and
+    `total_trials` (num_samples x the grid's size)."""
+    return {
+        "metric": tune_config.metric,
+        "mode": tune_config.mode,
+        "argv": sys.argv,
+        "settings": settings or {},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "total_trials": tune_config.num_samples * grid_size(param_space),
+    }
+
+
+def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
     """Take the experiment folder for this driver, start or join Ray, and check what needs Ray up:
     shared storage on a cluster, the resources per trial.
 
@@ -185,7 +210,7 @@ def hold_and_start_ray(options: RunOptions, trainable: Trainable):
     try:
         init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
         check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
-        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trainable)
+        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trial_function)
         check_resources(gpus, o.cpus_per_trial)
     except UsageError:
         held.release(2)  # no trial started: the folder is left as it was found
@@ -208,22 +233,24 @@ def set_tune_environment(experiment_dir: str) -> None:
 
 
 def max_concurrent_trials(
-    max_concurrent: int | None, gpus: float, cpus: float, trainable: Trainable, search_alg, num_samples: int
+    options: RunOptions, gpus: float, trial_function: TrialFunction, tune_config: TuneConfig
 ) -> int | None:
     """`TuneConfig.max_concurrent_trials`: --max-concurrent, or a limit the sweep needs (None: none).
 
-    Data-parallel trials (`gpus` >= 2 with `trainable.ddp`) hold no resources in their driver: no
-    more start than the GPUs can hold. A searcher keeps only one trial pending unless told how many
-    may run: as many as the resources per trial allow (`concurrent_slots`), at most `num_samples`.
+    Data-parallel trials (`gpus` >= 2 with `trial_function.ddp`) hold no resources in their driver:
+    no more start than the GPUs can hold. A searcher keeps only one trial pending unless told how
+    many may run: as many as the resources per trial allow (`concurrent_slots`), at most
+    `tune_config.num_samples`.
     """
-    if gpus >= 2 and trainable.ddp:
+    max_concurrent = options.max_concurrent
+    if gpus >= 2 and trial_function.ddp:
         return max_concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
-    if search_alg is not None:
-        return min(max_concurrent or concurrent_slots(gpus, cpus), num_samples)
+    if tune_config.search_alg is not None:
+        return min(max_concurrent or concurrent_slots(gpus, options.cpus_per_trial), tune_config.num_samples)
     return max_concurrent
 
 
-def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trainable: Trainable) -> float:
+def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trial_function: TrialFunction) -> float:
     """Resolve --gpus-per-trial with Ray up: `requested` as it is (GPUs, a float), the default (None:
     0.25 with GPUs, else 0), or `auto` (probe the memory of one trial on a whole GPU, pack densely;
     `sweeps/engine/gpus.py`)."""
@@ -231,7 +258,7 @@ def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trainab
         return default_gpus_per_trial()
     if requested != "auto":
         return requested
-    cfg, data = trainable.probe_config, trainable.params.get("data")
+    cfg, data = trial_function.probe_config, trial_function.params.get("data")
     probe = (lambda: probe_on_gpu(cfg, data, cpus_per_trial)) if cfg is not None else (lambda: None)
     headroom = cfg.gpu_memory_headroom if cfg is not None else 0.1
     gpus, why = auto_gpus_per_trial(ray.cluster_resources().get("GPU", 0), probe, headroom)
@@ -239,46 +266,26 @@ def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trainab
     return gpus
 
 
-def with_resources(trainable: Trainable, gpus: float, cpus: float, experiment_dir: str):
+def with_resources(trial_function: TrialFunction, gpus: float, cpus: float, experiment_dir: str):
     """The trainable with its parameters and resources per trial, as Tune takes it.
 
-    A share of 2 or more GPUs runs `trainable.ddp` when there is one: a Tune trial that drives a
+    A share of 2 or more GPUs runs `trial_function.ddp` when there is one: a Tune trial that drives a
     Ray Train run of one worker per GPU and itself holds almost nothing.
     """
-    if gpus >= 2 and trainable.ddp is not None:
+    if gpus >= 2 and trial_function.ddp is not None:
         return tune.with_resources(
             tune.with_parameters(
-                trainable.ddp,
-                **trainable.params,
+                trial_function.ddp,
+                **trial_function.params,
                 num_workers=int(gpus),
                 cpus_per_worker=cpus,
                 experiment_path=experiment_dir,
             ),
             {"cpu": 0.01},
         )  # Tune needs some resource
-    return tune.with_resources(tune.with_parameters(trainable.function, **trainable.params), {"cpu": cpus, "gpu": gpus})
-
-
-# Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
-# cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
-# an estimate (about 10x the cnn's FLOPs per sample). Only the order these give matters.
-MODEL_EPOCH_COST = {"mlp": 1.0, "cnn": 12.0, "resnet18": 120.0}
-
-
-def expected_cost(config: dict) -> float:
-    """Relative cost of a trial of `config`: epochs x its model's `MODEL_EPOCH_COST` (unknown models: 1)."""
-    return epochs_of(config) * MODEL_EPOCH_COST.get(config.get("model", TrainConfig.model), 1.0)
-
-
-def longest_first(points: list[dict], cost=expected_cost) -> list[dict]:
-    """`points` ordered by decreasing `cost(point)`; equal costs keep their order.
-
-    Tune's `BasicVariantGenerator` starts `points_to_evaluate` in the order given. Starting the
-    longest trials first (Graham's LPT rule, "Bounds on multiprocessing timing anomalies", 1969)
-    leaves short trials to fill the slots at the end, instead of one long trial running alone
-    while the other slots idle (benchmarks/sweep_efficiency.py).
-    """
-    return sorted(points, key=cost, reverse=True)
+    return tune.with_resources(
+        tune.with_parameters(trial_function.function, **trial_function.params), {"cpu": cpus, "gpu": gpus}
+    )
 
 
 def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
@@ -307,8 +314,12 @@ def sweep_run_config(
     Storage under `storage_path/name`; the best two checkpoints by `metric` (Ray also keeps the
     latest, for resuming) unless `checkpoint_config` says otherwise; a failed trial retried
     `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
-    sweep); files trials write (noise.json, logs) synced to storage; each trial's stdout/stderr
-    in files in its folder; our progress `callbacks` instead of Tune's tables (verbose=0).
+    sweep), never when its last report marks the error as not worth a retry (`NoRetryOnMarkedError`),
+    and restored from the newest checkpoint left when the recorded one is gone
+    (`RestoreFromSurvivingCheckpoint`; in the Tuner's `RunConfig`, so it acts on `--resume`): every
+    failure callback is added here, after `callbacks`. Files trials write (noise.json, logs) are
+    synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
+    `callbacks` replace Tune's tables (verbose=0).
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
@@ -325,20 +336,14 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": callbacks,
+        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint()],
         "verbose": 0,
     }
     return RunConfig(**(settings | overrides))
 
 
 def rerun_oom_trials(
-    results,
-    trainable_for,
-    gpus_per_trial: float,
-    run_config: RunConfig,
-    trial_name,
-    metric: str = METRIC,
-    mode: str = MODE,
+    results, trainable_for, gpus_per_trial: float, run_config: RunConfig, tune_config: TuneConfig
 ) -> list:
     """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
 
@@ -350,7 +355,8 @@ def rerun_oom_trials(
         trainable_for: share -> the trainable wrapped in `tune.with_resources` for that share.
         gpus_per_trial: the share the first round ran with.
         run_config: the first round's `RunConfig`; each round copies it under a new name.
-        trial_name: the `trial_name_creator` of the first round.
+        tune_config: the first round's `TuneConfig`: each round keeps its metric, mode and trial names,
+            without its searcher, scheduler, concurrency limit or time budget.
     Returns:
         [results, round 1, round 2, ...]: every `ResultGrid`, first included.
     """
@@ -364,12 +370,12 @@ def rerun_oom_trials(
                 param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
                 tune_config=sweep_tune_config(
                     None,
-                    metric=metric,
-                    mode=mode,
+                    metric=tune_config.metric,
+                    mode=tune_config.mode,
                     num_samples=len(configs),
                     search_alg=BasicVariantGenerator(points_to_evaluate=configs),
-                    trial_name_creator=trial_name,
-                    trial_dirname_creator=trial_name,
+                    trial_name_creator=tune_config.trial_name_creator,
+                    trial_dirname_creator=tune_config.trial_name_creator,
                 ),
                 run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
             ).fit()
@@ -381,37 +387,6 @@ def rerun_oom_trials(
             file=sys.stderr,
         )
     return rounds
-
-
-def print_summary(
-    experiment_dir: str,
-    metric: str = METRIC,
-    mode: str = MODE,
-    test_metric: str = "test/acc",
-    shutdown_ray: bool = False,
-) -> None:
-    """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
-    stated, the best configuration by `metric` named below) and then write the analysis report
-    (paper table, plots, report.md, with the same rule) next to the results.
-
-    With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the report is
-    written: both take seconds (plots; stopping Ray's processes, about 1 s each), neither needs
-    the other, so the sweep exits after the slower of the two instead of their sum
-    (benchmarks/startup.py).
-    """
-    stopper = threading.Thread(target=ray.shutdown, name="ray-shutdown") if shutdown_ray else None
-    try:
-        print("\n" + analysis.sweep_summary(experiment_dir, metric, mode, test_metric=test_metric), flush=True)
-        if stopper:
-            stopper.start()
-        report = analysis.write_report(experiment_dir, metric=metric, mode=mode, test_metric=test_metric)
-    except analysis.ExperimentError as e:
-        print(f"no report: {e}")
-        return
-    finally:
-        if stopper and stopper.is_alive():
-            stopper.join()
-    print(f"report: {report / 'report.md'}")
 
 
 def grid_size(param_space: dict) -> int:

@@ -3,7 +3,8 @@
 The live view is the Ray dashboard (its URL is printed when Ray starts). The console gets one
 short block every `--progress-every` seconds from `SweepProgress`, a `tune.Callback`:
 
-    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0) | epochs 20/360 | ETA 0:12:30
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
+      | epochs 20/360 | ETA 0:12:30   (one line on the console)
       sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
       ...
 
@@ -62,12 +63,7 @@ def monitoring_callbacks(
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
-    from sweeps.engine.no_retry import NoRetryOnMarkedError
-
-    callbacks: list[tune.Callback] = [
-        SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode),
-        NoRetryOnMarkedError(),
-    ]
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode)]
     if mlflow_uri:
         check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback

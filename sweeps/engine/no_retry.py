@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ray import tune
 
+from trainables import ray_private
 from trainables.command_parse import NO_RETRY_METRIC
 
 
@@ -21,4 +22,4 @@ class NoRetryOnMarkedError(tune.Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get(NO_RETRY_METRIC):
-            trial.max_failures = trial.num_failures  # the error that follows makes num_failures exceed it
+            ray_private.stop_retries(trial)  # the error that follows makes num_failures exceed max_failures

@@ -47,17 +47,21 @@ def probe_storage(experiment_dir: str) -> None:
                 pass
 
 
-def prepare_search(args: argparse.Namespace, settings: dict) -> tuple[TrainConfig, dict]:
+def prepare_search(args: argparse.Namespace, experiment_dir: str, settings: dict) -> tuple[TrainConfig, dict]:
     """What a search (`lr_search.py`, `pbt.py`) does before Ray: check --resume against its
     `settings` (`check_resume`, no earlier search in a new one's folder), check the fixed options
     (with the top of --lr-range and --weight-decay-range), load the data once, probe the storage.
 
+    Args:
+        args: the search's checked flags (`fixed`, `lr_range`, `weight_decay_range`, `resume`).
+        experiment_dir: `RunOptions.experiment_dir`.
+        settings: the search's settings, as `launch` records them.
     Returns:
         (the `TrainConfig` of the fixed options, the data as `trainables.data.load_data` gives it).
     Raises:
         UsageError: a --resume mismatch, a bad option, data that cannot load, storage that cannot be written.
     """
-    check_resume(args, settings, new_ok=False)
+    check_resume(experiment_dir, args.resume, settings, new_ok=False)
     from trainables.config import parse_config
     from trainables.data import load_data
 
@@ -66,26 +70,25 @@ def prepare_search(args: argparse.Namespace, settings: dict) -> tuple[TrainConfi
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    probe_storage(f"{args.storage_path}/{args.name}")
+    probe_storage(experiment_dir)
     return cfg, data
 
 
-def check_resume(args: argparse.Namespace, settings: dict | None = None, new_ok: bool = True) -> None:
-    """Before anything heavy loads: --resume needs a sweep in `--storage-path/--name`; a new search
-    (`new_ok=False`) needs none there. A resumed sweep must keep the `settings` it started with,
-    as recorded in `<experiment>/raysweep.json`.
+def check_resume(experiment_dir: str, resume: bool, settings: dict | None = None, new_ok: bool = True) -> None:
+    """Before anything heavy loads: with `resume` (--resume) `experiment_dir` (`RunOptions.experiment_dir`)
+    must hold a sweep; a new search (`new_ok=False`) needs none there. A resumed sweep must keep the
+    `settings` it started with, as recorded in `<experiment>/raysweep.json`.
 
     Raises:
         UsageError: naming the folder, or the first setting that differs and its recorded value.
     """
     from analysis import storage  # local paths without pyarrow; URIs (s3://...) through it
 
-    experiment_dir = f"{args.storage_path}/{args.name}"
     try:
         has_sweep = storage.exists(storage.join(experiment_dir, "tuner.pkl"))
     except (OSError, ValueError) as e:
         raise UsageError(f"--storage-path: cannot read {experiment_dir}: {str(e).splitlines()[0]}") from None
-    if not args.resume:
+    if not resume:
         if not new_ok and has_sweep:
             raise UsageError(
                 f"{experiment_dir} already holds a search: add --resume to continue it, or pick another --name"

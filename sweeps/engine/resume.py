@@ -138,7 +138,8 @@ def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requ
     for folder, last in diverged:
         seed = f", seed {last['diverged/seed']:g}" if isinstance(last.get("diverged/seed"), (int, float)) else ""
         print(
-            f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, step {last.get('diverged/step')}{seed}; "
+            f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, "
+            f"step {last.get('diverged/step')}{seed}; "
             f"dump: {folder / 'divergence.json'}"
         )
     failed = [r for r in results if r.error is not None]

@@ -38,6 +38,13 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         grid: add the flags only a grid has (`--seeds`, `--skip-existing`, `--retry-errored`,
             `--max-trials`).
     """
+    add_resource_args(parser, name=name, grid=grid)
+    add_failure_args(parser, grid=grid)
+    add_monitoring_args(parser)
+
+
+def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> None:
+    """The "resources and cluster" flags of `add_run_args`: GPUs/CPUs per trial, the cluster, storage."""
     res = parser.add_argument_group("resources and cluster")
     res.add_argument(
         "--gpus-per-trial",
@@ -91,6 +98,10 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
         res.add_argument(
             "--max-trials", type=int, default=MAX_TRIALS, help=f"refuse a grid of more trials (default: {MAX_TRIALS:,})"
         )
+
+
+def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
+    """The "failures, resuming and extending" flags of `add_run_args`."""
     faults = parser.add_argument_group("failures, resuming and extending")
     faults.add_argument(
         "--max-failures",
@@ -112,6 +123,10 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
             default=True,
             help="reuse trials of this --name that already finished with the same config (default: on)",
         )
+
+
+def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
+    """The "monitoring" flags of `add_run_args`: progress blocks and experiment trackers."""
     watch = parser.add_argument_group("monitoring")
     watch.add_argument(
         "--quiet",
@@ -169,7 +184,8 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
     if args.fail_fast and args.max_failures:
         raise UsageError(
-            f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; give one of them"
+            f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; "
+            "give one of them"
         )
     args.max_failures = 0 if args.fail_fast else (MAX_FAILURES if args.max_failures is None else args.max_failures)
     if getattr(args, "estimate_from", None) and not getattr(args, "dry_run", False):
@@ -208,6 +224,7 @@ class RunOptions:
         quiet, progress_every: no progress blocks; seconds between them.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
         notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.notify`).
+        test_metric: the metric in the cells of the final table, at the epoch the sweep's metric selects.
     """
 
     name: str
@@ -229,6 +246,7 @@ class RunOptions:
     mlflow_uri: str | None = None
     wandb_project: str | None = None
     notify: tuple[str, ...] = ()
+    test_metric: str = "test/acc"
 
     @property
     def experiment_dir(self) -> str:

@@ -1,7 +1,8 @@
 """A Dassl/CoOp-style training script: per-batch lines `epoch [3/5] batch [2/4] ... loss 0.83 acc 74.5 lr 2.0e-03`,
 a per-epoch `val_acc: 71.5%` line without the epoch, and the test result once at the end as `* accuracy: 97.0%`.
 
-    python tests/scripts/dassl_style.py --config configs/fast.yaml --dataset caltech101 --num-classes 100 --seed 1 --epochs 3
+    python tests/scripts/dassl_style.py --config configs/fast.yaml --dataset caltech101 \
+        --num-classes 100 --seed 1 --epochs 3
 """
 
 import argparse

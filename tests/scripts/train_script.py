@@ -2,7 +2,8 @@
 
     python tests/scripts/train_script.py --noise-rate 0.2 --seed 0 --out /tmp/run --epochs 4
 
-Trains a linear classifier on synthetic 10-class data (no download, no sklearn import) with symmetric label noise, prints
+Trains a linear classifier on synthetic 10-class data (no download, no sklearn import) with symmetric
+label noise, prints
 `epoch=3 val_acc=0.81 loss=0.52` per epoch, and keeps its own checkpoint in `--out/ckpt.pt`,
 resuming from it when present. The other flags inject what the tests need (a crash, silence,
 NaN, a stuck grandchild, the JSON-lines routes).

@@ -1,0 +1,58 @@
+"""Code shape (developers' guide): no function over 60 lines (except `train_epochs`), no file over 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FUNCTION_LINES = 60
+MAX_FILE_LINES = 400
+EXEMPT = {"train_epochs"}  # the training loop reads top to bottom in one function (nanoGPT's style)
+# Files other helpers rewrite in parallel in round I2 (command trials: i1a/i1b). They are held to
+# the same rule, in the non-strict test below, until the integrator merges their branches.
+IN_PARALLEL_WORK = {"trainables/command.py", "sweeps/run_command.py", "sweeps/engine/command_template.py"}
+
+
+def too_long(folder: str, root: Path = ROOT) -> list[str]:
+    """`path: N lines` per file over MAX_FILE_LINES, `path:line name: N lines` per function over
+    MAX_FUNCTION_LINES (its `def` line to its last line, docstring included), under `root/folder`."""
+    found = []
+    for path in sorted((root / folder).rglob("*.py")):
+        source = path.read_text()
+        name = path.relative_to(root).as_posix()
+        if (lines := len(source.splitlines())) > MAX_FILE_LINES:
+            found.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in EXEMPT:
+                if (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_too_long_finds_long_functions_and_files(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "pkg" / "a.py").write_text(f"def long():\n{body}\n\n\ndef train_epochs():\n{body}\n")
+    (tmp_path / "pkg" / "b.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
+    assert too_long("pkg", root=tmp_path) == ["pkg/a.py:1 long: 61 lines", f"pkg/b.py: {MAX_FILE_LINES + 1} lines"]
+
+
+@pytest.mark.parametrize("folder", ["sweeps", "trainables"])
+def test_engine_and_trainables_keep_functions_and_files_short(folder):
+    found = [f for f in too_long(folder) if f.split(":")[0] not in IN_PARALLEL_WORK]
+    assert found == []
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="analysis/ is split by another helper (i2a) in parallel, and the command-trial files by i1a/i1b; "
+    "the integrator removes this mark after merging their branches",
+)
+def test_analysis_and_command_trials_keep_functions_and_files_short():
+    found = too_long("analysis") + [
+        f for f in too_long("sweeps") + too_long("trainables") if f.split(":")[0] in IN_PARALLEL_WORK
+    ]
+    assert found == []
