@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x
 
 from sweeps.engine import command_template, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
-from trainables.command_parse import METRICS_SOURCES  # noqa: E402
+from trainables.command_parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
 
 NAME = "command"
 
@@ -82,9 +82,10 @@ def parse_args(argv: list[str]):
     parser.add_argument(
         "--metrics-from",
         choices=METRICS_SOURCES,
-        default="stdout",
-        help="stdout: printed lines and $RAYSWEEP_METRICS_FILE; jsonl: that file only; tensorboard: "
-        "event files the script writes under {trial_dir} (default: stdout)",
+        default="output",
+        help="output: lines printed to stdout and stderr (Python logging and tqdm write there), read in "
+        "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
+        "jsonl: that file only; tensorboard: event files the script writes under {trial_dir} (default: output)",
     )
     parser.add_argument(
         "--grace-period-s",
@@ -120,8 +121,11 @@ def parse_args(argv: list[str]):
     if args.seeds is not None:
         axes["seed"] = list(range(args.seeds))
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
-    if patterns and args.metrics_from != "stdout":
-        raise UsageError(f"--metric-pattern reads stdout lines; --metrics-from {args.metrics_from} reads no stdout")
+    if patterns and args.metrics_from not in STREAMS_READ:
+        raise UsageError(
+            f"--metric-pattern reads printed lines; --metrics-from {args.metrics_from} reads none "
+            f"(use --metrics-from {' / '.join(STREAMS_READ)})"
+        )
     command_template.check_metric_producible(args.metric, patterns, args.step_key, args.metrics_from, args.test_metric)
     if not args.grace_period_s >= 0:
         raise UsageError(f"--grace-period-s={args.grace_period_s} must be >= 0 seconds")

@@ -15,9 +15,7 @@ NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan
 _NOT_KEY_BEFORE = r"(?<![\w./\-@])"
 
 # `Accuracy: 9894/10000 (99%)`: a count out of a total, then its rounded percentage.
-_FRACTION = re.compile(
-    rf"{_NOT_KEY_BEFORE}(?P<key>{KEY}):\s*(?P<num>\d+)\s*/\s*(?P<den>\d+)\s*\(\s*{NUMBER}\s*%\s*\)"
-)
+_FRACTION = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY}):\s*(?P<num>\d+)\s*/\s*(?P<den>\d+)\s*\(\s*{NUMBER}\s*%\s*\)")
 # `Acc@1  75.00 ( 71.20)` (AverageMeter: name, value, (average)); timm writes `Acc@1:  75.000 ( 71.200)`.
 _METER = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY}):?\s+{NUMBER}\s+\(\s*(?P<avg>{NUMBER})\s*\)")
 # ` *   Acc@1 76.130 Acc@5 92.862` (ProgressMeter.display_summary); timm's validate.py adds `(error)`.

@@ -28,8 +28,11 @@ def check_command(args) -> int:
     """
     import re
 
+    import queue
+
     from trainables.command import (
         METRICS_FILE,
+        STREAMS_READ,
         StepContext,
         TensorBoardResults,
         command_env,
@@ -37,12 +40,15 @@ def check_command(args) -> int:
         start_command,
         terminate_group,
     )
+    from trainables.command_sources import candidate_keys, describe_candidates
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
     patterns = [re.compile(p) for p in args.metric_pattern]
     complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
+    streams = STREAMS_READ.get(args.metrics_from, ())
     seen: set = set()
+    printed: dict = {"stdout": [], "stderr": []}
     with tempfile.TemporaryDirectory(prefix="raysweep-check-") as folder:
         work_dir, metrics_file = Path(folder) / "work", Path(folder) / METRICS_FILE
         work_dir.mkdir()
@@ -58,19 +64,24 @@ def check_command(args) -> int:
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
         proc = start_command(argv, command_env(cell, work_dir, name, metrics_file, 0.0))
-        stderr = threading.Thread(target=_echo, args=(proc.stderr, "  stderr | "), daemon=True)
-        stderr.start()
+        lines: queue.Queue = queue.Queue()  # both streams, interleaved as read, as the trial reads them
+        for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
         try:
-            for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                print(f"  | {line}", flush=True)
-                show(context.feed(line) if args.metrics_from == "stdout" else [])
+            open_streams = 2
+            while open_streams:
+                label, line = lines.get()
+                if line is None:
+                    open_streams -= 1
+                    continue
+                print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
+                printed[label].append(line)
+                show(context.feed(line) if label in streams else [])
                 show(events.poll() if events else [])
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
-        stderr.join(timeout=5)
-        rows = context.close() if args.metrics_from == "stdout" else []
+        rows = context.close() if streams else []
         rows += (
             read_metrics_file(metrics_file, 0, args.step_key)[0]
             if args.metrics_from != "tensorboard"
@@ -86,12 +97,17 @@ def check_command(args) -> int:
         ),
         flush=True,
     )
-    if missing and seen:
-        print(f"rows held: {', '.join(sorted(seen))}; check --metric / --metric-pattern / --step-key", file=sys.stderr)
+    if missing:
+        found = candidate_keys(printed, args.step_key, patterns)
+        print(
+            f"{describe_candidates(found, streams)}; check --metric / --metric-pattern / --step-key / --metrics-from",
+            file=sys.stderr,
+        )
     return 0 if code == 0 and not missing else 1
 
 
-def _echo(stream, prefix: str) -> None:
-    """Print each line of `stream` (bytes) with `prefix` until it closes."""
+def _queue_lines(stream, label: str, lines) -> None:
+    """Put `(label, line)` on `lines` for each line of `stream` (bytes), then `(label, None)` at its end."""
     for raw in iter(stream.readline, b""):
-        print(prefix + raw.decode("utf-8", errors="replace").rstrip("\r\n"), flush=True)
+        lines.put((label, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    lines.put((label, None))

@@ -18,6 +18,7 @@ from trainables.command_parse import (
     DEFAULT_METRIC_PATTERN,
     KEY,
     METRICS_SOURCES,
+    STREAMS_READ,
     parse_metrics_line,
     render,
 )
@@ -286,7 +287,7 @@ def check_metric_producible(
     metric: str,
     patterns: list[re.Pattern] | re.Pattern | None,
     step_key: str,
-    metrics_from: str = "stdout",
+    metrics_from: str = "output",
     test_metric: str | None = None,
 ) -> None:
     """Refuse a `--metric` / `--test-metric` / `--step-key` that no result of this sweep can hold.
@@ -297,8 +298,8 @@ def check_metric_producible(
             `key=value` pattern.
         step_key: the metric counting progress (`epoch`); read in any default step form, so it
             need not be a group of a pattern.
-        metrics_from: `stdout`, `jsonl` or `tensorboard` (JSON keys and TensorBoard tags may be
-            any name, so only `stdout` is checked).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard` (JSON keys and
+            TensorBoard tags may be any name, so only printed lines are checked).
         test_metric: `--test-metric`, or None.
     Raises:
         UsageError: with custom patterns, a metric that is none of their named groups; with the
@@ -307,10 +308,10 @@ def check_metric_producible(
     patterns = [patterns] if isinstance(patterns, re.Pattern) else list(patterns or [])
     groups = [g for p in patterns for g in p.groupindex]
     flags = [("--metric", metric), ("--step-key", step_key)] + ([("--test-metric", test_metric)] if test_metric else [])
-    for flag, name in flags if metrics_from == "stdout" else ():
+    for flag, name in flags if metrics_from in STREAMS_READ else ():
         if not re.fullmatch(KEY, name) and not (patterns and flag != "--step-key" and name in groups):
             raise UsageError(
-                f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - "
+                f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - @ "
                 "starting with a letter"
             )
         if patterns and flag != "--step-key" and name not in groups:
