@@ -24,6 +24,7 @@ from analysis.rules import (
     DEFAULT_SELECT,
     DEFAULT_TEST_METRIC,
     describe_select,
+    shown_as_percent,
 )
 from analysis.select import select_values
 
@@ -194,7 +195,7 @@ def paper_table(
         columns=[bare[c] for c in columns],
         baseline=base_label,
         n_seeds=int(seeds),
-        percent=bool("acc" in metric.rsplit("/", 1)[-1].lower() and len(finite) and finite.between(0, 1).all()),
+        percent=shown_as_percent(metric, finite.tolist()),
         experiment=trials.attrs.get("experiment"),
     )
     return table.reset_index(drop=True)

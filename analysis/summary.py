@@ -116,8 +116,8 @@ def summary_text(
         setting = ", ".join(f"{c}={_text(best[c])}" for c in where) or "all trials"
         lines.append(
             f"best configuration by {val.attrs['rule']}: {setting}: "
-            f"{metric} {format_cell(best, val.attrs, 'console')}, "
-            f"{test_metric} {format_cell(same.iloc[0], a, 'console')}"
+            f"{metric} {format_cell(best, val.attrs, 'console')}"
+            + (f", {test_metric} {format_cell(same.iloc[0], a, 'console')}" if test_metric != metric else "")
         )
     return "\n".join(lines) + "\n"
 

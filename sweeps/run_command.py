@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
         print_summary(experiment_dir, args.metric, args.mode, test_metric=args.test_metric)
         return resume.report_outcome(None, reused, args.metric)
     preflight.probe_storage(experiment_dir)
-    print(f"command: {' '.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
+    print(f"command: {shlex.join(args.template)}; {len(todo)} to run, {len(reused)} reused", flush=True)
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).

@@ -8,7 +8,8 @@ A template is the user's command as an argv list whose items may hold `{name}` p
 `{lr:.0e}`). Names are config keys of the trial (axes, `seed`) plus `trial_dir` and `trial_name`.
 
 Metrics come from printed lines (stdout and stderr). The default reading takes the common shapes of
-`trainables/output_shapes.py` (mnist's `Accuracy: 9894/10000 (99%)`, imagenet's meters) and `key=value` and `key: value` pairs
+`trainables/output_shapes.py` (mnist's `Accuracy: 9894/10000 (99%)`, imagenet's meters) and `key=value`
+and `key: value` pairs
 whose value is a number (`epoch=3 val_acc=0.81 loss=0.52`, `epoch: 3, val/acc: 0.81`, `acc: 97.0%`);
 the step also in the forms `epoch 3`, `epoch 3/50`, `epoch [3/50]`, `[epoch 3]`. Custom patterns
 are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P<val_acc>[\\d.]+)`).
@@ -25,7 +26,8 @@ from trainables import output_shapes
 from trainables.output_shapes import KEY, NUMBER
 
 BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name")  # filled by the trainable, not from the config
-# --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads the JSON-lines file.
+# --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads
+# the JSON-lines file.
 METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard")
 STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry

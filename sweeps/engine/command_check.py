@@ -26,9 +26,8 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import re
-
     import queue
+    import re
 
     from trainables.command import (
         METRICS_FILE,
