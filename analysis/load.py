@@ -18,6 +18,7 @@ import pyarrow.fs as pafs
 from analysis.errors import ExperimentError
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE  # noqa: F401  (re-exported)
 from analysis.tune_files import flatten, read_experiment_files, resolve_source
+from trainables.command_parse import JOINS_STEP_METRIC
 
 STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
 """Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
@@ -280,6 +281,15 @@ def duplicates_line(trials: pd.DataFrame) -> str | None:
     )
 
 
+def _join_final_blocks(history: pd.DataFrame) -> pd.DataFrame:
+    """Drop each row that the next row of the same trial repeats with a final block joined (that row
+    is marked `JOINS_STEP_METRIC` by `trainables/command.py` and holds both), and the marker column."""
+    if JOINS_STEP_METRIC not in history.columns:
+        return history
+    joins_next = history[JOINS_STEP_METRIC].shift(-1).eq(1) & history["trial_id"].eq(history["trial_id"].shift(-1))
+    return history[~joins_next].drop(columns=JOINS_STEP_METRIC).reset_index(drop=True)
+
+
 def _drop_duplicates(trials: pd.DataFrame, history: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Keep the newest of the finished trials that share a config (see :func:`load_trials`)."""
     config = [c for c in trials.columns if c.startswith("config/")]
@@ -381,6 +391,7 @@ def _assemble(
     keep = ["trial_id"] + [c for c in _HISTORY_KEEP if c in history.columns]
     history = history[keep + [c for c in history.columns if c not in keep]]
     history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
+    history = _join_final_blocks(history)
 
     metrics = [c for c in history.columns if c not in _NOT_METRICS]
     numeric = [

@@ -117,7 +117,9 @@ def parse_args(argv: list[str]):
     )
     if args.seeds is not None and "seed" in settings:
         raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
-    command_template.check_template(template, settings, seeds=args.seeds is not None)
+    command_template.check_template(
+        template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
+    )
     if args.seeds is not None:
         axes["seed"] = list(range(args.seeds))
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.load import load_history
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
@@ -165,13 +167,17 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
     assert len(found) == 4 and not any(" " in name for name in found)
     for name, trial in found.items():
         rows = history(trial)
-        # one row per epoch; epoch 3's is complete (and reported) once `* accuracy` joins its val_acc;
-        # the rest of the final block (`* error: 27.0%`) comes at the exit, at the same step
+        # epoch 3's row is complete (and reported) once `* accuracy` joins its val_acc; the rest of the
+        # final block (`* error: 27.0%`) comes at the exit and is reported joined to that row, marked
         assert rows["epoch"].tolist() == [1, 2, 3, 3]
-        assert rows["accuracy"].notna().tolist() == [False, False, True, False]
+        assert rows["accuracy"].notna().tolist() == [False, False, True, True]
         assert rows["error"].notna().tolist() == [False, False, False, True]
+        assert rows["command/joins_step"].fillna(0).tolist() == [0, 0, 0, 1]
         config = json.loads((trial / "params.json").read_text())
         assert f"config {config['config']}" in (trial / "command_stdout.txt").read_text()  # the path, verbatim
+    loaded = load_history(experiment)  # the tables' history: one row per epoch, the joined one kept
+    assert loaded.groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2, 3]).all()
+    assert "command/joins_step" not in loaded.columns and loaded.groupby("trial_id")["error"].last().notna().all()
     out = proc.stdout
     assert "accuracy: accuracy at the epoch of best val_acc (ties: earliest)" in out
     header = next(line for line in out.splitlines() if line.startswith("config "))

@@ -8,7 +8,14 @@ import re
 import pytest
 
 from tests.test_command_scripts import PY, history, run_sweep, trials
-from trainables.command_sources import no_metrics_message
+from trainables.command_sources import (
+    ATTEMPT_LINE,
+    ERR_MARK,
+    STDOUT_LOG,
+    no_metrics_message,
+    recorded_steps,
+    unreported_results,
+)
 
 LOGGING = [PY, "tests/scripts/logging_style.py", "--lr", "{lr}", "--epochs", "3"]
 
@@ -68,3 +75,49 @@ def test_logging_script_swept_with_no_wrapper(tmp_path):
         assert rows["eval_acc"].tolist() == pytest.approx([round(0.5 + 0.1 * e + lr, 3) for e in (1, 2, 3)])
         log = (trial / "command_stdout.txt").read_text()
         assert "# raysweep stderr | " in log and "'eval_acc'" in log
+
+
+def test_restart_recovers_every_printed_step_the_history_lacks(tmp_path):
+    """The killed-worker gap: step 2's row never reached result.json while step 3's did; a retry with
+    no checkpoint recovers step 2 (and 4), checked against the trial's own rows, from either stream."""
+    log = tmp_path / STDOUT_LOG
+    log.write_text(
+        ATTEMPT_LINE + "2026-11-23 10:00:00\n"
+        "epoch=1 val_acc=0.5\n"
+        + ERR_MARK
+        + "INFO epoch=2 val_acc=0.6\n"
+        + "epoch=3 val_acc=0.7\n"
+        + ERR_MARK
+        + "INFO epoch=4 val_acc=0.8\n"
+    )
+    result_json = tmp_path / "result.json"
+    result_json.write_text('{"epoch": 1, "val_acc": 0.5}\n{"epoch": 3, "val_acc": 0.7}\n{"epoch": 4, "val_a')  # torn
+    recorded = recorded_steps(result_json)
+    assert recorded == {1, 3}
+    found = unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout", "stderr"), recorded)
+    assert found == [{"val_acc": 0.6, "epoch": 2}, {"val_acc": 0.8, "epoch": 4}]
+    assert unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout",), recorded) == []  # stderr not read
+    assert [r["epoch"] for r in unreported_results(log, 1, "epoch", [], ("val_acc",), ("stdout", "stderr"))] == [
+        2,
+        3,
+        4,
+    ]
+
+
+def test_a_tasks_column_the_command_never_uses_names_the_file_and_column(tmp_path):
+    from sweeps.engine.flags import UsageError
+    from sweeps.run_command import parse_args
+
+    tasks = tmp_path / "tasks.csv"
+    tasks.write_text("dataset,num_classes\ncifar10,10\ncifar100,100\n")
+    with pytest.raises(UsageError) as error:
+        parse_args(["--tasks", str(tasks), "--", "python", "train.py", "--dataset", "{dataset}"])
+    assert str(error.value).startswith(f"--tasks {tasks}: the command never uses its column 'num_classes', ")
+    assert "--num-classes {num_classes}" in str(error.value) and "--axis" not in str(error.value)
+
+
+def test_metric_names_with_at_are_accepted():
+    from sweeps.run_command import parse_args
+
+    args = parse_args(["--metric", "Acc@1", "--axis", "lr=0.1", "--", "python", "train.py", "--lr", "{lr}"])
+    assert args.metric == "Acc@1" and args.metrics_from == "output"

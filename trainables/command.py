@@ -29,7 +29,15 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence, storage
-from trainables.command_parse import NO_RETRY_METRIC, STREAMS_READ, StepContext, format_value, non_finite, render
+from trainables.command_parse import (
+    JOINS_STEP_METRIC,
+    NO_RETRY_METRIC,
+    STREAMS_READ,
+    StepContext,
+    format_value,
+    non_finite,
+    render,
+)
 from trainables.command_sources import (  # noqa: F401  (read_metrics_file, TensorBoardResults: also for --check)
     STDOUT_LOG,
     STEP_FILE,
@@ -117,12 +125,14 @@ def train_command(
         recorded = recorded_steps(trial_folder / "result.json")
         last_step = max(recorded, default=None)
     parsed = 0  # results seen in this run, reported or skipped as reported before
+    last_result = None  # the result last reported by this attempt
 
     def report_new(results: list[dict], final: bool = False, missing: bool = False) -> bool:
         """Report the results not reported before; True when one diverged (the trial then ends).
-        A final result (printed after the last step line) may share the last reported step;
-        `missing` results are rows the history lacks, reported whatever their step."""
-        nonlocal last_step, parsed
+        A final result (printed after the last step line) may share the last reported step: it is
+        then reported joined to that step's row, marked `JOINS_STEP_METRIC` (the tables keep only
+        the joined row); `missing` results are rows the history lacks, reported whatever their step."""
+        nonlocal last_step, parsed, last_result
         for result in results:
             parsed += 1
             if non_finite(result):
@@ -134,7 +144,10 @@ def train_command(
                 and (result[step_key] < last_step or (result[step_key] == last_step and not final))
             ):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
+            if final and last_result is not None and last_result[step_key] == result[step_key]:
+                result = {**last_result, **result, JOINS_STEP_METRIC: 1}
             _report(result, step_key)
+            last_result = result
             last_step = result[step_key] if last_step is None else max(last_step, result[step_key])
         return False
 

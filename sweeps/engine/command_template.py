@@ -217,13 +217,15 @@ def placeholders(template: list[str]) -> set[str]:
         raise UsageError(f"command: {e}") from None
 
 
-def check_template(template: list[str], axes: dict, seeds: bool) -> None:
+def check_template(template: list[str], axes: dict, seeds: bool, tasks: str | None = None, task_columns=()) -> None:
     """Refuse a command that cannot run as a sweep.
 
     Args:
         template: the command after `--`, as argv.
         axes: {name: values} from `parse_axis`.
         seeds: whether the sweep adds a `seed` key to each trial (`--seeds`).
+        tasks, task_columns: the `--tasks` file and its columns (also in `axes`), named in the
+            error for a column the command never uses.
     Raises:
         UsageError: an empty command; a placeholder that is not an axis, `seed` (when seeds),
             `trial_dir` or `trial_name`; an axis the command never uses (every trial of it would
@@ -247,6 +249,13 @@ def check_template(template: list[str], axes: dict, seeds: bool) -> None:
         )
     unused = sorted((set(axes) | ({"seed"} if seeds else set())) - used)
     if unused:
+        name = unused[0]
+        if name in task_columns:
+            raise UsageError(
+                f"--tasks {tasks}: the command never uses its column {name!r}, so rows that differ only in "
+                f"{name} would run the same command; pass it, e.g. --{name.replace('_', '-')} {{{name}}}, "
+                "or drop the column"
+            )
         where = "--seeds" if unused[0] == "seed" and seeds and "seed" not in axes else f"--axis {unused[0]}"
         raise UsageError(
             f"{where}: the command never uses {{{unused[0]}}}, so its trials would all run the same "
