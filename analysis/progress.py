@@ -31,11 +31,9 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
     Returns:
         dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
         `diverged` (finished with `diverged: True` in the last result), `total`, `best`
-        (value, trial name) or None, `epochs_done`, `epochs_planned` (a finished trial counts
-        the epochs it ran; trials not created yet count the mean planned epochs of the others; a
-        trial whose config has no `epochs`, like a command trial, counts the mean epochs of the
-        finished ones: None while none has finished), and `running_trials`: (name, last result,
-        planned epochs or None) per running trial, best first.
+        (value, trial name) or None, `epochs_done`, `epochs_planned` (finished trials count the
+        epochs they ran, others as `_add_unplanned` says; None when unknown), and `running_trials`:
+        (name, last result, planned epochs or None) per running trial, best first.
     """
     counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
     best, epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = None, 0, 0, [], [], [], []
@@ -72,13 +70,7 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
     counts["pending"] += not_created
-    estimate = sum(ran) / len(ran) if ran and any(ran) else None  # epochs a trial of unknown length runs
-    known = [p for p in planned_per_trial if p is not None]
-    if unknown or (not_created and not known):
-        epochs_planned = None if estimate is None else epochs_planned + sum(max(estimate, e) for e in unknown)
-        known = known if known else [estimate] * (estimate is not None)
-    if not_created and known and epochs_planned is not None:
-        epochs_planned = round(epochs_planned + not_created * sum(known) / len(known))
+    epochs_planned = _add_unplanned(epochs_planned, unknown, ran, planned_per_trial, not_created)
     sign = -1 if mode == "max" else 1
     running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
     return {
@@ -89,6 +81,22 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
         "epochs_planned": epochs_planned,
         "running_trials": running,
     }
+
+
+def _add_unplanned(epochs_planned: int, unknown: list, ran: list, planned: list, not_created: int) -> int | None:
+    """`epochs_planned` plus the epochs of trials with no planned total (`unknown`: epochs done so far)
+    and of trials not created yet; a trial of unknown length runs the mean epochs of the finished
+    ones (`ran`), others their mean `planned` (None entries: unknown). None when nothing tells."""
+    estimate = sum(ran) / len(ran) if ran and any(ran) else None
+    known = [p for p in planned if p is not None]
+    if unknown or (not_created and not known):
+        if estimate is None:
+            return None
+        epochs_planned += sum(max(estimate, e) for e in unknown)
+        known = known or [estimate]
+    if not_created and known:
+        epochs_planned += not_created * sum(known) / len(known)
+    return round(epochs_planned)
 
 
 def format_progress(

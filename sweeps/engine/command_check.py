@@ -7,6 +7,7 @@ folder, metric parsing by `trainables/command_parse.py:StepContext`), but in thi
 
 from __future__ import annotations
 
+import queue
 import shlex
 import sys
 import tempfile
@@ -26,7 +27,6 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import queue
     import re
 
     from trainables.command import (
@@ -39,7 +39,7 @@ def check_command(args) -> int:
         start_command,
         terminate_group,
     )
-    from trainables.command_sources import candidate_keys, describe_candidates
+    from trainables.command_sources import candidate_keys
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -63,16 +63,8 @@ def check_command(args) -> int:
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
         proc = start_command(argv, command_env(cell, work_dir, name, metrics_file, 0.0))
-        lines: queue.Queue = queue.Queue()  # both streams, interleaved as read, as the trial reads them
-        for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-            threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
         try:
-            open_streams = 2
-            while open_streams:
-                label, line = lines.get()
-                if line is None:
-                    open_streams -= 1
-                    continue
+            for label, line in _interleaved(proc):
                 print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
                 printed[label].append(line)
                 show(context.feed(line) if label in streams else [])
@@ -81,12 +73,15 @@ def check_command(args) -> int:
         finally:
             terminate_group(proc, 2.0)
         rows = context.close() if streams else []
-        rows += (
-            read_metrics_file(metrics_file, 0, args.step_key)[0]
-            if args.metrics_from != "tensorboard"
-            else events.close()
-        )
-        show(rows)
+        show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
+    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
+
+
+def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:
+    """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
+    stream held candidate lines (`found`) and their keys. Returns the exit code of --check."""
+    from trainables.command_sources import describe_candidates
+
     missing = [m for m in complete if m not in seen]
     print(
         f"exit code {code}; "
@@ -97,12 +92,25 @@ def check_command(args) -> int:
         flush=True,
     )
     if missing:
-        found = candidate_keys(printed, args.step_key, patterns)
         print(
             f"{describe_candidates(found, streams)}; check --metric / --metric-pattern / --step-key / --metrics-from",
             file=sys.stderr,
         )
     return 0 if code == 0 and not missing else 1
+
+
+def _interleaved(proc):
+    """`(stream, line)` of `proc`'s stdout and stderr, interleaved as read (as the trial reads them)."""
+    lines: queue.Queue = queue.Queue()
+    for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+        threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
+    open_streams = 2
+    while open_streams:
+        label, line = lines.get()
+        if line is None:
+            open_streams -= 1
+        else:
+            yield label, line
 
 
 def _queue_lines(stream, label: str, lines) -> None:
