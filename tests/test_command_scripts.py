@@ -126,8 +126,9 @@ def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_pa
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "--check caltech101_numclasses100: " in ok.stdout and "--dataset caltech101 --num-classes 100" in ok.stdout
     assert "  | * accuracy: 70.0%" in ok.stdout  # the output, streamed
-    assert "  metrics row: val_acc=66.0, epoch=1" in ok.stdout
-    assert "  metrics row: val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins the last step
+    # `time 0.100 (0.120)` is Dassl's AverageMeter: its running average is read
+    assert "  metrics row: time=0.12, val_acc=66.0, epoch=1" in ok.stdout
+    assert "  metrics row: time=0.12, val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins
     assert "--metric val_acc: seen; --test-metric accuracy: seen" in ok.stdout
     bad = run_sweep(tmp_path, "--check", "--metric", "top1", *argv, check=True)
     assert bad.returncode == 1 and "--metric top1: NOT seen" in bad.stdout
@@ -396,7 +397,10 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     trial = log.parent
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
     epochs = [r["epoch"] for r in rows]
-    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, epochs
+    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, (
+        epochs,
+        log.read_text(),
+    )
     if unreported:  # the rows printed after the kill came from the stdout file, not from the script again
         assert "printed before the restart but never reported" in (trial / "stdout").read_text()
 
