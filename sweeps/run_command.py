@@ -10,7 +10,8 @@ Everything after `--` is the command; `{name}` placeholders are filled per trial
 `{seed}`, `{trial_dir}` (a folder kept across retries and --resume: the script's own checkpoints
 go there) and `{trial_name}`. The script needs no SDK: it prints, on stdout or stderr (Python
 logging), `epoch=3 val_acc=0.81 loss=0.52` (or `key: value`, `Epoch [3/50]` then metrics lines, a
-final `* accuracy: 97.0%` block, the shapes of docs/output-shapes.md; others by --metric-pattern), appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
+final `* accuracy: 97.0%` block, the shapes of docs/output-shapes.md; others by --metric-pattern),
+appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
 or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
 linked axis (--axis dataset,num_classes=caltech101:100,oxford_pets:37) or rows of --tasks FILE;
 --dry-run prints every cell's command, --check runs the first one without Ray.
