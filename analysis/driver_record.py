@@ -16,6 +16,7 @@ No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local 
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import time
 
@@ -77,3 +78,17 @@ def _pid_alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:  # it exists, under another user
         return True
+
+
+def resume_command(argv: list | None, resume: bool = True) -> str:
+    """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
+    without it), or a generic hint when the command line is unknown."""
+    if not argv:
+        return "its command line and --resume" if resume else "its command line"
+    args = [a for a in argv if a != "--resume"] + (["--resume"] if resume else [])
+    return "`python " + " ".join(shlex.quote(str(a)) for a in args) + "`"
+
+
+def exit_code(report: dict) -> int:
+    """0 while the sweep runs or when it finished; 1 when its driver is gone with trials left."""
+    return 1 if report["driver_alive"] is False and report["left"] else 0

@@ -13,9 +13,9 @@ import math
 from importlib import resources
 from typing import Any
 
+from analysis.driver_record import exit_code, resume_command
 from analysis.progress import eta_seconds
 from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC
-from analysis.status import exit_code, resume_command
 
 STATUS_SCHEMA = "raysweep.status/1"
 SUMMARY_SCHEMA = "raysweep.summary/1"

@@ -16,7 +16,14 @@ import pandas as pd
 from analysis.errors import ExperimentError
 from analysis.formatting import bare, format_value, label
 from analysis.load import SEED_KEY, config_column, guess_mode, varying_config_columns
-from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_SELECT, DEFAULT_TEST_METRIC, describe_select
+from analysis.rules import (
+    DEFAULT_K,
+    DEFAULT_METRIC,
+    DEFAULT_SELECT,
+    DEFAULT_TEST_METRIC,
+    describe_select,
+    shown_as_percent,
+)
 from analysis.select import select_values
 from analysis.stats import BOOTSTRAP_METHOD, bootstrap_ci, cell_stats, holm, paired_test
 
@@ -136,7 +143,7 @@ def _attrs(table, rule: dict, keys, columns, base_label, n_seeds: int, bootstrap
         columns=[bare(c) for c in columns],
         baseline=base_label,
         n_seeds=n_seeds,
-        percent=_is_percent(rule["metric"], table["mean"]),
+        percent=shown_as_percent(rule["metric"], table["mean"].dropna().tolist()),
         experiment=trial_attrs.get("experiment"),
         alpha=ALPHA,
         correction="holm",
@@ -220,12 +227,6 @@ def _tidy(table: pd.DataFrame, keys: list[str], columns: list[str], bootstrap: b
     table = table.drop(columns=["_seeds"]).rename(columns=names)
     extra = ["boot_low", "boot_high"] if bootstrap else []
     return table[[*dict.fromkeys(names.values()), *COLUMNS, *extra, "_label"]].reset_index(drop=True)
-
-
-def _is_percent(metric: str, means: pd.Series) -> bool:
-    """An accuracy in [0, 1]: shown ×100."""
-    finite = means.dropna()
-    return bool("acc" in metric.rsplit("/", 1)[-1].lower() and len(finite) and finite.between(0, 1).all())
 
 
 def _row_keys(trials: pd.DataFrame, rows: Sequence[str] | None, columns: list[str], seed: str) -> list[str]:

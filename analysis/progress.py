@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from analysis.rules import DEFAULT_METRIC as METRIC
 from analysis.rules import DEFAULT_MODE as MODE
+from analysis.rules import shown_as_percent
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
@@ -31,20 +32,26 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
     Returns:
         dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
         `diverged` (finished with `diverged: True` in the last result), `total`, `best`
-        (value, trial name) or None, `epochs_done`, `epochs_planned` (a finished trial counts
-        the epochs it ran; trials not created yet count the mean planned epochs of the others),
-        and `running_trials`: (name, last result, planned epochs) per running trial, best first.
+        (value, trial name) or None, `epochs_done`, `epochs_planned` (finished trials count the
+        epochs they ran, others as `_add_unplanned` says; None when unknown), and `running_trials`:
+        (name, last result, planned epochs or None) per running trial, best first.
     """
     counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
-    best, epochs_done, epochs_planned, planned_per_trial, running = None, 0, 0, [], []
+    best, epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = None, 0, 0, [], [], [], []
     for trial in trials:
         result = trial.last_result or {}
         epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
-        planned = int(trial.config.get("epochs", epochs) or epochs)
-        planned_per_trial.append(planned)
+        planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
         finished = trial.status in ("TERMINATED", "ERROR")
         epochs_done += epochs
-        epochs_planned += epochs if finished else max(planned, epochs)
+        if finished:
+            epochs_planned += epochs
+            ran.append(epochs)
+        elif planned is None:
+            unknown.append(epochs)
+        else:
+            epochs_planned += max(planned, epochs)
+        planned_per_trial.append(planned if planned is not None or not finished else epochs)
         if trial.status == "RUNNING":
             counts["running"] += 1
             running.append((str(trial), result, planned))
@@ -64,8 +71,7 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
     counts["pending"] += not_created
-    if not_created and planned_per_trial:
-        epochs_planned += round(not_created * sum(planned_per_trial) / len(planned_per_trial))
+    epochs_planned = _add_unplanned(epochs_planned, unknown, ran, planned_per_trial, not_created)
     sign = -1 if mode == "max" else 1
     running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
     return {
@@ -78,6 +84,22 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
     }
 
 
+def _add_unplanned(epochs_planned: int, unknown: list, ran: list, planned: list, not_created: int) -> int | None:
+    """`epochs_planned` plus the epochs of trials with no planned total (`unknown`: epochs done so far)
+    and of trials not created yet; a trial of unknown length runs the mean epochs of the finished
+    ones (`ran`), others their mean `planned` (None entries: unknown). None when nothing tells."""
+    estimate = sum(ran) / len(ran) if ran and any(ran) else None
+    known = [p for p in planned if p is not None]
+    if unknown or (not_created and not known):
+        if estimate is None:
+            return None
+        epochs_planned += sum(max(estimate, e) for e in unknown)
+        known = known or [estimate]
+    if not_created and known:
+        epochs_planned += not_created * sum(known) / len(known)
+    return round(epochs_planned)
+
+
 def format_progress(
     status: dict,
     elapsed_s: float,
@@ -88,7 +110,10 @@ def format_progress(
     """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
 
     The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
-    an epoch has finished. At most RUNNING_LINES trial lines; the rest are counted.
+    an epoch has finished, while the planned epochs are unknown (command trials before one has
+    finished), or while trials run past the estimate (never `0:00:00` while any runs).
+    An accuracy held as a fraction is shown in % (`analysis.rules.shown_as_percent`), as the
+    tables show it. At most RUNNING_LINES trial lines; the rest are counted.
     Args:
         elapsed_s: seconds since the sweep (this run of it) began.
         epochs_at_start: epochs already done when it began (a resumed sweep), left out of the rate.
@@ -97,19 +122,21 @@ def format_progress(
     s = status
     eta_s = eta_seconds(s, elapsed_s, epochs_at_start)
     eta = format_duration(eta_s) if eta_s is not None else "?"
-    best = f"best {metric} {s['best'][0]:.4f} ({s['best'][1]})" if s["best"] else f"best {metric} -"
+    best = f"best {metric} {_num(s['best'][0], metric)} ({s['best'][1]})" if s["best"] else f"best {metric} -"
+    planned = s["epochs_planned"]
+    epochs = f"{s['epochs_done']}" + (f"/{planned}" if planned is not None else "")
     lines = [
         f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
         f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
-        f"epochs {s['epochs_done']}/{s['epochs_planned']} | ETA {eta}"
+        f"epochs {epochs} | ETA {eta}"
     ]
     width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
     for name, result, planned in s["running_trials"][:RUNNING_LINES]:
         gpus = result.get("gpu_ids")
+        loss = f"train/loss {_num(result['train/loss'])}  " if "train/loss" in result else ""  # only if printed
         lines.append(
-            f"  {name:<{width}}  epoch {result.get('epoch', 0)}/{planned}  "
-            f"{metric} {_num(result.get(metric))}  train/loss {_num(result.get('train/loss'))}  "
-            + (f"GPU {gpus}" if gpus else "CPU")
+            f"  {name:<{width}}  epoch {result.get('epoch', 0)}{f'/{planned}' if planned is not None else ''}  "
+            f"{metric} {_num(result.get(metric), metric)}  {loss}" + (f"GPU {gpus}" if gpus else "CPU")
         )
         if log_lines and log_lines.get(name):
             lines.append(f"    {log_lines[name]}")
@@ -120,10 +147,15 @@ def format_progress(
 
 def eta_seconds(status: dict, elapsed_s: float, epochs_at_start: int = 0) -> float | None:
     """Seconds left for a `sweep_status` dict: (epochs planned - epochs done) / (epochs done in this
-    run / elapsed_s); None until an epoch has finished in this run (arguments as `format_progress`)."""
+    run / elapsed_s); None until an epoch has finished in this run, while the planned epochs are
+    unknown, or when none are left but trials still run (never `0:00:00` then; arguments as
+    `format_progress`)."""
     done_now = status["epochs_done"] - epochs_at_start
-    remaining = status["epochs_planned"] - status["epochs_done"]
-    return remaining * elapsed_s / done_now if done_now > 0 else None
+    planned = status["epochs_planned"]
+    remaining = None if planned is None else planned - status["epochs_done"]
+    unfinished = status["running"] + status["pending"]
+    known = done_now > 0 and remaining is not None and (remaining > 0 or not unfinished)
+    return remaining * elapsed_s / done_now if known else None
 
 
 def format_duration(seconds: float) -> str:
@@ -132,8 +164,11 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def _num(value) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+def _num(value, metric: str = "") -> str:
+    """`value` with 4 decimals; an accuracy held as a fraction as the tables show it, `83.40%`."""
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{100 * value:.2f}%" if shown_as_percent(metric, [value]) else f"{value:.4f}"
 
 
 def _finite(value, default: float) -> float:

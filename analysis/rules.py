@@ -63,3 +63,17 @@ def guess_mode(metric: str) -> str:
     """
     leaf = metric.rsplit("/", 1)[-1].lower()
     return "min" if any(word in leaf for word in ("loss", "err", "nll", "perplexity")) else "max"
+
+
+def shown_as_percent(metric: str, values) -> bool:
+    """Whether tables and the progress block show `metric` as a percentage (x100, unit `%`).
+
+    Args:
+        metric: its name; only an accuracy (`acc` in the last `/` part, any case) is scaled.
+        values: its values (floats; NaN and inf ignored).
+    Returns:
+        True when every finite value lies in [0, 1] (a fraction); False for none, or for an
+        accuracy already printed in percent (mnist's 98.94).
+    """
+    finite = [v for v in values if isinstance(v, (int, float)) and v == v and abs(v) != float("inf")]
+    return "acc" in metric.rsplit("/", 1)[-1].lower() and bool(finite) and all(0 <= v <= 1 for v in finite)

@@ -26,14 +26,13 @@ import dataclasses
 import json
 import posixpath
 import re
-import shlex
 import sys
 import time
 from typing import TextIO
 
 import pyarrow.fs as pafs
 
-from analysis.driver_record import DRIVER_FILE, holder_alive, read_holder
+from analysis.driver_record import DRIVER_FILE, exit_code, holder_alive, read_holder, resume_command
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
@@ -157,20 +156,6 @@ def driver_line(report: dict, now: float) -> str:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["ended"]))
         return f"driver: finished at {ended} on {where}, exit code {record.get('exit_code')}"
     return f"driver: gone (was on {where}, since {record.get('since', '?')}; {ago})"
-
-
-def resume_command(argv: list | None, resume: bool = True) -> str:
-    """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
-    without it), or a generic hint when the command line is unknown."""
-    if not argv:
-        return "its command line and --resume" if resume else "its command line"
-    args = [a for a in argv if a != "--resume"] + (["--resume"] if resume else [])
-    return "`python " + " ".join(shlex.quote(str(a)) for a in args) + "`"
-
-
-def exit_code(report: dict) -> int:
-    """0 while the sweep runs or when it finished; 1 when its driver is gone with trials left."""
-    return 1 if report["driver_alive"] is False and report["left"] else 0
 
 
 def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: bool = False) -> int:

@@ -128,8 +128,8 @@ def _best_line(test: pd.DataFrame, val: pd.DataFrame, metric: str, mode: str, te
     setting = ", ".join(f"{c}={format_value(best[c])}" for c in a["rows"] + a["columns"]) or "all trials"
     return (
         f"best configuration by {val.attrs['rule']}: {setting}: "
-        f"{metric} {format_cell(best, val.attrs, 'console')}, "
-        f"{test_metric} {format_cell(same.iloc[0], a, 'console')}"
+        f"{metric} {format_cell(best, val.attrs, 'console')}"
+        + (f", {test_metric} {format_cell(same.iloc[0], a, 'console')}" if test_metric != metric else "")
     )
 
 

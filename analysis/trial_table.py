@@ -11,6 +11,10 @@ import pandas as pd
 from analysis.rules import guess_mode
 from analysis.tune_files import flatten
 
+JOINS_STEP_METRIC = (
+    "command/joins_step"  # the marker `trainables/command_parse.py` writes (analysis imports no trainables)
+)
+
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
 # ones in _HISTORY_KEEP, which locate a row in time.
 _TUNE_KEYS = {
@@ -73,7 +77,17 @@ def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int]) -> pd.D
         history["training_iteration"] = history.groupby("trial_id", sort=False).cumcount() + 1
     keep = ["trial_id"] + [c for c in _HISTORY_KEEP if c in history.columns]
     history = history[keep + [c for c in history.columns if c not in keep]]
-    return history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
+    history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
+    return _join_final_blocks(history)
+
+
+def _join_final_blocks(history: pd.DataFrame) -> pd.DataFrame:
+    """Drop each row that the next row of the same trial repeats with a final block joined (that row
+    is marked `JOINS_STEP_METRIC` by `trainables/command.py` and holds both), and the marker column."""
+    if JOINS_STEP_METRIC not in history.columns:
+        return history
+    joins_next = history[JOINS_STEP_METRIC].shift(-1).eq(1) & history["trial_id"].eq(history["trial_id"].shift(-1))
+    return history[~joins_next].drop(columns=JOINS_STEP_METRIC).reset_index(drop=True)
 
 
 def _last_values(

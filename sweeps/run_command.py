@@ -10,9 +10,10 @@ Everything after `--` is the command; `{name}` placeholders are filled per trial
 `{seed}`, `{trial_dir}` (a folder kept across retries and --resume: the script's own checkpoints
 go there), `{trial_name}` and `{gpu}` (the GPU ids Ray assigned). Each trial runs in its own copy
 of the code taken at launch, in {trial_dir} (docs/trial-folders.md; --in-place: the launch folder).
-The script needs no SDK: it prints `epoch=3 val_acc=0.81 loss=0.52`
-(or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block; other
-shapes by --metric-pattern), appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
+The script needs no SDK: it prints, on stdout or stderr (Python logging), `epoch=3 val_acc=0.81
+loss=0.52` (or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block,
+the shapes of docs/output-shapes.md; others by --metric-pattern),
+appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
 or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
 linked axis (--axis dataset,num_classes=caltech101:100,oxford_pets:37) or rows of --tasks FILE;
 --dry-run prints every cell's command, --check runs the first one without Ray.
@@ -41,7 +42,7 @@ from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas befor
     run_flags,
 )
 from sweeps.engine.flags import UsageError  # noqa: E402
-from trainables.command_parse import METRICS_SOURCES  # noqa: E402
+from trainables.command_parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
 
 NAME = "command"
 
@@ -94,9 +95,10 @@ def parse_args(argv: list[str]):
     parser.add_argument(
         "--metrics-from",
         choices=METRICS_SOURCES,
-        default="stdout",
-        help="stdout: printed lines and $RAYSWEEP_METRICS_FILE; jsonl: that file only; tensorboard: "
-        "event files the script writes under {trial_dir} (default: stdout)",
+        default="output",
+        help="output: lines printed to stdout and stderr (Python logging and tqdm write there), read in "
+        "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
+        "jsonl: that file only; tensorboard: event files the script writes under {trial_dir} (default: output)",
     )
     parser.add_argument(
         "--grace-period-s",
@@ -134,12 +136,17 @@ def parse_args(argv: list[str]):
     )
     if args.seeds is not None and "seed" in settings:
         raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
-    command_template.check_template(template, settings, seeds=args.seeds is not None)
+    command_template.check_template(
+        template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
+    )
     if args.seeds is not None:
         axes["seed"] = list(range(args.seeds))
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
-    if patterns and args.metrics_from != "stdout":
-        raise UsageError(f"--metric-pattern reads stdout lines; --metrics-from {args.metrics_from} reads no stdout")
+    if patterns and args.metrics_from not in STREAMS_READ:
+        raise UsageError(
+            f"--metric-pattern reads printed lines; --metrics-from {args.metrics_from} reads none "
+            f"(use --metrics-from {' / '.join(STREAMS_READ)})"
+        )
     command_template.check_metric_producible(args.metric, patterns, args.step_key, args.metrics_from, args.test_metric)
     if not args.grace_period_s >= 0:
         raise UsageError(f"--grace-period-s={args.grace_period_s} must be >= 0 seconds")
@@ -207,7 +214,7 @@ def main(argv: list[str]) -> int:
         return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
     preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(options.experiment_dir, args.in_place, args.resume)
-    print(f"command: {' '.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
+    print(f"command: {shlex.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
     tune_config = tune.TuneConfig(
         search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
         num_samples=plan.num_samples,

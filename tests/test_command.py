@@ -459,7 +459,7 @@ def test_failing_silent_diverging_and_jsonl_scripts_in_one_sweep(ray_gpus, tmp_p
     assert [r["epoch"] for r in rows(by["--exit-code=3"])] == [1, 2, 3]  # its results still count
 
     silent = (Path(by["--print-nothing"].path) / "error.txt").read_text()
-    assert "reported no metric: expected stdout lines with `name=<number>`" in silent and "metrics.jsonl" in silent
+    assert "reported no metric: expected stdout or stderr lines naming the step" in silent and "metrics.jsonl" in silent
 
     diverged = by["--nan-at-epoch=2"]
     assert diverged.error is None

@@ -12,6 +12,7 @@ from sweeps.engine.command_template import cell_axes, expand_cells, parse_axis, 
 from sweeps.engine.flags import UsageError
 from sweeps.engine.grid import short_forms, trial_namer
 from trainables.command_parse import StepContext, line_metrics
+from trainables.output_shapes import epoch_with_batch, fraction_percent, meters, progress_bar, summary
 
 
 @pytest.mark.parametrize(
@@ -177,6 +178,114 @@ def test_quoted_keys_and_progress_bar_redraws():
         "Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
         "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]"
     )
-    assert ctx.feed(bar) == [{"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}]  # the last redraw wins
-    assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3}
+    assert ctx.feed(bar) == []  # a bar's postfix is redrawn all epoch: its last redraw, at the step's end, counts
+    assert ctx.feed("Epoch 4:   0%|          | 0/10 [00:00<?, v_num=0, train_loss=0.5, val_acc=0.812]") == [
+        {"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}
+    ]
+    assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3, "Loss": 2.4}
     assert line_metrics("Epoch [3/50], Step [100/600], Loss: 0.2", "epoch") == {"epoch": 3, "Loss": 0.2}
+
+
+# Lines as the real repos print them (format strings read from each repo's source, values ours).
+SHAPES = [
+    (  # pytorch/examples mnist/main.py test(): 'Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)'
+        "Test set: Average loss: 0.0330, Accuracy: 9894/10000 (99%)",
+        {"loss": 0.033, "Accuracy": 98.94},
+    ),
+    (  # pytorch/examples mnist/main.py train(): 'Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}'
+        "Train Epoch: 1 [640/60000 (1%)]\tLoss: 2.305400",
+        {"epoch": 1, "Loss": 2.3054},
+    ),
+    (  # pytorch/examples imagenet/main.py ProgressMeter.display: prefix 'Epoch: [{}]', '[{:3d}/391]', meters
+        "Epoch: [0][ 10/391]\tTime  0.123 ( 0.456)\tData  0.001 ( 0.050)\tLoss 6.9078e+00 (6.9080e+00)"
+        "\tAcc@1   0.00 (  0.10)\tAcc@5   0.78 (  0.49)",
+        {"epoch": 0, "Time": 0.456, "Data": 0.05, "Loss": 6.908, "Acc@1": 0.1, "Acc@5": 0.49},
+    ),
+    (  # pytorch/examples imagenet/main.py validate(): prefix 'Test: ', 79 batches
+        "Test: [10/79]\tTime  0.101 ( 0.230)\tLoss 1.2345e+00 (1.3000e+00)\tAcc@1  75.00 ( 71.20)"
+        "\tAcc@5  90.62 ( 90.10)",
+        {"Time": 0.23, "Loss": 1.3, "Acc@1": 71.2, "Acc@5": 90.1},
+    ),
+    (  # pytorch/examples imagenet/main.py display_summary(): ' '.join([' *', '', '', 'Acc@1 ...', 'Acc@5 ...'])
+        " *   Acc@1 76.130 Acc@5 92.862",
+        {"Acc@1": 76.13, "Acc@5": 92.862},
+    ),
+    (  # timm train.py train_one_epoch(): f'Train: {epoch} [{update_idx:>4d}/{updates_per_epoch} ({pct:>3.0f}%)]  '
+        "Train: 3 [ 100/1251 (  8%)]  Loss: 6.12 (6.23)  Time: 0.215s, 4762.79/s  (0.230s, 4452.17/s)  "
+        "LR: 1.000e-03  Data: 0.012 (0.020)",
+        {"epoch": 3, "Loss": 6.23, "LR": 0.001, "Data": 0.02},
+    ),
+    (  # timm train.py validate(): 'Test: [{0:>4d}/{1}]  ' 'Loss: {loss.val:>7.4f} ({loss.avg:>6.4f})  '
+        # 'Acc@1: {top1.val:>7.3f} ({top1.avg:>7.3f})  '
+        "Test: [  48/48]  Time: 0.215s (0.230s, 4452.17/s)  Loss:  1.2000 (1.3000)  Acc@1:  75.000 ( 71.200)  "
+        "Acc@5:  92.000 ( 90.100)",
+        {"Loss": 1.3, "Acc@1": 71.2, "Acc@5": 90.1},
+    ),
+    (  # timm validate.py: ' * Acc@1 {:.1f} ({:.3f}) Acc@5 {:.1f} ({:.3f})' (value, then its error)
+        " * Acc@1 76.1 (23.870) Acc@5 93.0 (7.010)",
+        {"Acc@1": 76.1, "Acc@5": 93.0},
+    ),
+    (  # Hugging Face transformers Trainer.log -> ProgressCallback.on_log: str(logs)
+        "{'loss': 0.4, 'grad_norm': 1.234, 'learning_rate': 5e-05, 'epoch': 1.0}",
+        {"loss": 0.4, "grad_norm": 1.234, "learning_rate": 5e-05, "epoch": 1.0},
+    ),
+    (  # Hugging Face transformers Trainer.evaluate -> log(metrics)
+        "{'eval_loss': 0.31, 'eval_accuracy': 0.874, 'eval_runtime': 1.2, 'eval_samples_per_second': 100.0, "
+        "'eval_steps_per_second': 12.5, 'epoch': 1.0}",
+        {
+            "eval_loss": 0.31,
+            "eval_accuracy": 0.874,
+            "eval_runtime": 1.2,
+            "eval_samples_per_second": 100.0,
+            "eval_steps_per_second": 12.5,
+            "epoch": 1.0,
+        },
+    ),
+    (  # Lightning TQDMProgressBar on stderr (tqdm postfix: metrics formatted '{:.3g}')
+        "Epoch 3: 100%|██████████| 10/10 [00:01<00:00,  8.10it/s, v_num=0, val_acc=0.812, train_loss=0.310]",
+        {"epoch": 3, "v_num": 0, "val_acc": 0.812, "train_loss": 0.31},
+    ),
+    (  # mmengine LogProcessor.get_log_after_epoch: f'Epoch({mode}) [{cur_epoch}][{n}/{n}]  ' + '  '.join(items)
+        "Epoch(val) [3][100/100]  accuracy/top1: 76.1200  accuracy/top5: 93.0100  data_time: 0.0061  time: 0.0187",
+        {"epoch": 3, "accuracy/top1": 76.12, "accuracy/top5": 93.01, "data_time": 0.0061, "time": 0.0187},
+    ),
+    (  # mmengine LogProcessor.get_log_after_iter: f'Epoch({mode}){cur_epoch_str}' ('[3]'.rjust(6) for 100 epochs)
+        "Epoch(train)   [3][ 10/196]  lr: 1.0000e-01  eta: 0:55:21  time: 0.2113  data_time: 0.0123  "
+        "memory: 1234  loss: 2.3022",
+        {"epoch": 3, "lr": 0.1, "time": 0.2113, "data_time": 0.0123, "memory": 1234, "loss": 2.3022},
+    ),
+]
+
+
+@pytest.mark.parametrize("line,expected", SHAPES, ids=[f"shape{i}" for i in range(len(SHAPES))])
+def test_common_output_shapes_read_with_no_pattern(line, expected):
+    assert line_metrics(line, "epoch") == expected
+
+
+def test_each_shape_function_alone():
+    assert fraction_percent("Accuracy: 9894/10000 (99%)") == {"Accuracy": 98.94}
+    assert fraction_percent("Accuracy: 9894/10000") == {}  # no percentage: not known to be a fraction
+    assert meters("Acc@1  75.00 ( 71.20)") == {"Acc@1": 71.2}
+    assert summary(" * Acc@1 76.130 Acc@5 92.862") == {"Acc@1": 76.13, "Acc@5": 92.862}
+    assert summary("Acc@1 76.130") == {}  # not a summary line
+    assert progress_bar("Epoch 0:  10%|#  | 1/10 [00:00<00:09, 1.00it/s]") == {}
+    assert epoch_with_batch("Epoch: [0][ 0/391]\tLoss 1 (1)") == (0, " \tLoss 1 (1)")  # counted from 0, as printed
+    assert epoch_with_batch("Test: [ 0/79]") == (None, "Test: [ 0/79]")
+
+
+def test_imagenet_epoch_is_the_summary_not_a_training_meter():
+    """`--metric Acc@1`: the epoch's train meters are running values, the ` * Acc@1` summary completes it."""
+    ctx = StepContext("epoch", complete_when={"Acc@1"})
+    assert ctx.feed("Epoch: [0][  0/391]\tLoss 6.9e+00 (6.9e+00)\tAcc@1   0.00 (  0.00)") == []
+    assert ctx.feed("Epoch: [0][390/391]\tLoss 5.1e+00 (5.5e+00)\tAcc@1  12.50 (  8.20)") == []
+    assert ctx.feed("Test: [78/79]\tLoss 4.0e+00 (4.2e+00)\tAcc@1  20.00 ( 15.40)") == []
+    assert ctx.feed(" *   Acc@1 15.400 Acc@5 35.100") == [{"Loss": 4.2, "Acc@1": 15.4, "epoch": 0, "Acc@5": 35.1}]
+
+
+def test_mnist_accuracy_is_a_percentage_per_epoch():
+    ctx = StepContext("epoch", complete_when={"Accuracy"})
+    assert ctx.feed("Train Epoch: 1 [59520/60000 (99%)]\tLoss: 0.010500") == []
+    assert ctx.feed("") == []
+    assert ctx.feed("Test set: Average loss: 0.0330, Accuracy: 9894/10000 (99%)") == [
+        {"Loss": 0.0105, "loss": 0.033, "Accuracy": 98.94, "epoch": 1}
+    ]

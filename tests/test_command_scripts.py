@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.load import load_history
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
@@ -124,8 +126,9 @@ def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_pa
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "--check caltech101_numclasses100: " in ok.stdout and "--dataset caltech101 --num-classes 100" in ok.stdout
     assert "  | * accuracy: 70.0%" in ok.stdout  # the output, streamed
-    assert "  metrics row: val_acc=66.0, epoch=1" in ok.stdout
-    assert "  metrics row: val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins the last step
+    # `time 0.100 (0.120)` is Dassl's AverageMeter: its running average is read
+    assert "  metrics row: time=0.12, val_acc=66.0, epoch=1" in ok.stdout
+    assert "  metrics row: time=0.12, val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins
     assert "--metric val_acc: seen; --test-metric accuracy: seen" in ok.stdout
     bad = run_sweep(tmp_path, "--check", "--metric", "top1", *argv, check=True)
     assert bad.returncode == 1 and "--metric top1: NOT seen" in bad.stdout
@@ -165,13 +168,17 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
     assert len(found) == 4 and not any(" " in name for name in found)
     for name, trial in found.items():
         rows = history(trial)
-        # one row per epoch; epoch 3's is complete (and reported) once `* accuracy` joins its val_acc;
-        # the rest of the final block (`* error: 27.0%`) comes at the exit, at the same step
+        # epoch 3's row is complete (and reported) once `* accuracy` joins its val_acc; the rest of the
+        # final block (`* error: 27.0%`) comes at the exit and is reported joined to that row, marked
         assert rows["epoch"].tolist() == [1, 2, 3, 3]
-        assert rows["accuracy"].notna().tolist() == [False, False, True, False]
+        assert rows["accuracy"].notna().tolist() == [False, False, True, True]
         assert rows["error"].notna().tolist() == [False, False, False, True]
+        assert rows["command/joins_step"].fillna(0).tolist() == [0, 0, 0, 1]
         config = json.loads((trial / "params.json").read_text())
         assert f"config {config['config']}" in (trial / "command_stdout.txt").read_text()  # the path, verbatim
+    loaded = load_history(experiment)  # the tables' history: one row per epoch, the joined one kept
+    assert loaded.groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2, 3]).all()
+    assert "command/joins_step" not in loaded.columns and loaded.groupby("trial_id")["error"].last().notna().all()
     out = proc.stdout
     assert "accuracy: accuracy at the epoch of best val_acc (ties: earliest)" in out
     header = next(line for line in out.splitlines() if line.startswith("config "))
@@ -390,7 +397,10 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     trial = log.parent
     rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
     epochs = [r["epoch"] for r in rows]
-    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, epochs
+    assert sorted(set(epochs)) == list(range(1, 13)) and len(epochs) == len(set(epochs)) == 12, (
+        epochs,
+        log.read_text(),
+    )
     if unreported:  # the rows printed after the kill came from the stdout file, not from the script again
         assert "printed before the restart but never reported" in (trial / "stdout").read_text()
 

@@ -82,13 +82,13 @@ def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
     # 65 of 120 epochs in 60 s: 55 left take 55 * 60 / 65 = 50.8 s
     assert lines[0] == (
         "[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
-        "best val/acc 0.5000 (t10) | epochs 65/120 | ETA 0:00:51"
-    )
-    assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "0.5000", "train/loss", "-", "GPU", "2"]
+        "best val/acc 50.00% (t10) | epochs 65/120 | ETA 0:00:51"
+    )  # an accuracy held as a fraction in %, as the final table shows it
+    assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "50.00%", "GPU", "2"]  # no train/loss: never printed
     assert len(lines) == 1 + 8 + 1 and lines[-1] == "  ... and 3 more running"
     # a resumed sweep: only epochs done in this run count towards the speed
     assert format_progress(status, 60.0, epochs_at_start=60)[0].endswith("ETA 0:11:00")
-    assert format_progress(sweep_status([], 4), 0.0)[0].endswith("best val/acc - | epochs 0/0 | ETA ?")
+    assert format_progress(sweep_status([], 4), 0.0)[0].endswith("best val/acc - | epochs 0 | ETA ?")
     assert format_duration(3725.4) == "1:02:05"
 
 
@@ -357,6 +357,24 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
             os.killpg(sweep.pid, signal.SIGKILL)
 
 
+def test_command_trials_with_no_epoch_total_show_epoch_k_and_an_eta_from_finished_trials():
+    """A command trial's config has no `epochs`: `epoch k`, never `k/k` or `0/0`; the planned epochs
+    come from the trials that finished, and no `0:00:00` while trials still run past that."""
+    running = FakeTrial(name="r", status="RUNNING", config={}, last_result={"epoch": 3}, metric_analysis={})
+    pending = FakeTrial(name="p", status="PENDING", config={}, last_result={}, metric_analysis={})
+    none_done = sweep_status([running, pending], total_trials=2)
+    assert none_done["epochs_planned"] is None
+    line = format_progress(none_done, 30.0)
+    assert line[0].endswith("epochs 3 | ETA ?") and line[1].split()[:3] == ["r", "epoch", "3"]
+    done = FakeTrial(name="d", status="TERMINATED", config={}, last_result={"epoch": 4}, metric_analysis={})
+    s = sweep_status([running, pending, done], total_trials=4)
+    assert s["epochs_planned"] == 4 + 4 + 4 + 4  # each unfinished or not created trial runs what d ran
+    assert format_progress(s, 70.0)[0].endswith("epochs 7/16 | ETA 0:01:30")  # 9 left at 7 per 70 s
+    longer = FakeTrial(name="r", status="RUNNING", config={}, last_result={"epoch": 6}, metric_analysis={})
+    past = sweep_status([longer, done], total_trials=2)
+    assert format_progress(past, 70.0)[0].endswith("epochs 10/10 | ETA ?")  # r runs past the estimate
+
+
 def test_progress_block_and_final_line_name_the_sweeps_metric():
     out = io.StringIO()
     progress = SweepProgress(interval_s=0.0, stream=out, metric="val_accuracy", mode="max")
@@ -373,5 +391,6 @@ def test_progress_block_and_final_line_name_the_sweeps_metric():
     progress.on_step_end(iteration=1, trials=[trial])
     progress.on_experiment_end(trials=[trial])
     blocks = [line for line in out.getvalue().splitlines() if " trials: " in line]
-    assert len(blocks) == 2 and all("best val_accuracy 0.7000 (lr0.1)" in line for line in blocks)
+    assert len(blocks) == 2 and all("best val_accuracy 70.00% (lr0.1)" in line for line in blocks)
+    assert "epochs 2 | ETA ?" in blocks[0] and "  lr0.1  epoch 2  val_accuracy 70.00%  CPU" in out.getvalue()
     assert "val/acc" not in out.getvalue()

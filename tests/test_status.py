@@ -85,9 +85,9 @@ def test_counts_running_trial_best_and_live_driver(tmp_path):
     assert s["best"] == (pytest.approx(0.97), "sym_0.2_seed4")  # the running trial leads
     lines = format_status(report, now=time.time())
     assert lines[0].startswith(
-        "[0:00:20] 8 trials: 1 running, 3 pending, 2 done, 1 errored, 1 diverged | best val/acc 0.9700 (sym_0.2_seed4)"
+        "[0:00:20] 8 trials: 1 running, 3 pending, 2 done, 1 errored, 1 diverged | best val/acc 97.00% (sym_0.2_seed4)"
     )
-    assert "sym_0.2_seed4  epoch 2/5  val/acc 0.9700" in lines[1] and lines[1].endswith("GPU 1")
+    assert "sym_0.2_seed4  epoch 2/5  val/acc 97.00%" in lines[1] and lines[1].endswith("GPU 1")
     assert lines[2].strip() == "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5"  # its last log line
     assert lines[3].startswith(f"driver: alive on {socket.gethostname()}, pid {os.getpid()}")
     assert exit_code(report) == 0

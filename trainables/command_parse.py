@@ -7,7 +7,9 @@ A template is the user's command as an argv list whose items may hold `{name}` p
 (Python `str.format` fields, `{{`/`}}` for literal braces, an optional format spec such as
 `{lr:.0e}`). Names are config keys of the trial (axes, `seed`) plus `trial_dir` and `trial_name`.
 
-Metrics come from stdout lines. The default pattern reads `key=value` and `key: value` pairs
+Metrics come from printed lines (stdout and stderr). The default reading takes the common shapes of
+`trainables/output_shapes.py` (mnist's `Accuracy: 9894/10000 (99%)`, imagenet's meters) and `key=value`
+and `key: value` pairs
 whose value is a number (`epoch=3 val_acc=0.81 loss=0.52`, `epoch: 3, val/acc: 0.81`, `acc: 97.0%`);
 the step also in the forms `epoch 3`, `epoch 3/50`, `epoch [3/50]`, `[epoch 3]`. Custom patterns
 are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P<val_acc>[\\d.]+)`).
@@ -20,18 +22,26 @@ import math
 import re
 import string
 
-BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
-METRICS_SOURCES = ("stdout", "jsonl", "tensorboard")  # --metrics-from
-NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
+from trainables import output_shapes
+from trainables.output_shapes import KEY, NUMBER
 
-# A key starts with a letter or `_`, may hold `. / -` (val/acc, train.loss); a value is an int,
+BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
+# --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads
+# the JSON-lines file.
+METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard")
+STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
+NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
+# In a row that repeats the step of the row before it with a final block joined (`analysis/load.py`
+# drops that earlier row).
+JOINS_STEP_METRIC = "command/joins_step"
+
+# A key starts with a letter or `_`, may hold `. / - @` (val/acc, train.loss, Acc@1); a value is an int,
 # a float (1e-3, .5) or nan/inf, and must end the token (so `10ms`, `v1.2.3`, `abc123` are not read).
-KEY = r"[A-Za-z_][\w./\-]*"
-NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
-# `97.0%` is read as 97.0; `Elapsed: 0:00:03` and `total: 1,000` are not numbers (a `:` or `,` and a digit follow).
+# `97.0%` is read as 97.0; `Elapsed: 0:00:03`, `total: 1,000` and `Accuracy: 9894/10000` are not
+# numbers (a `:`, `,` or `/` and a digit follow; the last is read by `output_shapes.fraction_percent`).
 # A key may be quoted, as Python dicts and JSON print it (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`).
 DEFAULT_METRIC_PATTERN = re.compile(
-    rf"(?<![\w./\-])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,]\d)"
+    rf"(?<![\w./\-@])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,/]\d)"
 )
 _INT = re.compile(r"[-+]?\d+")
 
@@ -115,22 +125,32 @@ def step_pattern(step_key: str) -> re.Pattern:
 
 
 def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict:
-    """The metrics one stdout line prints, with the step when the line names one.
+    """The metrics one printed line holds, with the step when the line names one.
 
     Args:
-        line: one line of the command's stdout (trailing newline allowed).
+        line: one line of the command's stdout or stderr (trailing newline allowed).
         step_key: the metric counting progress (`epoch`, `step`); found in any form of
-            `step_pattern`, or as a named group of a pattern.
-        patterns: None (or empty) for the default `key=value` / `key: value` pairs; else compiled
-            regexes, one per line shape, each searched once per line: their named groups that took
-            part and hold a number are metrics (the first pattern to give a name wins).
+            `step_pattern` (for `epoch` also `output_shapes.epoch_with_batch`), or as a named group
+            of a pattern.
+        patterns: None (or empty) for the default reading: the shapes of `trainables/output_shapes.py`
+            (`Accuracy: 9894/10000 (99%)`, `Acc@1  75.00 ( 71.20)`, ` * Acc@1 76.130`, a tqdm bar),
+            then `key=value` / `key: value` pairs; else compiled regexes, one per line shape, each
+            searched once per line: their named groups that took part and hold a number are
+            metrics (the first pattern to give a name wins).
     Returns:
         {metric: int | float}, `step_key` included when the line names the step; {} for a line
         with no number in these forms. `97.0%` reads 97.0; NaN and inf are kept (the trainable
         treats them as divergence).
     """
-    metrics = {}
+    return read_line(line, step_key, patterns)[0]
+
+
+def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
+    """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
+    step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
+    metrics, running = {}, frozenset()
     if not patterns:
+        metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
             metrics.setdefault(match["key"], _number(match["value"]))
     for pattern in patterns or ():
@@ -139,10 +159,12 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
             value = None if text is None else _number(text)
             if value is not None:
                 metrics.setdefault(key, value)
+    if step is not None and step_key not in metrics:
+        metrics[step_key] = step
     if step_key not in metrics and (match := step_pattern(step_key).search(line)):
         metrics = {k: v for k, v in metrics.items() if k.lower() != step_key.lower()}  # `Epoch: 3` read as a key
         metrics[step_key] = int(match["step"])
-    return metrics
+    return metrics, running & metrics.keys()
 
 
 def parse_metrics_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict | None:
@@ -152,7 +174,7 @@ def parse_metrics_line(line: str, step_key: str, patterns: list[re.Pattern] | No
 
 
 class StepContext:
-    """Turns stdout lines into results, one per step, the way training scripts print them.
+    """Turns printed lines into results, one per step, the way training scripts print them.
 
     A line naming the step (`Epoch [3/50] ...`, `epoch=3 val_acc=0.8`) starts that step; metrics
     on it and on later lines without a step belong to it (`* accuracy: 97.0%` under the epoch's
@@ -163,7 +185,8 @@ class StepContext:
     reported once at `close()`.
     Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
     first step starts. Each step is returned once: metrics printed after its result was complete
-    are dropped, unless they are the final result.
+    are dropped, unless they are the final result. Running values (an AverageMeter's average, a
+    progress bar's postfix, redrawn every batch) never complete a step before it ends.
 
         ctx = StepContext("epoch", complete_when={"val_acc"})
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
@@ -179,25 +202,29 @@ class StepContext:
         self.step = None  # the current step; None before the first step line
         self.pending: dict = {}  # metrics of the current step not returned yet
         self.completed = None  # the step last returned
+        self.settled: set = set()  # names in `pending` read from a line that is not a running value
 
     def feed(self, line: str) -> list[dict]:
         """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
-        return [r for part in line.split("\r") for r in self.add(line_metrics(part, self.step_key, self.patterns))]
+        return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
 
-    def add(self, metrics: dict) -> list[dict]:
-        """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step})."""
+    def add(self, metrics: dict, running=frozenset()) -> list[dict]:
+        """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step});
+        `running` names metrics that are running values (a meter's average, a progress bar's
+        postfix): they are kept, but only the step's end completes a result that needs them."""
         metrics = dict(metrics)
         done = []
         if self.step_key in metrics:
             step = metrics.pop(self.step_key)
             if self.step is None:
-                self.pending = {}  # preamble
+                self.pending, self.settled = {}, set()  # preamble
             elif step != self.step:
                 done += self._flush()
             self.step = step
         self.pending.update(metrics)
-        if self.step is not None and self.complete_when and self.complete_when <= self.pending.keys():
+        self.settled |= metrics.keys() - running
+        if self.step is not None and self.complete_when and self.complete_when <= self.settled:
             done += self._flush()
         return done
 
@@ -207,7 +234,7 @@ class StepContext:
 
     def _flush(self, final: bool = False) -> list[dict]:
         step = 0 if self.step is None else self.step
-        result, self.pending = {**self.pending, self.step_key: step}, {}
+        result, self.pending, self.settled = {**self.pending, self.step_key: step}, {}, set()
         if len(result) == 1 or (step == self.completed and not final):
             return []  # nothing but the step; or the rest of a step already returned (kept only as the final result)
         self.completed = step

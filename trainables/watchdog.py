@@ -1,6 +1,6 @@
 """Ending a command's process group, and the detached watchdog that does it when a Ray worker dies.
 
-`trainables/command.py:start_watchdog` runs this file as a script (`python -S watchdog.py FD PGID
+`start_watchdog` (called by `trainables/command.py`) runs this file as a script (`python -S watchdog.py FD PGID
 GRACE_S`, standard library only, so it starts in tens of milliseconds). The watchdog forks once
 more and lets its launcher exit, so it is no process's direct child: Ray SIGKILLs a dying worker's
 direct children (`RAY_kill_child_processes_on_worker_exit`), which would take a plain child
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def group_alive(pgid: int) -> bool:
@@ -50,6 +52,44 @@ def end_group(pgid: int, grace_period_s: float, reap: Callable[[], object] | Non
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def start_watchdog(pgid: int, grace_period_s: float) -> int:
+    """Start a detached process that ends group `pgid` (SIGTERM, then SIGKILL after the grace
+    period) as soon as this process dies or closes the returned file descriptor.
+
+    Returns:
+        The pipe's write end; `os.close` it when the trial is over (the watchdog then exits, after
+        ending whatever is still left in the group).
+    """
+    read_end, write_end = os.pipe()  # not inheritable (PEP 446): only this process holds the write end
+    try:
+        launcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-S",
+                str(Path(__file__).with_name("watchdog.py")),
+                str(read_end),
+                str(pgid),
+                str(grace_period_s),
+            ],
+            pass_fds=(read_end,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        launcher.wait()  # it forks the watchdog and exits at once
+    finally:
+        os.close(read_end)
+    return write_end
+
+
+def terminate_group(proc: subprocess.Popen, grace_period_s: float) -> None:
+    """SIGTERM the process group led by `proc`, SIGKILL what is left after `grace_period_s` seconds;
+    reap `proc`. Safe to call twice."""
+    end_group(proc.pid, grace_period_s, reap=proc.poll)
+    proc.wait()
 
 
 def main(argv: list[str]) -> None:

@@ -8,7 +8,7 @@ folder removed afterwards: nothing is written under --storage-path. `{gpu}` is e
 
 from __future__ import annotations
 
-import re
+import queue
 import shlex
 import sys
 import tempfile
@@ -29,8 +29,11 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
+    import re
+
     from trainables.command import (
         METRICS_FILE,
+        STREAMS_READ,
         StepContext,
         TensorBoardResults,
         command_env,
@@ -38,13 +41,16 @@ def check_command(args) -> int:
         start_command,
         terminate_group,
     )
+    from trainables.command_sources import candidate_keys
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
     patterns = [re.compile(p) for p in args.metric_pattern]
     complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
+    streams = STREAMS_READ.get(args.metrics_from, ())
     seen: set = set()
+    printed: dict = {"stdout": [], "stderr": []}
     with tempfile.TemporaryDirectory(prefix="raysweep-check-") as folder:
         work_dir, metrics_file = Path(folder) / "work", Path(folder) / METRICS_FILE
         work_dir.mkdir()
@@ -67,31 +73,25 @@ def check_command(args) -> int:
 
         env = command_env(cell, work_dir, name, metrics_file, 0.0)
         proc = start_command(argv, env, None if args.in_place else str(work_dir))
-        stderr = threading.Thread(target=_echo, args=(proc.stderr, "  stderr | "), daemon=True)
-        stderr.start()
         try:
-            for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                print(f"  | {line}", flush=True)
-                show(context.feed(line) if args.metrics_from == "stdout" else [])
+            for label, line in _interleaved(proc):
+                print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
+                printed[label].append(line)
+                show(context.feed(line) if label in streams else [])
                 show(events.poll() if events else [])
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
-        stderr.join(timeout=5)
-        rows = context.close() if args.metrics_from == "stdout" else []
-        rows += (
-            read_metrics_file(metrics_file, 0, args.step_key)[0]
-            if args.metrics_from != "tensorboard"
-            else events.close()
-        )
-        show(rows)
-    return _verdict(code, complete, seen)
+        rows = context.close() if streams else []
+        show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
+    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
 
 
-def _verdict(code: int, complete: tuple, seen: set) -> int:
-    """Print the exit code and which of --metric / --test-metric (`complete`) the rows held
-    (`seen`); return 0 when the command exited 0 and held them all, else 1."""
+def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:
+    """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
+    stream held candidate lines (`found`) and their keys. Returns the exit code of --check."""
+    from trainables.command_sources import describe_candidates
+
     missing = [m for m in complete if m not in seen]
     print(
         f"exit code {code}; "
@@ -101,12 +101,30 @@ def _verdict(code: int, complete: tuple, seen: set) -> int:
         ),
         flush=True,
     )
-    if missing and seen:
-        print(f"rows held: {', '.join(sorted(seen))}; check --metric / --metric-pattern / --step-key", file=sys.stderr)
+    if missing:
+        print(
+            f"{describe_candidates(found, streams)}; check --metric / --metric-pattern / --step-key / --metrics-from",
+            file=sys.stderr,
+        )
     return 0 if code == 0 and not missing else 1
 
 
-def _echo(stream, prefix: str) -> None:
-    """Print each line of `stream` (bytes) with `prefix` until it closes."""
+def _interleaved(proc):
+    """`(stream, line)` of `proc`'s stdout and stderr, interleaved as read (as the trial reads them)."""
+    lines: queue.Queue = queue.Queue()
+    for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+        threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
+    open_streams = 2
+    while open_streams:
+        label, line = lines.get()
+        if line is None:
+            open_streams -= 1
+        else:
+            yield label, line
+
+
+def _queue_lines(stream, label: str, lines) -> None:
+    """Put `(label, line)` on `lines` for each line of `stream` (bytes), then `(label, None)` at its end."""
     for raw in iter(stream.readline, b""):
-        print(prefix + raw.decode("utf-8", errors="replace").rstrip("\r\n"), flush=True)
+        lines.put((label, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    lines.put((label, None))

@@ -18,6 +18,7 @@ from trainables.command_parse import (
     DEFAULT_METRIC_PATTERN,
     KEY,
     METRICS_SOURCES,
+    STREAMS_READ,
     parse_metrics_line,
     render,
 )
@@ -217,13 +218,15 @@ def placeholders(template: list[str]) -> set[str]:
         raise UsageError(f"command: {e}") from None
 
 
-def check_template(template: list[str], axes: dict, seeds: bool) -> None:
+def check_template(template: list[str], axes: dict, seeds: bool, tasks: str | None = None, task_columns=()) -> None:
     """Refuse a command that cannot run as a sweep.
 
     Args:
         template: the command after `--`, as argv.
         axes: {name: values} from `parse_axis`.
         seeds: whether the sweep adds a `seed` key to each trial (`--seeds`).
+        tasks, task_columns: the `--tasks` file and its columns (also in `axes`), named in the
+            error for a column the command never uses.
     Raises:
         UsageError: an empty command; a placeholder that is not an axis, `seed` (when seeds),
             `trial_dir` or `trial_name`; an axis the command never uses (every trial of it would
@@ -247,6 +250,13 @@ def check_template(template: list[str], axes: dict, seeds: bool) -> None:
         )
     unused = sorted((set(axes) | ({"seed"} if seeds else set())) - used)
     if unused:
+        name = unused[0]
+        if name in task_columns:
+            raise UsageError(
+                f"--tasks {tasks}: the command never uses its column {name!r}, so rows that differ only in "
+                f"{name} would run the same command; pass it, e.g. --{name.replace('_', '-')} {{{name}}}, "
+                "or drop the column"
+            )
         where = "--seeds" if unused[0] == "seed" and seeds and "seed" not in axes else f"--axis {unused[0]}"
         raise UsageError(
             f"{where}: the command never uses {{{unused[0]}}}, so its trials would all run the same "
@@ -287,7 +297,7 @@ def check_metric_producible(
     metric: str,
     patterns: list[re.Pattern] | re.Pattern | None,
     step_key: str,
-    metrics_from: str = "stdout",
+    metrics_from: str = "output",
     test_metric: str | None = None,
 ) -> None:
     """Refuse a `--metric` / `--test-metric` / `--step-key` that no result of this sweep can hold.
@@ -298,8 +308,8 @@ def check_metric_producible(
             `key=value` pattern.
         step_key: the metric counting progress (`epoch`); read in any default step form, so it
             need not be a group of a pattern.
-        metrics_from: `stdout`, `jsonl` or `tensorboard` (JSON keys and TensorBoard tags may be
-            any name, so only `stdout` is checked).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard` (JSON keys and
+            TensorBoard tags may be any name, so only printed lines are checked).
         test_metric: `--test-metric`, or None.
     Raises:
         UsageError: with custom patterns, a metric that is none of their named groups; with the
@@ -308,10 +318,10 @@ def check_metric_producible(
     patterns = [patterns] if isinstance(patterns, re.Pattern) else list(patterns or [])
     groups = [g for p in patterns for g in p.groupindex]
     flags = [("--metric", metric), ("--step-key", step_key)] + ([("--test-metric", test_metric)] if test_metric else [])
-    for flag, name in flags if metrics_from == "stdout" else ():
+    for flag, name in flags if metrics_from in STREAMS_READ else ():
         if not re.fullmatch(KEY, name) and not (patterns and flag != "--step-key" and name in groups):
             raise UsageError(
-                f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - "
+                f"{flag}={name!r} cannot be read from `key=value` lines; use letters, digits, _ . / - @ "
                 "starting with a letter"
             )
         if patterns and flag != "--step-key" and name not in groups:

@@ -1,0 +1,123 @@
+"""Metrics on stderr and the common output shapes, through `sweeps/run_command.py` as a user types it:
+`--check` (no Ray) and one sweep (slow)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.test_command_scripts import PY, history, run_sweep, trials
+from trainables.command_sources import (
+    ATTEMPT_LINE,
+    ERR_MARK,
+    STDOUT_LOG,
+    no_metrics_message,
+    recorded_steps,
+    unreported_results,
+)
+
+LOGGING = [PY, "tests/scripts/logging_style.py", "--lr", "{lr}", "--epochs", "3"]
+
+
+def test_check_reads_metrics_that_python_logging_writes_to_stderr(tmp_path):
+    ok = run_sweep(tmp_path, "--check", "--axis", "lr=0.1", "--metric", "eval_acc", "--", *LOGGING, check=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "  stderr | " in ok.stdout and "'eval_acc': 0.7" in ok.stdout  # streamed, marked as stderr
+    assert "  metrics row: train_loss=1.0, eval_acc=0.7, epoch=1" in ok.stdout
+    assert "  metrics row: train_loss=0.333, eval_acc=0.9, epoch=3" in ok.stdout
+
+
+def test_check_names_the_stream_and_keys_when_the_metric_is_missing(tmp_path):
+    missing = run_sweep(tmp_path, "--check", "--axis", "lr=0.1", "--metric", "val_acc", "--", *LOGGING, check=True)
+    assert missing.returncode == 1 and "--metric val_acc: NOT seen" in missing.stdout
+    assert "stderr held lines with epoch, train_loss, eval_acc;" in missing.stderr, missing.stderr
+    argv = ["--check", "--axis", "lr=0.1", "--metric", "eval_acc", "--metrics-from", "stdout", "--"]
+    unread = run_sweep(tmp_path, *argv, *LOGGING, check=True)
+    assert unread.returncode == 1
+    assert "stderr held lines with epoch, train_loss, eval_acc (not read: add --metrics-from output or stderr)" in (
+        unread.stderr
+    )
+
+
+def test_check_mnist_accuracy_is_a_percentage(tmp_path):
+    argv = ["--check", "--metric", "Accuracy", "--", PY, "tests/scripts/mnist_style.py", "--epochs", "2"]
+    ok = run_sweep(tmp_path, *argv, check=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    rows = re.findall(r"metrics row: (.*)", ok.stdout)
+    assert rows == [
+        "Loss=0.002452, Accuracy=98.47, loss=0.05, epoch=1",
+        "Loss=0.002449, Accuracy=98.94, loss=0.025, epoch=2",
+    ], ok.stdout  # 9894/10000 read as 98.94 (a percentage), never the count
+
+
+def test_no_metric_error_names_the_stream_that_held_candidates(tmp_path):
+    tails = {"OUT": ["Training with learning rate 0.1"], "ERR": ["INFO - {'epoch': 1, 'eval_acc': 0.7}"]}
+    message = no_metrics_message("epoch", [], "stdout", tmp_path / "m.jsonl", tmp_path, tails)
+    assert message.startswith("command exited 0 but reported no metric: expected stdout lines naming the step")
+    assert message.endswith("stderr held lines with epoch, eval_acc (not read: add --metrics-from output or stderr)")
+    quiet = no_metrics_message("epoch", [], "output", tmp_path / "m.jsonl", tmp_path, {"OUT": ["hi"], "ERR": []})
+    assert "expected stdout or stderr lines naming the step" in quiet and quiet.endswith("held a `name: number` pair")
+
+
+@pytest.mark.slow
+def test_logging_script_swept_with_no_wrapper(tmp_path):
+    """Two trials of a script that logs only through `logging` (stderr): every epoch is read, and the
+    trial's `command_stdout.txt` keeps the stderr lines (marked) for a retry or --resume to read back."""
+    proc = run_sweep(tmp_path, "--axis", "lr=0.1,0.2", "--metric", "eval_acc", "--", *LOGGING)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = trials(tmp_path / "runs" / "command")
+    assert len(found) == 2
+    for trial in found.values():
+        rows = history(trial)
+        lr = rows["config/lr"].iloc[0] if "config/lr" in rows else float(re.search(r"lr_?([\d.]+)", trial.name)[1])
+        assert rows["epoch"].tolist() == [1, 2, 3]
+        assert rows["eval_acc"].tolist() == pytest.approx([round(0.5 + 0.1 * e + lr, 3) for e in (1, 2, 3)])
+        log = (trial / "command_stdout.txt").read_text()
+        assert "# raysweep stderr | " in log and "'eval_acc'" in log
+
+
+def test_restart_recovers_every_printed_step_the_history_lacks(tmp_path):
+    """The killed-worker gap: step 2's row never reached result.json while step 3's did; a retry with
+    no checkpoint recovers step 2 (and 4), checked against the trial's own rows, from either stream."""
+    log = tmp_path / STDOUT_LOG
+    log.write_text(
+        ATTEMPT_LINE + "2026-11-23 10:00:00\n"
+        "epoch=1 val_acc=0.5\n"
+        + ERR_MARK
+        + "INFO epoch=2 val_acc=0.6\n"
+        + "epoch=3 val_acc=0.7\n"
+        + ERR_MARK
+        + "INFO epoch=4 val_acc=0.8\n"
+    )
+    result_json = tmp_path / "result.json"
+    result_json.write_text('{"epoch": 1, "val_acc": 0.5}\n{"epoch": 3, "val_acc": 0.7}\n{"epoch": 4, "val_a')  # torn
+    recorded = recorded_steps(result_json)
+    assert recorded == {1, 3}
+    found = unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout", "stderr"), recorded)
+    assert found == [{"val_acc": 0.6, "epoch": 2}, {"val_acc": 0.8, "epoch": 4}]
+    assert unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout",), recorded) == []  # stderr not read
+    assert [r["epoch"] for r in unreported_results(log, 1, "epoch", [], ("val_acc",), ("stdout", "stderr"))] == [
+        2,
+        3,
+        4,
+    ]
+
+
+def test_a_tasks_column_the_command_never_uses_names_the_file_and_column(tmp_path):
+    from sweeps.engine.flags import UsageError
+    from sweeps.run_command import parse_args
+
+    tasks = tmp_path / "tasks.csv"
+    tasks.write_text("dataset,num_classes\ncifar10,10\ncifar100,100\n")
+    with pytest.raises(UsageError) as error:
+        parse_args(["--tasks", str(tasks), "--", "python", "train.py", "--dataset", "{dataset}"])
+    assert str(error.value).startswith(f"--tasks {tasks}: the command never uses its column 'num_classes', ")
+    assert "--num-classes {num_classes}" in str(error.value) and "--axis" not in str(error.value)
+
+
+def test_metric_names_with_at_are_accepted():
+    from sweeps.run_command import parse_args
+
+    args = parse_args(["--metric", "Acc@1", "--axis", "lr=0.1", "--", "python", "train.py", "--lr", "{lr}"])
+    assert args.metric == "Acc@1" and args.metrics_from == "output"

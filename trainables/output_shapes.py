@@ -1,0 +1,82 @@
+"""Common training-log shapes read with no --metric-pattern: one small pure function per shape.
+
+Each function takes one printed line (no trailing newline) and returns what it reads; the table in
+`docs/output-shapes.md` names the repo each shape comes from, and `tests/test_command_parse.py`
+holds their recorded lines. `command_parse.line_metrics` applies them before the `key=value` pairs.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Kept in step with command_parse.KEY / NUMBER (imported there from here, so there is one copy).
+KEY = r"[A-Za-z_][\w./\-@]*"  # `@` for Acc@1 (pytorch/examples imagenet, timm)
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
+_NOT_KEY_BEFORE = r"(?<![\w./\-@])"
+
+# `Accuracy: 9894/10000 (99%)`: a count out of a total, then its rounded percentage.
+_FRACTION = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY}):\s*(?P<num>\d+)\s*/\s*(?P<den>\d+)\s*\(\s*{NUMBER}\s*%\s*\)")
+# `Acc@1  75.00 ( 71.20)` (AverageMeter: name, value, (average)); timm writes `Acc@1:  75.000 ( 71.200)`.
+_METER = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY}):?\s+{NUMBER}\s+\(\s*(?P<avg>{NUMBER})\s*\)")
+# ` *   Acc@1 76.130 Acc@5 92.862` (ProgressMeter.display_summary); timm's validate.py adds `(error)`.
+_SUMMARY_START = re.compile(r"^\s*\*\s")
+_SUMMARY_PAIR = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY})\s+(?P<value>{NUMBER})(?:\s*\([^)]*\))?(?=\s|$)")
+# A tqdm bar, as Lightning draws it: `Epoch 3: 100%|###| 10/10 [00:01<00:00, 8.1it/s, v_num=0, val_acc=0.812]`.
+_BAR = re.compile(r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[(?P<postfix>[^\]]*)\]")
+_BAR_PAIR = re.compile(rf"(?P<key>{KEY})=(?P<value>{NUMBER})(?=,|$)")
+# Epoch forms with the batch after them: imagenet `Epoch: [3][ 10/391]`, mmengine `Epoch(val) [3][100/100]`,
+# timm `Train: 3 [ 100/1251 (  8%)]`. The step is the number as printed (imagenet counts from 0).
+_EPOCH_FORMS = (
+    re.compile(r"(?<![\w.])Epoch:\s*\[\s*(?P<step>\d+)\s*\]\s*\[\s*\d+\s*/\s*\d+\s*\]"),
+    re.compile(r"(?<![\w.])Epoch\(\w+\)\s*\[\s*(?P<step>\d+)\s*\]\s*\[\s*\d+\s*/\s*\d+\s*\]"),
+    re.compile(r"(?<![\w.])Train:\s*(?P<step>\d+)\s+\[\s*\d+\s*/\s*\d+"),
+)
+
+
+def fraction_percent(line: str) -> dict:
+    """`Accuracy: 9894/10000 (99%)` (pytorch/examples mnist) -> {"Accuracy": 98.94}: the count over
+    the total as a percentage (more digits than the rounded `(99%)`), never the count 9894."""
+    return {m["key"]: round(100 * int(m["num"]) / int(m["den"]), 10) for m in _FRACTION.finditer(line) if int(m["den"])}
+
+
+def meters(line: str) -> dict:
+    """`Loss 6.9e+00 (6.9e+00)\\tAcc@1  75.00 ( 71.20)` -> {"Loss": 6.9, "Acc@1": 71.2}: the running
+    average in parentheses (at an epoch's last batch it is the epoch's value), not the batch's."""
+    return {m["key"]: float(m["avg"]) for m in _METER.finditer(line)}
+
+
+def summary(line: str) -> dict:
+    """` *   Acc@1 76.130 Acc@5 92.862` -> {"Acc@1": 76.13, "Acc@5": 92.862}: `name value` pairs after
+    a leading `*`; a value's parenthesised remark (timm's `Acc@1 76.1 (23.870)` error) is skipped."""
+    if not _SUMMARY_START.match(line):
+        return {}
+    return {m["key"]: float(m["value"]) for m in _SUMMARY_PAIR.finditer(line)}
+
+
+def progress_bar(line: str) -> dict:
+    """A tqdm bar's postfix, `... 10/10 [00:01<00:00, 8.1it/s, v_num=0, val_acc=0.812]` ->
+    {"v_num": 0, "val_acc": 0.812} (Lightning's bar on stderr); {} for a line that is not a bar."""
+    match = _BAR.search(line)
+    if not match:
+        return {}
+    pairs = _BAR_PAIR.finditer(", ".join(p.strip() for p in match["postfix"].split(",")))
+    return {m["key"]: int(m["value"]) if m["value"].isdigit() else float(m["value"]) for m in pairs}
+
+
+def epoch_with_batch(line: str) -> tuple[int | None, str]:
+    """The epoch of a line that prints it with its batch (`Epoch: [3][ 10/391]`, `Epoch(val) [3][100/100]`,
+    `Train: 3 [ 100/1251 (  8%)]`) and the line without that text; (None, line) for other lines."""
+    for form in _EPOCH_FORMS:
+        match = form.search(line)
+        if match:
+            return int(match["step"]), line[: match.start()] + " " + line[match.end() :]
+    return None, line
+
+
+def shape_metrics(line: str) -> tuple[dict, frozenset]:
+    """Every shape's metrics on `line` (a summary first, then fractions, meters, a bar's postfix) and
+    the names that are running values (meters and bars: redrawn during a step, so they never
+    complete a step's result on their own; `command_parse.StepContext` waits for the step's end)."""
+    settled = {**fraction_percent(line), **summary(line)}
+    running = {**progress_bar(line), **meters(line)}
+    return {**running, **settled}, frozenset(running.keys() - settled.keys())
