@@ -163,6 +163,25 @@ NOT_RUN = {  # command -> why the test only parses it
     "--weight-decay-range 1e-6,1e-2 --losses ce,gce,sce --batch-sizes 64,128 --grace-period 2 "
     "--reduction-factor 3 --gpus-per-trial 0.25": GPU,
 }
+NOT_RUN.update(
+    {
+        "python -m analysis runs/noise_grid --bootstrap": "the report again with 9999 resamples per cell; "
+        "tests/test_analysis_stats.py runs --bootstrap",
+        "python -m analysis runs/ce runs/gce --paper --bootstrap": "needs two finished sweeps runs/ce and runs/gce",
+        "python -m analysis runs/noise_grid --status --json --watch 30": "watches until the sweep ends; "
+        "--status --json alone is run",
+        "python -m analysis runs/ce runs/gce --json --select last-k --k 10": "needs two finished sweeps",
+        "python -m analysis runs/command --provenance": "needs a finished command sweep; "
+        "tests/test_research_record.py runs --provenance",
+        "python sweeps/noise_grid.py --seeds 3 --notify ntfy://my-sweeps --notify mailto://user:pass@gmail.com": (
+            GRID_MINUTES + "; tests/test_research_record.py notifies a loopback receiver"
+        ),
+        "python sweeps/noise_grid.py --seeds 5 --epochs 50 --dry-run --estimate-from runs/noise_grid_pilot": "needs "
+        "a finished pilot sweep; tests/test_research_record.py checks an estimate against a real sweep",
+        "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 2 --gpus-per-trial 1 -- python main.py --lr '{lr}' "
+        "--seed '{seed}' --gpu '{gpu}'": GPU + " and the user's main.py",
+    }
+)
 NOT_PARSED = {  # command -> why even its flags cannot be checked
     "python sweeps/run_command.py ... --resume": "elided: the flags of the command above, plus --resume",
     "python sweeps/noise_grid.py --name a ...": "elided: any flags",
@@ -173,6 +192,9 @@ NOT_PARSED = {  # command -> why even its flags cannot be checked
 RUN_QUICK = {  # command -> a line its stdout must hold; run in a scratch folder with a stand-in train.py
     "python sweeps/run_command.py --dry-run --axis config=configs/fast.yaml,configs/slow.yaml -- python "
     "train.py '{config}'": "2 trials; nothing was run (--dry-run)",
+    "python sweeps/noise_grid.py --seeds 3 --dry-run": "nothing was run (--dry-run)",
+    "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 3 --dry-run -- python train.py --lr '{lr}' "
+    "--seed '{seed}'": "6 trials; nothing was run (--dry-run)",
 }
 RUN_SLOW = {
     "python sweeps/run_command.py --check --metric val_acc --test-metric accuracy -- python train.py "
@@ -182,6 +204,8 @@ SMOKE = [  # run in this order in one scratch folder: the quick start, then its 
     "python sweeps/noise_grid.py --smoke-test",
     "python -m analysis runs/noise_grid",
     "python -m analysis runs/noise_grid --status",
+    "python -m analysis runs/noise_grid --json",
+    "python -m analysis runs/noise_grid --status --json",
 ]
 PLACED = {**NOT_RUN, **NOT_PARSED, **RUN_QUICK, **RUN_SLOW, **dict.fromkeys(SMOKE)}
 DOCUMENTED = documented_commands()
