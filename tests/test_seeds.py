@@ -1,0 +1,106 @@
+"""Tests of `analysis/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
+
+import numpy as np
+import pytest
+
+from analysis.seeds import SeedRule, decide, holm, look_weights, sequential_p
+
+
+def _by_seed(values):
+    return dict(enumerate(values))
+
+
+def _rows(results, rule):
+    return {(r["cell"], r["method"]): r for r in decide(results, rule)}
+
+
+def test_a_clear_difference_is_decided_at_four_seeds():
+    rng = np.random.default_rng(0)
+    results = {"c1": {"A": _by_seed(90 + rng.normal(0, 1, 4)), "B": _by_seed(80 + rng.normal(0, 1, 4))}}
+    rows = _rows(results, SeedRule(min_seeds=3, max_seeds=6))
+    assert rows["c1", "A"]["decision"] == "best" and rows["c1", "B"]["decision"] == "worse"
+    assert rows["c1", "B"]["diff_vs_best"] == pytest.approx(-10, abs=2)
+    assert rows["c1", "B"]["p_adjusted"] <= 0.05
+    assert not rows["c1", "A"]["needs_more"] and not rows["c1", "B"]["needs_more"]
+
+
+def test_mode_min_makes_the_lower_method_best():
+    results = {"c": {"A": _by_seed([1.0, 1.1, 0.9, 1.0]), "B": _by_seed([2.0, 2.2, 1.9, 2.1])}}
+    rows = _rows(results, SeedRule(mode="min", max_seeds=4))
+    assert rows["c", "A"]["decision"] == "best" and rows["c", "B"]["decision"] == "worse"
+
+
+def test_identical_methods_stay_undecided_and_run_to_the_cap():
+    rng = np.random.default_rng(1)
+    seed_effect = rng.normal(0, 3, 6)  # shared by both methods: the same split and noise draw per seed
+    a, b = 85 + seed_effect + rng.normal(0, 1, 6), 85 + seed_effect + rng.normal(0, 1, 6)
+    rule = SeedRule(min_seeds=3, max_seeds=6)
+    early = _rows({"c2": {"A": _by_seed(a[:3]), "B": _by_seed(b[:3])}}, rule)
+    assert {r["decision"] for r in early.values()} == {"best", "undecided"}
+    assert all(r["needs_more"] for r in early.values())
+    at_cap = _rows({"c2": {"A": _by_seed(a), "B": _by_seed(b)}}, rule)
+    assert {r["decision"] for r in at_cap.values()} == {"best", "undecided"}
+    assert not any(r["needs_more"] for r in at_cap.values())
+
+
+def test_exactly_equal_values_make_no_claim():
+    results = {"c": {"A": _by_seed([80.0] * 5), "B": _by_seed([80.0] * 5)}}
+    rows = _rows(results, SeedRule(max_seeds=5))
+    assert sorted(r["decision"] for r in rows.values()) == ["best", "undecided"]
+
+
+def test_within_the_margin_is_equivalent():
+    rng = np.random.default_rng(2)
+    base = 85 + rng.normal(0, 3, 8)
+    results = {"c": {"A": _by_seed(base + rng.normal(0, 0.1, 8)), "B": _by_seed(base + rng.normal(0, 0.1, 8))}}
+    rows = _rows(results, SeedRule(min_seeds=3, max_seeds=10, min_effect=1.0))
+    assert sorted(r["decision"] for r in rows.values()) == ["best", "equivalent"]
+    assert not any(r["needs_more"] for r in rows.values())
+    no_margin = _rows(results, SeedRule(min_seeds=3, max_seeds=10))
+    assert sorted(r["decision"] for r in no_margin.values()) == ["best", "undecided"]
+
+
+def test_the_worse_method_stops_while_the_undecided_one_continues():
+    rng = np.random.default_rng(3)
+    results = {
+        "c": {
+            "A": _by_seed(90 + rng.normal(0, 1, 4)),
+            "B": _by_seed(70 + rng.normal(0, 1, 4)),
+            "C": _by_seed(89.5 + rng.normal(0, 1, 4)),
+        }
+    }
+    rows = _rows(results, SeedRule(max_seeds=10))
+    best = next(m for (_, m), r in rows.items() if r["decision"] == "best")
+    assert best in ("A", "C") and rows["c", "B"]["decision"] == "worse" and not rows["c", "B"]["needs_more"]
+    assert rows["c", best]["needs_more"]
+
+
+def test_a_method_below_min_seeds_gets_seeds_first():
+    results = {"c": {"A": _by_seed([90.0, 91.0]), "B": {}}}
+    rows = _rows(results, SeedRule(min_seeds=3))
+    assert rows["c", "A"]["needs_more"] and rows["c", "B"]["needs_more"]
+
+
+def test_holm_matches_the_step_down_formula():
+    # Holm (1979): sorted 0.01, 0.02, 0.04 with m=3 -> 0.03, max(0.03, 0.04), max(0.04, 0.04)
+    assert holm(np.array([0.04, 0.01, 0.02])) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm(np.array([0.5, 0.9])) == pytest.approx([1.0, 1.0])
+
+
+@pytest.mark.parametrize("spending", ["pocock", "obf", "uniform"])
+def test_look_weights_spend_exactly_alpha(spending):
+    w = look_weights(SeedRule(min_seeds=3, max_seeds=10, spending=spending))
+    assert len(w) == 8 and w.sum() == pytest.approx(1.0) and (w > 0).all()
+
+
+def test_sequential_p_is_the_smallest_weighted_look():
+    w = np.array([0.25, 0.75])
+    assert sequential_p(np.array([0.01, 0.3]), w) == pytest.approx(0.04)
+    assert sequential_p(np.array([np.nan, np.nan]), w) == 1.0
+
+
+def test_bad_rules_are_refused():
+    with pytest.raises(ValueError, match="min_seeds"):
+        SeedRule(min_seeds=5, max_seeds=4)
+    with pytest.raises(ValueError, match="alpha"):
+        SeedRule(alpha=1.5)
