@@ -117,8 +117,8 @@ def look_pvalues(diffs: np.ndarray, rule: SeedRule) -> tuple[np.ndarray, np.ndar
         for k, n in enumerate(looks):
             if diffs.shape[-1] < n:
                 break
-            d = diffs[..., :n]
-            have = ~np.isnan(d).any(axis=-1)
+            have = ~np.isnan(diffs[..., :n]).any(axis=-1)
+            d = np.nan_to_num(diffs[..., :n])  # masked by `have` below; scipy's NaN path is 8x slower
             p = stats.ttest_1samp(d, 0.0, axis=-1).pvalue
             p_diff[..., k] = np.where(have, np.where(np.isnan(p), 1.0, p), np.nan)
             if rule.min_effect:
@@ -140,80 +140,133 @@ def sequential_p(p_looks: np.ndarray, weights: np.ndarray) -> np.ndarray:
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm (1979) adjusted p-values along the last axis (same shape): reject where adjusted <= alpha.
 
-    Step-down: the i-th smallest of m p-values is multiplied by m - i (i from 0), then a running
-    maximum keeps the order. (scipy.stats has no Holm; this is the textbook formula, not a distribution.)
+    Step-down: the i-th smallest of the m p-values that are not NaN is multiplied by m - i (i from 0),
+    then a running maximum keeps the order; NaN (no such comparison) stays NaN and does not count in m.
+    (scipy.stats has no Holm; this is the textbook formula, not a distribution.)
     """
     p = np.asarray(p, dtype=float)
-    m = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="stable")
-    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(m))
-    ranked = np.minimum(np.maximum.accumulate(ranked, axis=-1), 1.0)
+    m = (~np.isnan(p)).sum(axis=-1, keepdims=True)
+    order = np.argsort(p, axis=-1, kind="stable")  # NaN sorts last
+    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(p.shape[-1]))
+    ranked = np.minimum(np.fmax.accumulate(ranked, axis=-1), 1.0)
     out = np.empty_like(ranked)
     np.put_along_axis(out, order, ranked, axis=-1)
-    return out
+    return np.where(np.isnan(p), np.nan, out)
 
 
-def _pair_diffs(a: dict, b: dict, rule: SeedRule) -> np.ndarray:
-    """b - a over the seeds both have, in seed order (at most max_seeds of them)."""
-    common = sorted(set(a) & set(b))[: rule.max_seeds]
-    return np.array([b[s] - a[s] for s in common], dtype=float)
+def decide_arrays(values: np.ndarray, rule: SeedRule, present: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The decision rule on arrays, vectorised over any leading axes (simulated sweeps).
+
+    Args:
+        values: metric values, shape [..., C cells, M methods, S seeds], index = seed; NaN where a
+            seed has no result (yet) or a cell lacks a method. Only each method's prefix of seeds
+            0, 1, ... without a gap counts (a seed that finished before a lower one waits for it), so
+            the look at n seeds always sees the same data however trials finish.
+        present: bool [..., C, M], which methods each cell has (default: those with any value).
+    Returns:
+        arrays of shape [..., C, M]: n, mean, std, diff_vs_best, p_adjusted (NaN for the best and
+        absent methods), decision (index into `DECISIONS`; -1 absent), needs_more (bool).
+    """
+    values = np.asarray(values, dtype=float)
+    n_methods = values.shape[-2]
+    have = ~np.isnan(values)
+    present = have.any(axis=-1) if present is None else np.asarray(present, dtype=bool)
+    n = np.minimum(np.cumprod(have, axis=-1).sum(axis=-1), rule.max_seeds)
+    v = np.where(np.arange(values.shape[-1]) < n[..., None], values, np.nan)[..., : rule.max_seeds]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = np.nanmean(v, axis=-1), np.nanstd(v, axis=-1, ddof=1)
+        pairs = list(combinations(range(n_methods), 2))
+        a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+        p_diff, p_tost = look_pvalues(v[..., b, :] - v[..., a, :], rule)
+        weights = look_weights(rule)
+        both = present[..., a] & present[..., b]
+        family = [np.where(both, sequential_p(p_diff, weights), np.nan)]
+        if p_tost is not None:
+            family.append(np.where(both, sequential_p(p_tost, weights), np.nan))
+        flat = np.concatenate([f.reshape(f.shape[:-2] + (-1,)) for f in family], axis=-1)
+        adjusted = holm(flat).reshape(flat.shape[:-1] + (len(family), -1, len(pairs)))
+        sign = 1.0 if rule.mode == "max" else -1.0
+        best = np.argmax(np.where(np.isnan(mean), -np.inf, sign * mean), axis=-1)
+        v_best = np.take_along_axis(v, best[..., None, None], axis=-2)
+        diff = np.nanmean(np.where(np.isnan(v_best), np.nan, v) - v_best, axis=-1)
+    pair_of = np.zeros((n_methods, n_methods), dtype=int)
+    for i, (x, y) in enumerate(pairs):
+        pair_of[x, y] = pair_of[y, x] = i
+    index = pair_of[best[..., None], np.arange(n_methods)]  # [..., C, M]: the pair (best, method)
+    p_adj = np.take_along_axis(adjusted[..., 0, :, :], index, axis=-1)
+    p_eq = np.take_along_axis(adjusted[..., 1, :, :], index, axis=-1) if p_tost is not None else np.full_like(p_adj, 1)
+    is_best = np.arange(n_methods) == best[..., None]
+    decision = np.select(
+        [~present, is_best, p_adj <= rule.alpha, p_eq <= rule.alpha],
+        [-1, 0, np.where(sign * diff > 0, 1, 2), 3],
+        default=4,
+    )
+    p_adj = np.where(is_best | ~present, np.nan, p_adj)
+    diff = np.where(is_best, 0.0, diff)
+    opened = ((decision == 4) | (present & (n < rule.min_seeds))).any(axis=-1, keepdims=True)
+    wants = (decision == 4) | (is_best & opened) | (n < rule.min_seeds)
+    needs_more = present & wants & (n < rule.max_seeds)
+    return dict(n=n, mean=mean, std=std, diff_vs_best=diff, p_adjusted=p_adj, decision=decision, needs_more=needs_more)
 
 
 def decide(results: dict, rule: SeedRule) -> list[dict]:
-    """The decision of every (cell, method) of a sweep.
+    """The decision of every (cell, method) of a sweep (`decide_arrays` on one sweep).
 
     Args:
-        results: {cell: {method: {seed: metric value}}}; a cell is any hashable (the other axes' values).
+        results: {cell: {method: {seed (int >= 0): metric value}}}; a cell is any hashable (the
+            other axes' values). A method with no result yet may be given with an empty dict.
         rule: the `SeedRule`.
     Returns:
-        one dict per (cell, method), cells and methods in the order given: cell, method, n (seeds),
-        mean, std (ddof 1; NaN with one seed), diff_vs_best (paired mean of this method minus the
-        cell's best over the seeds both have; 0 for the best), p_adjusted (Holm-adjusted sequential
-        p of the pair with the best; NaN for the best), decision (one of `DECISIONS`), needs_more
-        (True: give this method its next seed).
+        one dict per (cell, method), cells and methods in the order given: cell, method, n (seeds
+        counted: the gap-free prefix 0, 1, ..., at most max_seeds), mean, std (ddof 1; NaN with one
+        seed), diff_vs_best (paired mean of this method minus the cell's best over the seeds both
+        have; 0 for the best), p_adjusted (Holm-adjusted sequential p of the pair with the best; NaN
+        for the best), decision (one of `DECISIONS`), needs_more (True: run this method's next seed).
     """
-    weights = look_weights(rule)
-    pairs = [(cell, a, b) for cell, methods in results.items() for a, b in combinations(list(methods), 2)]
-    p_diff, p_tost, mean_d = [], [], []
-    for cell, a, b in pairs:
-        d = _pair_diffs(results[cell][a], results[cell][b], rule)
-        pd_, pt = look_pvalues(d, rule)
-        p_diff.append(sequential_p(pd_, weights))
-        p_tost.append(sequential_p(pt, weights) if pt is not None else np.nan)
-        mean_d.append(d.mean() if len(d) else np.nan)
-    family = np.array(p_diff + ([p for p in p_tost] if rule.min_effect else []), dtype=float)
-    adjusted = holm(family) if len(family) else family
-    by_pair = {
-        (cell, a, b): (adjusted[i], adjusted[len(pairs) + i] if rule.min_effect else np.nan, mean_d[i])
-        for i, (cell, a, b) in enumerate(pairs)
-    }
+    cells = list(results)
+    methods = list(dict.fromkeys(m for c in cells for m in results[c]))
+    width = max([rule.max_seeds] + [s + 1 for c in cells for by_seed in results[c].values() for s in by_seed])
+    values = np.full((len(cells), len(methods), width), np.nan)
+    for i, c in enumerate(cells):
+        for j, m in enumerate(methods):
+            for s, x in results[c].get(m, {}).items():
+                values[i, j, s] = x
+    present = np.array([[m in results[c] for m in methods] for c in cells])
+    out = decide_arrays(values, rule, present)
     rows = []
-    for cell, methods in results.items():
-        rows += _cell_rows(cell, methods, by_pair, rule)
+    for i, c in enumerate(cells):
+        for j, m in enumerate(methods):
+            if not present[i, j]:
+                continue
+            row = {"cell": c, "method": m} | {k: out[k][i, j].item() for k in out if k != "decision"}
+            row["decision"] = DECISIONS[out["decision"][i, j]] if out["decision"][i, j] >= 0 else "undecided"
+            rows.append(row)
     return rows
 
 
-def _cell_rows(cell, methods: dict, by_pair: dict, rule: SeedRule) -> list[dict]:
-    """`decide`'s rows of one cell, from the adjusted p-values of its pairs."""
-    sign = 1 if rule.mode == "max" else -1
-    means = {m: float(np.mean(list(v.values()))) if v else np.nan for m, v in methods.items()}
-    best = max((m for m in methods if not math.isnan(means[m])), key=lambda m: sign * means[m], default=None)
-    rows = []
-    for m, values in methods.items():
-        row = {"cell": cell, "method": m, "n": len(values), "mean": means[m]}
-        row["std"] = float(np.std(list(values.values()), ddof=1)) if len(values) > 1 else np.nan
-        if m == best or best is None:
-            row |= {"diff_vs_best": 0.0, "p_adjusted": np.nan, "decision": "best", "equiv_p": np.nan}
-        else:
-            p, p_eq, d = by_pair[(cell, best, m)] if (cell, best, m) in by_pair else by_pair[(cell, m, best)]
-            d = d if (cell, best, m) in by_pair else -d  # by_pair holds b - a: make it m - best
-            claim = "better" if sign * d > 0 else "worse"
-            decision = claim if p <= rule.alpha else "equivalent" if p_eq <= rule.alpha else "undecided"
-            row |= {"diff_vs_best": float(d), "p_adjusted": float(p), "decision": decision, "equiv_p": p_eq}
-        rows.append(row)
-    open_ = any(r["decision"] == "undecided" for r in rows) or any(r["n"] < rule.min_seeds for r in rows)
+def seeds_frame(rows: list[dict], method_axis: str = "method"):
+    """`decide`'s rows as the table of `report/seeds.csv`: the cell's axes (from a JSON cell key, or
+    a dict), `method`, n, mean, std, diff_vs_best, p_adjusted, decision; `method_axis` is recorded in
+    `frame.attrs["method_axis"]`."""
+    import json
+
+    import pandas as pd
+
+    out = []
     for r in rows:
-        undecided = r["decision"] == "undecided" or (r["decision"] == "best" and open_)
-        r["needs_more"] = r["n"] < rule.max_seeds and (undecided or r["n"] < rule.min_seeds)
-        del r["equiv_p"]
-    return rows
+        cell = r["cell"] if isinstance(r["cell"], dict) else json.loads(r["cell"])
+        out.append(cell | {k: r[k] for k in ("method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision")})
+    frame = pd.DataFrame(out)
+    frame.attrs["method_axis"] = method_axis
+    return frame
+
+
+MARKS = {"best": "*", "better": "+", "worse": "", "equivalent": "=", "undecided": "?"}
+
+
+def decision_marks(frame) -> list[str]:
+    """One mark per row of a `seeds_frame` for the paper table: `n=<n><mark>`, mark * best, + better
+    than the best, = equivalent to it, ? undecided at the cap, none for worse (the stopping rule goes
+    under the table: `SeedRule.describe`)."""
+    return [f"n={n}{MARKS[d]}" for n, d in zip(frame["n"], frame["decision"])]

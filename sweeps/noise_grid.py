@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import flags, grid, preflight, process_exit, run_flags, seed_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 
 NAME = "noise_grid"
 GRID_DEFAULTS = {"noise_type": "sym,asym", "noise_rate": "0.125,0.25,0.375,0.5,0.625,0.75"}  # the grid's own axes
@@ -38,6 +38,7 @@ def parse_args(argv: list[str]):
         aliases={"noise_type": ["--noise-types"], "noise_rate": ["--noise-rates"]},
     )
     run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default="loss")
     args = parser.parse_args(argv)
     run_flags.check_run_args(args)
     return args
@@ -49,7 +50,7 @@ def grid_axes(args) -> dict[str, list]:
     if args.seeds is not None and "seed" in axes:
         raise flags.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
     if "seed" not in axes:
-        axes["seed"] = list(range(args.seeds or 1))
+        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else (args.seeds or 1)))
     if args.smoke_test and "epochs" not in axes:
         axes["epochs"] = [run_flags.SMOKE_TEST_EPOCHS]
     return axes
@@ -58,6 +59,7 @@ def grid_axes(args) -> dict[str, list]:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     axes = grid_axes(args)
+    auto = seed_flags.seed_rule_settings(args, axes)  # --seeds auto: the stopping rule's settings, else None
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(args)  # --resume needs a sweep to resume, before anything heavy loads
@@ -80,7 +82,7 @@ def main(argv: list[str]) -> int:
 
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing=args.skip_existing)
-    if not args.resume and not todo:
+    if not args.resume and not todo and not auto:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
         from sweeps.engine.launch import print_summary
 
@@ -101,6 +103,13 @@ def main(argv: list[str]) -> int:
     if todo != cells:  # every sample is one of the explicit points (Ray's restore cannot extend a grid)
         param_space = {k: tune.choice(v) if len(v) > 1 else v[0] for k, v in axes.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
+    if auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        from analysis.seeds import SeedRule
+        from sweeps.engine import seed_search
+
+        rule = SeedRule(**auto)
+        search_alg, num_samples = seed_search.auto_search(cells, args.compare, rule, experiment_dir, reused, "val/acc")
+        param_space, todo = {}, [None] * num_samples  # launch below runs len(todo) samples
     ddp = None
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
@@ -114,7 +123,9 @@ def main(argv: list[str]) -> int:
         trial_name=grid.trial_namer(axes),
         reused=reused,
     )
-    if args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
+    if auto:
+        seed_search.finish_auto(experiment_dir, cells, args.compare, rule, "val/acc")
+    elif args.resume and (missing := resume.cells_not_in(rounds[0], todo)):
         print(
             f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; run again without --resume to add them"
         )

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import command_template, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import command_template, flags, grid, preflight, process_exit, run_flags, seed_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES  # noqa: E402
 
@@ -100,6 +100,7 @@ def parse_args(argv: list[str]):
         "whether --metric (and --test-metric) were seen; exit 0 only if they were",
     )
     run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default=None)
     args = parser.parse_args(own_flags)
     run_flags.check_run_args(args)
     axes = {}
@@ -118,7 +119,10 @@ def parse_args(argv: list[str]):
         raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
     command_template.check_template(template, settings, seeds=args.seeds is not None)
     if args.seeds is not None:
-        axes["seed"] = list(range(args.seeds))
+        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else args.seeds))
+    args.auto = seed_flags.seed_rule_settings(args, {k: v for k, v in axes.items() if isinstance(k, str)})
+    if args.auto and "seed" not in command_template.placeholders(template):
+        raise UsageError("--seeds auto runs seed after seed of each cell: put {seed} in the command")
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
     if patterns and args.metrics_from != "stdout":
         raise UsageError(f"--metric-pattern reads stdout lines; --metrics-from {args.metrics_from} reads no stdout")
@@ -166,7 +170,7 @@ def main(argv: list[str]) -> int:
 
     experiment_dir = f"{args.storage_path}/{args.name}"
     todo, reused = resume.plan_cells(cells, experiment_dir, args.skip_existing, hash_fn=resume.command_hash)
-    if not args.resume and not todo:
+    if not args.resume and not todo and not args.auto:
         print(f"all {len(cells)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
         from sweeps.engine.launch import print_summary
 
@@ -183,6 +187,13 @@ def main(argv: list[str]) -> int:
     if len(todo) < len(cells) or set(flat) != set(args.axes):  # every sample is one of the explicit points
         param_space = {k: tune.choice(v) for k, v in flat.items()}
         search_alg = BasicVariantGenerator(points_to_evaluate=todo)
+    if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        from analysis.seeds import SeedRule
+        from sweeps.engine import seed_search
+
+        rule = SeedRule(**args.auto, mode=args.mode)
+        search_alg, num_samples = seed_search.auto_search(cells, args.compare, rule, experiment_dir, reused, args.metric)
+        param_space, todo = {}, [None] * num_samples  # launch below runs len(todo) samples
     trainable = Trainable(
         train_command,
         {
@@ -209,6 +220,8 @@ def main(argv: list[str]) -> int:
         # every result carries a small step checkpoint; keep the latest two, whatever the metric
         checkpoint_config=CheckpointConfig(num_to_keep=2),
     )
+    if args.auto:
+        seed_search.finish_auto(experiment_dir, cells, args.compare, rule, args.metric)
     return code
 
 

@@ -104,3 +104,9 @@ def test_bad_rules_are_refused():
         SeedRule(min_seeds=5, max_seeds=4)
     with pytest.raises(ValueError, match="alpha"):
         SeedRule(alpha=1.5)
+
+
+def test_a_seed_after_a_gap_waits_for_the_missing_one():
+    results = {"c": {"A": {0: 90.0, 1: 91.0, 2: 90.5, 4: 99.0}, "B": _by_seed([80.0, 81.0, 80.2])}}
+    rows = _rows(results, SeedRule(max_seeds=10))
+    assert rows["c", "A"]["n"] == 3 and rows["c", "A"]["mean"] == pytest.approx(90.5)
