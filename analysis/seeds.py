@@ -9,14 +9,16 @@ The procedure (pure functions; no Ray, no distribution code of our own: the test
   (K = max_seeds - min_seeds + 1 planned looks). This is a group-sequential design with alpha
   spending (Lan & DeMets 1983, "Discrete sequential boundaries for clinical trials", Biometrika
   70:659): look k may spend alpha_k = f(t_k) - f(t_{k-1}) of the level, t_k = n_k / max_seeds, with
-  Lan-DeMets' Pocock-type function f(t) = alpha ln(1 + (e - 1) t) (or the O'Brien-Fleming-type one,
-  or uniform). The spent alphas are combined by the union bound (Bonferroni over looks) instead of
+  Lan-DeMets' O'Brien-Fleming-type function f(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (or the
+  Pocock-type one, or uniform). The spent alphas are combined by the union bound (Bonferroni over looks) instead of
   Lan-DeMets' recursive integration over the joint law of the statistics: that needs the
   statistics' correlation (known for z-tests, not for t-tests at 2-9 degrees of freedom) and
   distribution code; the union bound is exactly valid for any correlation and any data-dependent
   stopping, at the price of some conservatism. Concretely the pair's sequential p-value is
   p* = min_k p_k / w_k with w_k = alpha_k / alpha: under the null, P(p* <= u) <= sum_k w_k u = u.
-  Pocock-type spending is the default because it spends early, where clear cells should stop.
+  O'Brien-Fleming-type spending is the default because it was measured best: t-tests at 2-4 degrees
+  of freedom have little power however much alpha an early look gets, so alpha kept for the later
+  looks buys more decisions and fewer seeds (benchmarks/seeds_auto.py, docs/seeds-auto.md).
 - **Multiplicity.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective
   multiple test procedure", Scand. J. Statist. 6:65) over all comparisons of the sweep: every pair
   of methods in every cell (not only those against the cell's best, which is chosen by the data),
@@ -54,7 +56,7 @@ class SeedRule:
     max_seeds: int = 10  # the cap: an undecided comparison stops here
     min_effect: float | None = None  # equivalence margin D in the metric's units (None: no equivalence claims)
     mode: str = "max"  # "max": higher metric is better; "min": lower
-    spending: str = "pocock"  # alpha spending function over the looks: pocock, obf or uniform
+    spending: str = "obf"  # alpha spending function over the looks: pocock, obf or uniform
 
     def __post_init__(self):
         if not 0 < self.alpha < 1:

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seeds", type=int, default=10)
     parser.add_argument("--min-seeds", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--spending", default="pocock", choices=("pocock", "obf", "uniform"))
+    parser.add_argument("--spending", default="obf", choices=("pocock", "obf", "uniform"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="OUT")
     parser.add_argument("--plot", default=None, metavar="PNG")

@@ -110,3 +110,12 @@ def test_a_seed_after_a_gap_waits_for_the_missing_one():
     results = {"c": {"A": {0: 90.0, 1: 91.0, 2: 90.5, 4: 99.0}, "B": _by_seed([80.0, 81.0, 80.2])}}
     rows = _rows(results, SeedRule(max_seeds=10))
     assert rows["c", "A"]["n"] == 3 and rows["c", "A"]["mean"] == pytest.approx(90.5)
+
+
+def test_the_simulation_counts_clear_effects_as_power_and_saves_seeds():
+    from benchmarks.seeds_auto import scenario
+
+    r = scenario(np.random.default_rng(0), 40, 4.0, SeedRule())
+    assert r["sequential_power"] > 0.8 and r["sequential_seeds_per_cell"] < r["fixed_seeds_per_cell"]
+    aa = scenario(np.random.default_rng(1), 40, 0.0, SeedRule())
+    assert aa["sequential_power"] is None and aa["sequential_seeds_per_cell"] <= 30
