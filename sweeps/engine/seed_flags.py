@@ -14,7 +14,7 @@ def seeds_value(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise UsageError(f"--seeds={text!r} must be a whole number >= 1 or auto") from None
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1 or auto") from None
 
 
 def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) -> None:
