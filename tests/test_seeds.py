@@ -119,3 +119,17 @@ def test_the_simulation_counts_clear_effects_as_power_and_saves_seeds():
     assert r["sequential_power"] > 0.8 and r["sequential_seeds_per_cell"] < r["fixed_seeds_per_cell"]
     aa = scenario(np.random.default_rng(1), 40, 0.0, SeedRule())
     assert aa["sequential_power"] is None and aa["sequential_seeds_per_cell"] <= 30
+
+
+def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
+    from analysis.seeds import decision_marks, seeds_frame
+
+    rng = np.random.default_rng(0)
+    cell = '{"noise_rate": 0.5, "noise_type": "sym"}'
+    results = {cell: {"ce": _by_seed(90 + rng.normal(0, 1, 4)), "gce": _by_seed(80 + rng.normal(0, 1, 4))}}
+    frame = seeds_frame(decide(results, SeedRule(max_seeds=6)), "loss")
+    assert list(frame.columns) == [
+        *("noise_rate", "noise_type", "method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision")
+    ]
+    assert decision_marks(frame) == ["n=4*", "n=4"] and frame.attrs["method_axis"] == "loss"
+    assert "Holm" in SeedRule().describe() and "Lan & DeMets" in SeedRule().describe()
