@@ -133,3 +133,31 @@ def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
     ]
     assert decision_marks(frame) == ["n=4*", "n=4"] and frame.attrs["method_axis"] == "loss"
     assert "Holm" in SeedRule().describe() and "Lan & DeMets" in SeedRule().describe()
+
+
+def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
+    from ray.tune.search import Searcher
+
+    from sweeps.engine.seed_search import SeedSearcher
+
+    rule = SeedRule(min_seeds=3, max_seeds=6)
+    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
+    rng = np.random.default_rng(0)
+    running = {}
+    for i in range(4):  # four free slots: seeds are handed out before any result, the least advanced first
+        running[f"t{i}"] = searcher.suggest(f"t{i}")
+    assert sorted((c["loss"], c["seed"]) for c in running.values()) == [("ce", 0), ("ce", 1), ("gce", 0), ("gce", 1)]
+    assert all(c["noise_rate"] == 0.5 for c in running.values())
+    # one slot from here on: the four finish, then seeds one by one until the 10-point gap is decided
+    for trial_id, config in running.items():
+        searcher.on_trial_complete(trial_id, {"val/acc": (90.0 if config["loss"] == "ce" else 80.0) + rng.normal()})
+    count = 4
+    while isinstance(config := searcher.suggest(f"t{count}"), dict):
+        value = (90.0 if config["loss"] == "ce" else 80.0) + rng.normal()
+        searcher.on_trial_complete(f"t{count}", {"val/acc": value})
+        count += 1
+    assert config == Searcher.FINISHED and 6 <= count <= 8  # decided at 3 or 4 seeds per method, not the cap's 12
+    searcher.save(str(tmp_path / "s.pkl"))
+    again = SeedSearcher([], "loss", [], rule, "val/acc", "max", {})
+    again.restore(str(tmp_path / "s.pkl"))
+    assert again.values == searcher.values and again.suggest("next") == Searcher.FINISHED
