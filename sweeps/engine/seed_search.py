@@ -35,21 +35,27 @@ def next_seeds(
         values: {(cell, method, seed): metric}; running, failed: sets of (cell, method, seed).
     Returns:
         for each method the decision rule says `needs_more`, its lowest seed below max_seeds that is
-        neither done, running nor failed; ordered by seeds done or running, fewest first.
+        neither done, running nor failed; ordered by its lead in results over the least-advanced open
+        method of its cell, then seeds in flight, then seeds done or running (fewest first). Every open method
+        is listed, so a free slot is never left idle while one could use it.
     """
     results = {c: {m: {} for m in methods} for c in cells}
     for (c, m, s), v in values.items():
         if c in results and m in results[c]:
             results[c][m][s] = v
-    out = []
+    wanted = []
     for row in decide(results, rule):
-        if not row["needs_more"]:
-            continue
         taken = {s for (c, m, s) in values.keys() | running | failed if (c, m) == (row["cell"], row["method"])}
         free = [s for s in range(rule.max_seeds) if s not in taken]
-        if free:
-            out.append((len(taken), row["cell"], row["method"], free[0]))
-    return [(c, m, s) for _, c, m, s in sorted(out, key=lambda t: t[0])]
+        if row["needs_more"] and free:
+            wanted.append((row["cell"], row["method"], free[0], row["n"], len(taken)))
+    least = {}
+    for c, _, _, done, _ in wanted:
+        least[c] = min(least.get(c, done), done)
+    # most needed first: a method whose results are not ahead of its cell's other open methods (a seed
+    # counts only once its partner has it too), then one with fewer seeds in flight, then fewer seeds
+    wanted.sort(key=lambda w: (w[3] - least[w[0]], w[4] - w[3], w[4]))
+    return [(c, m, s) for c, m, s, _, _ in wanted]
 
 
 class SeedSearcher(Searcher):
