@@ -15,6 +15,7 @@ import json
 import math
 import pickle
 
+import numpy as np
 from ray.tune.search import Searcher
 
 from analysis.seeds import SeedRule, decide
@@ -36,15 +37,20 @@ def next_seeds(
     Returns:
         for each method the decision rule says `needs_more`, its lowest seed below max_seeds that is
         neither done, running nor failed; ordered by its lead in results over the least-advanced open
-        method of its cell, then seeds in flight, then seeds done or running (fewest first). Every open method
+        method of its cell, then seeds in flight, then the cell's largest adjusted p (highest first),
+        then seeds done or running (fewest first). Every open method
         is listed, so a free slot is never left idle while one could use it.
     """
     results = {c: {m: {} for m in methods} for c in cells}
     for (c, m, s), v in values.items():
         if c in results and m in results[c]:
             results[c][m][s] = v
+    rows = decide(results, rule)
+    evidence = {}  # a cell's largest adjusted p against its best: the further from a decision, the higher
+    for row in rows:
+        evidence[row["cell"]] = max(evidence.get(row["cell"], 0.0), np.nan_to_num(row["p_adjusted"], nan=0.0))
     wanted = []
-    for row in decide(results, rule):
+    for row in rows:
         taken = {s for (c, m, s) in values.keys() | running | failed if (c, m) == (row["cell"], row["method"])}
         free = [s for s in range(rule.max_seeds) if s not in taken]
         if row["needs_more"] and free:
@@ -53,8 +59,9 @@ def next_seeds(
     for c, _, _, done, _ in wanted:
         least[c] = min(least.get(c, done), done)
     # most needed first: a method whose results are not ahead of its cell's other open methods (a seed
-    # counts only once its partner has it too), then one with fewer seeds in flight, then fewer seeds
-    wanted.sort(key=lambda w: (w[3] - least[w[0]], w[4] - w[3], w[4]))
+    # counts only once its partner has it too), then one with fewer seeds in flight, then the cell
+    # furthest from a decision (a seed run ahead there is least likely to be wasted), then fewer seeds
+    wanted.sort(key=lambda w: (w[3] - least[w[0]], w[4] - w[3], -evidence[w[0]], w[4]))
     return [(c, m, s) for c, m, s, _, _ in wanted]
 
 
