@@ -32,7 +32,9 @@ def _auto_sweep(tmp_path, max_seeds: int):
     return run_sweep(
         tmp_path,
         *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
-        *("--compare", "method", "--name", "auto"),
+        # two slots for four open methods: with as many slots as open methods a free slot gets a seed
+        # run ahead (never left idle), and a clear cell can end one seed past its decision
+        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
         *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
     )
 
