@@ -16,8 +16,8 @@ from sweeps.engine.flags import (
     check_storage_path,
     parse_gpu_flags,
     parse_range,
+    seeds_value,
 )
-from sweeps.engine.seed_flags import seeds_value
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise

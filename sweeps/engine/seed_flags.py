@@ -7,16 +7,6 @@ import argparse
 from sweeps.engine.flags import UsageError
 
 
-def seeds_value(text: str) -> int | str:
-    """`--seeds`: a whole number of seeds, or `auto` (seeds by significance, `analysis/seeds.py`)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1 or auto") from None
-
-
 def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) -> None:
     """The flags that shape `--seeds auto`; they are refused without it."""
     group = parser.add_argument_group("seeds by significance (--seeds auto; docs/seeds-auto.md)")
