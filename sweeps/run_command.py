@@ -40,6 +40,7 @@ from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas befor
     preflight,
     process_exit,
     run_flags,
+    seed_flags,
 )
 from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
@@ -120,6 +121,7 @@ def parse_args(argv: list[str]):
         "whether --metric (and --test-metric) were seen; exit 0 only if they were",
     )
     run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default=None)
     args = parser.parse_args(own_flags)
     run_flags.check_run_args(args)
     axes = {}
@@ -140,7 +142,10 @@ def parse_args(argv: list[str]):
         template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
     )
     if args.seeds is not None:
-        axes["seed"] = list(range(args.seeds))
+        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else args.seeds))
+    args.auto = seed_flags.seed_rule_settings(args, {k: v for k, v in axes.items() if isinstance(k, str)})
+    if args.auto and "seed" not in command_template.placeholders(template):
+        raise UsageError("--seeds auto runs seed after seed of each cell: put {seed} in the command")
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
     if patterns and args.metrics_from not in STREAMS_READ:
         raise UsageError(
@@ -200,7 +205,7 @@ def main(argv: list[str]) -> int:
     from ray import tune
     from ray.tune import CheckpointConfig
 
-    from sweeps.engine import resume
+    from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
     from sweeps.engine.launch import TrialFunction, launch
     from trainables.command import train_command
@@ -210,13 +215,17 @@ def main(argv: list[str]) -> int:
     plan = plan_grid(
         cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
     )
-    if not args.resume and not plan.todo:
+    if not args.resume and not plan.todo and not args.auto:
         return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
     preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(options.experiment_dir, args.in_place, args.resume)
     print(f"command: {shlex.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
+    if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        plan, rule = seed_search.auto_plan(
+            plan, cells, args.compare, args.auto, options.experiment_dir, args.metric, args.mode
+        )
     tune_config = tune.TuneConfig(
-        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
         num_samples=plan.num_samples,
         metric=args.metric,
         mode=args.mode,
@@ -245,6 +254,8 @@ def main(argv: list[str]) -> int:
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         reused=plan.reused,
     )
+    if args.auto:
+        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, args.metric)
     return code
 
 

@@ -180,6 +180,12 @@ NOT_RUN.update(
         "a finished pilot sweep; tests/test_research_record.py checks an estimate against a real sweep",
         "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 2 --gpus-per-trial 1 -- python main.py --lr '{lr}' "
         "--seed '{seed}' --gpu '{gpu}'": GPU + " and the user's main.py",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES
+        + "; tests/test_seeds_sweep.py runs --seeds auto end to end",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 15": "extends the sweep above",
+        "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
+        "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
+        "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
     }
 )
 NOT_PARSED = {  # command -> why even its flags cannot be checked
