@@ -27,7 +27,7 @@ def ray_gpus():
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory):
+def shared_ray_head(tmp_path_factory):
     """The session's shared `ray start --head` (`shared_head`); yields the environment that joins it."""
     from tests.ray_cluster import shared_head
 
@@ -36,7 +36,7 @@ def ray_head(tmp_path_factory):
 
 
 @pytest.fixture
-def sweep_env(ray_head) -> dict:
-    """The environment of a sweep subprocess that joins the session's shared Ray (`ray_head`): pass it
+def sweep_env(shared_ray_head) -> dict:
+    """The environment of a sweep subprocess that joins the session's shared Ray (`shared_ray_head`): pass it
     as `subprocess.run(..., env=sweep_env)`. A copy: a test may add to it."""
-    return dict(ray_head)
+    return dict(shared_ray_head)
