@@ -316,11 +316,12 @@ def scratch(tmp_path, python_on_path, monkeypatch):
     return work
 
 
-def run_documented(text: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    """Run a documented command as written, in cwd, with this interpreter and this checkout's code."""
+def run_documented(text: str, cwd: Path, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a documented command as written, in cwd, with this interpreter and this checkout's code;
+    `env`: the session's shared Ray (conftest's `sweep_env`), else the test process's environment."""
     argv = shlex.split(text)
     command = [sys.executable, *(argv[1:] if argv[1] == "-m" else [str(ROOT / argv[1]), *argv[2:]])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_DEDUP_LOGS": "0"}
+    env = {**(env or os.environ), "PYTHONPATH": str(ROOT), "RAY_DEDUP_LOGS": "0"}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -434,9 +435,9 @@ def test_check_command_runs_as_written(text, scratch):
 
 
 @pytest.mark.slow
-def test_quick_start_smoke_grid_then_its_analysis(tmp_path):
+def test_quick_start_smoke_grid_then_its_analysis(tmp_path, sweep_env):
     """The README's smoke grid in a scratch folder (./runs is its storage), then the analysis commands on it."""
-    sweep = run_documented(SMOKE[0], tmp_path, timeout=600)
+    sweep = run_documented(SMOKE[0], tmp_path, timeout=600, env=sweep_env)
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     assert "12 trials in the grid" in sweep.stdout
     report = run_documented(SMOKE[1], tmp_path, timeout=300)
