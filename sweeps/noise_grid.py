@@ -22,7 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import estimate, flags, grid, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+    estimate,
+    flags,
+    grid,
+    preflight,
+    process_exit,
+    run_flags,
+    seed_flags,
+)
 
 NAME = "noise_grid"
 GRID_DEFAULTS = {"noise_type": "sym,asym", "noise_rate": "0.125,0.25,0.375,0.5,0.625,0.75"}  # the grid's own axes
@@ -38,6 +46,7 @@ def parse_args(argv: list[str]):
     )
     parser.add_argument("--dry-run", action="store_true", help="print the trials, steps and expected wall time; exit")
     run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default="loss")
     args = parser.parse_args(argv)
     run_flags.check_run_args(args)
     return args
@@ -49,7 +58,7 @@ def grid_axes(args) -> dict[str, list]:
     if args.seeds is not None and "seed" in axes:
         raise flags.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
     if "seed" not in axes:
-        axes["seed"] = list(range(args.seeds or 1))
+        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else (args.seeds or 1)))
     if args.smoke_test and "epochs" not in axes:
         axes["epochs"] = [run_flags.SMOKE_TEST_EPOCHS]
     return axes
@@ -59,6 +68,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     options = run_flags.run_options(args)
     axes = grid_axes(args)
+    auto = seed_flags.seed_rule_settings(args, axes)  # --seeds auto: the stopping rule's settings, else None
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", flush=True)
     if args.dry_run:  # before Ray, torch or the data load
@@ -78,7 +88,7 @@ def main(argv: list[str]) -> int:
 
     from ray import tune
 
-    from sweeps.engine import resume
+    from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
     from sweeps.engine.launch import TrialFunction, launch
     from trainables import train_classifier
@@ -87,7 +97,7 @@ def main(argv: list[str]) -> int:
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
-    if not args.resume and not plan.todo:
+    if not args.resume and not plan.todo and not auto:
         return report_finished(plan, options.experiment_dir, METRIC, MODE, options.test_metric)
     preflight.probe_storage(options.experiment_dir)
     print(
@@ -95,8 +105,10 @@ def main(argv: list[str]) -> int:
         f"{len(data['y_test'])} test); {len(plan.todo)} to run, {len(plan.reused)} reused",
         flush=True,
     )
+    if auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        plan, rule = seed_search.auto_plan(plan, cells, args.compare, auto, options.experiment_dir, METRIC, MODE)
     tune_config = tune.TuneConfig(
-        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
         num_samples=plan.num_samples,
         metric=METRIC,
         mode=MODE,
@@ -107,7 +119,9 @@ def main(argv: list[str]) -> int:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trial_function = TrialFunction(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
     code, rounds = launch(options, trial_function, plan.param_space, tune_config, reused=plan.reused)
-    if args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):
+    if auto:
+        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, METRIC)
+    elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):
         print(
             f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; "
             "run again without --resume to add them"

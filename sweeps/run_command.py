@@ -40,6 +40,7 @@ from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas befor
     preflight,
     process_exit,
     run_flags,
+    seed_flags,
 )
 from sweeps.engine.flags import UsageError  # noqa: E402
 from trainables.command_parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
@@ -60,6 +61,7 @@ def parse_args(argv: list[str]):
     add_metric_flags(parser)
     add_command_flags(parser)
     run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default=None)
     args = parser.parse_args(own_flags)
     run_flags.check_run_args(args)
     axes, tasks = read_grid(args, template)
@@ -150,8 +152,8 @@ def add_command_flags(parser) -> None:
 
 def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
     """The axes ({name or (name, ...): values}, with `seed` from --seeds) and the --tasks rows (None
-    without --tasks); raises UsageError for an axis given twice, two sources of the seed, or a
-    template whose placeholders do not match the settings."""
+    without --tasks); sets `args.auto` (the --seeds auto rule, else None). Raises UsageError for an
+    axis given twice, two sources of the seed, or a template whose placeholders do not match."""
     axes = {}
     for text in args.axis:
         name, values = command_template.parse_axis(text)
@@ -170,7 +172,10 @@ def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
         template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
     )
     if args.seeds is not None:
-        axes["seed"] = list(range(args.seeds))
+        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else args.seeds))
+    args.auto = seed_flags.seed_rule_settings(args, {k: v for k, v in axes.items() if isinstance(k, str)})
+    if args.auto and "seed" not in command_template.placeholders(template):
+        raise UsageError("--seeds auto runs seed after seed of each cell: put {seed} in the command")
     return axes, tasks
 
 
@@ -253,7 +258,7 @@ def main(argv: list[str]) -> int:
     from ray import tune
     from ray.tune import CheckpointConfig
 
-    from sweeps.engine import resume
+    from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
     from sweeps.engine.launch import launch
 
@@ -262,13 +267,17 @@ def main(argv: list[str]) -> int:
     plan = plan_grid(
         cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
     )
-    if not args.resume and not plan.todo:
+    if not args.resume and not plan.todo and not args.auto:
         return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
     preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(options.experiment_dir, args.in_place, args.resume)
     print(f"command: {shlex.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
+    if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        plan, rule = seed_search.auto_plan(
+            plan, cells, args.compare, args.auto, options.experiment_dir, args.metric, args.mode
+        )
     tune_config = tune.TuneConfig(
-        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells to run
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
         num_samples=plan.num_samples,
         metric=args.metric,
         mode=args.mode,
@@ -284,6 +293,8 @@ def main(argv: list[str]) -> int:
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         reused=plan.reused,
     )
+    if args.auto:
+        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, args.metric)
     return code
 
 

@@ -8,6 +8,7 @@ finds (Ray 2.59+ turns token authentication on when ~/.ray/auth_token exists) is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -110,6 +111,42 @@ def start_node(
     return proc
 
 
+@contextlib.contextmanager
+def shared_head(folder: Path, extra_env: dict | None = None):
+    """A `ray start --head` that sweep subprocesses join instead of starting a private Ray each (4-6 s
+    of start-up plus shutdown per sweep; issue 26).
+
+    CPUs as a private Ray here would have them, no GPU, no dashboard; its own ports, temp dir and token
+    (RAY_AUTH_TOKEN_PATH, so HOME stays the user's); PYTHONPATH at this repository, so its workers
+    import `trainables` whatever the driver's cwd; `extra_env` (e.g. object-storage credentials) for
+    its workers too. Stopped by pid on exit (`stop_node`), never by `ray stop`.
+    Yields:
+        The environment a sweep subprocess joins it with (`RAY_ADDRESS` is the head's `HOST:PORT`).
+    """
+    home = folder / "home"
+    token_env(home)  # generates home/.ray/auth_token
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAYSWEEP_LOGICAL_GPUS")}
+    env.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(home / ".ray" / "auth_token"),
+        RAY_USAGE_STATS_ENABLED="0",
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        **(extra_env or {}),
+    )
+    for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s wait for the raylet to register, once
+        port = free_port()
+        try:
+            head = start_node(folder / f"start{attempt}", env, head_port=port, num_cpus=os.cpu_count() or 2)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    try:
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAYSWEEP_LOGICAL_GPUS": ""}
+    finally:
+        stop_node(head)
+
+
 def raylet_pid(node: subprocess.Popen) -> int:
     """The pid of the raylet that a `start_node` process runs (its direct child named `raylet`)."""
     import psutil
@@ -118,16 +155,19 @@ def raylet_pid(node: subprocess.Popen) -> int:
 
 
 def stop_node(node: subprocess.Popen, timeout_s: float = 20) -> None:
-    """SIGTERM the node's process group (the `ray start` process and what it started), SIGKILL if it
-    lingers; then remove its temp dir."""
+    """SIGTERM the `ray start` process, whose handler stops the node's processes (about 3 s; a SIGTERM
+    to its whole process group left it waiting past 30 s), then SIGKILL whatever of its group is left;
+    remove its temp dir."""
     try:
-        os.killpg(node.pid, signal.SIGTERM)
+        node.send_signal(signal.SIGTERM)
         node.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(node.pid, signal.SIGKILL)
-        node.wait(timeout_s)
+        pass
+    try:
+        os.killpg(node.pid, signal.SIGKILL)  # stragglers, or the `ray start` process itself after timeout_s
     except ProcessLookupError:  # the group is gone already
         pass
+    node.wait(timeout_s)
     shutil.rmtree(node.temp_dir, ignore_errors=True)
 
 

@@ -22,11 +22,12 @@ PY = sys.executable
 SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
 
 
-def run_sweep(tmp_path: Path, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
-    """`python sweeps/run_command.py ARGV` from the repository root, storage under tmp_path, CPU trials."""
+def run_sweep(tmp_path: Path, *argv: str, check: bool = False, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python sweeps/run_command.py ARGV` from the repository root, storage under tmp_path, CPU trials;
+    `env`: the session's shared Ray (conftest's `sweep_env`), else a private Ray."""
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
     split = argv.index("--")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    env = env or {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
     proc = subprocess.run(
         [PY, "sweeps/run_command.py", *argv[:split], *(flags if not check else []), *argv[split:]],
         cwd=ROOT,
@@ -139,7 +140,7 @@ def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_pa
 
 
 @pytest.mark.slow
-def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_path):
+def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_path, sweep_env):
     """Seed 001/004's shapes: a config-file path axis (with a space), (dataset, classes) pairs, per-batch
     `epoch [3/5]` lines and a `* accuracy: 97.0%` block at the end, selected at the best val_acc epoch."""
     proc = run_sweep(
@@ -161,6 +162,7 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
         "{num_classes}",
         "--epochs",
         "3",
+        env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     experiment = tmp_path / "runs" / "command"
@@ -195,7 +197,7 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
 
 
 @pytest.mark.slow
-def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
+def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path, sweep_env):
     tasks = tmp_path / "tasks.yaml"
     tasks.write_text("- {dataset: cifar10, num_classes: 10}\n- {dataset: cifar100, num_classes: 100}\n")
     proc = run_sweep(
@@ -221,6 +223,7 @@ def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
         "{num_classes}",
         "--seed",
         "{seed}",
+        env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
@@ -235,7 +238,7 @@ def test_task_file_crossed_with_seeds_and_two_metric_patterns(tmp_path):
 
 
 @pytest.mark.slow
-def test_tensorboard_only_script(tmp_path):
+def test_tensorboard_only_script(tmp_path, sweep_env):
     proc = run_sweep(
         tmp_path,
         "--metrics-from",
@@ -253,6 +256,7 @@ def test_tensorboard_only_script(tmp_path):
         "{lr}",
         "--steps",
         "4",
+        env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
@@ -264,7 +268,7 @@ def test_tensorboard_only_script(tmp_path):
 
 
 @pytest.mark.slow
-def test_script_shapes_and_failures_that_are_not_retried(tmp_path):
+def test_script_shapes_and_failures_that_are_not_retried(tmp_path, sweep_env):
     """One sweep, the script itself an axis: Keras-style `Epoch 3/5` then a metrics line, a script with
     no step (its result once, at step 0), a usage error (exit 2) and a script printing no metric:
     the last two fail once, with the stderr tail / the lines the parser saw in the error line."""
@@ -282,6 +286,7 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path):
         "{script}",
         "--lr",
         "0.1",
+        env=sweep_env,
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
@@ -308,7 +313,7 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path):
 
 
 @pytest.mark.slow
-def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
+def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, sweep_env):
     """The script prints epochs 1-6 and kills its trial's worker at once: Tune retries the trial from
     its last recorded step; the rows after it, in the trial's stdout file, are reported first, and the
     script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
@@ -327,6 +332,7 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path):
         "{epochs}",
         "--kill-parent-after",
         "6",
+        env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (trial,) = trials(tmp_path / "runs" / "command").values()

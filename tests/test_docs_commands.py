@@ -163,6 +163,31 @@ NOT_RUN = {  # command -> why the test only parses it
     "--weight-decay-range 1e-6,1e-2 --losses ce,gce,sce --batch-sizes 64,128 --grace-period 2 "
     "--reduction-factor 3 --gpus-per-trial 0.25": GPU,
 }
+NOT_RUN.update(
+    {
+        "python -m analysis runs/noise_grid --bootstrap": "the report again with 9999 resamples per cell; "
+        "tests/test_analysis_stats.py runs --bootstrap",
+        "python -m analysis runs/ce runs/gce --paper --bootstrap": "needs two finished sweeps runs/ce and runs/gce",
+        "python -m analysis runs/noise_grid --status --json --watch 30": "watches until the sweep ends; "
+        "--status --json alone is run",
+        "python -m analysis runs/ce runs/gce --json --select last-k --k 10": "needs two finished sweeps",
+        "python -m analysis runs/command --provenance": "needs a finished command sweep; "
+        "tests/test_research_record.py runs --provenance",
+        "python sweeps/noise_grid.py --seeds 3 --notify ntfy://my-sweeps --notify mailto://user:pass@gmail.com": (
+            GRID_MINUTES + "; tests/test_research_record.py notifies a loopback receiver"
+        ),
+        "python sweeps/noise_grid.py --seeds 5 --epochs 50 --dry-run --estimate-from runs/noise_grid_pilot": "needs "
+        "a finished pilot sweep; tests/test_research_record.py checks an estimate against a real sweep",
+        "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 2 --gpus-per-trial 1 -- python main.py --lr '{lr}' "
+        "--seed '{seed}' --gpu '{gpu}'": GPU + " and the user's main.py",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES
+        + "; tests/test_seeds_sweep.py runs --seeds auto end to end",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 15": "extends the sweep above",
+        "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
+        "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
+        "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
+    }
+)
 NOT_PARSED = {  # command -> why even its flags cannot be checked
     "python sweeps/run_command.py ... --resume": "elided: the flags of the command above, plus --resume",
     "python sweeps/noise_grid.py --name a ...": "elided: any flags",
@@ -173,6 +198,9 @@ NOT_PARSED = {  # command -> why even its flags cannot be checked
 RUN_QUICK = {  # command -> a line its stdout must hold; run in a scratch folder with a stand-in train.py
     "python sweeps/run_command.py --dry-run --axis config=configs/fast.yaml,configs/slow.yaml -- python "
     "train.py '{config}'": "2 trials; nothing was run (--dry-run)",
+    "python sweeps/noise_grid.py --seeds 3 --dry-run": "nothing was run (--dry-run)",
+    "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 3 --dry-run -- python train.py --lr '{lr}' "
+    "--seed '{seed}'": "6 trials; nothing was run (--dry-run)",
 }
 RUN_SLOW = {
     "python sweeps/run_command.py --check --metric val_acc --test-metric accuracy -- python train.py "
@@ -182,6 +210,8 @@ SMOKE = [  # run in this order in one scratch folder: the quick start, then its 
     "python sweeps/noise_grid.py --smoke-test",
     "python -m analysis runs/noise_grid",
     "python -m analysis runs/noise_grid --status",
+    "python -m analysis runs/noise_grid --json",
+    "python -m analysis runs/noise_grid --status --json",
 ]
 PLACED = {**NOT_RUN, **NOT_PARSED, **RUN_QUICK, **RUN_SLOW, **dict.fromkeys(SMOKE)}
 DOCUMENTED = documented_commands()
@@ -286,11 +316,12 @@ def scratch(tmp_path, python_on_path, monkeypatch):
     return work
 
 
-def run_documented(text: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    """Run a documented command as written, in cwd, with this interpreter and this checkout's code."""
+def run_documented(text: str, cwd: Path, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a documented command as written, in cwd, with this interpreter and this checkout's code;
+    `env`: the session's shared Ray (conftest's `sweep_env`), else the test process's environment."""
     argv = shlex.split(text)
     command = [sys.executable, *(argv[1:] if argv[1] == "-m" else [str(ROOT / argv[1]), *argv[2:]])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_DEDUP_LOGS": "0"}
+    env = {**(env or os.environ), "PYTHONPATH": str(ROOT), "RAY_DEDUP_LOGS": "0"}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -404,9 +435,9 @@ def test_check_command_runs_as_written(text, scratch):
 
 
 @pytest.mark.slow
-def test_quick_start_smoke_grid_then_its_analysis(tmp_path):
+def test_quick_start_smoke_grid_then_its_analysis(tmp_path, sweep_env):
     """The README's smoke grid in a scratch folder (./runs is its storage), then the analysis commands on it."""
-    sweep = run_documented(SMOKE[0], tmp_path, timeout=600)
+    sweep = run_documented(SMOKE[0], tmp_path, timeout=600, env=sweep_env)
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     assert "12 trials in the grid" in sweep.stdout
     report = run_documented(SMOKE[1], tmp_path, timeout=300)

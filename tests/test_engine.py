@@ -198,7 +198,7 @@ def test_run_main_flushes_and_leaves_with_the_sweeps_exit_code(arg, code, err, t
 
 
 @pytest.mark.slow
-def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path):
+def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path, sweep_env):
     """--loss x --lr x noise rate x seeds: 2 x 2 x 2 x 2 = 16 trials (CI-sized; the 72-trial form
     differs only in length)."""
     proc = subprocess.run(
@@ -223,6 +223,7 @@ def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path)
             str(tmp_path),
         ],
         cwd=ROOT,
+        env=sweep_env,
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,6 +1,7 @@
 """Object storage like a local folder: sweeps on `s3://` against moto's S3 server on 127.0.0.1,
-started and stopped here. pyarrow (and so Ray Tune) reaches it through AWS_ENDPOINT_URL with dummy
-credentials; each sweep starts its own Ray (`--address local`) so that its workers get them too."""
+started once for the module. pyarrow (and so Ray Tune) reaches it through AWS_ENDPOINT_URL with dummy
+credentials; a sweep joins a Ray head started with them (`s3_ray`), or starts its own (`--address local`)
+where the test kills its driver, so that its workers get them too."""
 
 from __future__ import annotations
 
@@ -26,29 +27,29 @@ ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "raysweep-test"
 
 
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    """An S3 server on loopback with one bucket; yields the environment that points pyarrow at it."""
+def aws_env(endpoint: str) -> dict:
+    """Dummy credentials and the endpoint of the S3 server: what pyarrow, boto3 and Ray's workers need."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    """One S3 server on loopback for this module's tests (moto); yields its endpoint URL."""
     port = free_port()
-    log = (tmp_path / "moto.log").open("w")
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    log = log_path.open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
     )
     try:
         wait_for(lambda: _answers(port) or server.poll() is not None, 60, "moto's server")
-        assert server.poll() is None, (tmp_path / "moto.log").read_text()[-2000:]
-        env = {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        }
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        import boto3
-
-        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
-        yield {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        assert server.poll() is None, log_path.read_text()[-2000:]
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -59,6 +60,32 @@ def s3(tmp_path, monkeypatch):
         log.close()
 
 
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The module's S3 server with one empty bucket; yields the environment that points pyarrow at it."""
+    env = aws_env(s3_server)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    import boto3
+
+    bucket = boto3.resource("s3", endpoint_url=s3_server).Bucket(BUCKET)
+    if bucket.creation_date:  # an earlier test's: emptied, so each test starts from nothing
+        bucket.objects.all().delete()
+    else:
+        bucket.create()
+    yield {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def s3_ray(s3_server, tmp_path_factory):
+    """A `ray start --head` whose workers reach the module's S3 server (its AWS_* environment): the
+    sweeps of a test that is not about start-up or kills join it instead of starting a Ray each."""
+    from tests.ray_cluster import shared_head
+
+    with shared_head(tmp_path_factory.mktemp("s3_ray"), aws_env(s3_server)) as env:
+        yield env["RAY_ADDRESS"], {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+
+
 def _answers(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -67,7 +94,7 @@ def _answers(port: int) -> bool:
         return False
 
 
-def sweep(name: str, *extra: str, rates: str = "0.1,0.2", epochs: int = 2) -> list[str]:
+def sweep(name: str, *extra: str, rates: str = "0.1,0.2", epochs: int = 2, address: str = "local") -> list[str]:
     return [
         sys.executable,
         "sweeps/noise_grid.py",
@@ -84,7 +111,7 @@ def sweep(name: str, *extra: str, rates: str = "0.1,0.2", epochs: int = 2) -> li
         "--name",
         name,
         "--address",
-        "local",
+        address,
         "--quiet",
         *extra,
     ]
@@ -116,9 +143,13 @@ def cells(output: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
+def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
     experiment = f"s3://{BUCKET}/runs/grid"
-    first = subprocess.run(sweep("grid"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400)
+    address, token = s3_ray
+    s3 = {**s3, **token}
+    first = subprocess.run(
+        sweep("grid", address=address), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "2 to run, 0 reused" in first.stdout and cells(first.stdout) == ["(1)", "(1)"]
     before = {name: storage.read_bytes(uri + "/result.json") for name, uri in trial_folders(experiment).items()}
@@ -127,7 +158,7 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
 
     # Extend with a second seed: only the two new cells run; the finished ones are found on s3 and kept.
     extend = subprocess.run(
-        sweep("grid", "--seeds", "2"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+        sweep("grid", "--seeds", "2", address=address), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
     )
     assert extend.returncode == 0, extend.stdout[-3000:] + extend.stderr[-3000:]
     assert "2 to run, 2 reused" in extend.stdout and "2 finished trial(s) reused" in extend.stdout
@@ -138,7 +169,12 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, tmp_path):
 
     # `--no-skip-existing`: new folder names next to the old ones, never overwritten.
     again = subprocess.run(
-        sweep("grid", "--no-skip-existing", rates="0.1"), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+        sweep("grid", "--no-skip-existing", rates="0.1", address=address),
+        cwd=ROOT,
+        env=s3,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     renamed = sorted(set(trial_folders(experiment)) - set(after))

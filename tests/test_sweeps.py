@@ -24,10 +24,11 @@ def last_result(trial_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_smoke_grid_subprocess_completes_12_trials(tmp_path):
+def test_smoke_grid_subprocess_completes_12_trials(tmp_path, sweep_env):
     proc = subprocess.run(
         [sys.executable, "sweeps/noise_grid.py", "--smoke-test", "--storage-path", str(tmp_path)],
         cwd=ROOT,
+        env=sweep_env,
         capture_output=True,
         text=True,
         timeout=600,

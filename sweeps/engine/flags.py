@@ -103,6 +103,16 @@ def parse_range(flag: str, text: str, low: float, high: float) -> tuple[float, f
     return lo, hi
 
 
+def seeds_value(text: str) -> int | str:
+    """`--seeds`: a whole number of seeds, or `auto` (seeds by significance, `analysis/seeds.py`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1 or auto") from None
+
+
 def check_positive_int(flag: str, value: int | None, low: int = 1) -> None:
     if value is not None and value < low:
         raise UsageError(f"{flag}={value} must be a whole number >= {low}")

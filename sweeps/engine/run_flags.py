@@ -17,6 +17,7 @@ from sweeps.engine.flags import (
     check_storage_path,
     parse_gpu_flags,
     parse_range,
+    seeds_value,
 )
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
@@ -87,7 +88,10 @@ def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool)
     )
     if grid:
         res.add_argument(
-            "--seeds", type=int, default=None, help="seeds per configuration: an axis 0..N-1 (default: 1, or --seed)"
+            "--seeds",
+            type=seeds_value,
+            default=None,
+            help="seeds per configuration: an axis 0..N-1 (default: 1, or --seed); auto: seeds by significance",
         )
         res.add_argument(
             "--estimate-from",
@@ -172,7 +176,8 @@ def check_run_args(args: argparse.Namespace) -> None:
     if not args.cpus_per_trial > 0:
         raise UsageError(f"--cpus-per-trial={args.cpus_per_trial} must be > 0")
     for flag in ("--max-concurrent", "--seeds", "--max-trials"):
-        check_positive_int(flag, getattr(args, flag[2:].replace("-", "_"), None))
+        if getattr(args, flag[2:].replace("-", "_"), None) != "auto":
+            check_positive_int(flag, getattr(args, flag[2:].replace("-", "_"), None))
     if not args.progress_every > 0:
         raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
     if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:

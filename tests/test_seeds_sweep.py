@@ -1,0 +1,60 @@
+"""`--seeds auto` end to end: `sweeps/run_command.py` on a scripted command, and the built-in trainable's pairing."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.test_command_scripts import PY, run_sweep
+from trainables.config import TrainConfig
+from trainables.data import data_key
+from trainables.train import noise_seed
+
+
+def test_seed_s_gives_every_method_the_same_split_and_noise_draw():
+    # the split is keyed by data_key (data_seed, not seed), the flips by noise_seed: neither reads the loss
+    ce, gce = TrainConfig(loss="ce", seed=3), TrainConfig(loss="gce", seed=3)
+    assert data_key(ce) == data_key(gce) and noise_seed(ce) == noise_seed(gce) == 3
+    assert noise_seed(TrainConfig(loss="ce", seed=4)) != noise_seed(ce)
+
+
+def test_bad_auto_flags_are_refused_before_ray(tmp_path):
+    cmd = ["--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"]
+    proc = run_sweep(
+        tmp_path, "--axis", "cell=gap", "--axis", "method=A,B", "--seeds", "auto", "--compare", "cell", *cmd
+    )
+    assert proc.returncode == 2 and "--compare=cell must name an axis of 2 or more values" in proc.stderr
+    proc = run_sweep(tmp_path, "--axis", "cell=gap", "--axis", "method=A,B", "--seeds", "3", "--max-seeds", "6", *cmd)
+    assert proc.returncode == 2 and "--max-seeds applies to --seeds auto only" in proc.stderr
+
+
+def _auto_sweep(tmp_path, max_seeds: int):
+    return run_sweep(
+        tmp_path,
+        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
+        # two slots for four open methods: with as many slots as open methods a free slot gets a seed
+        # run ahead (never left idle), and a clear cell can end one seed past its decision
+        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
+        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
+    )
+
+
+@pytest.mark.slow
+def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path):
+    proc = _auto_sweep(tmp_path, 6)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
+    assert table.loc["gap", "n"].max() <= 4
+    assert (table.loc["same", "n"] == 6).all()
+    assert set(table.loc["same", "decision"]) == {"best", "undecided"}
+    ran = sum(1 for p in (tmp_path / "runs" / "auto").iterdir() if (p / "result.json").exists())
+    assert ran < 2 * 2 * 6
+    assert f"trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
+
+    # a higher cap later reopens only the undecided cell; the finished trials are reused
+    proc = _auto_sweep(tmp_path, 8)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()
+    assert f"{ran} finished trial(s) reused" in proc.stdout
