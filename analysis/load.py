@@ -2,6 +2,19 @@
 
 The files are read by :mod:`analysis.tune_files` and shaped by :mod:`analysis.trial_table`; this
 module leaves out repeated trials, stacks experiments and holds the helpers that find columns.
+
+A trial is identified by its config, seed included, whatever its folder name and whether or not a
+state file lists it: of the trials of one experiment with equal configs (a copied trial folder, runs
+merged from two machines, a second driver on the same folder, an errored or unfinished repeat of a
+finished cell) one is kept: the finished one, then the newest (:func:`analysis.tune_state.repeats`),
+so a repeat never counts as another seed. ``df.attrs["duplicates"]`` lists the folders (or trial ids)
+left out, and :func:`duplicates_line` says so in one line. Experiments loaded together are never
+compared with each other this way.
+
+``start_time`` is Tune's float ``run_metadata.start_time`` and ``end_time`` the time of the last
+result (``last_result_time``); without a state file both are estimated from ``timestamp`` (int
+seconds) and ``time_total_s`` (float) of all rows, which bounds the start to within the 1 s rounding
+and usually much closer. Both are NaT when unknown (pending trials).
 """
 
 from __future__ import annotations
@@ -92,11 +105,8 @@ def load_trials(
         - ``diverged`` (bool): a reported metric was NaN or ±inf at some iteration, or the trial
           reported ``diverged=True``,
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
-        - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): start is
-          Tune's float ``run_metadata.start_time`` and end the time of the last result
-          (``last_result_time``); without a state file both are estimated from ``timestamp``
-          (int seconds) and ``time_total_s`` (float) of all rows, which bounds the start to
-          within the 1 s rounding and usually much closer. NaT when unknown (pending trials),
+        - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
+          start time and the time of the last result (see the module docstring); NaT when unknown,
         - ``iterations`` (int): last ``training_iteration`` (0 without results),
         - ``node``: hostname of the last result,
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
@@ -110,14 +120,8 @@ def load_trials(
         the sweep recorded them (``raysweep.json``, else the metric given to ``TuneConfig``,
         with :func:`guess_mode`); None when not recorded.
 
-        A trial is identified by its config, seed included, whatever its folder name and whether
-        or not a state file lists it: of the trials of one experiment with equal configs (a
-        copied trial folder, runs merged from two machines, a second driver on the same folder,
-        an errored or unfinished repeat of a finished cell) one is kept: the finished one, then
-        the newest (:func:`analysis.tune_state.repeats`), so a repeat never counts as another
-        seed. ``df.attrs["duplicates"]`` lists the folders (or trial ids) left out, and
-        :func:`duplicates_line` says so in one line. Experiments loaded together are never
-        compared with each other this way.
+        Repeated trials (equal configs) are left out as the module docstring says;
+        ``df.attrs["duplicates"]`` lists them.
 
     Raises:
         ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;

@@ -244,6 +244,24 @@ def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
     return (varying[0], varying[1]) if len(varying) >= 2 else None
 
 
+def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
+    """The report's bullet list: experiment, trial counts by status, duplicates, metric, efficiency."""
+    counts = trials["status"].value_counts()
+    status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
+    diverged = int(trials["diverged"].sum())
+    efficiency = sweep_efficiency(trials)
+    return [
+        f"- experiment: `{trials.attrs['experiment']}`",
+        f"- trials: {len(trials)} ({status}; {diverged} diverged)",
+        *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
+        f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
+        f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
+        if efficiency == efficiency
+        else "- sweep efficiency: n/a (no timed trials)",
+        "",
+    ]
+
+
 def _markdown(
     trials: pd.DataFrame,
     table: pd.DataFrame,
@@ -254,10 +272,6 @@ def _markdown(
     summary: str | None,
     figures: dict,
 ) -> str:
-    counts = trials["status"].value_counts()
-    status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
-    diverged = int(trials["diverged"].sum())
-    efficiency = sweep_efficiency(trials)
     name = " + ".join(
         p.rstrip("/").rsplit("/", 1)[-1] for p in trials.attrs.get("experiments") or [trials.attrs["experiment"]]
     )
@@ -271,16 +285,7 @@ def _markdown(
             "each difference to the baseline).",
             "",
         ]
-    lines += [
-        f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({status}; {diverged} diverged)",
-        *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
-        f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
-        f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
-        if efficiency == efficiency
-        else "- sweep efficiency: n/a (no timed trials)",
-        "",
-    ]
+    lines += _overview_lines(trials, metric, mode, rule)
     if summary is not None:
         lines += [
             "## Sweep summary",

@@ -8,8 +8,9 @@ Run (on a machine with a CUDA GPU; elsewhere it says so and exits 0):
     make bench-gpu
 
 Each configuration (model, precision, k trials per GPU) is one Tune run of k trials with 1/k GPU
-each, set up as every sweep is (`sweeps/engine/launch.py`: `with_resources`, `sweep_tune_config`,
-`sweep_run_config`), all started together on GPU 0. Each trial is the real trial runtime
+each, set up as every sweep is (`sweeps/engine/trial_resources.py`: `with_resources`;
+`sweeps/engine/launch.py`: `sweep_tune_config`, `sweep_run_config`), all started together on GPU 0.
+Each trial is the real trial runtime
 (`trainables.trial.train_classifier`: memory cap at its share, NVML sampling) on synthetic
 CIFAR-shaped data (uint8 3x32x32, 10 classes, written once as an .npz). Per trial, from its
 reports: samples/s (median over the epochs after the first: no start-up; `samples_per_s` counts
@@ -84,7 +85,8 @@ def run_packing(
     """k concurrent trials of `model` at 1/k GPU each; returns the row of the table (see `format_table`)."""
     from ray import tune
 
-    from sweeps.engine.launch import TrialFunction, sweep_run_config, sweep_tune_config, with_resources
+    from sweeps.engine.launch import TrialFunction, sweep_run_config, sweep_tune_config
+    from sweeps.engine.trial_resources import with_resources
     from trainables import train_classifier
 
     name = f"{model}_{amp}_{k}x"
@@ -128,13 +130,8 @@ def check_oom_requeue(
     the share."""
     from ray import tune
 
-    from sweeps.engine.launch import (
-        TrialFunction,
-        rerun_oom_trials,
-        sweep_run_config,
-        sweep_tune_config,
-        with_resources,
-    )
+    from sweeps.engine.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
+    from sweeps.engine.trial_resources import with_resources
     from trainables import train_classifier
     from trainables.gpu import is_gpu_oom
 

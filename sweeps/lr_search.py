@@ -251,6 +251,29 @@ def print_outcome(results, args, epochs: int) -> None:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
 
 
+def choose_trial_function(args, options, cfg, data):
+    """The trainable each trial runs: the shared classifier (with `args.repeat` seeds), or with
+    --template the user's own script, the searched values reaching it through its {placeholders}."""
+    from sweeps.engine.launch import TrialFunction
+    from trainables import train_classifier
+
+    if not args.template:
+        return TrialFunction(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
+    from sweeps.engine.code_snapshot import take_snapshot
+    from trainables.command import train_command
+
+    snapshot = take_snapshot(options.experiment_dir, args.in_place, args.resume)
+    return TrialFunction(
+        train_command,
+        {
+            "template": args.template,
+            "cwd": os.getcwd(),
+            "code_dir": snapshot and snapshot["path"],
+            "complete_when": (args.metric,),  # each step reported as soon as it has it
+        },
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bounds, settings = search_bounds(args)
@@ -262,32 +285,14 @@ def main(argv: list[str]) -> int:
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.engine.launch import TrialFunction, launch
-    from trainables import train_classifier
+    from sweeps.engine.launch import launch
 
     print(
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
         f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}",
         flush=True,
     )
-
-    trial_function = TrialFunction(
-        train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg
-    )
-    if args.template:  # your own script: the searched values reach it through its {placeholders}
-        from sweeps.engine.code_snapshot import take_snapshot
-        from trainables.command import train_command
-
-        snapshot = take_snapshot(options.experiment_dir, args.in_place, args.resume)
-        trial_function = TrialFunction(
-            train_command,
-            {
-                "template": args.template,
-                "cwd": os.getcwd(),
-                "code_dir": snapshot and snapshot["path"],
-                "complete_when": (args.metric,),  # each step reported as soon as it has it
-            },
-        )
+    trial_function = choose_trial_function(args, options, cfg, data)
     tune_config = tune.TuneConfig(
         search_alg=skip_results_without(OptunaSearch, args.metric)(
             functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed

@@ -64,6 +64,19 @@ def grid_axes(args) -> dict[str, list]:
     return axes
 
 
+def check_and_load(cells: list[dict]) -> tuple[list, dict]:
+    """Every cell parsed as a `TrainConfig` and the data loaded once, before Ray or torch load.
+    Returns (configs, data); raises UsageError naming a bad value (`ValueError` of either step)."""
+    from trainables.config import parse_config
+    from trainables.data import load_data
+
+    try:
+        configs = [parse_config(cell) for cell in cells]
+        return configs, load_data(configs[0])
+    except ValueError as e:
+        raise flags.UsageError(str(e)) from None
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     options = run_flags.run_options(args)
@@ -77,14 +90,7 @@ def main(argv: list[str]) -> int:
         return 0
     preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads
 
-    from trainables.config import parse_config
-    from trainables.data import load_data
-
-    try:  # every cell is checked and the data loaded once, before Ray or torch load
-        configs = [parse_config(cell) for cell in cells]
-        data = load_data(configs[0])
-    except ValueError as e:
-        raise flags.UsageError(str(e)) from None
+    configs, data = check_and_load(cells)
 
     from ray import tune
 

@@ -49,12 +49,31 @@ NAME = "command"
 
 
 def parse_args(argv: list[str]):
+    """The flags before `--` and the command after it; raises UsageError on a bad value (exit 2).
+    Returns the argparse namespace with `template`, `axes`, `cells` added."""
     own_flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = flags.ArgumentParser(
         prog="sweeps/run_command.py",
         description=__doc__.split("\n\n")[0],
         usage="%(prog)s [--axis NAME=V1,V2 ...] [--tasks FILE] [--seeds N] [options] -- COMMAND {name} ...",
     )
+    add_grid_flags(parser)
+    add_metric_flags(parser)
+    add_command_flags(parser)
+    run_flags.add_run_args(parser, name=NAME, grid=True)
+    seed_flags.add_seed_args(parser, compare_default=None)
+    args = parser.parse_args(own_flags)
+    run_flags.check_run_args(args)
+    axes, tasks = read_grid(args, template)
+    check_command_args(args)
+    args.template, args.axes = template, axes
+    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
+    args.test_metric = args.test_metric or args.metric
+    return args
+
+
+def add_grid_flags(parser) -> None:
+    """--axis and --tasks: the cells of the grid."""
     parser.add_argument(
         "--axis",
         action="append",
@@ -70,6 +89,11 @@ def parse_args(argv: list[str]):
         help="explicit cells: a CSV with a header row, or a YAML/JSON list of mappings; "
         "crossed with --axis and --seeds",
     )
+
+
+def add_metric_flags(parser) -> None:
+    """--metric, --test-metric, --mode and how metrics are read from the command (--step-key,
+    --metric-pattern, --metrics-from)."""
     parser.add_argument(
         "--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)"
     )
@@ -101,6 +125,10 @@ def parse_args(argv: list[str]):
         "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
         "jsonl: that file only; tensorboard: event files the script writes under {trial_dir} (default: output)",
     )
+
+
+def add_command_flags(parser) -> None:
+    """How the command runs: --grace-period-s, --in-place, --dry-run, --check."""
     parser.add_argument(
         "--grace-period-s",
         type=float,
@@ -120,10 +148,12 @@ def parse_args(argv: list[str]):
         help="run the first cell's command once without Ray, print each metrics row read, and say "
         "whether --metric (and --test-metric) were seen; exit 0 only if they were",
     )
-    run_flags.add_run_args(parser, name=NAME, grid=True)
-    seed_flags.add_seed_args(parser, compare_default=None)
-    args = parser.parse_args(own_flags)
-    run_flags.check_run_args(args)
+
+
+def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
+    """The axes ({name or (name, ...): values}, with `seed` from --seeds) and the --tasks rows (None
+    without --tasks); sets `args.auto` (the --seeds auto rule, else None). Raises UsageError for an
+    axis given twice, two sources of the seed, or a template whose placeholders do not match."""
     axes = {}
     for text in args.axis:
         name, values = command_template.parse_axis(text)
@@ -146,6 +176,12 @@ def parse_args(argv: list[str]):
     args.auto = seed_flags.seed_rule_settings(args, {k: v for k, v in axes.items() if isinstance(k, str)})
     if args.auto and "seed" not in command_template.placeholders(template):
         raise UsageError("--seeds auto runs seed after seed of each cell: put {seed} in the command")
+    return axes, tasks
+
+
+def check_command_args(args) -> None:
+    """Raise UsageError for a --metric-pattern that reads no lines, a metric the command cannot
+    produce, a negative --grace-period-s, or --dry-run with --check."""
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
     if patterns and args.metrics_from not in STREAMS_READ:
         raise UsageError(
@@ -157,10 +193,6 @@ def parse_args(argv: list[str]):
         raise UsageError(f"--grace-period-s={args.grace_period_s} must be >= 0 seconds")
     if args.dry_run and args.check:
         raise UsageError("--dry-run prints the commands and --check runs the first one; give one of them")
-    args.template, args.axes = template, axes
-    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
-    args.test_metric = args.test_metric or args.metric
-    return args
 
 
 def warn_gpu_choice(template: list[str]) -> None:
@@ -188,6 +220,27 @@ def dry_run(args) -> int:
     return 0
 
 
+def command_trial_function(args, snapshot: dict | None):
+    """`train_command` with the command, how its metrics are read, and the code copy (`snapshot`,
+    None with --in-place) it runs in."""
+    from sweeps.engine.launch import TrialFunction
+    from trainables.command import train_command
+
+    return TrialFunction(
+        train_command,
+        {
+            "template": args.template,
+            "step_key": args.step_key,
+            "metric_pattern": args.metric_pattern or None,
+            "metrics_from": args.metrics_from,
+            "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
+            "grace_period_s": args.grace_period_s,
+            "cwd": os.getcwd(),
+            "code_dir": snapshot and snapshot["path"],
+        },
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.dry_run:
@@ -207,8 +260,7 @@ def main(argv: list[str]) -> int:
 
     from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
-    from sweeps.engine.launch import TrialFunction, launch
-    from trainables.command import train_command
+    from sweeps.engine.launch import launch
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).
@@ -231,22 +283,9 @@ def main(argv: list[str]) -> int:
         mode=args.mode,
         trial_name_creator=grid.trial_namer(command_template.cell_axes(cells)),
     )
-    trial_function = TrialFunction(
-        train_command,
-        {
-            "template": args.template,
-            "step_key": args.step_key,
-            "metric_pattern": args.metric_pattern or None,
-            "metrics_from": args.metrics_from,
-            "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
-            "grace_period_s": args.grace_period_s,
-            "cwd": os.getcwd(),
-            "code_dir": snapshot and snapshot["path"],
-        },
-    )
     code, _ = launch(
         options,
-        trial_function,
+        command_trial_function(args, snapshot),
         plan.param_space,
         tune_config,
         settings={"code_snapshot": snapshot},

@@ -11,9 +11,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 400
 EXEMPT = {"train_epochs"}  # the training loop reads top to bottom in one function (nanoGPT's style)
-# Files other helpers rewrite in parallel in round I2 (command trials: i1a/i1b). They are held to
-# the same rule, in the non-strict test below, until the integrator merges their branches.
-IN_PARALLEL_WORK = {"trainables/command.py", "sweeps/run_command.py", "sweeps/engine/command_template.py"}
 
 
 def too_long(folder: str, root: Path = ROOT) -> list[str]:
@@ -40,19 +37,6 @@ def test_too_long_finds_long_functions_and_files(tmp_path):
     assert too_long("pkg", root=tmp_path) == ["pkg/a.py:1 long: 61 lines", f"pkg/b.py: {MAX_FILE_LINES + 1} lines"]
 
 
-@pytest.mark.parametrize("folder", ["sweeps", "trainables"])
-def test_engine_and_trainables_keep_functions_and_files_short(folder):
-    found = [f for f in too_long(folder) if f.split(":")[0] not in IN_PARALLEL_WORK]
-    assert found == []
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="analysis/ is split by another helper (i2a) in parallel, and the command-trial files by i1a/i1b; "
-    "the integrator removes this mark after merging their branches",
-)
-def test_analysis_and_command_trials_keep_functions_and_files_short():
-    found = too_long("analysis") + [
-        f for f in too_long("sweeps") + too_long("trainables") if f.split(":")[0] in IN_PARALLEL_WORK
-    ]
-    assert found == []
+@pytest.mark.parametrize("folder", ["sweeps", "trainables", "analysis"])
+def test_functions_and_files_are_short(folder):
+    assert too_long(folder) == []

@@ -42,7 +42,6 @@ def check_command(args) -> int:
         terminate_group,
     )
     from trainables.command_sources import candidate_keys
-    from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -52,15 +51,7 @@ def check_command(args) -> int:
     seen: set = set()
     printed: dict = {"stdout": [], "stderr": []}
     with tempfile.TemporaryDirectory(prefix="raysweep-check-") as folder:
-        work_dir, metrics_file = Path(folder) / "work", Path(folder) / METRICS_FILE
-        work_dir.mkdir()
-        metrics_file.touch()
-        if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
-            try:
-                snapshot_code(Path.cwd(), Path(folder) / "code", skip=(Path(args.storage_path),))
-            except SnapshotTooLarge as e:
-                raise UsageError(str(e)) from None
-            fill_work_dir(Path(folder) / "code", work_dir)
+        work_dir, metrics_file = _prepare_folder(args, Path(folder), METRICS_FILE)
         argv = command_template.render(args.template, cell, str(work_dir), name)
         print(f"--check {name}: {shlex.join(argv)}", flush=True)
         context = StepContext(args.step_key, patterns, complete)
@@ -85,6 +76,23 @@ def check_command(args) -> int:
         rows = context.close() if streams else []
         show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
     return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
+
+
+def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
+    """Make `folder`/work (a copy of the code, as in a sweep, unless --in-place) and an empty metrics
+    file; returns their paths. Raises UsageError when the code is too large to copy."""
+    from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
+
+    work_dir, metrics_file = folder / "work", folder / metrics_name
+    work_dir.mkdir()
+    metrics_file.touch()
+    if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
+        try:
+            snapshot_code(Path.cwd(), folder / "code", skip=(Path(args.storage_path),))
+        except SnapshotTooLarge as e:
+            raise UsageError(str(e)) from None
+        fill_work_dir(folder / "code", work_dir)
+    return work_dir, metrics_file
 
 
 def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:

@@ -132,6 +132,13 @@ def read_tasks(path: str) -> list[dict]:
         if type(e).__module__.startswith("yaml"):
             raise UsageError(f"--tasks {path}: not valid YAML: {str(e).splitlines()[0]}") from None
         raise
+    _check_rows(path, rows)
+    return rows
+
+
+def _check_rows(path: str, rows) -> None:
+    """Raise UsageError unless `rows` (read from --tasks `path`) is a non-empty list of mappings of
+    the same identifier-named settings, with no empty or nested value and no row given twice."""
     if not isinstance(rows, list) or not rows:
         raise UsageError(f"--tasks {path}: expected a non-empty list of rows (mappings of setting: value)")
     keys = list(rows[0]) if isinstance(rows[0], dict) else []
@@ -150,7 +157,6 @@ def read_tasks(path: str) -> list[dict]:
             )
     if any(row in rows[:i] for i, row in enumerate(rows)):
         raise UsageError(f"--tasks {path}: a row is given twice; give each task once")
-    return rows
 
 
 def expand_cells(axes: dict, tasks: list[dict] | None, max_trials: int) -> list[dict]:

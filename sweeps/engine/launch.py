@@ -22,44 +22,30 @@ import sys
 import time
 
 import ray
-from ray import tune
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
 from analysis import storage
 from sweeps.engine import driver_lock, notify, provenance, resume
 from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
-from sweeps.engine.cluster import check_resources, concurrent_slots, default_gpus_per_trial, init_ray
+from sweeps.engine.cluster import check_resources, init_ray
 from sweeps.engine.flags import UsageError
 from sweeps.engine.gpus import (
-    auto_gpus_per_trial,
     check_shared_storage,
     choose_local_gpus,
     next_fraction_after_oom,
     oom_trials,
-    probe_on_gpu,
     requeued_trial_paths,
 )
 from sweeps.engine.monitoring import monitoring_callbacks
 from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.summary import print_summary
+from sweeps.engine.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
 from trainables.config import METRIC, MODE
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
 ARTIFACT_SYNC_PERIOD_S = 5
-
-
-@dataclasses.dataclass
-class TrialFunction:
-    """What each trial runs: `function(config, **params)` (Tune's Function API), the same function
-    data-parallel over whole GPUs (`ddp`, optional), and the config whose model and batch size
-    `--gpus-per-trial auto` probes (None: no probe, 0.25 GPU)."""
-
-    function: object
-    params: dict
-    ddp: object | None = None
-    probe_config: object | None = None
 
 
 def launch(
@@ -230,62 +216,6 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-
-
-def max_concurrent_trials(
-    options: RunOptions, gpus: float, trial_function: TrialFunction, tune_config: TuneConfig
-) -> int | None:
-    """`TuneConfig.max_concurrent_trials`: --max-concurrent, or a limit the sweep needs (None: none).
-
-    Data-parallel trials (`gpus` >= 2 with `trial_function.ddp`) hold no resources in their driver:
-    no more start than the GPUs can hold. A searcher keeps only one trial pending unless told how
-    many may run: as many as the resources per trial allow (`concurrent_slots`), at most
-    `tune_config.num_samples`.
-    """
-    max_concurrent = options.max_concurrent
-    if gpus >= 2 and trial_function.ddp:
-        return max_concurrent or max(1, int(ray.cluster_resources().get("GPU", 0) // gpus))
-    if tune_config.search_alg is not None:
-        return min(max_concurrent or concurrent_slots(gpus, options.cpus_per_trial), tune_config.num_samples)
-    return max_concurrent
-
-
-def gpus_per_trial(requested: float | str | None, cpus_per_trial: float, trial_function: TrialFunction) -> float:
-    """Resolve --gpus-per-trial with Ray up: `requested` as it is (GPUs, a float), the default (None:
-    0.25 with GPUs, else 0), or `auto` (probe the memory of one trial on a whole GPU, pack densely;
-    `sweeps/engine/gpus.py`)."""
-    if requested is None:
-        return default_gpus_per_trial()
-    if requested != "auto":
-        return requested
-    cfg, data = trial_function.probe_config, trial_function.params.get("data")
-    probe = (lambda: probe_on_gpu(cfg, data, cpus_per_trial)) if cfg is not None else (lambda: None)
-    headroom = cfg.gpu_memory_headroom if cfg is not None else 0.1
-    gpus, why = auto_gpus_per_trial(ray.cluster_resources().get("GPU", 0), probe, headroom)
-    print(f"--gpus-per-trial auto: {gpus:g} GPU per trial; {why}", flush=True)
-    return gpus
-
-
-def with_resources(trial_function: TrialFunction, gpus: float, cpus: float, experiment_dir: str):
-    """The trainable with its parameters and resources per trial, as Tune takes it.
-
-    A share of 2 or more GPUs runs `trial_function.ddp` when there is one: a Tune trial that drives a
-    Ray Train run of one worker per GPU and itself holds almost nothing.
-    """
-    if gpus >= 2 and trial_function.ddp is not None:
-        return tune.with_resources(
-            tune.with_parameters(
-                trial_function.ddp,
-                **trial_function.params,
-                num_workers=int(gpus),
-                cpus_per_worker=cpus,
-                experiment_path=experiment_dir,
-            ),
-            {"cpu": 0.01},
-        )  # Tune needs some resource
-    return tune.with_resources(
-        tune.with_parameters(trial_function.function, **trial_function.params), {"cpu": cpus, "gpu": gpus}
-    )
 
 
 def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
