@@ -256,7 +256,7 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
     assert "dashboard: http://" in logs
     assert re.search(
         r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
-        r"\| best val/acc 0\.\d{4} \(sym_0\.5_seed0\) \| epochs 2/2",
+        r"\| best val/acc \d+\.\d\d% \(sym_0\.5_seed0\) \| epochs 2/2",
         logs,
     ), logs[-3000:]
     trial = tmp_path / "noise_grid" / "sym_0.5_seed0"
