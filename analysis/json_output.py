@@ -105,6 +105,7 @@ def summary_document(
             "diverged": int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum()),
         },
         "duplicates": list(trials.attrs.get("duplicates") or []),
+        "seed_rule": a.get("seed_rule"),
     }
 
 
@@ -154,7 +155,7 @@ def _gpu_ids(value: Any) -> list:
 
 
 def _cell(row) -> dict:
-    return {
+    cell = {
         "n": int(row["n"]),
         "n_failed": int(row["n_failed"]),
         "n_diverged": int(row["n_diverged"]),
@@ -162,6 +163,9 @@ def _cell(row) -> dict:
         "std": _number(row["std"]),
         "ci95": _number(row["ci95"]),
     }
+    if isinstance(row.get("decision"), str):  # --seeds auto: the seeds the rule ran and its decision
+        cell |= {"seeds_n": int(row["seeds_n"]), "decision": row["decision"]}
+    return cell
 
 
 def _number(value: Any) -> float | None:

@@ -24,6 +24,7 @@ from analysis.rules import (
     describe_select,
     shown_as_percent,
 )
+from analysis.seed_marks import attach_decisions, load_decisions
 from analysis.select import select_values
 from analysis.stats import BOOTSTRAP_METHOD, bootstrap_ci, cell_stats, holm, paired_test
 
@@ -100,7 +101,8 @@ def paper_table(
         rows: config keys that make a method (``["loss", "lr"]``, ``"experiment"``); default every
             varying key but noise and seed (``experiment`` first when experiments share a cell).
         baseline: label (``"gce, 0.001"``) or a value of the row the others are tested against;
-            ``"auto"``: the one row with ``ce``; None: no tests.
+            ``"auto"``: the one row with ``ce``, none for a ``--seeds auto`` sweep (its decisions are
+            the test); None: no tests.
         seed: config key of the seed axis; pairs are formed on equal seeds (same noise draw).
         bootstrap: add BCa bootstrap intervals of each cell's mean (``boot_low``, ``boot_high``).
 
@@ -110,12 +112,16 @@ def paper_table(
         ``metric``, ``mode``, ``select``, ``k``, ``val_metric``, ``rule``
         (:func:`analysis.rules.describe_select`), ``rows``, ``columns``, ``baseline`` (label or
         None), ``n_seeds``, ``percent`` (accuracy in [0, 1]: shown ×100), ``alpha``,
-        ``correction`` (``"holm"``), ``n_comparisons``, ``bootstrap`` (method or None).
+        ``correction`` (``"holm"``), ``n_comparisons``, ``bootstrap`` (method or None),
+        ``seed_rule`` (the stopping rule's sentence of a ``--seeds auto`` sweep, else None; its
+        ``seeds_n`` and ``decision`` columns: :func:`analysis.seed_marks.attach_decisions`).
 
     Raises:
         ExperimentError: bad rule or k, a metric, row key or baseline that does not exist.
     """
     val_metric, val_mode, mode = _directions(trials, metric, val_metric, val_mode, mode)
+    if baseline == "auto" and load_decisions(trials.attrs.get("experiment")) is not None:
+        baseline = None  # --seeds auto: its sequential decisions are the table's test, not fixed-n t-tests
     values = select_values(history, metric, select, k=k, val_metric=val_metric, val_mode=val_mode)["value"]
     columns = [c for c in (NOISE_TYPE, NOISE_RATE) if c in trials.columns]
     keys = _row_keys(trials, rows, columns, seed)
@@ -131,7 +137,7 @@ def paper_table(
     n_seeds = trials[seed_column].nunique() if seed_column else int(table[["n", "n_failed"]].sum(axis=1).max())
     rule = dict(metric=metric, mode=mode, select=select, k=k, val_metric=val_metric)
     table.attrs.update(_attrs(table, rule, keys, columns, base_label, int(n_seeds), bootstrap, trials.attrs))
-    return table
+    return attach_decisions(table, trials.attrs)
 
 
 def _attrs(table, rule: dict, keys, columns, base_label, n_seeds: int, bootstrap: bool, trial_attrs: dict) -> dict:

@@ -148,6 +148,7 @@ def _write_best_runs(
     (out / "best_runs.txt").write_text(
         f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n"
         + format_table(table)
+        + (table.attrs["seed_rule"] + "\n" if table.attrs.get("seed_rule") else "")
         + (duplicates + "\n" if duplicates else "")
     )
     trials.to_csv(out / "trials.csv", index=False)
@@ -302,7 +303,7 @@ def _markdown(
         "",
         f"{metric}: {rule}. Mean over seeds with a 95 % Student-t confidence interval; errored and diverged "
         "trials are counted under *failed* and left out of the statistics. Also as `best_runs.csv` and "
-        "`best_runs.tex`.",
+        "`best_runs.tex`." + (f" seeds, decision: {table.attrs['seed_rule']}" if table.attrs.get("seed_rule") else ""),
         "",
         format_table(table, "markdown"),
     ]

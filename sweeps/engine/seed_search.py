@@ -37,7 +37,8 @@ def next_seeds(
         values: {(cell, method, seed): metric}; running, failed: sets of (cell, method, seed).
     Returns:
         for each method the decision rule says `needs_more`, its lowest seed below max_seeds that is
-        neither done, running nor failed; ordered by its lead in results over the least-advanced open
+        neither done, running nor failed (none for a method with a failed seed: its counted seeds end
+        before it); ordered by its lead in results over the least-advanced open
         method of its cell, then seeds in flight, then the cell's largest adjusted p (highest first),
         then seeds done or running (fewest first). Every open method
         is listed, so a free slot is never left idle while one could use it.
@@ -54,7 +55,8 @@ def next_seeds(
     for row in rows:
         taken = {s for (c, m, s) in values.keys() | running | failed if (c, m) == (row["cell"], row["method"])}
         free = [s for s in range(rule.max_seeds) if s not in taken]
-        if row["needs_more"] and free:
+        stuck = any((c, m) == (row["cell"], row["method"]) for (c, m, _) in failed)  # counted seeds end there
+        if row["needs_more"] and free and not stuck:
             wanted.append((row["cell"], row["method"], free[0], row["n"], len(taken)))
     least = {}
     for c, _, _, done, _ in wanted:
@@ -69,6 +71,10 @@ def next_seeds(
 class SeedSearcher(Searcher):
     """Suggests trial configs `cell | {compare: method, "seed": seed}` by `next_seeds`.
 
+    A seed whose trial errored is rerun once: it is the lowest seed its method has not run, so
+    `next_seeds` hands it out next (the method's counted seeds are a gap-free prefix). A second error,
+    or a diverged result, ends the method's counted seeds before it.
+
     Args:
         cells: one config per cell (the grid's axes without seed and `compare`).
         compare: the compared axis; methods: its values.
@@ -82,7 +88,7 @@ class SeedSearcher(Searcher):
         self.keys = sorted(cells[0]) if cells else []
         self.cells = {cell_key(c, self.keys): c for c in cells}
         self.compare, self.methods, self.rule = compare, list(methods), rule
-        self.values, self.running, self.failed = dict(known), {}, set()
+        self.values, self.running, self.failed, self.retried = dict(known), {}, set(), set()
 
     def suggest(self, trial_id: str) -> dict | None:
         todo = next_seeds(
@@ -98,8 +104,10 @@ class SeedSearcher(Searcher):
         value = (result or {}).get(self.metric)
         if key is None:
             return
-        if error or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.failed.add(key)  # an errored or diverged seed is not retried here (Tune's FailureConfig did)
+        if error and key not in self.retried:
+            self.retried.add(key)  # errored (after Tune's FailureConfig retries): rerun once, as the method's next seed
+        elif error or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.failed.add(key)  # errored twice, or diverged (the same seed would diverge again): not rerun
         else:
             self.values[key] = float(value)
 
@@ -110,6 +118,7 @@ class SeedSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+        self.__dict__.setdefault("retried", set())  # a searcher saved before errored seeds were rerun
 
 
 def known_results(trials, compare: str, keys: list[str], metric: str) -> dict:
@@ -175,6 +184,7 @@ def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: Seed
     """Decide every (cell, method) from the experiment's finished trials, write `report/seeds.csv` and
     print one line: trials run against the fixed `--max-seeds` grid. Returns the CSV's path."""
     from analysis import load_trials, storage
+    from analysis.seed_marks import SEEDS_TABLE
     from analysis.seeds import seeds_frame
 
     base, methods = split_grid(cells, compare)
@@ -185,8 +195,8 @@ def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: Seed
     for (c, m, s), v in known.items():
         if c in results and m in results[c] and s < rule.max_seeds:
             results[c][m][s] = v
-    frame = seeds_frame(decide(results, rule), compare)
-    path = storage.join(experiment_dir, "report", "seeds.csv")
+    frame = seeds_frame(decide(results, rule), compare, rule)
+    path = storage.join(experiment_dir, *SEEDS_TABLE)
     storage.write_bytes(path, frame.to_csv(index=False).encode())
     ran, fixed = sum(len(by_seed) for r in results.values() for by_seed in r.values()), len(cells)
     undecided = int((frame["decision"] == "undecided").sum())

@@ -1,0 +1,69 @@
+"""The decisions of a `--seeds auto` sweep shown in its tables: each (cell, method)'s n and decision.
+
+`sweeps/engine/seed_search.finish_auto` writes `report/seeds.csv` (`analysis.seeds.seeds_frame`); the
+paper table (`analysis.paper_table`) and the best-runs table (`analysis.best_runs`) of that experiment
+take its `seeds_n` and `decision` columns (`attach_decisions`) and the stopping rule's sentence
+(`attrs["seed_rule"]`), which their captions state instead of a significance test. Every renderer
+(Markdown, LaTeX, text, `--json`) shows the same `decision_mark`.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+SEEDS_TABLE = ("report", "seeds.csv")
+"""Where `finish_auto` writes the decisions, relative to the experiment folder."""
+
+
+_STATISTICS = ("seeds_n", "mean", "std", "diff_vs_best", "p_adjusted", "decision", "compare", "rule")
+
+
+def load_decisions(experiment: str | None) -> pd.DataFrame | None:
+    """`report/seeds.csv` of an experiment folder (local or URI), or None when it has none (not `--seeds auto`)."""
+    from analysis import storage
+
+    if not experiment:
+        return None
+    try:
+        return pd.read_csv(io.BytesIO(storage.read_bytes(storage.join(experiment, *SEEDS_TABLE))))
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+
+
+def attach_decisions(table: pd.DataFrame, attrs: dict) -> pd.DataFrame:
+    """`table` (a paper or best-runs table, bare column names) with `seeds_n` and `decision` of its rows.
+
+    Args:
+        attrs: the trials' `attrs`: its `experiment` is read (one experiment; several: unchanged).
+    Returns:
+        a copy with the two columns merged on the cell axes and the compared axis both tables have
+        (NaN where seeds.csv has no such row) and `attrs["seed_rule"]` the rule's sentence; `table`
+        itself (and `attrs["seed_rule"]` None) when the experiment has no seeds.csv or the tables share no axis.
+    """
+    several = len(attrs.get("experiments") or []) > 1
+    decisions = None if several else load_decisions(attrs.get("experiment"))
+    table.attrs["seed_rule"] = None
+    if decisions is None or decisions.empty:
+        return table
+    compare = str(decisions["compare"].iloc[0])
+    decisions = decisions.rename(columns={"method": compare, "n": "seeds_n"})
+    on = [c for c in decisions.columns if c in table.columns and c not in _STATISTICS]
+    if compare not in on:
+        return table
+    keyed = decisions[on + ["seeds_n", "decision"]].astype({c: str for c in on}).drop_duplicates(on)
+    merged = table.astype({c: str for c in on}).merge(keyed, on=on, how="left")[["seeds_n", "decision"]]
+    out = table.copy()
+    out["seeds_n"], out["decision"] = merged["seeds_n"].to_numpy(), merged["decision"].to_numpy()
+    out.attrs = dict(table.attrs, seed_rule=str(decisions["rule"].iloc[0]))
+    return out
+
+
+def decision_mark(row) -> str:
+    """`n=3, worse`: the seeds the rule ran for this method and its decision against the cell's best
+    (best, better, worse, equivalent, or undecided at the cap); "" for a row without a decision."""
+    decision = row.get("decision")
+    if not isinstance(decision, str):
+        return ""
+    return f"n={int(row['seeds_n'])}, {decision}"
