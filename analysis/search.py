@@ -11,7 +11,7 @@ Input: a pandas DataFrame with one row per trial, as `ResultGrid.get_dataframe()
     - optionally `training_iteration` (epochs the trial ran) and `trial` (its name; else `logdir` or
       `trial_id` is used).
 Inputs are never modified. Plots return a matplotlib `Figure`. The default metric and mode are
-analysis's own (`val/acc`, `max`, :mod:`analysis.rules`), not trainables'.
+analysis's own (`val/acc`, `max`, :mod:`analysis.rules`): analysis/ imports nothing from trainables/.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from analysis.rules import guess_mode
 from analysis.tune_files import flatten
 
 JOINS_STEP_METRIC = (
-    "command/joins_step"  # the marker `trainables/command_parse.py` writes (a string here: no torch-side import)
+    "command/joins_step"  # the marker `trainables/command_parse.py` writes (analysis imports no trainables)
 )
 
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
