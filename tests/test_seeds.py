@@ -292,3 +292,18 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     assert document["seed_rule"] == rule.describe()
     decisions = {(c["key"]["loss"], c["key"]["noise_rate"]): (c["seeds_n"], c["decision"]) for c in document["cells"]}
     assert decisions[("gce", 0.2)] == (3, "worse") and decisions[("gce", 0.4)] == (4, "undecided")
+
+
+def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union_bound_and_twins_never():
+    from benchmarks.seeds_auto import run_sequential
+
+    rng = np.random.default_rng(11)
+    shared = rng.normal(0, 3, (200, 2, 1, 10))  # each seed's split, noise and init: the same for every method
+    own = rng.normal(0, 1, (200, 2, 2, 10))
+    values = 85 + shared + own - np.array([[0.0, 2.0], [0.0, 0.0]])[..., None]  # cell 0: a 2-point gap; 1: twins
+    exact, union = run_sequential(values, SeedRule()), run_sequential(values, SeedRule(boundary="union"))
+    decided = lambda out: (out["decision"][:, 0] == 2).any(axis=-1)  # noqa: E731  (worse than the best)
+    assert decided(exact).mean() >= decided(union).mean() and decided(exact).mean() > 0.8
+    assert exact["n"][:, 0].sum(axis=-1).mean() < union["n"][:, 0].sum(axis=-1).mean()  # fewer seeds
+    twins_claimed = np.isin(exact["decision"][:, 1], (1, 2)).any(axis=-1).mean()
+    assert twins_claimed <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)  # identical methods: a claim only at the error rate
