@@ -9,7 +9,6 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-
 CI_LEVEL = 0.95
 """Level of the confidence intervals (two-sided)."""
 
