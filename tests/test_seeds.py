@@ -307,3 +307,14 @@ def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union
     assert exact["n"][:, 0].sum(axis=-1).mean() < union["n"][:, 0].sum(axis=-1).mean()  # fewer seeds
     twins_claimed = np.isin(exact["decision"][:, 1], (1, 2)).any(axis=-1).mean()
     assert twins_claimed <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)  # identical methods: a claim only at the error rate
+
+
+def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    law = sequential.null_law.__wrapped__  # past the in-memory cache
+    first = law(3, 5, "obf", 2000)
+    path = sequential.cache_file(3, 5, "obf", 2000)
+    assert path.startswith(str(tmp_path)) and np.array_equal(law(3, 5, "obf", 2000)[0], first[0])
+    with open(path, "wb") as f:
+        f.write(b"torn")
+    assert np.array_equal(law(3, 5, "obf", 2000)[1], first[1])  # recomputed: the same seeded paths
