@@ -1,6 +1,7 @@
 """Tests of `analysis/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import sequential
@@ -203,7 +204,9 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
     from sweeps.engine.seed_search import SeedSearcher
 
     rule = SeedRule(min_seeds=3, max_seeds=6)
-    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
+    searcher = SeedSearcher(
+        [{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {}, experiment_dir=str(tmp_path)
+    )
     rng = np.random.default_rng(0)
     running = {}
     for i in range(4):  # four free slots: seeds are handed out before any result, the least advanced first
@@ -219,6 +222,9 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
         searcher.on_trial_complete(f"t{count}", {"val/acc": value})
         count += 1
     assert config == Searcher.FINISHED and 6 <= count <= 8  # decided at 3 or 4 seeds per method, not the cap's 12
+    # on FINISHED the decisions are written, before the sweep's summary and report read them
+    decisions = pd.read_csv(tmp_path / "report" / "seeds.csv").set_index("method")
+    assert decisions.loc["gce", "decision"] == "worse" and decisions.loc["ce", "n"] == count // 2
     searcher.save(str(tmp_path / "s.pkl"))
     again = SeedSearcher([], "loss", [], rule, "val/acc", "max", {})
     again.restore(str(tmp_path / "s.pkl"))

@@ -81,10 +81,23 @@ class SeedSearcher(Searcher):
         rule: the `analysis.seeds.SeedRule`.
         metric, mode: the sweep's metric (its last reported value is the one compared) and mode.
         known: {(cell key, method, seed): metric} of finished trials reused from earlier runs.
+        experiment_dir: where the decisions are written (`write_decisions`) once the searcher says
+            FINISHED, before the sweep's summary and report are made, so the tables show them.
     """
 
-    def __init__(self, cells: list[dict], compare: str, methods: list, rule: SeedRule, metric: str, mode: str, known):
+    def __init__(
+        self,
+        cells: list[dict],
+        compare: str,
+        methods: list,
+        rule: SeedRule,
+        metric: str,
+        mode: str,
+        known,
+        experiment_dir: str | None = None,
+    ):
         super().__init__(metric=metric, mode=mode)
+        self.experiment_dir = experiment_dir
         self.keys = sorted(cells[0]) if cells else []
         self.cells = {cell_key(c, self.keys): c for c in cells}
         self.compare, self.methods, self.rule = compare, list(methods), rule
@@ -94,8 +107,13 @@ class SeedSearcher(Searcher):
         todo = next_seeds(
             list(self.cells), self.methods, self.values, set(self.running.values()), self.failed, self.rule
         )
+        if not todo and self.running:
+            return None
         if not todo:
-            return None if self.running else Searcher.FINISHED
+            if self.experiment_dir and not getattr(self, "recorded", False):
+                self.recorded = True
+                write_decisions(self.experiment_dir, self.results(), self.compare, self.rule)
+            return Searcher.FINISHED
         cell, method, seed = self.running[trial_id] = todo[0]
         return self.cells[cell] | {self.compare: method, "seed": seed}
 
@@ -111,6 +129,14 @@ class SeedSearcher(Searcher):
         else:
             self.values[key] = float(value)
 
+    def results(self) -> dict:
+        """{cell key: {method: {seed: metric}}} of the results so far, seeds below the cap."""
+        out = {c: {m: {} for m in self.methods} for c in self.cells}
+        for (c, m, s), v in self.values.items():
+            if c in out and m in out[c] and s < self.rule.max_seeds:
+                out[c][m][s] = v
+        return out
+
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
             pickle.dump(self.__dict__, f)
@@ -119,6 +145,7 @@ class SeedSearcher(Searcher):
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
         self.__dict__.setdefault("retried", set())  # a searcher saved before errored seeds were rerun
+        self.__dict__.setdefault("experiment_dir", None)
 
 
 def known_results(trials, compare: str, keys: list[str], metric: str) -> dict:
@@ -157,7 +184,8 @@ def auto_search(cells: list[dict], compare: str, rule: SeedRule, experiment_dir:
     rows = load_trials(experiment_dir).to_dict("records") if reused else []
     folders = set(reused.values())
     known = known_results([r for r in rows if r["trial_dir"] in folders], compare, keys, metric)
-    searcher = SeedSearcher(base, compare, methods, rule, metric, "max" if rule.mode == "max" else "min", known)
+    mode = "max" if rule.mode == "max" else "min"
+    searcher = SeedSearcher(base, compare, methods, rule, metric, mode, known, experiment_dir=experiment_dir)
     print(f"--seeds auto: {len(known)} finished trial(s) reused; {rule.describe()}", flush=True)
     return searcher, max(1, len(cells) - len(known))
 
@@ -180,12 +208,23 @@ def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_
     return planned, rule
 
 
+def write_decisions(experiment_dir: str, results: dict, compare: str, rule: SeedRule):
+    """Decide every (cell, method) of `results` ({cell key: {method: {seed: metric}}}) and write
+    `report/seeds.csv` (`analysis.seeds.seeds_frame`, atomically). Returns (the frame, the CSV's path)."""
+    from analysis import storage
+    from analysis.seed_marks import SEEDS_TABLE
+    from analysis.seeds import seeds_frame
+
+    frame = seeds_frame(decide(results, rule), compare, rule)
+    path = storage.join(experiment_dir, *SEEDS_TABLE)
+    storage.write_bytes(path, frame.to_csv(index=False).encode())
+    return frame, path
+
+
 def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: SeedRule, metric: str) -> str:
     """Decide every (cell, method) from the experiment's finished trials, write `report/seeds.csv` and
     print one line: trials run against the fixed `--max-seeds` grid. Returns the CSV's path."""
-    from analysis import load_trials, storage
-    from analysis.seed_marks import SEEDS_TABLE
-    from analysis.seeds import seeds_frame
+    from analysis import load_trials
 
     base, methods = split_grid(cells, compare)
     keys = sorted(base[0]) if base else []
@@ -195,14 +234,12 @@ def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: Seed
     for (c, m, s), v in known.items():
         if c in results and m in results[c] and s < rule.max_seeds:
             results[c][m][s] = v
-    frame = seeds_frame(decide(results, rule), compare, rule)
-    path = storage.join(experiment_dir, *SEEDS_TABLE)
-    storage.write_bytes(path, frame.to_csv(index=False).encode())
+    frame, path = write_decisions(experiment_dir, results, compare, rule)
     ran, fixed = sum(len(by_seed) for r in results.values() for by_seed in r.values()), len(cells)
     undecided = int((frame["decision"] == "undecided").sum())
     print(
         f"--seeds auto: {ran} trials run vs {fixed} in the fixed {rule.max_seeds}-seed grid "
-        f"({1 - ran / fixed:.0%} saved); {undecided} comparison(s) undecided; {path}",
+        f"({fixed - ran} saved by the rule, {1 - ran / fixed:.0%}); {undecided} comparison(s) undecided; {path}",
         flush=True,
     )
     return path
