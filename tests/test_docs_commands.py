@@ -183,6 +183,10 @@ NOT_RUN.update(
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES
         + "; tests/test_seeds_sweep.py runs --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 15": "extends the sweep above",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10 --smoke-test --name j3grid": "the "
+        "docs' 12-cell comparison: 224 trials, minutes; tests/test_seeds_sweep.py runs --seeds auto end to end",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --smoke-test --name j3fixed": "the fixed grid of "
+        "the comparison: 360 trials, minutes",
         "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
         "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
         "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
