@@ -30,7 +30,7 @@ def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
         else " No best marked: no column has two methods to compare."
     )
     if a.get("seed_rule"):
-        return text + f" (n=…, decision) in every cell: {a['seed_rule']}"
+        return text + f" (n=…, decision) in every cell, decided on {a['val_metric']}: {a['seed_rule']}"
     if a["baseline"] is None:
         return text + " No significance test (no baseline row)."
     return text + (
