@@ -187,6 +187,10 @@ NOT_RUN.update(
         "docs' 12-cell comparison: 224 trials, minutes; tests/test_seeds_sweep.py runs --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --smoke-test --name j3fixed": "the fixed grid of "
         "the comparison: 360 trials, minutes",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10 --epochs 10 --name j3grid10": "the "
+        "docs' 12-cell comparison at 10 epochs: 318 trials, half an hour",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --epochs 10 --name j3grid10": "completes the "
+        "fixed grid of the run above",
         "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
         "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
         "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
