@@ -10,6 +10,7 @@ take its `seeds_n` and `decision` columns (`attach_decisions`) and the stopping 
 from __future__ import annotations
 
 import io
+import warnings
 
 import pandas as pd
 
@@ -21,15 +22,28 @@ _STATISTICS = ("seeds_n", "mean", "std", "diff_vs_best", "p_adjusted", "decision
 
 
 def load_decisions(experiment: str | None) -> pd.DataFrame | None:
-    """`report/seeds.csv` of an experiment folder (local or URI), or None when it has none (not `--seeds auto`)."""
+    """`report/seeds.csv` of an experiment folder (local or URI), or None when it has none (not `--seeds auto`).
+
+    A file that cannot be read as the decisions (torn, or written before the `compare` and `rule`
+    columns) is skipped with a warning naming it; the tables are then shown without decisions.
+    """
     from analysis import storage
 
     if not experiment:
         return None
+    path = storage.join(experiment, *SEEDS_TABLE)
     try:
-        return pd.read_csv(io.BytesIO(storage.read_bytes(storage.join(experiment, *SEEDS_TABLE))))
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        frame = pd.read_csv(io.BytesIO(storage.read_bytes(path)))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as error:  # pandas' ParserError and EmptyDataError are ValueErrors
+        warnings.warn(f"{path}: skipped, not readable as --seeds auto decisions ({error})", stacklevel=2)
+        return None
+    missing = {"method", "n", "decision", "compare", "rule"} - set(frame.columns)
+    if missing:
+        warnings.warn(f"{path}: skipped, no column(s) {sorted(missing)} (written by an older raysweep)", stacklevel=2)
+        return None
+    return frame
 
 
 def attach_decisions(table: pd.DataFrame, attrs: dict) -> pd.DataFrame:
@@ -40,11 +54,10 @@ def attach_decisions(table: pd.DataFrame, attrs: dict) -> pd.DataFrame:
     Returns:
         a copy with the two columns merged on the cell axes and the compared axis both tables have
         (NaN where seeds.csv has no such row) and `attrs["seed_rule"]` the rule's sentence; `table`
-        itself (and `attrs["seed_rule"]` None) when the experiment has no seeds.csv or the tables share no axis.
+        itself (no `seed_rule`) when the experiment has no usable seeds.csv or the tables share no axis.
     """
     several = len(attrs.get("experiments") or []) > 1
     decisions = None if several else load_decisions(attrs.get("experiment"))
-    table.attrs["seed_rule"] = None
     if decisions is None or decisions.empty:
         return table
     compare = str(decisions["compare"].iloc[0])

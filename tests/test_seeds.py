@@ -324,3 +324,17 @@ def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path,
     with open(path, "wb") as f:
         f.write(b"torn")
     assert np.array_equal(law(3, 5, "obf", 2000)[1], first[1])  # recomputed: the same seeded paths
+
+
+def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path):
+    from analysis.seed_marks import SEEDS_TABLE, load_decisions
+
+    path = tmp_path.joinpath(*SEEDS_TABLE)
+    assert load_decisions(str(tmp_path)) is None  # no file: not an auto sweep, no warning
+    path.parent.mkdir()
+    path.write_text('noise_rate,method,n,decision\n0.5,ce,3,best\n"0.5,gce')  # torn inside a quoted field
+    with pytest.warns(UserWarning, match="seeds.csv: skipped"):
+        assert load_decisions(str(tmp_path)) is None
+    path.write_text("noise_rate,method,n,decision\n0.5,ce,3,best\n")  # an I3 file: no compare, rule columns
+    with pytest.warns(UserWarning, match=r"no column\(s\) \['compare', 'rule'\]"):
+        assert load_decisions(str(tmp_path)) is None
