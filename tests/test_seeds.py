@@ -338,3 +338,16 @@ def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path)
     path.write_text("noise_rate,method,n,decision\n0.5,ce,3,best\n")  # an I3 file: no compare, rule columns
     with pytest.warns(UserWarning, match=r"no column\(s\) \['compare', 'rule'\]"):
         assert load_decisions(str(tmp_path)) is None
+
+
+def test_the_simulation_json_has_every_rho_and_the_keys_of_each_scenario(tmp_path):
+    import json
+
+    from benchmarks.seeds_auto import EFFECTS, RHOS, main
+
+    assert main(["--sweeps", "10", "--json", str(tmp_path / "out.json")]) == 0
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert {(r["rho"], r["effect_sd"]) for r in result["scenarios"]} == {(r, e) for r in RHOS for e in EFFECTS}
+    keys = {"rho", "effect_sd", "fixed_fwer", "fixed_power", "fixed_seeds_per_cell", "sequential_fwer"}
+    keys |= {"sequential_power", "sequential_seeds_per_cell", "sweeps"}
+    assert all(keys <= set(r) for r in result["scenarios"]) and result["rule"]["alpha"] == 0.05
