@@ -1,6 +1,6 @@
 """The decisions of a `--seeds auto` sweep shown in its tables: each (cell, method)'s n and decision.
 
-`sweeps/engine/seed_search.finish_auto` writes `report/seeds.csv` (`analysis.seeds.seeds_frame`); the
+`sweeps/engine/seed_search.write_decisions` writes `report/seeds.csv` (`analysis.seeds.seeds_frame`); the
 paper table (`analysis.paper_table`) and the best-runs table (`analysis.best_runs`) of that experiment
 take its `seeds_n` and `decision` columns (`attach_decisions`) and the stopping rule's sentence
 (`attrs["seed_rule"]`), which their captions state instead of a significance test. Every renderer
@@ -14,28 +14,26 @@ import warnings
 
 import pandas as pd
 
-SEEDS_TABLE = ("report", "seeds.csv")
-"""Where `finish_auto` writes the decisions, relative to the experiment folder."""
-
+from trainables import records
 
 _STATISTICS = ("seeds_n", "mean", "std", "diff_vs_best", "p_adjusted", "decision", "compare", "rule")
 
 
 def load_decisions(experiment: str | None) -> pd.DataFrame | None:
-    """`report/seeds.csv` of an experiment folder (local or URI), or None when it has none (not `--seeds auto`).
+    """`report/seeds.csv` of an experiment folder (local or URI; `trainables.records.read_seeds_table`),
+    or None when it has none (not `--seeds auto`).
 
     A file that cannot be read as the decisions (torn, or written before the `compare` and `rule`
     columns) is skipped with a warning naming it; the tables are then shown without decisions.
     """
-    from analysis import storage
-
     if not experiment:
         return None
-    path = storage.join(experiment, *SEEDS_TABLE)
+    path = records.seeds_table_path(experiment)
     try:
-        frame = pd.read_csv(io.BytesIO(storage.read_bytes(path)))
-    except FileNotFoundError:
-        return None
+        text = records.read_seeds_table(experiment)
+        if text is None:
+            return None
+        frame = pd.read_csv(io.StringIO(text))
     except (OSError, ValueError) as error:  # pandas' ParserError and EmptyDataError are ValueErrors
         warnings.warn(f"{path}: skipped, not readable as --seeds auto decisions ({error})", stacklevel=2)
         return None

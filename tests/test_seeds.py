@@ -1,5 +1,7 @@
 """Tests of `analysis/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -264,9 +266,9 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
 
     import analysis
     from analysis.json_output import schema, summary_document
-    from analysis.seed_marks import SEEDS_TABLE
     from analysis.seeds import seeds_frame
     from tests.analysis_fixtures import paper_grid
+    from trainables import records
 
     experiment = paper_grid(tmp_path, losses=("ce", "gce"), types=("sym",), rates=(0.2, 0.4), seeds=(0, 1, 2, 3))
     cells = {
@@ -276,8 +278,7 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     rule = SeedRule(min_seeds=3, max_seeds=4)
     frame = seeds_frame(decide(cells, rule), "loss", rule)
     frame["decision"] = ["best", "worse", "best", "undecided"]  # the marks, whatever the toy values decide
-    (experiment / SEEDS_TABLE[0]).mkdir()
-    frame.to_csv(experiment.joinpath(*SEEDS_TABLE), index=False)
+    records.write_seeds_table(str(experiment), frame.to_csv(index=False))
     trials, history = analysis.load_experiment(experiment)
 
     paper = analysis.paper_table(trials, history, "test/acc", select="last")
@@ -327,9 +328,10 @@ def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path,
 
 
 def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path):
-    from analysis.seed_marks import SEEDS_TABLE, load_decisions
+    from analysis.seed_marks import load_decisions
+    from trainables import records
 
-    path = tmp_path.joinpath(*SEEDS_TABLE)
+    path = Path(records.seeds_table_path(str(tmp_path)))
     assert load_decisions(str(tmp_path)) is None  # no file: not an auto sweep, no warning
     path.parent.mkdir()
     path.write_text('noise_rate,method,n,decision\n0.5,ce,3,best\n"0.5,gce')  # torn inside a quoted field

@@ -20,6 +20,7 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from analysis.seeds import SeedRule, decide
+from trainables import records, storage
 
 
 def cell_key(config: dict, keys: list[str]) -> str:
@@ -138,8 +139,7 @@ class SeedSearcher(Searcher):
         return out
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__, f)
+        storage.write_bytes(checkpoint_path, pickle.dumps(self.__dict__))  # atomic: a killed save leaves the old one
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
@@ -210,15 +210,12 @@ def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_
 
 def write_decisions(experiment_dir: str, results: dict, compare: str, rule: SeedRule):
     """Decide every (cell, method) of `results` ({cell key: {method: {seed: metric}}}) and write
-    `report/seeds.csv` (`analysis.seeds.seeds_frame`, atomically). Returns (the frame, the CSV's path)."""
-    from analysis import storage
-    from analysis.seed_marks import SEEDS_TABLE
+    `report/seeds.csv` (`analysis.seeds.seeds_frame`; `trainables.records.write_seeds_table`, atomically).
+    Returns (the frame, the CSV's path)."""
     from analysis.seeds import seeds_frame
 
     frame = seeds_frame(decide(results, rule), compare, rule)
-    path = storage.join(experiment_dir, *SEEDS_TABLE)
-    storage.write_bytes(path, frame.to_csv(index=False).encode())
-    return frame, path
+    return frame, records.write_seeds_table(experiment_dir, frame.to_csv(index=False))
 
 
 def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: SeedRule, metric: str) -> str:
