@@ -9,8 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-CI_LEVEL = 0.95
-"""Level of the confidence intervals (two-sided)."""
+from trainables.confidence import CI_LEVEL, t_half_width  # the one t-quantile (scipy.stats.t)
 
 BOOTSTRAP_METHOD = "BCa"
 """``scipy.stats.bootstrap`` method of :func:`bootstrap_ci`: bias-corrected and accelerated
@@ -18,19 +17,6 @@ BOOTSTRAP_METHOD = "BCa"
 
 BOOTSTRAP_RESAMPLES = 9999
 """Resamples of :func:`bootstrap_ci` (scipy's default)."""
-
-
-def t_half_width(std: float, n: int, level: float = CI_LEVEL) -> float:
-    """Half width of the Student-t confidence interval of a mean: ``t(1 − (1 − level)/2, n − 1)
-    · std / √n`` (Student 1908; quantile from ``scipy.stats.t.ppf``). NaN for n < 2 or NaN std.
-
-    The one t-quantile of the project: trainables (a trial's ``val/acc_ci95`` over its seeds) and
-    every table's ``ci95`` call it, so the interval a search shows is the one a report prints."""
-    if n < 2 or not np.isfinite(std):
-        return math.nan
-    from scipy import stats  # slow to import: only when a statistic is computed
-
-    return float(stats.t.ppf(0.5 + level / 2, n - 1) * std / math.sqrt(n))
 
 
 def seed_stats(values: Sequence[float], level: float = CI_LEVEL) -> dict:

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from analysis.stats import t_half_width  # the one t-quantile (scipy.stats.t), shared with every table
+from trainables.confidence import t_half_width  # the one t-quantile, shared with every table
 from trainables.config import METRIC, TrainConfig
 
 
 def seed_mean(per_seed: list[dict], seeds: Sequence[int]) -> dict:
     """Mean over seeds of every numeric metric, plus per-seed `METRIC`, its std and 95% CI half width
-    (`analysis.stats.t_half_width`; 0 with one seed).
+    (`trainables.confidence.t_half_width`; 0 with one seed).
 
     Args:
         per_seed: one metrics dict of `train_epochs` per seed, same epoch.
