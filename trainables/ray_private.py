@@ -143,10 +143,12 @@ def count_each_actor_death_once() -> bool:
     max_failures, pending); the nearest are ray-project/ray#36951 and #42951 (other bugs of actor reuse,
     the second turning `reuse_actors` off by default).
     Returns:
-        True when Tune is patched (now or before); False when this Ray lacks the methods (nothing done).
+        True when Tune is patched (now or before); False when this Ray lacks the module or methods (nothing done).
     """
-    from ray.tune.execution.tune_controller import TuneController
-
+    try:
+        from ray.tune.execution.tune_controller import TuneController
+    except ImportError:  # a Ray that moved it: Tune's own handling
+        return False
     if getattr(TuneController, "_raysweep_one_failure_per_death", False):
         return True
     if not all(hasattr(TuneController, name) for name in ("_actor_failed", "_trial_task_failure")):
