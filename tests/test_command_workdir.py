@@ -63,13 +63,14 @@ def test_snapshot_copies_code_links_data_and_leaves_out_caches(tmp_path):
     code = tmp_path / "code"
     assert (code / "main.py").read_bytes() == (repo / "main.py").read_bytes() and not (code / "main.py").is_symlink()
     assert (code / "config" / "x.json").is_file() and not (code / "config").is_symlink()
-    assert (code / "data").is_symlink() and os.readlink(code / "data") == str(repo.resolve() / "data")
-    assert (code / "pretrained.bin").is_symlink()  # over LINK_ABOVE_BYTES: linked, never copied
+    assert not (code / "data").exists() and not (code / "pretrained.bin").exists()  # only copied files travel
     assert not (code / ".git").exists() and not (code / "__pycache__").exists()
     assert not (code / "checkpoint.pth.tar").exists() and not (code / "runs").exists()  # earlier runs' outputs
     assert sorted(manifest["linked"]) == ["data", "pretrained.bin"]
     assert manifest["files"] == 4 and manifest["source"] == str(repo.resolve())
     assert json.loads((code / MANIFEST).read_text())["bytes"] == manifest["bytes"] > 0
+    work = fill_work_dir(code, tmp_path / "trial" / "work")  # the links are made in each trial's folder
+    assert os.readlink(work / "data") == str(repo.resolve() / "data") and (work / "pretrained.bin").is_symlink()
 
 
 def test_trial_writes_land_in_its_own_folder_and_reach_no_one_else(tmp_path):

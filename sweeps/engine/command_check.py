@@ -84,14 +84,15 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     work_dir, metrics_file = folder / "work", folder / metrics_name
-    work_dir.mkdir()
     metrics_file.touch()
-    if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
-        try:
-            snapshot_code(Path.cwd(), folder / "code", skip=(Path(args.storage_path),))
-        except SnapshotTooLarge as e:
-            raise UsageError(str(e)) from None
-        fill_work_dir(folder / "code", work_dir)
+    if args.in_place:
+        work_dir.mkdir()
+        return work_dir, metrics_file
+    try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
+        snapshot_code(Path.cwd(), folder / "code", skip=(Path(args.storage_path),))
+    except SnapshotTooLarge as e:
+        raise UsageError(str(e)) from None
+    print(f"--check runs in a copy of {Path.cwd().resolve()}: {fill_work_dir(folder / 'code', work_dir)}", flush=True)
     return work_dir, metrics_file
 
 
