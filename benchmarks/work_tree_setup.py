@@ -2,7 +2,7 @@
 the launch folder and of the folders around it.
 
 Run:
-    python benchmarks/work_tree_setup.py            # 1,000 and 5,000 code files; small and large surroundings; 20 trials
+    python benchmarks/work_tree_setup.py            # 1,000 and 5,000 code files, small and large surroundings
     python benchmarks/work_tree_setup.py --quick    # 1,000 files; small and large surroundings; 5 trials (CI)
     python benchmarks/work_tree_setup.py --json out.json
 

@@ -52,6 +52,18 @@ def parse_args(argv: list[str]):
     """The flags before `--` and the command after it; raises UsageError on a bad value (exit 2).
     Returns the argparse namespace with `template`, `axes`, `cells` added."""
     own_flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(own_flags)
+    run_flags.check_run_args(args)
+    axes, tasks = read_grid(args, template)
+    check_command_args(args)
+    args.template, args.axes = template, axes
+    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
+    args.test_metric = args.test_metric or args.metric
+    return args
+
+
+def build_parser():
+    """The parser of the flags before `--` (`--help` prints it; docs/own-scripts.md's table is checked against it)."""
     parser = flags.ArgumentParser(
         prog="sweeps/run_command.py",
         description=__doc__.split("\n\n")[0],
@@ -62,14 +74,7 @@ def parse_args(argv: list[str]):
     add_command_flags(parser)
     run_flags.add_run_args(parser, name=NAME, grid=True)
     seed_flags.add_seed_args(parser, compare_default=None)
-    args = parser.parse_args(own_flags)
-    run_flags.check_run_args(args)
-    axes, tasks = read_grid(args, template)
-    check_command_args(args)
-    args.template, args.axes = template, axes
-    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
-    args.test_metric = args.test_metric or args.metric
-    return args
+    return parser
 
 
 def add_grid_flags(parser) -> None:

@@ -5,7 +5,6 @@ launch folder, inside the repository and beside it. Repo-like layouts under tmp_
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -87,7 +87,8 @@ def launch_line(manifest: dict, summary: dict, verb: str) -> str:
     )
     travels = " (travels to every node as Ray's runtime_env working_dir)" if summary["runtime_env"] else ""
     return (
-        f"code snapshot {verb} {manifest['taken']} in {summary['path']}{travels}: each trial runs in its own copy of "
-        f"{source} ({manifest['files']} files, {manifest['bytes'] / 2**20:.1f} MiB copied; linked: {shown or 'nothing'})"
+        f"code snapshot {verb} {manifest['taken']} in {summary['path']}{travels}: each trial runs in its own "
+        f"copy of {source} ({manifest['files']} files, {manifest['bytes'] / 2**20:.1f} MiB copied; "
+        f"linked: {shown or 'nothing'})"
         f"{around}; set-up {summary['setup_s']:.2f} s per trial; --in-place runs every trial in the launch folder"
     )
