@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainables.workdir import MIRROR, MissingOnNode, fill_work_dir, mirror_top, snapshot_code
+from trainables.workdir import MIRROR, MissingOnNode, fill_work_dir, keep_new_paths, mirror_top, snapshot_code
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,3 +111,38 @@ def test_four_trials_read_through_dotdot_keep_their_own_checkpoints_and_leave_th
         expected = config["lr"] + config["seed"] / 100 + 2 / 1000 + 3 + 1
         assert rows[-1]["val_acc"] == pytest.approx(expected)
     assert git_status(launch.parent) == "" and not list(launch.parent.rglob("checkpoint.json"))
+
+
+def test_what_a_trial_creates_through_dotdot_is_moved_where_the_shell_would_put_it(tmp_path):
+    launch = make_layout(tmp_path)
+    snapshot_code(launch, tmp_path / "code")
+    work = fill_work_dir(tmp_path / "code", tmp_path / "a" / "work")
+    (work / "../cache/MNIST").mkdir(parents=True)  # `../cache` did not exist: made in the trial's mirror
+    (work / "../cache/MNIST/train.bin").write_text("downloaded")
+    (work / "../../new.txt").write_text("beside the repo")
+    other = fill_work_dir(tmp_path / "code", tmp_path / "b" / "work")  # started before the first one ended
+    (other / "../cache").mkdir()
+    moved = keep_new_paths(tmp_path / "code", tmp_path / "a" / "work")
+    assert sorted(moved) == sorted([tmp_path.resolve() / "new.txt", tmp_path.resolve() / "repo" / "cache"])
+    assert (launch / "../cache/MNIST/train.bin").read_text() == "downloaded"
+    assert (work / "../cache/MNIST/train.bin").read_text() == "downloaded"  # still there, through a link
+    assert keep_new_paths(tmp_path / "code", tmp_path / "b" / "work") == []  # the real one is there now: kept apart
+    later = fill_work_dir(tmp_path / "code", tmp_path / "c" / "work")
+    assert (later / "../cache/MNIST/train.bin").read_text() == "downloaded"
+
+
+def test_check_fetches_data_through_dotdot_once_for_the_sweep(tmp_path, monkeypatch, capsys):
+    from sweeps import run_command
+
+    launch = make_layout(tmp_path)
+    (launch / "fetch.py").write_text(
+        "import os\nos.makedirs('../mnist_data', exist_ok=True)\n"
+        "open('../mnist_data/train.bin', 'w').write('x')\nprint('epoch=1 val_acc=0.5')\n"
+    )
+    monkeypatch.chdir(launch)
+    argv = ["--check", "--seeds", "1", "--storage-path", str(tmp_path / "out")]
+    assert run_command.main(argv + ["--", sys.executable, "fetch.py", "--seed", "{seed}"]) == 0
+    assert (tmp_path / "repo" / "mnist_data" / "train.bin").read_text() == "x"
+    assert (
+        f"--check: {tmp_path.resolve() / 'repo' / 'mnist_data'} (created through `..`) kept" in capsys.readouterr().out
+    )

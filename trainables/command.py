@@ -48,7 +48,7 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.watchdog import start_watchdog, terminate_group
-from trainables.workdir import MissingOnNode, code_folder, fill_work_dir
+from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 
 WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
@@ -89,10 +89,8 @@ def train_command(
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
-        code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`), copied into
-            the trial's folder at the launch folder's place (`trainables/workdir.py:fill_work_dir`),
-            where the command then runs; `{trial_dir}` links to it. `RUNTIME_ENV_CODE`: the snapshot
-            came as Ray's `runtime_env` `working_dir` (no shared folder; `workdir.code_folder`).
+        code_dir: the launch's code snapshot (`sweeps/engine/code_snapshot.py`; `workdir.code_folder`),
+            copied at the launch folder's place (`workdir.fill_work_dir`), where the command runs.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
@@ -115,6 +113,7 @@ def train_command(
         watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
             _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir))
+            _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
         terminate_group(proc, grace_period_s)
         output.log.close()
@@ -229,6 +228,13 @@ def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_
         work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
+
+
+def _keep_new_paths(code_dir: str | None, work_dir: Path, trial_name: str) -> None:
+    """Move what a command that exited 0 created through `..` to the real folders (`workdir.keep_new_paths`)."""
+    moved = keep_new_paths(code_folder(code_dir), work_dir) if code_dir else []
+    if moved:
+        print(f"{trial_name}: what the command created through `..` moved to {', '.join(map(str, moved))}", flush=True)
 
 
 def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) -> CommandOutput:

@@ -275,3 +275,34 @@ def code_folder(code_dir: str) -> Path:
         f"no code snapshot ({MANIFEST}) in this worker's runtime_env working_dir (looked in {candidates[:2]}); "
         "the sweep's Ray was started without it"
     )
+
+
+def keep_new_paths(snapshot: Path, work_dir: Path) -> list[Path]:
+    """After a command exited 0, put what it created through `..` where the user's shell would have:
+    each new entry of a folder above its working folder (a data set downloaded into a `../data` that
+    did not exist) is moved to the real folder and replaced by a link, so later trials share it. A
+    name the real folder got meanwhile (another trial's) stays in this trial's mirror.
+
+    Args:
+        snapshot, work_dir: as given to `fill_work_dir`.
+    Returns:
+        The real paths moved into, in the order found.
+    """
+    manifest = json.loads((snapshot / MANIFEST).read_text())
+    if "top" not in manifest or not work_dir.is_symlink():
+        return []
+    top, parts = Path(manifest["top"]), Path(manifest["source"]).relative_to(manifest["top"]).parts
+    moved = []
+    for depth, part in enumerate(parts):
+        mirror, real = work_dir.with_name(MIRROR).joinpath(*parts[:depth]), top.joinpath(*parts[:depth])
+        for entry in os.scandir(mirror):
+            target = real / entry.name
+            if entry.name == part or entry.is_symlink() or os.path.lexists(target):
+                continue
+            try:
+                shutil.move(entry.path, target)  # a rename on one file system; else a copy, then removed
+            except OSError:  # another trial's got there first
+                continue
+            os.symlink(target, entry.path)
+            moved.append(target)
+    return moved

@@ -106,6 +106,7 @@ def init_ray(
             context = ray.init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env)
         except ConnectionError as e:  # after the checks, rare: e.g. the head died in between
             raise UsageError(f"--address={address}: {str(e).splitlines()[0]}") from None
+        new_token = None
     else:
         secure_dashboard(dashboard_host)
         new_token = quiet_local_token_auth()
@@ -117,6 +118,12 @@ def init_ray(
             log_to_driver=log_to_driver,
             runtime_env=runtime_env,
         )
+    _announce(context, address, started, None if address else new_token)
+
+
+def _announce(context, address: str | None, started: float, new_token) -> None:
+    """`init_ray`'s line: the cluster joined at `address`, or the local Ray started at `started`
+    (`time.perf_counter`), and the token authentication a new local Ray turned on."""
     url = context.dashboard_url
     dashboard = f"dashboard: {'http://' + url if url else 'not running'}"
     if address:
@@ -126,15 +133,13 @@ def init_ray(
             f"({nodes} node{'s' if nodes != 1 else ''}); {dashboard}",
             flush=True,
         )
-    else:
+        return
+    print(f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True)
+    if new_token and new_token.exists():
         print(
-            f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True
+            f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
+            flush=True,
         )
-        if new_token and new_token.exists():
-            print(
-                f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
-                flush=True,
-            )
 
 
 def cluster_to_join(address: str | None) -> str | None:

@@ -73,6 +73,7 @@ def check_command(args) -> int:
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
+        _keep_new_paths(Path(folder), work_dir, code, args.in_place)
         rows = context.close() if streams else []
         show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
     return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
@@ -94,6 +95,15 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
         raise UsageError(str(e)) from None
     print(f"--check runs in a copy of {Path.cwd().resolve()}: {fill_work_dir(folder / 'code', work_dir)}", flush=True)
     return work_dir, metrics_file
+
+
+def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:
+    """After a command that exited 0, what it created through `..` moves to the real folders, as a
+    trial's does (`trainables/workdir.py:keep_new_paths`): data fetched by --check is there for the sweep."""
+    from trainables.workdir import keep_new_paths
+
+    for path in keep_new_paths(folder / "code", work_dir) if code == 0 and not in_place else []:
+        print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
 def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:
