@@ -146,3 +146,26 @@ def test_check_fetches_data_through_dotdot_once_for_the_sweep(tmp_path, monkeypa
     assert (
         f"--check: {tmp_path.resolve() / 'repo' / 'mnist_data'} (created through `..`) kept" in capsys.readouterr().out
     )
+
+
+@pytest.mark.parametrize("storage, shared_fs", [("s3://bucket/runs/command", True), ("LOCAL", False)])
+def test_without_a_shared_folder_the_snapshot_is_the_jobs_runtime_env_working_dir(
+    tmp_path, monkeypatch, storage, shared_fs
+):
+    from sweeps.engine.code_snapshot import take_snapshot
+    from sweeps.run_command import command_trial_function, parse_args
+    from trainables.workdir import MANIFEST, RUNTIME_ENV_CODE, code_folder
+
+    launch = make_layout(tmp_path)
+    monkeypatch.chdir(launch)
+    experiment = str(tmp_path / "out" / "command") if storage == "LOCAL" else storage
+    snapshot = take_snapshot(experiment, in_place=False, resume=False, shared_fs=shared_fs)
+    folder = Path(snapshot["runtime_env"]["working_dir"])
+    assert folder == Path(snapshot["path"]) and not str(folder).startswith(str(tmp_path / "out"))
+    assert sorted(p.name for p in folder.iterdir()) == sorted([MANIFEST, "main.py"])  # no links to zip: made on each node
+    args = parse_args(["--seeds", "1", "--no-shared-fs", "--", "python", "main.py", "--seed", "{seed}"])
+    function = command_trial_function(args, snapshot)
+    assert function.runtime_env == {"working_dir": str(folder)} and function.params["code_dir"] == RUNTIME_ENV_CODE
+    monkeypatch.setenv("TUNE_ORIG_WORKING_DIR", str(folder))  # a worker started in Ray's copy of it
+    work = fill_work_dir(code_folder(RUNTIME_ENV_CODE), tmp_path / "trial" / "work")
+    assert (work / "../configs/x.yaml").read_text() == "scale: 1.0\n"
