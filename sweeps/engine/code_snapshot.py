@@ -28,7 +28,8 @@ def take_snapshot(
     the same folder, refused later by `driver_lock`) keep their code.
         source: the code folder; default: the current working folder.
         shared_fs: False (`--no-shared-fs`, or object storage): the snapshot goes to a local temporary
-            folder and travels to every node as Ray's `runtime_env` `working_dir` (see "runtime_env").
+            folder and travels to every node as Ray's `runtime_env` `working_dir` (see "runtime_env");
+            the driver then moves into that folder, so the launch folder may be removed.
     Returns:
         {"path": the snapshot folder, "source", "files", "bytes", "linked": count, "taken",
         "setup_s": one trial's set-up measured now, "runtime_env": {"working_dir": path} or None},
@@ -60,6 +61,8 @@ def take_snapshot(
     summary |= {"linked": len(manifest["linked"]), "taken": manifest["taken"], "setup_s": measure_setup(dest)}
     summary["runtime_env"] = None if local else {"working_dir": str(dest)}
     print(launch_line(manifest, summary, verb), flush=True)
+    if not local:  # the launch folder may now be removed: Ray and Tune make paths absolute against this folder
+        os.chdir(dest)
     return summary
 
 
