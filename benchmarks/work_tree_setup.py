@@ -9,7 +9,7 @@ Run:
 Layout (under a temporary folder): `outer/repo/` (a git repository) holding the launch folder
 `repo/launch/` with N small code files (3 KiB, in 20 folders), `repo/data/`, and `outer/datasets/`
 beside the repository. "small" surroundings: 10 entries per folder around the launch folder and 10
-files in each data folder; "large": 200 entries per folder and 20,000 files in each data folder.
+files in each data folder; "large": 200 entries per folder and 5,000 files in each data folder.
 Measured: `snapshot_code` once, then `fill_work_dir` for each trial (its own copy of the launch folder
 in a mirror of the folders around it, links to everything outside); median and max per trial.
 """
@@ -72,10 +72,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    trials = 5 if args.quick else 20
+    trials = 5 if args.quick else 10
     sizes = (1000,) if args.quick else (1000, 5000)
     load = [os.getloadavg()[0]]
-    rows = [measure(n, entries, data, trials) for n in sizes for entries, data in ((10, 10), (200, 20000))]
+    rows = [measure(n, entries, data, trials) for n in sizes for entries, data in ((10, 10), (200, 5000))]
     load.append(os.getloadavg()[0])
     print(f"fill_work_dir per trial; {trials} trials each; {os.cpu_count()} CPUs, load {load[0]:.1f} -> {load[1]:.1f}")
     print(f"{'code files':>11}{'around':>8}{'data files':>11}{'snapshot s':>12}{'median s':>10}{'max s':>8}")

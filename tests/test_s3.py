@@ -330,8 +330,14 @@ def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_
     from tests.test_work_tree import make_layout
 
     launch = make_layout(tmp_path / "home")
-    main = (launch / "main.py").read_text().replace("for epoch in (1, 2):", "import time\nfor epoch in (1, 2):")
-    (launch / "main.py").write_text(main.replace("flush=True)", "flush=True); time.sleep(2)"))
+    (tmp_path / "home" / "meeting").mkdir()  # the first two trials wait for each other there: one on each node
+    meet = (
+        "import time\nopen(f'../../meeting/{a.lr}_{a.seed}', 'w').close()\ndeadline = time.time() + 120\n"
+        "while len(os.listdir('../../meeting')) < 2 and time.time() < deadline:\n    time.sleep(0.2)\n"
+    )
+    (launch / "main.py").write_text(
+        (launch / "main.py").read_text().replace("for epoch in (1, 2):", meet + "for epoch in (1, 2):")
+    )
     env = {**ray_cluster.token_env(tmp_path / "ray_home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
     env["PYTHONPATH"] = str(ROOT)
     worker_ip, experiment, nodes = "127.0.0.2", f"s3://{BUCKET}/runs/nofs", []

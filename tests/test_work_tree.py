@@ -162,7 +162,9 @@ def test_without_a_shared_folder_the_snapshot_is_the_jobs_runtime_env_working_di
     snapshot = take_snapshot(experiment, in_place=False, resume=False, shared_fs=shared_fs)
     folder = Path(snapshot["runtime_env"]["working_dir"])
     assert folder == Path(snapshot["path"]) and not str(folder).startswith(str(tmp_path / "out"))
-    assert sorted(p.name for p in folder.iterdir()) == sorted([MANIFEST, "main.py"])  # no links to zip: made on each node
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [MANIFEST, "main.py"]
+    )  # no links to zip: made on each node
     args = parse_args(["--seeds", "1", "--no-shared-fs", "--", "python", "main.py", "--seed", "{seed}"])
     function = command_trial_function(args, snapshot)
     assert function.runtime_env == {"working_dir": str(folder)} and function.params["code_dir"] == RUNTIME_ENV_CODE

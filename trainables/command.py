@@ -175,11 +175,8 @@ def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
     With object storage, Tune uploads the trial's folder and follows links: a working folder in a
     mirror of the folders around the launch folder (`code_dir`) then lies on the node, outside it."""
     work_dir = trial_folder / WORK_DIR
-    if code_dir and storage.trial_storage_dir() is None:
-        work_dir = Path(
-            tempfile.gettempdir(), "raysweep-work", tune.get_context().get_experiment_name(), trial_folder.name
-        )
-        work_dir = work_dir / WORK_DIR
+    if code_dir and storage.trial_storage_dir() is None:  # Ray's session folder: `<name>/working_dirs/<trial>`
+        work_dir = trial_folder.parent.parent / "raysweep_work" / trial_folder.name / WORK_DIR
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
     return work_dir, metrics_file
