@@ -5,6 +5,7 @@ launch folder, inside the repository and beside it. Repo-like layouts under tmp_
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,9 @@ def test_a_folder_around_the_launch_folder_missing_on_the_node_fails_naming_it(t
     (tmp_path / "datasets").rename(tmp_path / "elsewhere")
     with pytest.raises(MissingOnNode, match=rf"{tmp_path.resolve() / 'datasets'}: missing on node "):
         fill_work_dir(tmp_path / "code", tmp_path / "trial" / "work")
+    shutil.rmtree(tmp_path / "repo")  # the whole repository: the folder above the launch folder is named
+    with pytest.raises(MissingOnNode, match=rf"^{tmp_path.resolve() / 'repo'}: missing on node "):
+        fill_work_dir(tmp_path / "code", tmp_path / "trial2" / "work")
 
 
 @pytest.mark.slow

@@ -147,8 +147,11 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
 def _check_node(manifest: dict, source: Path, top: Path) -> None:
     """Raise MissingOnNode for the folders around the launch folder and the linked data paths that
     the launching node had and this node lacks."""
-    missing = [top / rel / name for rel, names in manifest["around"].items() for name in names]
-    missing = [path for path in missing if not path.exists()]
+    around = manifest["around"]
+    missing = [top / rel for rel in around if not (top / rel).is_dir()]  # a folder above the launch folder
+    missing = missing or [
+        top / rel / name for rel, names in around.items() for name in names if not (top / rel / name).exists()
+    ]
     missing += [source / rel for rel in manifest["linked"] if not os.path.lexists(source / rel)]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
