@@ -158,7 +158,8 @@ def test_without_a_shared_folder_the_snapshot_is_the_jobs_runtime_env_working_di
 ):
     from sweeps.engine.code_snapshot import take_snapshot
     from sweeps.run_command import command_trial_function, parse_args
-    from trainables.workdir import MANIFEST, RUNTIME_ENV_CODE, code_folder
+    from trainables.records import CODE_MANIFEST as MANIFEST
+    from trainables.workdir import RUNTIME_ENV_CODE, code_folder
 
     launch = make_layout(tmp_path)
     monkeypatch.chdir(launch)

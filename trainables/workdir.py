@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import os
 import shutil
 import socket
 import stat
 import time
 from pathlib import Path
+
+from trainables import records
 
 EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".mypy_cache", ".pytest_cache")
 EXCLUDED += (".ruff_cache", ".ipynb_checkpoints", "node_modules", ".tox", "*.egg-info")
@@ -39,10 +40,9 @@ DATA_DIRS = ("data", "datasets", "dataset")  # linked whole: read by trials, nev
 LINK_ABOVE_BYTES = 1024 * 1024  # a larger file is linked (weights, data files), not copied
 LINK_DIR_ENTRIES = 1000  # a folder with more entries (an image folder) is linked whole
 MAX_SNAPSHOT_BYTES = 100 * 1024 * 1024  # copied bytes in all; above: refused (see `snapshot_code`)
-MANIFEST = "raysweep_code.json"  # in the snapshot: where it came from, when, its size and its links
 LEVELS_ABOVE = 2  # levels above the launch folder mirrored at least (`../../datasets`); more up to the repo's parent
 RUNTIME_ENV_CODE = "runtime_env"  # code_dir of a sweep whose snapshot is Ray's runtime_env working_dir
-MIRROR = "work_tree"  # <trial>/work_tree: the folders around the launch folder; <trial>/work links into it
+MIRROR = records.WORK_TREE  # <trial>/work_tree: the folders around the launch folder; <trial>/work links into it
 
 
 class SnapshotTooLarge(ValueError):
@@ -87,7 +87,7 @@ def snapshot_code(source: Path, dest: Path, skip: tuple[Path, ...] = (), limit: 
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     partial.mkdir(parents=True, exist_ok=True)
-    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    records.write_code_manifest(partial, manifest)  # where it came from, when, its size and its links
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return manifest
@@ -121,7 +121,7 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
         MissingOnNode: a folder around the launch folder, or a linked data path, that the launching
             node had is missing on this node (one line naming the paths and the node).
     """
-    manifest = json.loads((snapshot / MANIFEST).read_text()) if (snapshot / MANIFEST).exists() else {}
+    manifest = records.read_code_manifest(snapshot) or {}
     if "top" not in manifest or (work_dir.is_dir() and not work_dir.is_symlink()):
         work_dir.mkdir(parents=True, exist_ok=True)
         _copy_files(snapshot, work_dir)  # the layout before the mirror: a copy in <trial>/work
@@ -182,7 +182,7 @@ def _copy_files(snapshot: Path, dest: Path) -> int:
         target.mkdir(parents=True, exist_ok=True)
         for name in dirs + files:
             src = os.path.join(folder, name)
-            if relative == "." and name == MANIFEST:
+            if relative == "." and name == records.CODE_MANIFEST:
                 continue
             if os.path.islink(src):
                 with contextlib.suppress(FileExistsError):
@@ -272,11 +272,11 @@ def code_folder(code_dir: str) -> Path:
         return Path(code_dir)
     candidates = [os.environ.get("TUNE_ORIG_WORKING_DIR", "")] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
     for folder in filter(None, candidates):
-        if Path(folder, MANIFEST).is_file():
+        if Path(folder, records.CODE_MANIFEST).is_file():
             return Path(folder)
     raise FileNotFoundError(
-        f"no code snapshot ({MANIFEST}) in this worker's runtime_env working_dir (looked in {candidates[:2]}); "
-        "the sweep's Ray was started without it"
+        f"no code snapshot ({records.CODE_MANIFEST}) in this worker's runtime_env working_dir "
+        f"(looked in {candidates[:2]}); the sweep's Ray was started without it"
     )
 
 
@@ -291,7 +291,7 @@ def keep_new_paths(snapshot: Path, work_dir: Path) -> list[Path]:
     Returns:
         The real paths moved into, in the order found.
     """
-    manifest = json.loads((snapshot / MANIFEST).read_text())
+    manifest = records.read_code_manifest(snapshot) or {}
     if "top" not in manifest or not work_dir.is_symlink():
         return []
     top, parts = Path(manifest["top"]), Path(manifest["source"]).relative_to(manifest["top"]).parts

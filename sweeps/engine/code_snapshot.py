@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
-from trainables.workdir import MANIFEST, SnapshotTooLarge, fill_work_dir, snapshot_code
+from trainables import records
+from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
-SNAPSHOT_DIR = "code"  # <experiment>/code/<launch time>: the code every trial of that launch copies into its folder
 SHOWN_LINKS = 4  # linked paths named in the launch line; the rest counted
 
 
@@ -41,13 +40,14 @@ def take_snapshot(
         print("--in-place: every trial runs in the launch folder itself, writes of concurrent trials meet there")
         return None
     local = "://" not in experiment_dir and shared_fs
-    earlier = sorted(Path(experiment_dir, SNAPSHOT_DIR).glob(f"*/{MANIFEST}")) if local else []
-    if resume and earlier:
-        dest = earlier[-1].parent
-        manifest, verb = json.loads((dest / MANIFEST).read_text()), "kept from the launch of"
+    # <experiment>/code/<launch time>: the code every trial of that launch copies into its folder
+    earlier = sorted(records.code_dir(experiment_dir).glob(f"*/{records.CODE_MANIFEST}")) if local else []
+    manifest = records.read_code_manifest(earlier[-1].parent) if resume and earlier else None  # torn: warned
+    if manifest is not None:
+        dest, verb = earlier[-1].parent, "kept from the launch of"
     else:
         if local:
-            dest = Path(experiment_dir, SNAPSHOT_DIR, time.strftime("%Y%m%d-%H%M%S"))
+            dest = records.code_dir(experiment_dir) / time.strftime("%Y%m%d-%H%M%S")
             dest = dest.with_name(dest.name + f"-{len(earlier)}") if dest.exists() else dest
         else:
             dest = Path(tempfile.mkdtemp(prefix="raysweep-code-"), "code")
@@ -71,7 +71,7 @@ def measure_setup(snapshot: Path) -> float:
     in a temporary folder and removed (links are removed, never followed)."""
     with tempfile.TemporaryDirectory(prefix="raysweep-setup-") as folder:
         started = time.perf_counter()
-        fill_work_dir(snapshot, Path(folder) / "work")
+        fill_work_dir(snapshot, records.work_dir(folder))
         return time.perf_counter() - started
 
 

@@ -82,27 +82,30 @@ def check_command(args) -> int:
 def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     """Make `folder`/work (a copy of the code, as in a sweep, unless --in-place) and an empty metrics
     file; returns their paths. Raises UsageError when the code is too large to copy."""
+    from trainables import records
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
-    work_dir, metrics_file = folder / "work", folder / metrics_name
+    work_dir, metrics_file = records.work_dir(folder), folder / metrics_name
     metrics_file.touch()
     if args.in_place:
         work_dir.mkdir()
         return work_dir, metrics_file
     try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
-        snapshot_code(Path.cwd(), folder / "code", skip=(Path(args.storage_path),))
+        snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
     except SnapshotTooLarge as e:
         raise UsageError(str(e)) from None
-    print(f"--check runs in a copy of {Path.cwd().resolve()}: {fill_work_dir(folder / 'code', work_dir)}", flush=True)
+    working = fill_work_dir(records.code_dir(folder), work_dir)
+    print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
 
 
 def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:
     """After a command that exited 0, what it created through `..` moves to the real folders, as a
     trial's does (`trainables/workdir.py:keep_new_paths`): data fetched by --check is there for the sweep."""
+    from trainables import records
     from trainables.workdir import keep_new_paths
 
-    for path in keep_new_paths(folder / "code", work_dir) if code == 0 and not in_place else []:
+    for path in keep_new_paths(records.code_dir(folder), work_dir) if code == 0 and not in_place else []:
         print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
