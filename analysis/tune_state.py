@@ -223,12 +223,14 @@ def _keep_order(trial: Mapping, index: int) -> tuple:
 
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:
-    """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric)."""
+    """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric); with
+    ``test_metric`` when raysweep.json records it (a str, or None for a sweep without one)."""
     if "raysweep.json" in files:
         try:
             settings = json.loads(read_bytes(fs, posixpath.join(root, "raysweep.json")))
             if settings.get("metric"):
-                return {"metric": settings["metric"], "mode": settings.get("mode")}
+                test = {"test_metric": settings["test_metric"]} if "test_metric" in settings else {}
+                return {"metric": settings["metric"], "mode": settings.get("mode"), **test}
         except (ValueError, TypeError, AttributeError):
             warnings.warn(f"{root}/raysweep.json is unreadable; ignoring it", stacklevel=4)
     metric = ((state or {}).get("runner_data") or {}).get("_metric")  # TuneConfig(metric=...)

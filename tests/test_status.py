@@ -216,10 +216,10 @@ def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(t
 def test_resume_command_keeps_the_sweeps_own_flags():
     assert (
         resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"])
-        == "`python sweeps/run_command.py --name 'a b' --resume`"
+        == "python sweeps/run_command.py --name 'a b' --resume"
     )
     assert resume_command(None) == "its command line and --resume"
-    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "`python sweeps/run_command.py`"
+    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "python sweeps/run_command.py"
 
 
 @pytest.mark.parametrize(
