@@ -50,7 +50,7 @@ def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
             "--noise-rates",
             "0.1,0.2,0.3,0.4",
             "--epochs",
-            "25",
+            "10",
             "--gpus-per-trial",
             "0.5",
             "--cpus-per-trial",
