@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
     recorded_steps,
     unreported_results,
 )
+from trainables.failure_gate import EARLY_FAILURE, EARLY_FAILURE_METRIC, WORKING_FOLDER, GateTicket, signature
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.watchdog import start_watchdog, terminate_group
@@ -70,6 +72,7 @@ def train_command(
     metrics_from: str = "output",
     complete_when: tuple = (),
     grace_period_s: float = 10.0,
+    write_wait_s: float = 30.0,
     cwd: str | None = None,
     code_dir: str | None = None,
 ) -> None:
@@ -87,6 +90,8 @@ def train_command(
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
+        write_wait_s: before that SIGTERM, at most this many seconds for the command's writes under the
+            trial's folder and its working folder to finish (`trainables/watchdog.py:wait_for_writes`).
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
         code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`), copied into
@@ -96,30 +101,31 @@ def train_command(
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
     Raises:
         CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
-            exited 0 without any result; exit code 2 and "no result" are not retried (`_failed`).
+            exited 0 without any result; exit code 2, "no result" and a failure before any metric
+            that repeats (`trainables/failure_gate.py`) are not retried (`_failed`).
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir, metrics_file = _trial_files(trial_folder)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    if _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ())):
-        return
+    recovered = _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ()))
+    if recovered or not _take_turn(reporter):
+        return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     proc = start_command(argv, env, cwd)
     output = _watch_output(proc, env, trial_name, echo, (step_key, patterns, complete_when, metrics_from, work_dir))
+    writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
     try:
-        watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
+        watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
-            _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir))
+            _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir, cwd))
     finally:
-        terminate_group(proc, grace_period_s)
-        output.log.close()
-        if watchdog is not None:
-            os.close(watchdog)
-        for stream in echo.values():
-            stream.flush()
+        _end_command(proc, output, reporter, (grace_period_s, writes, watchdog))
+
+
+train_command.uses_failure_gate = True  # the sweep opens its failure gate (sweeps/engine/initial_failures.py)
 
 
 @dataclasses.dataclass
@@ -134,6 +140,7 @@ class StepReporter:
     restarted: bool = False  # a retry or --resume of this trial
     parsed: int = 0  # results seen in this run, reported or skipped as reported before
     last_result: dict | None = None  # the result last reported by this attempt
+    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -164,6 +171,8 @@ class StepReporter:
             if final and self.last_result is not None and self.last_result[key] == result[key]:
                 result = {**self.last_result, **result, JOINS_STEP_METRIC: 1}
             _report(result, key)
+            if self.last_result is None:
+                self.ticket.call("reported")  # the command works: the sweep's other trials may start
             self.last_result = result
             self.last_step = result[key] if last is None else max(last, result[key])
         return False
@@ -253,21 +262,33 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events = output.events
     if reporter.report_new(output.written_since() + (events.poll() if events else [])):  # written just before the exit
         return True
-    # what the last step printed
-    return reporter.report_new(output.context.close() + (events.close() if events else []), final=True)
+    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
+    crashed = _exit_code(proc) not in (None, 0)
+    return reporter.report_new(output.context.close(crashed) + (events.close() if events else []), final=True)
 
 
 def _verdict(code: int, argv: list[str], reporter: StepReporter, output: CommandOutput, reading: tuple) -> None:
     """Raise CommandFailed when the command exited non-zero, or exited 0 with no result at all
-    (`reading`: the patterns, --metrics-from, metrics file and `{trial_dir}` looked at)."""
-    patterns, metrics_from, metrics_file, work_dir = reading
+    (`reading`: the patterns, --metrics-from, metrics file, `{trial_dir}` looked at and the working folder).
+    A non-zero exit before any result is told to the sweep's gate (`trainables/failure_gate.py`): the
+    same error as an earlier trial's, or the sweep's initial failures used up, is not retried."""
+    patterns, metrics_from, metrics_file, work_dir, cwd = reading
     if code != 0:
+        early = reporter.parsed == 0 and reporter.last_step is None
+        blank = {str(work_dir): "{trial_dir}", work_dir.parent.name: "{trial_name}"}
+        seen = stops = False
+        if early:
+            seen, stops = reporter.ticket.call("failed_early", signature(code, output.tails["ERR"], blank)) or (0, 0)
         raise _failed(
-            f"command exited with {exit_status(code)}: {' '.join(argv)}",
+            f"command exited with {exit_status(code)}{' ' + EARLY_FAILURE if early else ''}: {' '.join(argv)}\n"
+            f"{WORKING_FOLDER}{cwd or os.getcwd()}",
             output.tails["ERR"],
             "stderr",
-            no_retry=code == 2,
-            why="exit code 2 is a usage error",
+            no_retry=code == 2 or seen or stops,
+            why="exit code 2 is a usage error"
+            if code == 2
+            else ("the sweep stops" if stops else "an earlier trial failed with the same error before any metric"),
+            early=early,
         )
     if reporter.parsed == 0 and reporter.last_step is None:
         raise _failed(
@@ -277,6 +298,38 @@ def _verdict(code: int, argv: list[str], reporter: StepReporter, output: Command
             no_retry=True,
             why="it exited 0: running it again prints the same",
         )
+
+
+def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:
+    """End what is left of the command's group (`stop`: grace period, writes waited for, the watchdog's
+    pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
+    grace_period_s, writes, watchdog = stop
+    terminate_group(proc, grace_period_s, writes)
+    reporter.ticket.call("left")
+    output.log.close()
+    if watchdog is not None:
+        os.close(watchdog)
+    for stream in output.echo.values():
+        stream.flush()
+
+
+def _take_turn(reporter: StepReporter) -> bool:
+    """Wait for this attempt's turn at the sweep's gate (`GateTicket.enter`) and keep its ticket in
+    `reporter`; False when Tune ended the trial meanwhile. Raises CommandFailed (not retried) when
+    the sweep stops for failures before any metric: the command does not start."""
+    reporter.ticket, turn = GateTicket.enter(_stop_requested)
+    if turn == "stop":
+        why, what = "the sweep stops", "not started: the sweep's first trials failed before reporting any metric"
+        raise _failed(what, [], "stderr", True, why)
+    return turn == "go"
+
+
+def _exit_code(proc) -> int | None:
+    """`proc`'s exit code once its pipes have closed (it is exiting); None if it is still running after 5 s."""
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _report(result: dict, step_key: str) -> None:
@@ -319,12 +372,15 @@ def _stop_requested() -> bool:
         return False
 
 
-def _failed(summary: str, tail, stream: str, no_retry: bool, why: str) -> CommandFailed:
+def _failed(summary: str, tail, stream: str, no_retry: bool, why: str, early: bool = False) -> CommandFailed:
     """The error of a failed command: `summary`, the tail of `stream`, and a last line (the one the
-    console shows) quoting that tail. With `no_retry`, first a report that tells Tune not to retry."""
+    console shows) quoting that tail. First a report marking it: with `no_retry`, one that tells
+    Tune not to retry (`NO_RETRY_METRIC`); when `early` (before any metric), one the sweep counts
+    (`EARLY_FAILURE_METRIC`, `sweeps/engine/initial_failures.py`)."""
     tail = list(tail)
-    if no_retry:
-        tune.report({NO_RETRY_METRIC: 1})
+    marks = {NO_RETRY_METRIC: 1} if no_retry else {}
+    if marks or early:
+        tune.report(marks | ({EARLY_FAILURE_METRIC: 1} if early else {}))
     quoted = " | ".join(line.strip() for line in tail[-QUOTED_LINES:] if line.strip()) or f"(no {stream} output)"
     last = summary.split(": ", 1)[0] if summary.startswith("command exited with") else summary.split(": expected")[0]
     return CommandFailed(

@@ -23,6 +23,7 @@ from trainables.report import METRICS_FILE_ENV
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
 STREAM_NAMES = {"OUT": "stdout", "ERR": "stderr"}  # the log prefix's name of a stream -> --metrics-from's
 
+SHIM = Path(__file__).with_name("command_shim.py")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
@@ -54,14 +55,16 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
 
 
 def start_command(argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
-    """Start `argv` as the leader of a new session / process group, its pipes captured (bytes).
+    """Start `argv` in a new session / process group, its pipes captured (bytes), under
+    `trainables/command_shim.py` (the group's leader and the returned `Popen`: its exit status is
+    the command's), so that a dying Ray worker's SIGKILL of its children misses the command itself.
 
-    The child asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
-    i.e. when the worker process is killed. The preexec function only makes one libc call,
-    prepared before the fork, so it is safe in the threaded Ray worker.
+    The shim asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
+    and ignores it, as it ignores every SIGTERM: the watchdog ends the group. The preexec function
+    only makes one libc call, prepared before the fork, so it is safe in the threaded Ray worker.
     """
     return subprocess.Popen(
-        argv,
+        [sys.executable, "-S", str(SHIM), *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
