@@ -30,6 +30,7 @@ from trainables.command_parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS
 from trainables.command_process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
     command_env,
+    command_pid,
     exit_status,
     log_prefix,
     start_command,
@@ -231,11 +232,11 @@ def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) 
     retry and --resume) and into a `CommandOutput`; `reading`: the step key, patterns, metrics that
     complete a step, --metrics-from and `{trial_dir}` (its folder holds the metrics file)."""
     step_key, patterns, complete_when, metrics_from, work_dir = reading
-    tensorboard = metrics_from == "tensorboard"
+    tensorboard, pid = metrics_from == "tensorboard", command_pid(proc)
     log = StreamLog(work_dir.parent / STDOUT_LOG)
     return CommandOutput(
         start_readers(proc, log),
-        {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), proc.pid) for name in echo},
+        {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),

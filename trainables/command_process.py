@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from trainables.command_parse import StepContext, format_value
@@ -73,6 +74,23 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None) -> subproc
         start_new_session=True,
         preexec_fn=_die_with_parent if _LIBC else None,
     )
+
+
+def command_pid(proc: subprocess.Popen, timeout_s: float = 2.0) -> int:
+    """The pid of the command that `start_command`'s shim runs (its child: the pid `nvidia-smi` shows),
+    waiting up to `timeout_s` for the shim to fork it; the shim's own pid if it has none by then."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.Error:
+            break
+        if children:
+            return children[0].pid
+        time.sleep(0.005)
+    return proc.pid
 
 
 def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:
