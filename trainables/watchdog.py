@@ -36,13 +36,15 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
-def files_being_written(pgid: int, folders: Sequence[str | Path]) -> dict[tuple[int, int, str], int]:
+def files_being_written(pgid: int, folders: Sequence[str | Path]) -> dict[tuple[int, int, str], tuple[int, int]]:
     """The regular files under `folders` that a member of process group `pgid` holds open for writing.
 
     Read with psutil's `Process.open_files()` (on Linux its `mode` and `position` come from
     /proc/PID/fdinfo); members that end or hide their files while being read are skipped.
     Returns:
-        {(pid, fd, path): position in bytes}; {} where psutil is missing or cannot list open files.
+        {(pid, fd, path): (position, size) in bytes}, the size from `os.stat` (it grows during one
+        large `write`, which moves the position only when it returns); {} where psutil is missing
+        or cannot list open files.
     """
     try:
         import psutil
@@ -56,10 +58,17 @@ def files_being_written(pgid: int, folders: Sequence[str | Path]) -> dict[tuple[
                 continue
             for file in process.open_files():
                 if file.mode != "r" and any(os.path.realpath(file.path).startswith(r) for r in roots):
-                    found[(process.pid, file.fd, file.path)] = file.position
+                    found[(process.pid, file.fd, file.path)] = (file.position, _size(file.path))
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def wait_for_writes(
