@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from trainables.command_process import (  # noqa: F401  (command_env: also for -
     CommandOutput,
     command_env,
     command_pid,
+    exit_code_soon,
     exit_status,
     log_prefix,
     start_command,
@@ -264,7 +264,7 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     if reporter.report_new(output.written_since() + (events.poll() if events else [])):  # written just before the exit
         return True
     # what the last step printed; a script that crashed before its first step printed no result (a config dump)
-    crashed = _exit_code(proc) not in (None, 0)
+    crashed = exit_code_soon(proc) not in (None, 0)
     return reporter.report_new(output.context.close(crashed) + (events.close() if events else []), final=True)
 
 
@@ -323,14 +323,6 @@ def _take_turn(reporter: StepReporter) -> bool:
         why, what = "the sweep stops", "not started: the sweep's first trials failed before reporting any metric"
         raise _failed(what, [], "stderr", True, why)
     return turn == "go"
-
-
-def _exit_code(proc) -> int | None:
-    """`proc`'s exit code once its pipes have closed (it is exiting); None if it is still running after 5 s."""
-    try:
-        return proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def _report(result: dict, step_key: str) -> None:

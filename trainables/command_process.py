@@ -181,3 +181,11 @@ def exit_status(code: int) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"signal {-code}"
     return f"exit code {code}"
+
+
+def exit_code_soon(proc: subprocess.Popen, timeout_s: float = 5.0) -> int | None:
+    """`proc`'s exit code once its pipes have closed (it is exiting); None if it still runs after `timeout_s`."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
