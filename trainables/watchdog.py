@@ -37,7 +37,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def files_being_written(pgid: int, folders: Sequence[str | Path]) -> dict[tuple[int, int, str], tuple[int, int]]:
-    """The regular files under `folders` that a member of process group `pgid` holds open for writing.
+    """The regular files under `folders` that a member of process group `pgid` holds open for writing,
+    other than its stdout and stderr (a command trial's output files, under the trial folder).
 
     Read with psutil's `Process.open_files()` (on Linux its `mode` and `position` come from
     /proc/PID/fdinfo); members that end or hide their files while being read are skipped.
@@ -57,7 +58,9 @@ def files_being_written(pgid: int, folders: Sequence[str | Path]) -> dict[tuple[
             if os.getpgid(process.pid) != pgid:
                 continue
             for file in process.open_files():
-                if file.mode != "r" and any(os.path.realpath(file.path).startswith(r) for r in roots):
+                if file.fd in (1, 2) or file.mode == "r":  # its stdout / stderr files (trainables/command.py)
+                    continue
+                if any(os.path.realpath(file.path).startswith(r) for r in roots):
                     found[(process.pid, file.fd, file.path)] = (file.position, _size(file.path))
         except (psutil.Error, OSError):
             continue
