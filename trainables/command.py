@@ -24,6 +24,7 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence, records, storage
+from trainables.command_failure import CommandFailed, _failed, _take_turn, _verdict  # noqa: F401
 from trainables.command_parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
 from trainables.command_process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
@@ -47,19 +48,15 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
     recorded_steps,
     unreported_results,
 )
-from trainables.failure_gate import EARLY_FAILURE, EARLY_FAILURE_METRIC, WORKING_FOLDER, GateTicket, signature
+from trainables.failure_gate import GateTicket
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.watchdog import start_watchdog, terminate_group
-from trainables.workdir import fill_work_dir
+from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 QUOTED_LINES = 3  # of which the error's last line quotes this many
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
-
-
-class CommandFailed(RuntimeError):
-    """The trial's command exited with an error, or reported no metric at all."""
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
@@ -90,12 +87,11 @@ def train_command(
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
-        write_wait_s: before that SIGTERM, at most this many seconds for the command's writes under the
-            trial's folder and its working folder to finish (`trainables/watchdog.py:wait_for_writes`).
+        write_wait_s: before that SIGTERM, the longest wait for its writes to finish (`watchdog.wait_for_writes`).
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
-        code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`), copied into
-            `{trial_dir}` (`trainables/workdir.py:fill_work_dir`), where the command then runs.
+        code_dir: the launch's code snapshot (`sweeps/engine/code_snapshot.py`; `workdir.code_folder`),
+            copied at the launch folder's place (`workdir.fill_work_dir`), where the command runs.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
@@ -106,14 +102,14 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
-    work_dir, metrics_file = _trial_files(trial_folder)
+    work_dir, metrics_file = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
     recovered = _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ()))
-    if recovered or not _take_turn(reporter):
+    if recovered or not _take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    reading = (step_key, patterns, complete_when, metrics_from, work_dir)
+    reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
@@ -121,6 +117,7 @@ def train_command(
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
             _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir, cwd))
+            _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
         _end_command(proc, output, reporter, (grace_period_s, writes, watchdog))
 
@@ -178,10 +175,13 @@ class StepReporter:
         return False
 
 
-def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
-    """Make the trial's `{trial_dir}` and (empty) metrics file if missing; returns their paths."""
+def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
+    """The trial's `{trial_dir}` (made by `_prepare_command`) and its (empty) metrics file, made if missing.
+    With object storage, Tune uploads the trial's folder and follows links: a working folder in a
+    mirror of the folders around the launch folder (`code_dir`) then lies on the node, outside it."""
     work_dir = records.work_dir(trial_folder)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    if code_dir and storage.trial_storage_dir() is None:
+        work_dir = records.node_work_dir(trial_folder)
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
     return work_dir, metrics_file
@@ -220,24 +220,39 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
 
 def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`), else `cwd`."""
+    there is one (`code_dir`, `fill_work_dir`), else `cwd`. A folder around the launch folder missing
+    on this node fails the trial once, not retried (`workdir.MissingOnNode`)."""
     if code_dir:
-        fill_work_dir(Path(code_dir), work_dir)
-        cwd = str(work_dir)
+        try:
+            cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
+        except MissingOnNode as e:
+            tune.report({NO_RETRY_METRIC: 1})
+            raise CommandFailed(f"{e} (not retried: the path is missing on this node)") from None
+    else:
+        work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
+
+
+def _keep_new_paths(code_dir: str | None, work_dir: Path, trial_name: str) -> None:
+    """Move what a command that exited 0 created through `..` to the real folders (`workdir.keep_new_paths`)."""
+    moved = keep_new_paths(code_folder(code_dir), work_dir) if code_dir else []
+    if moved:
+        print(f"{trial_name}: what the command created through `..` moved to {', '.join(map(str, moved))}", flush=True)
 
 
 def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading: tuple) -> tuple:
     """Start the command, its stdout and stderr going to the trial folder's `OUTPUT_FILES`, and read
     them into `command_stdout.txt` (both streams, in the order read, for a retry and --resume; this
     attempt's first line is written before the command starts) and into a `CommandOutput`;
-    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and `{trial_dir}`
-    (its folder holds the metrics file and the output files). Returns (the process, its output)."""
-    step_key, patterns, complete_when, metrics_from, work_dir = reading
+    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and the metrics
+    file (its folder, the trial's, holds the output files); TensorBoard events are read under
+    `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
+    step_key, patterns, complete_when, metrics_from, metrics_file = reading
     tensorboard = metrics_from == "tensorboard"
-    log = StreamLog(work_dir.parent / STDOUT_LOG)
-    outputs = {name: work_dir.parent / file for name, file in OUTPUT_FILES.items()}
+    work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
+    log = StreamLog(metrics_file.parent / STDOUT_LOG)
+    outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
     try:
         proc = start_command(argv, env, cwd, outputs)
     except BaseException:
@@ -250,7 +265,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if tensorboard else work_dir.parent / METRICS_FILE,
+        None if tensorboard else metrics_file,
         TensorBoardResults(work_dir, step_key, complete_when) if tensorboard else None,
         step_key,
         log,
@@ -278,37 +293,6 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     return reporter.report_new(output.context.close(crashed) + (events.close() if events else []), final=True)
 
 
-def _verdict(code: int, argv: list[str], reporter: StepReporter, output: CommandOutput, reading: tuple) -> None:
-    """Raise CommandFailed when the command exited non-zero, or exited 0 with no result at all
-    (`reading`: the patterns, --metrics-from, metrics file, `{trial_dir}` looked at and the working folder).
-    A non-zero exit before any result is told to the sweep's gate (`trainables/failure_gate.py`): the
-    same error as an earlier trial's, or the sweep's initial failures used up, is not retried."""
-    patterns, metrics_from, metrics_file, work_dir, cwd = reading
-    if code != 0:
-        early = reporter.parsed == 0 and reporter.last_step is None
-        sig = signature(code, output.tails["ERR"], {str(work_dir): "{trial_dir}", work_dir.parent.name: "{trial_name}"})
-        seen, stops = (early and reporter.ticket.call("failed_early", sig)) or (0, 0)  # no gate: None
-        raise _failed(
-            f"command exited with {exit_status(code)}{' ' + EARLY_FAILURE if early else ''}: {' '.join(argv)}\n"
-            f"{WORKING_FOLDER}{cwd or os.getcwd()}",
-            output.tails["ERR"],
-            "stderr",
-            no_retry=code == 2 or seen or stops,
-            why="exit code 2 is a usage error"
-            if code == 2
-            else ("the sweep stops" if stops else "an earlier trial failed with the same error before any metric"),
-            early=early,
-        )
-    if reporter.parsed == 0 and reporter.last_step is None:
-        raise _failed(
-            no_metrics_message(reporter.step_key, patterns, metrics_from, metrics_file, work_dir, output.tails),
-            output.tails["OUT"],
-            "stdout",
-            no_retry=True,
-            why="it exited 0: running it again prints the same",
-        )
-
-
 def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:
     """End what is left of the command's group (`stop`: grace period, writes waited for, the watchdog's
     pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
@@ -320,17 +304,6 @@ def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tupl
         os.close(watchdog)
     for stream in output.echo.values():
         stream.flush()
-
-
-def _take_turn(reporter: StepReporter) -> bool:
-    """Wait for this attempt's turn at the sweep's gate (`GateTicket.enter`) and keep its ticket in
-    `reporter`; False when Tune ended the trial meanwhile. Raises CommandFailed (not retried) when
-    the sweep stops for failures before any metric: the command does not start."""
-    reporter.ticket, turn = GateTicket.enter(_stop_requested)
-    if turn == "stop":
-        why, what = "the sweep stops", "not started: the sweep's first trials failed before reporting any metric"
-        raise _failed(what, [], "stderr", True, why)
-    return turn == "go"
 
 
 def _report(result: dict, step_key: str) -> None:
@@ -371,25 +344,6 @@ def _stop_requested() -> bool:
         return bool(session and session.stop_event.is_set())
     except (ImportError, AttributeError):
         return False
-
-
-def _failed(summary: str, tail, stream: str, no_retry: bool, why: str, early: bool = False) -> CommandFailed:
-    """The error of a failed command: `summary`, the tail of `stream`, and a last line (the one the
-    console shows) quoting that tail. First a report marking it: with `no_retry`, one that tells
-    Tune not to retry (`NO_RETRY_METRIC`); when `early` (before any metric), one the sweep counts
-    (`EARLY_FAILURE_METRIC`, `sweeps/engine/initial_failures.py`)."""
-    tail = list(tail)
-    marks = {NO_RETRY_METRIC: 1} if no_retry else {}
-    if marks or early:
-        tune.report(marks | ({EARLY_FAILURE_METRIC: 1} if early else {}))
-    quoted = " | ".join(line.strip() for line in tail[-QUOTED_LINES:] if line.strip()) or f"(no {stream} output)"
-    last = summary.split(": ", 1)[0] if summary.startswith("command exited with") else summary.split(": expected")[0]
-    return CommandFailed(
-        f"{summary}\nlast {len(tail)} lines of {stream}:\n"
-        + "\n".join(tail)
-        + "\n"
-        + f"{last}{f' (not retried: {why})' if no_retry else ''}; {stream} ends: {quoted}"
-    )
 
 
 def _trial_name_and_folder() -> tuple[str, Path]:

@@ -200,7 +200,12 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
     except driver_lock.ExperimentHeld as e:
         raise UsageError(str(e)) from None
     try:
-        init_ray(o.address, o.dashboard_host, num_gpus=choose_local_gpus(o.gpus, o.address))
+        init_ray(
+            o.address,
+            o.dashboard_host,
+            num_gpus=choose_local_gpus(o.gpus, o.address),
+            runtime_env=trial_function.runtime_env,
+        )
         check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
         gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trial_function)
         check_resources(gpus, o.cpus_per_trial)
