@@ -11,13 +11,15 @@ from analysis.formatting import format_value, latex_escape, sort_key
 
 def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
     """The caption of a :func:`analysis.paper_table`: metric, rule, n, marks, the test used and
-    its correction (Holm over the number of comparisons, at ``attrs["alpha"]``).
+    its correction (Holm over the number of comparisons, at ``attrs["alpha"]``); first "No test
+    metric" when the cells are the validation metric (a sweep that has no test metric).
 
     Plain text in both styles (``±``, ``†``); :func:`format_paper_table` escapes it for LaTeX.
     """
     a = table.attrs
     text = (
-        f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean ± std over "
+        ("No test metric: the cells are the validation metric itself. " if a["metric"] == a["val_metric"] else "")
+        + f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean ± std over "
         f"{a['n_seeds']} seeds; (n=…) where fewer seeds finished; failed / diverged: every seed of the "
         "cell errored / diverged."
     )

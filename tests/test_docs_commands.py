@@ -435,9 +435,11 @@ def test_check_command_runs_as_written(text, scratch):
 
 
 @pytest.mark.slow
-def test_quick_start_smoke_grid_then_its_analysis(tmp_path, sweep_env):
-    """The README's smoke grid in a scratch folder (./runs is its storage), then the analysis commands on it."""
-    sweep = run_documented(SMOKE[0], tmp_path, timeout=600, env=sweep_env)
+def test_quick_start_smoke_grid_then_its_analysis(smoke_grid):
+    """The README's smoke grid in a scratch folder (./runs is its storage: conftest's `smoke_grid`, one run
+    shared with tests/test_sweeps.py), then the analysis commands on it."""
+    sweep, tmp_path = smoke_grid.proc, smoke_grid.folder
+    assert smoke_grid.command == SMOKE[0]  # the run is the documented command
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     assert "12 trials in the grid" in sweep.stdout
     report = run_documented(SMOKE[1], tmp_path, timeout=300)

@@ -28,7 +28,7 @@ def test_bad_auto_flags_are_refused_before_ray(tmp_path):
     assert proc.returncode == 2 and "--max-seeds applies to --seeds auto only" in proc.stderr
 
 
-def _auto_sweep(tmp_path, max_seeds: int):
+def _auto_sweep(tmp_path, max_seeds: int, env: dict):
     return run_sweep(
         tmp_path,
         *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
@@ -36,12 +36,13 @@ def _auto_sweep(tmp_path, max_seeds: int):
         # run ahead (never left idle), and a clear cell can end one seed past its decision
         *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
         *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
+        env=env,
     )
 
 
 @pytest.mark.slow
-def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path):
-    proc = _auto_sweep(tmp_path, 6)
+def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path, sweep_env):
+    proc = _auto_sweep(tmp_path, 6, sweep_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
     assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
@@ -53,7 +54,7 @@ def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_pa
     assert f"trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
 
     # a higher cap later reopens only the undecided cell; the finished trials are reused
-    proc = _auto_sweep(tmp_path, 8)
+    proc = _auto_sweep(tmp_path, 8, sweep_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
     assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()

@@ -98,7 +98,7 @@ def launch(
         restored = {"resume_unfinished": True, "resume_errored": o.retry_errored}
         tuner = Tuner.restore(experiment_dir, trainable_for(gpus), **restored)
     else:
-        write_sweep_info(experiment_dir, sweep_info(tune_config, param_space, settings))
+        write_sweep_info(experiment_dir, sweep_info(tune_config, param_space, settings, o.test_metric))
         tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
     rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, tune_config)
     code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
@@ -171,12 +171,14 @@ def sweep_tune_config_for(tune_config: TuneConfig, options: RunOptions, max_conc
     )
 
 
-def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
-    """The `raysweep.json` record of a new sweep: metric, mode, command line, settings, start time and
-    `total_trials` (num_samples x the grid's size)."""
+def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
+    """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
+    itself: a command that reports only its validation metric), command line, settings, start time and
+    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/tune_state.py`)."""
     return {
         "metric": tune_config.metric,
         "mode": tune_config.mode,
+        "test_metric": test_metric if test_metric != tune_config.metric else None,
         "argv": sys.argv,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
