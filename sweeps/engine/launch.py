@@ -35,6 +35,7 @@ from sweeps.engine.gpus import (
     oom_trials,
     requeued_trial_paths,
 )
+from sweeps.engine.initial_failures import InitialFailures
 from sweeps.engine.monitoring import monitoring_callbacks
 from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
@@ -81,7 +82,7 @@ def launch(
     if tune_config.metric is None or tune_config.trial_name_creator is None:
         raise ValueError("launch: the sweep's TuneConfig needs a metric and a trial_name_creator")
     o, experiment_dir, metric, mode = options, options.experiment_dir, tune_config.metric, tune_config.mode
-    run_config = sweep_run_config_for(o, tune_config, checkpoint_config)  # before Ray: a bad tracker is a usage error
+    run_config = sweep_run_config_for(o, tune_config, checkpoint_config, trial_function)  # before Ray: bad tracker
     starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
     held, gpus = hold_and_start_ray(o, trial_function)
     notify.watch(o.notify, o.name)
@@ -119,15 +120,20 @@ def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
 
 
 def sweep_run_config_for(
-    options: RunOptions, tune_config: TuneConfig, checkpoint_config: CheckpointConfig | None
+    options: RunOptions,
+    tune_config: TuneConfig,
+    checkpoint_config: CheckpointConfig | None,
+    trial_function: TrialFunction | None = None,
 ) -> RunConfig:
     """`sweep_run_config` for this sweep's flags, with its progress and tracker callbacks
-    (`monitoring_callbacks`, ranked by the `tune_config`'s metric and mode).
+    (`monitoring_callbacks`, ranked by the `tune_config`'s metric and mode); --max-initial-failures
+    applies where the `trial_function` uses the sweep's failure gate (command trials).
 
     Raises:
         UsageError: a bad --progress-every or a tracker that cannot be set up.
     """
     o = options
+    gated = trial_function is not None and getattr(trial_function.function, "uses_failure_gate", False)
     callbacks = monitoring_callbacks(
         o.name,
         progress_every=o.progress_every,
@@ -146,6 +152,7 @@ def sweep_run_config_for(
         metric=tune_config.metric,
         mode=tune_config.mode,
         checkpoint_config=checkpoint_config,
+        max_initial_failures=o.max_initial_failures if gated else None,
     )
 
 
@@ -218,6 +225,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     # (Ray's switch), and one line says where the results and TensorBoard files are.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
+    # Tune logs every trial error with its traceback; each is in the trial's error.txt, the progress
+    # block names that file, and the outcome prints each error once (sweeps/engine/initial_failures.py).
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
@@ -246,6 +256,7 @@ def sweep_run_config(
     metric: str = METRIC,
     mode: str = MODE,
     checkpoint_config: CheckpointConfig | None = None,
+    max_initial_failures: int | None = None,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
@@ -258,13 +269,16 @@ def sweep_run_config(
     (`RestoreFromSurvivingCheckpoint`; in the Tuner's `RunConfig`, so it acts on `--resume`): every
     failure callback is added here, after `callbacks`. Files trials write (noise.json, logs) are
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
-    `callbacks` replace Tune's tables (verbose=0).
+    `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
+    sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
+    repeats is not retried, and that many of them before any metric stop the sweep.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
+    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
     settings = {
         "name": name,
         "storage_path": str(storage_path),
@@ -275,7 +289,8 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint()],
+        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "stop": initial[0] if initial else None,
         "verbose": 0,
     }
     return RunConfig(**(settings | overrides))
