@@ -41,12 +41,15 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
     TensorBoardResults,
     last_reported_step,
     no_metrics_message,
+    not_reported,
     read_metrics_file,
+    record_reader,
     recorded_steps,
     unreported_results,
 )
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
+from trainables.tracker_sources import TRACKERS, TrackerResults, describe_sources, sources_of, tracker_env
 from trainables.watchdog import start_watchdog, terminate_group
 from trainables.workdir import fill_work_dir
 
@@ -102,9 +105,10 @@ def train_command(
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir, metrics_file = _trial_files(trial_folder)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    if _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ())):
+    if _report_recovered(reporter, trial_name, patterns, complete_when, metrics_from):
         return
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
+    _point_trackers(env, work_dir, metrics_from, trial_name)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     proc = start_command(argv, env, cwd)
     output = _watch_output(proc, env, trial_name, echo, (step_key, patterns, complete_when, metrics_from, work_dir))
@@ -178,9 +182,11 @@ def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
     return work_dir, metrics_file
 
 
-def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, streams) -> bool:
-    """On a restart, report the rows printed before it (`command_stdout.txt`) but never reported,
-    before the command starts again; True when one diverged (the trial then ends)."""
+def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, metrics_from: str) -> bool:
+    """On a restart, report the rows printed before it (`command_stdout.txt`), or else written to the
+    tracker records `metrics_from` reads, but never reported, before the command starts again; True
+    when one diverged (the trial then ends)."""
+    streams = STREAMS_READ.get(metrics_from, ())
     stdout_log = reporter.trial_folder / STDOUT_LOG
     last_step, key = reporter.last_step, reporter.step_key
     recovered = (
@@ -196,15 +202,35 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
         if reporter.restarted and streams
         else []
     )
+    if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
+        recovered, stdout_log = _tracker_rows_not_reported(reporter, metrics_from, complete_when)
     if recovered:
         print(
-            f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
+            f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
             f"(steps {recovered[0][key]}..{recovered[-1][key]}, from {stdout_log.name})",
             flush=True,
         )
     diverged = reporter.report_new(recovered, missing=True)
     reporter.parsed = 0  # counts the results of this run only
     return diverged
+
+
+def _tracker_rows_not_reported(reporter: StepReporter, metrics_from: str, complete_when) -> tuple[list, Path]:
+    """The rows in the tracker records under `{trial_dir}` (all attempts') that the trial's history
+    lacks, in step order, and the records' folder."""
+    work_dir, key = reporter.trial_folder / WORK_DIR, reporter.step_key
+    reader = TrackerResults(work_dir, key, sources_of(metrics_from), complete_when)
+    last = reporter.last_step if reporter.last_step is not None else -math.inf
+    found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
+    return [found[step] for step in sorted(found)], Path(WORK_DIR) / str(reader.source)
+
+
+def _point_trackers(env: dict, work_dir: Path, metrics_from: str, trial_name: str) -> None:
+    """Point W&B and MLflow at the trial's folder where the environment leaves them unset
+    (`tracker_sources.tracker_env`), and say so in the trial's log."""
+    set_now = tracker_env(env, work_dir, metrics_from)
+    if set_now:
+        print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
 
 
 def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd) -> tuple[list, dict, str]:
@@ -222,7 +248,7 @@ def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) 
     retry and --resume) and into a `CommandOutput`; `reading`: the step key, patterns, metrics that
     complete a step, --metrics-from and `{trial_dir}` (its folder holds the metrics file)."""
     step_key, patterns, complete_when, metrics_from, work_dir = reading
-    tensorboard = metrics_from == "tensorboard"
+    records = record_reader(metrics_from, work_dir, step_key, complete_when, since=time.time() - 2.0)
     log = StreamLog(work_dir.parent / STDOUT_LOG)
     return CommandOutput(
         start_readers(proc, log),
@@ -230,8 +256,8 @@ def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) 
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if tensorboard else work_dir.parent / METRICS_FILE,
-        TensorBoardResults(work_dir, step_key, complete_when) if tensorboard else None,
+        None if metrics_from == "tensorboard" or metrics_from in TRACKERS else work_dir.parent / METRICS_FILE,
+        records,
         step_key,
         log,
     )
@@ -250,11 +276,11 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
         if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
             break  # a process that left the group holds the pipes open; stop waiting for it
-    events = output.events
-    if reporter.report_new(output.written_since() + (events.poll() if events else [])):  # written just before the exit
+    events, written = output.events, output.written_since()
+    if reporter.report_new(written + (events.poll(written) if events else [])):  # written just before the exit
         return True
-    # what the last step printed
-    return reporter.report_new(output.context.close() + (events.close() if events else []), final=True)
+    last = output.context.close()  # what the last step printed
+    return reporter.report_new(last + (events.poll(last) + events.close() if events else []), final=True)
 
 
 def _verdict(code: int, argv: list[str], reporter: StepReporter, output: CommandOutput, reading: tuple) -> None:
@@ -268,6 +294,16 @@ def _verdict(code: int, argv: list[str], reporter: StepReporter, output: Command
             "stderr",
             no_retry=code == 2,
             why="exit code 2 is a usage error",
+        )
+    events = output.events
+    if isinstance(events, TrackerResults) and events.source and events.metric not in events.held:
+        raise _failed(
+            f"command exited 0 but --metric {events.metric} is in none of its records: "
+            + describe_sources(work_dir, reporter.step_key, sources_of(events.source if not events.auto else "output")),
+            output.tails["OUT"],
+            "stdout",
+            no_retry=True,
+            why="it exited 0: running it again logs the same",
         )
     if reporter.parsed == 0 and reporter.last_step is None:
         raise _failed(

@@ -13,6 +13,7 @@ import shlex
 import sys
 import tempfile
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -35,13 +36,13 @@ def check_command(args) -> int:
         METRICS_FILE,
         STREAMS_READ,
         StepContext,
-        TensorBoardResults,
         command_env,
         read_metrics_file,
         start_command,
         terminate_group,
     )
-    from trainables.command_sources import candidate_keys
+    from trainables.command_sources import candidate_keys, record_reader
+    from trainables.tracker_sources import describe_sources, sources_of, tracker_env
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -55,7 +56,7 @@ def check_command(args) -> int:
         argv = command_template.render(args.template, cell, str(work_dir), name)
         print(f"--check {name}: {shlex.join(argv)}", flush=True)
         context = StepContext(args.step_key, patterns, complete)
-        events = TensorBoardResults(work_dir, args.step_key, complete) if args.metrics_from == "tensorboard" else None
+        events = record_reader(args.metrics_from, work_dir, args.step_key, complete, since=time.time() - 2.0)
 
         def show(rows: list[dict]) -> None:
             for row in rows:
@@ -63,19 +64,32 @@ def check_command(args) -> int:
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
         env = command_env(cell, work_dir, name, metrics_file, 0.0)
+        for setting in tracker_env(env, work_dir, args.metrics_from):
+            print(f"  (set {setting}: unset in the environment)", flush=True)
         proc = start_command(argv, env, None if args.in_place else str(work_dir))
         try:
             for label, line in _interleaved(proc):
                 print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
                 printed[label].append(line)
-                show(context.feed(line) if label in streams else [])
-                show(events.poll() if events else [])
+                printed_rows = context.feed(line) if label in streams else []
+                show(printed_rows + (events.poll(printed_rows) if events else []))
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
-        rows = context.close() if streams else []
-        show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
-    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
+        rows = (context.close() if streams else []) + read_metrics_file(metrics_file, 0, args.step_key)[0]
+        show(rows + (events.poll(rows) + events.close() if events else []))
+        print(f"metrics source: {_source_used(args.metrics_from, events, bool(seen))}", flush=True)
+        held = describe_sources(work_dir, args.step_key, sources_of(args.metrics_from))
+    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
+
+
+def _source_used(metrics_from: str, events, read_any: bool) -> str:
+    """The source the rows came from: the tracker `events` read (`wandb`, ...), else `metrics_from`."""
+    source = getattr(events, "source", None)
+    if source:
+        found = "" if metrics_from == source else "; found by --metrics-from output: the command printed no metric"
+        return f"{source} (its records under {{trial_dir}}{found})"
+    return metrics_from + ("" if read_any else " (no row read)")
 
 
 def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
@@ -95,9 +109,10 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     return work_dir, metrics_file
 
 
-def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:
+def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: str = "") -> int:
     """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
-    stream held candidate lines (`found`) and their keys. Returns the exit code of --check."""
+    stream held candidate lines (`found`) and which tracker record what keys (`held`). Returns the
+    exit code of --check."""
     from trainables.command_sources import describe_candidates
 
     missing = [m for m in complete if m not in seen]
@@ -111,7 +126,8 @@ def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int
     )
     if missing:
         print(
-            f"{describe_candidates(found, streams)}; check --metric / --metric-pattern / --step-key / --metrics-from",
+            f"{describe_candidates(found, streams)}{'; ' + held if held else ''}; "
+            "check --metric / --metric-pattern / --step-key / --metrics-from",
             file=sys.stderr,
         )
     return 0 if code == 0 and not missing else 1

@@ -299,6 +299,23 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
+def metrics_source_words(metrics_from: str) -> str:
+    """`--metrics-from` in words for the launch line, e.g. `wandb (the W&B run under {trial_dir})`."""
+    words = {
+        "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
+        "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
+        "stdout": "stdout (its lines and $RAYSWEEP_METRICS_FILE)",
+        "stderr": "stderr (its lines and $RAYSWEEP_METRICS_FILE)",
+        "jsonl": "jsonl ($RAYSWEEP_METRICS_FILE)",
+        "tensorboard": "tensorboard (event files under {trial_dir})",
+        "wandb": "wandb (the W&B runs under {trial_dir}/wandb)",
+        "mlflow": "mlflow (the MLflow store {trial_dir}/mlflow.db)",
+        "csv": "csv (metrics.csv under {trial_dir})",
+        "hf": "hf (the newest trainer_state.json under {trial_dir})",
+    }
+    return words[metrics_from]
+
+
 def check_metric_producible(
     metric: str,
     patterns: list[re.Pattern] | re.Pattern | None,

@@ -1,0 +1,217 @@
+"""Command trials whose script prints nothing and logs through a tracker: W&B offline runs, MLflow's
+default store, a Lightning-style `metrics.csv` and a Hugging Face `trainer_state.json`
+(`trainables/tracker_sources.py`, `trainables/wandb_reader.py`), with the real packages."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
+from trainables import tracker_sources
+from trainables.tracker_sources import TrackerResults, csv_rows, hf_rows
+from trainables.wandb_reader import read_history
+
+SCRIPT = "tests/scripts/tracker_only.py"
+
+
+def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
+    """Run the tracker script as a trial would (the environment `tracker_env` sets); returns `{trial_dir}`."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    tracker_sources.tracker_env(env, work, tracker)
+    subprocess.run(
+        [PY, SCRIPT, "--tracker", tracker, "--lr", "0.2", "--out", str(work), *extra],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return work
+
+
+def test_wandb_reader_reads_every_row_and_a_cut_log_up_to_its_last_whole_record(tmp_path):
+    work = run_script(tmp_path, "wandb", "--epochs", "3")
+    [log] = list(work.glob(tracker_sources.RUN_GLOB))
+    assert log.parent.name.startswith(
+        "offline-run-"
+    )  # WANDB_MODE=offline, WANDB_DIR={trial_dir}: `wandb sync` finds it
+    rows, end = read_history(log)
+    assert [r["step"] for r in rows] == [1, 2, 3] and end == log.stat().st_size
+    assert rows[1]["metrics"] == {"val_acc": pytest.approx(0.54), "train/loss": 0.5}  # nested keys joined by /
+    data = log.read_bytes()
+    cut = tmp_path / "cut.wandb"
+    for size in range(0, len(data), 61):  # a log still being written (or killed) at every place
+        cut.write_bytes(data[:size])
+        first, offset = read_history(cut)
+        cut.write_bytes(data)
+        rest, _ = read_history(cut, offset)
+        assert [r["step"] for r in first + rest] == [1, 2, 3], size
+    (tmp_path / "other.wandb").write_bytes(b"not a run log")
+    with pytest.raises(ValueError, match="is not a W&B run log"):
+        read_history(tmp_path / "other.wandb")
+
+
+def test_wandb_version_is_in_the_range_pyproject_pins():
+    import wandb
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    [pin] = [Requirement(r) for r in extras["trackers"] if r.startswith("wandb")]
+    assert pin.specifier.contains(wandb.__version__), (wandb.__version__, str(pin))
+
+
+def test_only_the_reader_imports_wandb_internals():
+    allowed = {ROOT / "trainables" / "wandb_reader.py"}
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("sweeps", "trainables", "analysis")
+        for path in (ROOT / folder).rglob("*.py")
+        if path not in allowed and re.search(r"wandb\.(proto|sdk\.internal)", path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_csv_rows_merge_per_step_and_skip_a_line_being_written():
+    text = "epoch,step,train_loss,val_acc\n0,9,0.9,\n0,9,,0.71\n1,19,0.5,\n1,19,,0.8\n2,29,0.4"
+    rows = csv_rows(text, "epoch")
+    assert rows[:2] == [{"epoch": 0, "step": 9, "train_loss": 0.9}, {"epoch": 0, "step": 9, "val_acc": 0.71}]
+    reader = TrackerResults(
+        Path("."), "epoch", ("csv",), complete_when=("val_acc",)
+    )  # a step ends when the next starts
+    merged = [r for row in rows for r in reader.context.add(row)] + reader.context.close()
+    assert merged == [
+        {"step": 9, "train_loss": 0.9, "val_acc": 0.71, "epoch": 0},
+        {"step": 19, "train_loss": 0.5, "val_acc": 0.8, "epoch": 1},
+    ]
+    assert csv_rows("step,loss\n5,0.3\n", "epoch") == [{"step": 5, "loss": 0.3, "epoch": 5}]  # no epoch column
+
+
+def test_hf_rows_and_a_torn_trainer_state():
+    text = '{"log_history": [{"loss": 0.9, "epoch": 0.5, "step": 5}, {"eval_acc": 0.7, "epoch": 1.0, "step": 10}]}'
+    assert hf_rows(text, "epoch") == [
+        {"loss": 0.9, "epoch": 0.5, "step": 5},
+        {"eval_acc": 0.7, "epoch": 1.0, "step": 10},
+    ]
+    with pytest.raises(ValueError):
+        hf_rows(text[:40], "epoch")
+
+
+@pytest.mark.slow
+def test_check_names_each_source_and_the_keys_when_the_metric_is_missing(tmp_path):
+    for tracker in ("wandb", "mlflow", "csv", "hf"):
+        proc = subprocess.run(
+            [PY, "sweeps/run_command.py", "--check", "--metric", "val_acc", "--"]
+            + [PY, SCRIPT, "--tracker", tracker, "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert (
+            f"metrics source: {tracker} (its records under {{trial_dir}}; found by --metrics-from output" in proc.stdout
+        )
+        assert re.search(r"metrics row: .*val_acc=0\.52", proc.stdout), proc.stdout[-2000:]
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", "--check", "--metric", "val/acc", "--metrics-from", "csv", "--"]
+        + [PY, SCRIPT, "--tracker", "csv", "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 1
+    assert "metrics source: csv (its records under {trial_dir})" in proc.stdout
+    assert "csv held step, train_loss, val_acc" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_epoch(tmp_path, sweep_env):
+    """Default --metrics-from: each tracker found by itself, 2 trials each; the csv trials' workers are
+    SIGKILLed after epoch 2 (a row Tune may not have had yet) and the script resumes after it."""
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        "tracker,kill=wandb:0,mlflow:0,csv:2,hf:0",
+        "--axis",
+        "lr=0.1,0.2",
+        "--metric",
+        "val_acc",
+        "--max-failures",
+        "1",
+        "--",
+        PY,
+        SCRIPT,
+        "--tracker",
+        "{tracker}",
+        "--kill-worker-at",
+        "{kill}",
+        "--lr",
+        "{lr}",
+        "--out",
+        "{trial_dir}",
+        "--epochs",
+        "4",
+        "--sleep",
+        "0.5",
+        env=sweep_env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric" in proc.stdout
+    found = trials(tmp_path / "runs" / "command")
+    assert len(found) == 8, sorted(found)
+    for name, trial in found.items():
+        lr = 0.1 if "lr0.1" in name else 0.2
+        rows = history(trial)
+        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once, also after the kill
+        assert rows["val_acc"].round(4).tolist() == [round(0.5 + lr * e / 10, 4) for e in (1, 2, 3, 4)], name
+    killed = [t for n, t in found.items() if n.startswith("csv")]
+    assert all((t / "work" / "killed").exists() for t in killed)
+    assert all(len(list((t / "work" / "lightning_logs").iterdir())) == 2 for t in killed)  # ran twice
+    for trial in killed:  # epoch 2's row could not be complete before the kill: it came from the records
+        assert re.search(
+            r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv",
+            (trial / "stdout").read_text(),
+        )
+    wandb_trial = next(t for n, t in found.items() if n.startswith("wandb"))
+    assert history(wandb_trial)["train/loss"].tolist() == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
+
+
+@pytest.mark.slow
+def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
+    from ray import tune
+    from ray.tune import RunConfig, TuneConfig, Tuner
+    from ray.tune.schedulers import ASHAScheduler
+
+    from trainables.command import train_command
+
+    template = [sys.executable, SCRIPT, "--tracker", "wandb", "--lr", "{lr}", "--out", "{trial_dir}"]
+    template += ["--epochs", "8", "--sleep", "0.3", "--start-delay", "{start_delay}"]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from="wandb")
+    space = {  # the worse trial starts late, so it meets the better one's score at each rung and is cut
+        "lr": tune.grid_search([0.5, -0.5]),
+        "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
+    }
+    grid = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=TuneConfig(
+            metric="val_acc", mode="max", scheduler=ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1)
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    ).fit()
+    assert not grid.errors
+    by_lr = {r.config["lr"]: r for r in grid}
+    assert by_lr[0.5].metrics["epoch"] == 8
+    assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5
