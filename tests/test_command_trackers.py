@@ -8,10 +8,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
@@ -215,3 +215,38 @@ def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
     by_lr = {r.config["lr"]: r for r in grid}
     assert by_lr[0.5].metrics["epoch"] == 8
     assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5
+
+
+def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
+    env = {"WANDB_MODE": "online", "MLFLOW_TRACKING_URI": ""}
+    assert tracker_sources.tracker_env(env, tmp_path, "output") == [
+        f"WANDB_DIR={tmp_path}",
+        f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/mlflow.db",
+    ]
+    assert env["WANDB_MODE"] == "online"  # the user's choice stays
+    assert tracker_sources.tracker_env({}, tmp_path, "csv") == []
+    assert tracker_sources.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+
+
+def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):
+    old = tmp_path / "code" / "metrics.csv"  # a file of the code copy: older than the attempt
+    old.parent.mkdir()
+    old.write_text("epoch,val_acc\n9,0.1\n")
+    os.utime(old, (1, 1))
+    csv_file = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    csv_file.parent.mkdir(parents=True)
+    csv_file.write_text("epoch,step,train_loss,val_acc\n1,9,0.9,\n1,9,,0.7\n2,19,0.5,")  # epoch 2: being written
+    reader = TrackerResults(tmp_path, "epoch", complete_when=("val_acc",), since=100.0, auto=True)
+    assert reader.poll() == []  # epoch 1 may still get rows
+    csv_file.write_text(csv_file.read_text() + "\n2,19,,0.8\n")
+    reader.next_read = 0.0
+    assert reader.poll() == [{"step": 9, "train_loss": 0.9, "val_acc": 0.7, "epoch": 1}]
+    assert reader.close() == [{"step": 19, "train_loss": 0.5, "val_acc": 0.8, "epoch": 2}]
+    assert reader.source == "csv"
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
+    assert tracker_sources.describe_sources(tmp_path, "epoch") == (
+        "csv held val_acc, step, train_loss; hf held eval_loss"
+    )
+    printed = TrackerResults(tmp_path, "epoch", auto=True)
+    assert printed.poll([{"epoch": 1, "acc": 0.5}]) == [] and printed.close() == []  # the command prints its own

@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -66,8 +67,7 @@ def find_records(work_dir: Path, source: str, since: float | None = None) -> lis
     elif source == "mlflow":
         paths = [work_dir / MLFLOW_DB] if (work_dir / MLFLOW_DB).exists() else []
     else:
-        name, depth = _DEPTHS[source]
-        paths = [p for d in range(depth + 1) for p in work_dir.glob("*/" * d + name)]
+        paths = _named_files(work_dir, *_DEPTHS[source])
     stamped = []
     for path in paths:
         try:
@@ -75,6 +75,16 @@ def find_records(work_dir: Path, source: str, since: float | None = None) -> lis
         except OSError:
             continue
     return [p for mtime, p in sorted(stamped) if since is None or mtime >= since]
+
+
+def _named_files(folder: Path, name: str, depth: int) -> list[Path]:
+    """Files called `name` at most `depth` folders below `folder`; links to folders (the code copy's
+    data links) and hidden folders are not entered, so a large dataset costs nothing."""
+    found, top = [], len(folder.parts)
+    for root, dirs, files in os.walk(folder):
+        found += [Path(root) / name] if name in files else []
+        dirs[:] = [] if len(Path(root).parts) - top >= depth else [d for d in dirs if not d.startswith(".")]
+    return found
 
 
 def csv_rows(text: str, step_key: str) -> list[dict]:
@@ -172,7 +182,7 @@ class TrackerResults:
         for source in [self.source] if self.source else self.sources:
             rows = self._read(source)
             if rows:
-                if self.source is None:
+                if self.source is None and self.since is not None:  # read live (not a restart's recovery)
                     print(f"metrics from {source} records under {self.work_dir}", flush=True)
                 self.source = source
                 self.held.update(dict.fromkeys(k for row in rows for k in row if k != self.step_key))

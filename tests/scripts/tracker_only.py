@@ -1,6 +1,6 @@
 """A script that prints nothing of its own and logs each epoch only through one experiment tracker.
 
-python tests/scripts/tracker_only.py --tracker wandb --lr 0.1 --out /tmp/run [--epochs 4] [--sleep 0.5] [--start-delay 3]
+python tests/scripts/tracker_only.py --tracker wandb --lr 0.1 --out /tmp/run [--epochs 4] [--sleep 0.5]
 
 --tracker: wandb (`wandb.log` with a step and a nested key, `train/loss`; WANDB_MODE / WANDB_DIR from the
 environment), mlflow (`mlflow.log_metrics` with steps, the default store), csv (Lightning's CSVLogger
