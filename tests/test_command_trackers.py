@@ -226,6 +226,7 @@ def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
     assert env["WANDB_MODE"] == "online"  # the user's choice stays
     assert tracker_sources.tracker_env({}, tmp_path, "csv") == []
     assert tracker_sources.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+    assert tracker_sources.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
 
 
 def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):

@@ -40,8 +40,9 @@ def sources_of(metrics_from: str) -> tuple:
 def tracker_env(env: dict, work_dir: Path, metrics_from: str) -> list[str]:
     """Point the trackers `metrics_from` may read at the trial's folder, where `env` leaves them unset.
 
-    Sets (in `env`) `WANDB_MODE=offline` and `WANDB_DIR={trial_dir}` (W&B's run folder then is
-    `{trial_dir}/wandb/offline-run-*`, which `wandb sync` uploads later), and
+    Sets (in `env`) `WANDB_MODE=offline` (not with a `WANDB_API_KEY`: online runs write the same log)
+    and `WANDB_DIR={trial_dir}` (W&B's run folder then is `{trial_dir}/wandb/offline-run-*`, which
+    `wandb sync` uploads later), and
     `MLFLOW_TRACKING_URI=sqlite:///{trial_dir}/mlflow.db`, for `output` and the matching source.
     Returns:
         `NAME=value` for each variable set, to be said once in the trial's log.
@@ -50,6 +51,8 @@ def tracker_env(env: dict, work_dir: Path, metrics_from: str) -> list[str]:
         "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(work_dir)},
         "mlflow": {"MLFLOW_TRACKING_URI": f"sqlite:///{work_dir / MLFLOW_DB}"},
     }
+    if env.get("WANDB_API_KEY"):  # logged in for online runs: they also write their log under WANDB_DIR
+        del wanted["wandb"]["WANDB_MODE"]
     set_now = []
     for source, values in wanted.items():
         for name, value in values.items() if metrics_from in ("output", source) else ():
