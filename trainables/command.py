@@ -85,8 +85,9 @@ def train_command(
         step_key: the metric counting progress (`command_parse.StepContext` groups results by it).
         metric_pattern: regex(es) with named groups for printed lines, one per line shape;
             None: `key=value` / `key: value` pairs.
-        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard`: where results are read
-            (docs/command-trial-internals.md).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, or a tracker's records
+            (`wandb`, `mlflow`, `csv`, `hf`; `output` reads them for a command that prints no metric):
+            where results are read (docs/command-trial-internals.md).
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.

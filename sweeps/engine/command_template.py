@@ -331,8 +331,9 @@ def check_metric_producible(
             `key=value` pattern.
         step_key: the metric counting progress (`epoch`); read in any default step form, so it
             need not be a group of a pattern.
-        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard` (JSON keys and
-            TensorBoard tags may be any name, so only printed lines are checked).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv`
+            or `hf` (JSON keys, TensorBoard tags and tracker keys may be any name, so only printed
+            lines are checked).
         test_metric: `--test-metric`, or None.
     Raises:
         UsageError: with custom patterns, a metric that is none of their named groups; with the
