@@ -40,22 +40,22 @@ def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
 
 
 def test_wandb_reader_reads_every_row_and_a_cut_log_up_to_its_last_whole_record(tmp_path):
-    work = run_script(tmp_path, "wandb", "--epochs", "3")
+    work = run_script(tmp_path, "wandb", "--epochs", "400")  # over 32 KiB: records cross a block
     [log] = list(work.glob(tracker_sources.RUN_GLOB))
     assert log.parent.name.startswith(
         "offline-run-"
     )  # WANDB_MODE=offline, WANDB_DIR={trial_dir}: `wandb sync` finds it
     rows, end = read_history(log)
-    assert [r["step"] for r in rows] == [1, 2, 3] and end == log.stat().st_size
+    assert [r["step"] for r in rows] == list(range(1, 401)) and end == log.stat().st_size > 32768
     assert rows[1]["metrics"] == {"val_acc": pytest.approx(0.54), "train/loss": 0.5}  # nested keys joined by /
     data = log.read_bytes()
     cut = tmp_path / "cut.wandb"
-    for size in range(0, len(data), 61):  # a log still being written (or killed) at every place
+    for size in [*range(0, 300, 7), *range(32600, 33000, 7), len(data) - 1]:  # a log being written, or killed
         cut.write_bytes(data[:size])
         first, offset = read_history(cut)
         cut.write_bytes(data)
         rest, _ = read_history(cut, offset)
-        assert [r["step"] for r in first + rest] == [1, 2, 3], size
+        assert [r["step"] for r in first + rest] == list(range(1, 401)), size
     (tmp_path / "other.wandb").write_bytes(b"not a run log")
     with pytest.raises(ValueError, match="is not a W&B run log"):
         read_history(tmp_path / "other.wandb")

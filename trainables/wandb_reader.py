@@ -42,15 +42,16 @@ def read_history(path: Path, offset: int = 0) -> tuple[list[dict], int]:
     """
     from wandb.proto import wandb_internal_pb2
 
-    data = path.read_bytes()
+    with open(path, "rb") as f:  # only what was written since `offset`: a long run's log is read once
+        f.seek(offset)
+        data = f.read()
     if offset == 0:
         if len(data) < len(FILE_HEADER):
             return [], 0
         if data[: len(FILE_HEADER)] != FILE_HEADER:
             raise ValueError(f"{path} is not a W&B run log (header {data[:7]!r}, expected {FILE_HEADER!r})")
-        offset = len(FILE_HEADER)
     rows = []
-    for payload, offset_after in _records(data, offset):
+    for payload, offset_after in _records(data, max(offset, len(FILE_HEADER)), offset):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
         if record.WhichOneof("record_type") == "history":
@@ -59,22 +60,24 @@ def read_history(path: Path, offset: int = 0) -> tuple[list[dict], int]:
     return rows, offset
 
 
-def _records(data: bytes, pos: int):
-    """`(record bytes, offset after it)` for each whole record from `pos`, joining first/middle/last chunks."""
+def _records(data: bytes, pos: int, base: int):
+    """`(record bytes, offset after it)` for each whole record from file offset `pos`, joining
+    first/middle/last chunks; `data` is the file from offset `base` on."""
     parts: list[bytes] = []
     while True:
         left = BLOCK - pos % BLOCK
         if left < CHUNK_HEADER:  # a block's tail too short for a header is zero padding
             pos += left
             continue
-        if pos + CHUNK_HEADER > len(data):
+        at = pos - base
+        if at + CHUNK_HEADER > len(data):
             return
-        crc, length, kind = struct.unpack_from("<IHB", data, pos)
-        end = pos + CHUNK_HEADER + length
-        if end > len(data) or zlib.crc32(data[pos + CHUNK_HEADER : end], zlib.crc32(bytes([kind]))) != crc:
+        crc, length, kind = struct.unpack_from("<IHB", data, at)
+        end = at + CHUNK_HEADER + length
+        if end > len(data) or zlib.crc32(data[at + CHUNK_HEADER : end], zlib.crc32(bytes([kind]))) != crc:
             return  # cut short (or being written): read again from the record's start next time
-        parts.append(data[pos + CHUNK_HEADER : end])
-        pos = end
+        parts.append(data[at + CHUNK_HEADER : end])
+        pos = base + end
         if kind in (FULL, LAST):
             yield b"".join(parts), pos
             parts = []
