@@ -251,3 +251,22 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     )
     printed = TrackerResults(tmp_path, "epoch", auto=True)
     assert printed.poll([{"epoch": 1, "acc": 0.5}]) == [] and printed.close() == []  # the command prints its own
+
+
+def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from trainables import command
+
+    reported = []
+    monkeypatch.setattr(command.tune, "report", reported.append)
+    (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
+    events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
+    rows = events.close()
+    reporter = command.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
+    output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
+    with pytest.raises(
+        command.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
+    ):
+        command._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path))
+    assert reported == [{command.NO_RETRY_METRIC: 1}]  # not retried: it would log the same
