@@ -181,7 +181,7 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
     assert all(len(list((t / "work" / "lightning_logs").iterdir())) == 2 for t in killed)  # ran twice
     for trial in killed:  # epoch 2's row could not be complete before the kill: it came from the records
         assert re.search(
-            r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv",
+            r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv records",
             (trial / "stdout").read_text(),
         )
     wandb_trial = next(t for n, t in found.items() if n.startswith("wandb"))

@@ -203,12 +203,15 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
         if reporter.restarted and streams
         else []
     )
+    origin = stdout_log.name
     if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
-        recovered, stdout_log = _tracker_rows_not_reported(reporter, metrics_from, complete_when)
+        printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams)
+        if not printing:  # `output` reads the trackers of a script that prints no metric only
+            recovered, origin = _tracker_rows_not_reported(reporter, metrics_from, complete_when)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
-            f"(steps {recovered[0][key]}..{recovered[-1][key]}, from {stdout_log.name})",
+            f"(steps {recovered[0][key]}..{recovered[-1][key]}, from {origin})",
             flush=True,
         )
     diverged = reporter.report_new(recovered, missing=True)
@@ -216,14 +219,14 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     return diverged
 
 
-def _tracker_rows_not_reported(reporter: StepReporter, metrics_from: str, complete_when) -> tuple[list, Path]:
+def _tracker_rows_not_reported(reporter: StepReporter, metrics_from: str, complete_when) -> tuple[list, str]:
     """The rows in the tracker records under `{trial_dir}` (all attempts') that the trial's history
-    lacks, in step order, and the records' folder."""
+    lacks, in step order, and where they came from (`csv records`)."""
     work_dir, key = reporter.trial_folder / WORK_DIR, reporter.step_key
     reader = TrackerResults(work_dir, key, sources_of(metrics_from), complete_when)
     last = reporter.last_step if reporter.last_step is not None else -math.inf
     found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
-    return [found[step] for step in sorted(found)], Path(WORK_DIR) / str(reader.source)
+    return [found[step] for step in sorted(found)], f"{reader.source} records"
 
 
 def _point_trackers(env: dict, work_dir: Path, metrics_from: str, trial_name: str) -> None:
