@@ -20,8 +20,9 @@ import numpy as np
 
 from analysis.errors import ExperimentError
 from analysis.tune_files import _read_bytes, resolve_source
+from trainables import records
 
-CONFUSION_FILE = "confusion.json"
+CONFUSION_FILE = records.CONFUSION_FILE
 CONFUSION_SELECT = ("best-val", "last")
 """Rules a saved matrix exists for (``last-k`` has no single epoch)."""
 

@@ -15,12 +15,12 @@ No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local 
 
 from __future__ import annotations
 
-import json
 import shlex
 import socket
 import time
 
-DRIVER_FILE = "driver.json"
+from trainables import records
+
 HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
 
 
@@ -31,19 +31,9 @@ def read_holder(experiment_dir: str) -> dict | None:
         The record (see the module docstring), or None when there is none or it cannot be read
         (an experiment from before driver records, or a file being written).
     """
-    path = f"{str(experiment_dir).rstrip('/')}/{DRIVER_FILE}"
     try:
-        if "://" in path:  # pyarrow's filesystems, else fsspec's (as the analysis reads experiments)
-            from analysis.tune_state import resolve_source
-
-            fs, inner, _ = resolve_source(path, None)
-            with fs.open_input_stream(inner) as f:
-                data = f.readall()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-        record = json.loads(data)
-    except (OSError, ValueError):  # missing, unreachable, half written
+        record = records.read_driver(experiment_dir)  # a torn record: warned about, None
+    except ValueError:  # a URI no file system opens
         return None
     return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
+from trainables import records, storage
 
-from analysis import storage
-
-FOLDER = "provenance"  # under the experiment folder: one run-<UTC time>.json (+ .patch) per run of the sweep
+FOLDER = records.PROVENANCE_DIR  # under the experiment folder: one record (+ patch) per run of the sweep
 
 
 def read_records(experiment_dir: str) -> list[dict]:
@@ -17,20 +15,20 @@ def read_records(experiment_dir: str) -> list[dict]:
     """
     import pyarrow.fs as pafs
 
-    fs, inner, prefix = storage.filesystem_of(storage.join(experiment_dir, FOLDER))
+    fs, inner, prefix = storage.filesystem_of(records.provenance_dir(experiment_dir))
     if fs.get_file_info(inner).type != pafs.FileType.Directory:
         return []
-    records = []
+    runs = []
     for info in sorted(fs.get_file_info(pafs.FileSelector(inner)), key=lambda i: i.base_name):
-        if not (info.base_name.startswith("run-") and info.base_name.endswith(".json")):
+        record = records.read_provenance(prefix + info.path) if records.is_provenance_record(info.base_name) else None
+        if record is None:  # a patch, another file, or a torn record (warned about, skipped)
             continue
-        record = json.loads(storage.read_bytes(prefix + info.path))
         patch = (record.get("code") or {}).get("patch")
         folder = prefix + inner
         record["file"] = info.base_name
         record["patch_text"] = storage.read_bytes(storage.join(folder, patch)).decode() if patch else ""
-        records.append(record)
-    return records
+        runs.append(record)
+    return runs
 
 
 def changed_files(previous: dict, current: dict) -> list[str]:

@@ -32,7 +32,7 @@ from typing import TextIO
 
 import pyarrow.fs as pafs
 
-from analysis.driver_record import DRIVER_FILE, exit_code, holder_alive, read_holder, resume_command
+from analysis.driver_record import exit_code, holder_alive, read_holder, resume_command
 from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
@@ -45,6 +45,7 @@ from analysis.tune_state import (
     resolve_source,
     sweep_settings,
 )
+from trainables import records
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -92,9 +93,12 @@ def read_status(source, now: float | None = None) -> dict:
     files = {e.base_name for e in entries if e.type == pafs.FileType.File}
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
     state, listed = listed_trials(fs, root, files, dirs)  # every state file: an extended grid writes one per run
-    if state is None and not files & {"raysweep.json", DRIVER_FILE}:  # a sweep that is starting has these first
+    if state is None and not files & {
+        records.SETTINGS_FILE,
+        records.DRIVER_FILE,
+    }:  # a sweep that is starting has these first
         raise ExperimentError(f"{prefix + root} is not a Ray Tune experiment folder (no experiment_state-*.json)")
-    info = _read_json(fs, posixpath.join(root, "raysweep.json")) if "raysweep.json" in files else {}
+    info = (records.read_settings(prefix + root) if records.SETTINGS_FILE in files else None) or {}
     settings = sweep_settings(fs, root, files, state)
     metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
 
@@ -146,7 +150,8 @@ def driver_line(report: dict, now: float) -> str:
     """`driver: alive on HOST, pid N, since ...`, `driver: finished ...`, `driver: gone ...` or unknown."""
     record = report["driver"]
     if record is None:
-        return "driver: unknown (no driver.json in the experiment folder: a sweep started by an older raysweep)"
+        missing = f"no {records.DRIVER_FILE} in the experiment folder"
+        return f"driver: unknown ({missing}: a sweep started by an older raysweep)"
     where = f"{record.get('host', '?')}, pid {record.get('pid')}"
     beat = record.get("heartbeat")
     ago = f"last heartbeat {format_duration(now - beat)} ago" if isinstance(beat, (int, float)) else "no heartbeat"
@@ -224,14 +229,6 @@ def _trial_records(
     trials = [t for i, t in enumerate(trials) if i not in dropped]
     names = {t.name for t in trials}
     return trials, {name: line for name, line in log_lines.items() if name in names}, duplicates
-
-
-def _read_json(fs, path: str) -> dict:
-    try:
-        value = json.loads(read_bytes(fs, path) or b"{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _result_rows(fs, path: str) -> list[dict]:

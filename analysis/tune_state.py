@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 import pyarrow.fs as pafs
 
 from analysis.errors import ExperimentError
-from analysis.storage import filesystem_of
+from trainables import records
+from trainables.storage import filesystem_of
 
 
 def resolve_source(source: Any, filesystem: pafs.FileSystem | None) -> tuple:
@@ -224,13 +225,11 @@ def _keep_order(trial: Mapping, index: int) -> tuple:
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:
     """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric)."""
-    if "raysweep.json" in files:
-        try:
-            settings = json.loads(read_bytes(fs, posixpath.join(root, "raysweep.json")))
-            if settings.get("metric"):
-                return {"metric": settings["metric"], "mode": settings.get("mode")}
-        except (ValueError, TypeError, AttributeError):
-            warnings.warn(f"{root}/raysweep.json is unreadable; ignoring it", stacklevel=4)
+    if records.SETTINGS_FILE in files:
+        path = posixpath.join(root, records.SETTINGS_FILE)
+        settings = records.parse_record(read_bytes(fs, path) or b"", path) or {}  # torn: warned, ignored
+        if settings.get("metric"):
+            return {"metric": settings["metric"], "mode": settings.get("mode")}
     metric = ((state or {}).get("runner_data") or {}).get("_metric")  # TuneConfig(metric=...)
     return {"metric": metric} if isinstance(metric, str) else {}
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.command_template import gpu_warnings, render
-from trainables.workdir import MANIFEST, SnapshotTooLarge, fill_work_dir, snapshot_code
+from trainables.records import CODE_MANIFEST as MANIFEST
+from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"

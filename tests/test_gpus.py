@@ -17,7 +17,7 @@ import torch
 from sweeps import noise_grid
 from sweeps.engine import flags, gpus
 from sweeps.engine.flags import UsageError
-from trainables import gpu
+from trainables import gpu, records
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -256,7 +256,7 @@ def test_cuda_oom_becomes_gpu_out_of_memory_with_a_marker(tmp_path):
         with gpu.mark_gpu_oom(0.25, tmp_path):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
     assert gpu.is_gpu_oom(info.value)
-    assert json.loads((tmp_path / gpu.OOM_MARKER).read_text())["gpus_per_trial"] == 0.25
+    assert records.read_oom_marker(tmp_path)["gpus_per_trial"] == 0.25
     with pytest.raises(gpu.GpuOutOfMemory, match="earlier at 0.25 GPU"):  # Tune's retry at the same share
         with gpu.mark_gpu_oom(0.25, tmp_path):
             raise AssertionError("must fail before training")
@@ -361,7 +361,7 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
     first = sorted(p for p in (tmp_path / "oom").iterdir() if p.is_dir() and (p / "params.json").exists())
     assert [p.name for p in first] == ["sym_0.2_seed0"]
     for trial in first:
-        assert json.loads((trial / gpu.OOM_MARKER).read_text())["gpus_per_trial"] == 0.25
+        assert records.read_oom_marker(trial)["gpus_per_trial"] == 0.25
     retried = sorted(p for p in (tmp_path / "oom_oom_gpu0.5").iterdir() if (p / "result.json").exists())
     assert [p.name for p in retried] == ["sym_0.2_seed0"]
     for trial in retried:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import storage
 from sweeps.engine import driver_lock
 from tests.ray_cluster import free_port, wait_for
+from trainables import storage
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
 

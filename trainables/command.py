@@ -10,7 +10,6 @@ trial end the command's process group: `docs/command-trial-internals.md`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -24,7 +23,7 @@ import ray
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables import divergence, storage
+from trainables import divergence, records, storage
 from trainables.command_parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
 from trainables.command_process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
@@ -36,7 +35,6 @@ from trainables.command_process import (  # noqa: F401  (command_env: also for -
 )
 from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also for --check and tests)
     STDOUT_LOG,
-    STEP_FILE,
     StreamLog,
     TensorBoardResults,
     last_reported_step,
@@ -53,7 +51,6 @@ from trainables.tracker_sources import TRACKERS, TrackerResults, describe_source
 from trainables.watchdog import start_watchdog, terminate_group
 from trainables.workdir import fill_work_dir
 
-WORK_DIR = "work"  # <trial folder on storage>/work: {trial_dir}, kept across retries and --resume
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 QUOTED_LINES = 3  # of which the error's last line quotes this many
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
@@ -176,7 +173,7 @@ class StepReporter:
 
 def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
     """Make the trial's `{trial_dir}` and (empty) metrics file if missing; returns their paths."""
-    work_dir = trial_folder / WORK_DIR
+    work_dir = records.work_dir(trial_folder)
     work_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
@@ -323,7 +320,7 @@ def _report(result: dict, step_key: str) -> None:
     """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring)."""
     metrics = {**result, "epoch": result[step_key]} if step_key != "epoch" else result
     with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / STEP_FILE).write_text(json.dumps({"step": result[step_key]}))
+        records.write_command_step(folder, result[step_key])
         tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
     refresh_title()  # Ray retitled the worker around the report
 

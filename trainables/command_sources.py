@@ -16,11 +16,11 @@ from pathlib import Path
 
 from ray.tune import Checkpoint
 
+from trainables import records
 from trainables.command_parse import STREAMS_READ, StepContext, line_metrics
 from trainables.report import METRICS_FILE_ENV
 from trainables.tracker_sources import TRACKERS, TrackerResults, describe_sources, sources_of
 
-STEP_FILE = "command_step.json"  # in each reported Checkpoint: {"step": last reported step}
 STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's lines, every attempt
 ATTEMPT_LINE = "# raysweep: command started "  # first line of each attempt in STDOUT_LOG
 ERR_MARK = "# raysweep stderr | "  # in STDOUT_LOG before each line the command wrote to stderr
@@ -183,9 +183,9 @@ def last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path) -> flo
     steps = []
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            steps += read_step(Path(folder) / STEP_FILE)
-    for path in trial_folder.glob(f"checkpoint_*/{STEP_FILE}"):
-        steps += read_step(path)
+            steps += read_step(Path(folder))
+    for path in trial_folder.glob(f"checkpoint_*/{records.COMMAND_STEP_FILE}"):
+        steps += read_step(path.parent)
     return max(steps) if steps else None
 
 
@@ -207,11 +207,10 @@ def recorded_steps(result_file: Path) -> set:
     return steps
 
 
-def read_step(path: Path) -> list:
-    try:
-        return [json.loads(path.read_text())["step"]]
-    except (OSError, ValueError, KeyError, TypeError):  # a torn or foreign file: not a step
-        return []
+def read_step(checkpoint_folder: Path) -> list:
+    """[the step] a checkpoint folder holds (`records.read_command_step`); [] when it holds none."""
+    step = (records.read_command_step(checkpoint_folder) or {}).get("step")  # a torn file: warned, skipped
+    return [step] if isinstance(step, (int, float)) else []
 
 
 def candidate_keys(lines_by_stream: dict, step_key: str, patterns: list[re.Pattern] | None = None) -> dict:

@@ -11,13 +11,12 @@ This replaces the per-process NaN debug output of the hand-run workflow (seeds/0
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
-DUMP_FILE = "divergence.json"
+from trainables import records
 
 
 def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> bool:
@@ -91,9 +90,7 @@ def diverged_metrics(dump: dict) -> dict:
 
 def write_dump(trial_dir: Path | str, dump: dict) -> Path:
     """Write `dump` to `<trial_dir>/divergence.json` (plain JSON: no pickle, safe to open anywhere)."""
-    path = Path(trial_dir) / DUMP_FILE
-    path.write_text(json.dumps(dump, indent=1))
-    return path
+    return Path(records.write_divergence(trial_dir, dump))
 
 
 def _number(x: float) -> float | str:

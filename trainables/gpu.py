@@ -12,7 +12,6 @@ Every function here is a no-op or returns None on a machine without CUDA or with
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import warnings
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-OOM_MARKER = "gpu_oom.json"  # written into the trial folder when the trial runs out of GPU memory
+from trainables import records
 
 
 class GpuOutOfMemory(RuntimeError):
@@ -72,7 +71,7 @@ def cap_gpu_memory(gpus_per_trial: float, headroom: float, device: torch.device 
 
 @contextmanager
 def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None]:
-    """Turn `torch.cuda.OutOfMemoryError` into `GpuOutOfMemory`, leaving `OOM_MARKER` in `trial_dir`.
+    """Turn `torch.cuda.OutOfMemoryError` into `GpuOutOfMemory`, leaving a marker in `trial_dir`.
 
     When Tune retries the trial (`FailureConfig.max_failures`) at the same fraction, the marker
     makes it fail again at once instead of training up to the same out-of-memory point; the
@@ -80,15 +79,16 @@ def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None
     Raises:
         GpuOutOfMemory: naming the fraction and the original CUDA message.
     """
-    marker = trial_dir / OOM_MARKER if trial_dir else None
-    if marker is not None and marker.exists() and json.loads(marker.read_text())["gpus_per_trial"] == gpus_per_trial:
+    earlier = (records.read_oom_marker(trial_dir) or {}) if trial_dir else {}
+    if earlier.get("gpus_per_trial") == gpus_per_trial:
+        marker = records.record_path(trial_dir, records.OOM_MARKER)
         raise GpuOutOfMemory(f"ran out of GPU memory earlier at {gpus_per_trial:g} GPU (see {marker})")
     try:
         yield
     except torch.cuda.OutOfMemoryError as e:
         message = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
-        if marker is not None:
-            marker.write_text(json.dumps({"gpus_per_trial": gpus_per_trial, "error": message}))
+        if trial_dir:
+            records.write_oom_marker(trial_dir, {"gpus_per_trial": gpus_per_trial, "error": message})
         raise GpuOutOfMemory(f"ran out of GPU memory at {gpus_per_trial:g} GPU: {message}") from e
 
 

@@ -19,7 +19,6 @@ Around `train_epochs` it does, once for all of them:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tempfile
 import time
@@ -32,7 +31,7 @@ import torch
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables import divergence
+from trainables import divergence, records
 from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
 from trainables.config import TrainConfig, config_hash, parse_config
 from trainables.data import data_key, load_data
@@ -50,8 +49,6 @@ from trainables.proctitle import report_then_refresh, titled_trial
 from trainables.seeds import apply_hyperparameters, seed_mean
 from trainables.storage import trial_folder, trial_storage_dir
 from trainables.train import noise_seed, train_epochs
-
-CONFUSION_FILE = "confusion.json"
 
 
 @titled_trial
@@ -175,9 +172,7 @@ def start_trial(cfg: TrainConfig, data: dict) -> Path | None:
     if _tune_trial_name() is None:
         return None
     trial_dir = trial_folder()  # on storage: every node of a cluster, every retry and --resume see it
-    (trial_dir / "trial_config.json").write_text(
-        json.dumps({"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)})
-    )
+    records.write_trial_config(trial_dir, {"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)})
     write_noise_summary(cfg, data, trial_dir)
     return trial_dir
 
@@ -211,29 +206,28 @@ def write_noise_summary(cfg: TrainConfig, data: dict, trial_dir: Path) -> None:
         "realised_flip_rate": float(np.mean(noisy != clean)),
         "transition_matrix": transition_matrix(clean, noisy, data["num_classes"]).round(4).tolist(),
     }
-    (trial_dir / "noise.json").write_text(json.dumps(summary, indent=1))
+    records.write_noise(trial_dir, summary)
 
 
 def write_confusion(trial_dir: Path, matrix: list, metrics: dict, best: bool, last: bool) -> None:
     """Update `confusion.json`: the clean-test confusion matrix (rows: true class, columns:
     predicted) under "last" at the trial's last epoch, under "best-val" at the best-`val/acc`
     epoch so far (ties: the earliest), for the per-class plots of `analysis`."""
-    path = trial_dir / CONFUSION_FILE
-    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved = records.read_confusion(trial_dir) or {}  # a torn file (warned about) starts afresh
     saved.update({"num_classes": len(matrix), "labels": "rows are true classes, columns predicted (clean test set)"})
     if last:
         saved["last"] = {"epoch": metrics["epoch"], "test": matrix}
     if best:
         saved["best-val"] = {"epoch": metrics["epoch"], "val/acc": metrics["val/acc"], "test": matrix}
-    path.write_text(json.dumps(saved))
+    records.write_confusion(trial_dir, saved)
 
 
 def _best_val_so_far(trial_dir: Path | None) -> float:
     """The best `val/acc` a resumed trial already reached (from its `confusion.json`), else -inf."""
-    path = trial_dir / CONFUSION_FILE if trial_dir else None
-    if path is None or not path.exists():
-        return -math.inf
-    return json.loads(path.read_text()).get("best-val", {}).get("val/acc", -math.inf)
+    saved = records.read_confusion(trial_dir) if trial_dir else None  # a torn file: warned about, skipped
+    best = (saved or {}).get("best-val")
+    value = best.get("val/acc") if isinstance(best, dict) else None
+    return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
 def _tune_trial_name() -> str | None:

@@ -11,12 +11,13 @@ a file over `LINK_ABOVE_BYTES`, a folder named like data (`DATA_DIRS`) or holdin
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import shutil
 import stat
 import time
 from pathlib import Path
+
+from trainables import records
 
 EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".mypy_cache", ".pytest_cache")
 EXCLUDED += (".ruff_cache", ".ipynb_checkpoints", "node_modules", ".tox", "*.egg-info")
@@ -26,7 +27,6 @@ DATA_DIRS = ("data", "datasets", "dataset")  # linked whole: read by trials, nev
 LINK_ABOVE_BYTES = 1024 * 1024  # a larger file is linked (weights, data files), not copied
 LINK_DIR_ENTRIES = 1000  # a folder with more entries (an image folder) is linked whole
 MAX_SNAPSHOT_BYTES = 100 * 1024 * 1024  # copied bytes in all; above: refused (see `snapshot_code`)
-MANIFEST = "raysweep_code.json"  # in the snapshot: where it came from, when, its size and its links
 
 
 class SnapshotTooLarge(ValueError):
@@ -75,7 +75,7 @@ def snapshot_code(source: Path, dest: Path, skip: tuple[Path, ...] = (), limit: 
             target.symlink_to(path)
             manifest["linked"].append(str(path.relative_to(source)))
     partial.mkdir(parents=True, exist_ok=True)
-    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    records.write_code_manifest(partial, manifest)  # where it came from, when, its size and its links
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return manifest
@@ -92,7 +92,7 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> None:
         (work_dir / relative).mkdir(parents=True, exist_ok=True)
         for name in dirs + files:
             src, dst = Path(folder) / name, work_dir / relative / name
-            if (relative == Path(".") and name == MANIFEST) or dst.is_symlink() or dst.exists():
+            if (relative == Path(".") and name == records.CODE_MANIFEST) or dst.is_symlink() or dst.exists():
                 continue
             if src.is_symlink():
                 dst.symlink_to(os.readlink(src))

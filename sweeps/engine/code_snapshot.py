@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
-from trainables.workdir import MANIFEST, SnapshotTooLarge, snapshot_code
-
-SNAPSHOT_DIR = "code"  # <experiment>/code/<launch time>: the code every trial of that launch copies into its folder
+from trainables import records
+from trainables.workdir import SnapshotTooLarge, snapshot_code
 
 
 def take_snapshot(experiment_dir: str, in_place: bool, resume: bool, source: str | None = None) -> dict | None:
@@ -34,12 +32,13 @@ def take_snapshot(experiment_dir: str, in_place: bool, resume: bool, source: str
     if "://" in experiment_dir:
         print(f"code snapshot: none with object storage ({experiment_dir}); trials run in the launch folder")
         return None
-    earlier = sorted(Path(experiment_dir, SNAPSHOT_DIR).glob(f"*/{MANIFEST}"))
-    if resume and earlier:
-        dest = earlier[-1].parent
-        manifest, verb = json.loads((dest / MANIFEST).read_text()), "kept from the launch of"
+    # <experiment>/code/<launch time>: the code every trial of that launch copies into its folder
+    earlier = sorted(records.code_dir(experiment_dir).glob(f"*/{records.CODE_MANIFEST}"))
+    manifest = records.read_code_manifest(earlier[-1].parent) if resume and earlier else None  # torn: warned
+    if manifest is not None:
+        dest, verb = earlier[-1].parent, "kept from the launch of"
     else:
-        dest = Path(experiment_dir, SNAPSHOT_DIR, time.strftime("%Y%m%d-%H%M%S"))
+        dest = records.code_dir(experiment_dir) / time.strftime("%Y%m%d-%H%M%S")
         dest = dest.with_name(dest.name + f"-{len(earlier)}") if dest.exists() else dest
         try:
             manifest = snapshot_code(

@@ -95,14 +95,15 @@ def _source_used(metrics_from: str, events, read_any: bool) -> str:
 def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     """Make `folder`/work (a copy of the code, as in a sweep, unless --in-place) and an empty metrics
     file; returns their paths. Raises UsageError when the code is too large to copy."""
+    from trainables import records
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
-    work_dir, metrics_file = folder / "work", folder / metrics_name
+    work_dir, metrics_file = records.work_dir(folder), folder / metrics_name
     work_dir.mkdir()
     metrics_file.touch()
     if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
         try:
-            snapshot_code(Path.cwd(), folder / "code", skip=(Path(args.storage_path),))
+            snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
         except SnapshotTooLarge as e:
             raise UsageError(str(e)) from None
         fill_work_dir(folder / "code", work_dir)

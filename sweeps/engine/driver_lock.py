@@ -14,16 +14,14 @@ back after `SETTLE_S`: the driver whose record was overwritten gives way (the la
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import threading
 import time
 
-from analysis import storage
-from analysis.driver_record import DRIVER_FILE, HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder  # noqa: F401
+from analysis.driver_record import HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder  # noqa: F401
+from trainables import records, storage
 
-LOCK = ".driver.lock"  # the local file lock next to the record
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
 SETTLE_S = 2.0  # object storage: read the record back after this long; the overwritten one gives way
 
@@ -51,7 +49,7 @@ class DriverHold:
         self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
 
     def _write(self) -> None:
-        storage.write_bytes(_join(self.experiment_dir, DRIVER_FILE), json.dumps(self.record).encode())
+        records.write_driver(self.experiment_dir, self.record)
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -74,11 +72,11 @@ class DriverHold:
             if exit_code != 2:
                 self._write()
             elif self.previous is not None:
-                storage.write_bytes(_join(self.experiment_dir, DRIVER_FILE), json.dumps(self.previous).encode())
+                records.write_driver(self.experiment_dir, self.previous)
             else:
-                storage.delete(_join(self.experiment_dir, DRIVER_FILE))
+                records.delete_driver(self.experiment_dir)
                 if self.created:
-                    storage.delete(_join(self.experiment_dir, LOCK))
+                    storage.delete(records.driver_lock_path(self.experiment_dir))
         except OSError:
             pass
         if self._file_lock is not None:
@@ -155,14 +153,14 @@ def _lock_local_folder(experiment_dir: str):
         created.append(folder)
         folder = os.path.dirname(folder)
     os.makedirs(experiment_dir, exist_ok=True)
-    file_lock = FileLock(os.path.join(experiment_dir, LOCK))
+    file_lock = FileLock(records.driver_lock_path(experiment_dir))
     try:
         file_lock.acquire(timeout=0)
     except Timeout:
         record = read_holder(experiment_dir)
         raise ExperimentHeld(
             f"{experiment_dir} is in use by another driver: "
-            + (describe_holder(record) if record else "on this machine (it has not written driver.json yet)")
+            + (describe_holder(record) if record else f"on this machine (it has not written {records.DRIVER_FILE} yet)")
             + "; wait for it to end, or use another --name"
         ) from None
     return file_lock, created
@@ -175,7 +173,3 @@ def release_all(exit_code: int) -> None:
 
 
 atexit.register(release_all, 1)  # an uncaught exception ends the process with 1; normal exits release first
-
-
-def _join(experiment_dir: str, name: str) -> str:
-    return experiment_dir.rstrip("/") + "/" + name

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import time
 
-from analysis import storage
+from trainables import records, storage
 
 
 def estimate_lines(
@@ -146,10 +145,9 @@ def sweep_wall_s(experiment_dir: str) -> float | None:
     else driver.json's `since`) to the driver's exit (driver.json's `ended`); None when unknown."""
     from analysis.provenance import read_records
 
-    try:
-        driver = json.loads(storage.read_bytes(storage.join(experiment_dir, "driver.json")))
-    except (OSError, ValueError):
+    driver = records.read_driver(experiment_dir)
+    if driver is None:
         return None
-    records = read_records(experiment_dir)
-    started = records[-1]["started"] if records else time.mktime(time.strptime(driver["since"], "%Y-%m-%d %H:%M:%S"))
+    runs = read_records(experiment_dir)
+    started = runs[-1]["started"] if runs else time.mktime(time.strptime(driver["since"], "%Y-%m-%d %H:%M:%S"))
     return driver["ended"] - started if driver.get("ended") else None

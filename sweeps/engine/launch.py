@@ -16,7 +16,6 @@ retries, checkpoints kept, resume, memory caps and OOM re-queue.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -25,7 +24,6 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from analysis import storage
 from sweeps.engine import driver_lock, notify, provenance, resume
 from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.cluster import check_resources, init_ray
@@ -42,6 +40,7 @@ from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.summary import print_summary
 from sweeps.engine.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
+from trainables import records
 from trainables.config import METRIC, MODE
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
@@ -332,4 +331,4 @@ def grid_size(param_space: dict) -> int:
 def write_sweep_info(experiment_dir: str, info: dict) -> None:
     """Record the sweep's metric, mode, command line, settings and number of trials (`total_trials`,
     for `python -m analysis EXP --status`) in `<experiment>/raysweep.json` (a local folder or object storage)."""
-    storage.write_bytes(storage.join(experiment_dir, "raysweep.json"), json.dumps(info, indent=1).encode())
+    records.write_settings(experiment_dir, info)

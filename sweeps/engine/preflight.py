@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
+from trainables import records, storage
 from trainables.config import TrainConfig
 
 
@@ -16,14 +17,12 @@ def probe_storage(experiment_dir: str) -> None:
     `os.access` is not enough: read-only mounts, full disks, quotas and ACLs pass it. The folders
     this call creates are removed again, failure or not (Tune creates them when the sweep starts),
     so a sweep refused later leaves nothing behind. On object storage (s3://...) the probe is an
-    object written and deleted through pyarrow (`analysis.storage`), as Ray will write.
+    object written and deleted through pyarrow (`trainables.storage`), as Ray will write.
     Raises:
         UsageError: naming the path and the OS error.
     """
+    probe = records.record_path(experiment_dir, records.WRITE_PROBE)
     if "://" in experiment_dir:
-        from analysis import storage
-
-        probe = storage.join(experiment_dir, ".raysweep_write_probe")
         try:
             storage.write_bytes(probe, b"probe")
             storage.delete(probe)
@@ -32,11 +31,10 @@ def probe_storage(experiment_dir: str) -> None:
         return
     folder = Path(experiment_dir)
     created = [p for p in [folder, *folder.parents] if not p.exists()]  # innermost first
-    probe = folder / ".raysweep_write_probe"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"probe")
-        probe.unlink()
+        storage.write_bytes(probe, b"probe")
+        storage.delete(probe)
     except OSError as e:
         raise UsageError(f"--storage-path: cannot write to {folder}: {e.strerror or e}") from None
     finally:
@@ -82,7 +80,6 @@ def check_resume(experiment_dir: str, resume: bool, settings: dict | None = None
     Raises:
         UsageError: naming the folder, or the first setting that differs and its recorded value.
     """
-    from analysis import storage  # local paths without pyarrow; URIs (s3://...) through it
 
     try:
         has_sweep = storage.exists(storage.join(experiment_dir, "tuner.pkl"))
@@ -99,10 +96,10 @@ def check_resume(experiment_dir: str, resume: bool, settings: dict | None = None
             f"--resume: no sweep to resume in {experiment_dir} (no tuner.pkl); check --name and "
             "--storage-path, or drop --resume to start it"
         )
-    info_file = storage.join(experiment_dir, "raysweep.json")
-    if settings is None or not storage.exists(info_file):
+    info = records.read_settings(experiment_dir) if settings is not None else None  # torn: warned, skipped
+    if info is None:
         return
-    recorded = json.loads(storage.read_bytes(info_file)).get("settings", {})
+    recorded = info.get("settings", {})
     for key, value in json.loads(json.dumps(settings)).items():  # tuples as lists, as recorded
         if key in recorded and recorded[key] != value:
             raise UsageError(

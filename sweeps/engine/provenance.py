@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import os
 import platform
 import re
@@ -15,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from analysis import storage
-from analysis.provenance import FOLDER, changed_files, read_records
+from analysis.provenance import changed_files, read_records
+from trainables import records
 
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".r", ".R", ".lua", ".pl", ".rb", ".js")  # a command's script
 PROJECT = str(Path(__file__).resolve().parents[2])  # the built-in sweeps' code: this checkout
@@ -38,13 +37,9 @@ def record_run(experiment_dir: str, trainable_params: dict) -> dict | None:
         record, patch = collect(code_folder(trainable_params), nodes=ray_nodes())
         now = time.time()  # the record's name: when it was written, to the millisecond (sorts in order)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
-        folder = storage.join(experiment_dir, FOLDER)
-        if patch:
-            record["code"]["patch"] = f"run-{stamp}.patch"
-            storage.write_bytes(storage.join(folder, record["code"]["patch"]), patch.encode())
         if previous and record["code"].get("commit") and previous[-1].get("code", {}).get("commit"):
             record["code"]["since_previous"] = commit_diff(record["code"]["repo"], previous[-1]["code"]["commit"])
-        storage.write_bytes(storage.join(folder, f"run-{stamp}.json"), json.dumps(record, indent=1).encode())
+        records.write_provenance(experiment_dir, stamp, record, patch)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         print(f"warning: no provenance record: {e}", file=sys.stderr)
         return None

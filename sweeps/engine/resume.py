@@ -28,7 +28,8 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from analysis import ExperimentError, load_trials, storage
+from analysis import ExperimentError, load_trials
+from trainables import records, storage
 from trainables.config import config_hash
 
 
@@ -50,7 +51,7 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
     found: dict[str, tuple[float, str]] = {}
     for row in _trials_of(experiment_dir).to_dict("records"):
         trial_dir = row["trial_dir"]
-        saved = _read_json(storage.join(trial_dir, "trial_config.json"))
+        saved = records.read_trial_config(trial_dir)  # a torn one: warned, then hashed from Tune's config
         if saved is not None:  # the built-in trainable: its resolved config (epochs included) and hash
             key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
         else:
@@ -140,7 +141,7 @@ def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requ
         print(
             f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, "
             f"step {last.get('diverged/step')}{seed}; "
-            f"dump: {folder / 'divergence.json'}"
+            f"dump: {records.record_path(folder, records.DIVERGENCE_FILE)}"
         )
     failed = [r for r in results if r.error is not None]
     for r in failed:
@@ -191,13 +192,6 @@ def _finished(row: dict) -> bool:
 
 def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        return json.loads(storage.read_bytes(path))
-    except (OSError, ValueError):
-        return None
 
 
 def _trials_of(experiment_dir: str | Path) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from sweeps.engine.flags import (
     parse_range,
     seeds_value,
 )
+from trainables import records
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
@@ -256,7 +257,7 @@ class RunOptions:
     @property
     def experiment_dir(self) -> str:
         """`storage_path/name`: where Tune writes the experiment (a path or a URI)."""
-        return f"{self.storage_path}/{self.name}"
+        return records.experiment_dir(self.storage_path, self.name)
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:

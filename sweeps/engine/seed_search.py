@@ -20,6 +20,7 @@ import numpy as np
 from ray.tune.search import Searcher
 
 from analysis.seeds import SeedRule, decide
+from trainables import records, storage
 
 
 def cell_key(config: dict, keys: list[str]) -> str:
@@ -104,8 +105,7 @@ class SeedSearcher(Searcher):
             self.values[key] = float(value)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__, f)
+        storage.write_bytes(checkpoint_path, pickle.dumps(self.__dict__))  # atomic: a killed save leaves the old one
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
@@ -174,7 +174,7 @@ def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_
 def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: SeedRule, metric: str) -> str:
     """Decide every (cell, method) from the experiment's finished trials, write `report/seeds.csv` and
     print one line: trials run against the fixed `--max-seeds` grid. Returns the CSV's path."""
-    from analysis import load_trials, storage
+    from analysis import load_trials
     from analysis.seeds import seeds_frame
 
     base, methods = split_grid(cells, compare)
@@ -186,8 +186,7 @@ def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: Seed
         if c in results and m in results[c] and s < rule.max_seeds:
             results[c][m][s] = v
     frame = seeds_frame(decide(results, rule), compare)
-    path = storage.join(experiment_dir, "report", "seeds.csv")
-    storage.write_bytes(path, frame.to_csv(index=False).encode())
+    path = records.write_seeds_table(experiment_dir, frame.to_csv(index=False))
     ran, fixed = sum(len(by_seed) for r in results.values() for by_seed in r.values()), len(cells)
     undecided = int((frame["decision"] == "undecided").sum())
     print(
