@@ -101,12 +101,11 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
-    work_dir, metrics_file = _trial_files(trial_folder)
+    work_dir, metrics_file = files = _trial_files(trial_folder)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
     if _report_recovered(reporter, trial_name, patterns, complete_when, metrics_from):
         return
-    argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
-    _point_trackers(env, work_dir, metrics_from, trial_name)
+    argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     proc = start_command(argv, env, cwd)
     output = _watch_output(proc, env, trial_name, echo, (step_key, patterns, complete_when, metrics_from, work_dir))
@@ -219,29 +218,27 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
 def _tracker_rows_not_reported(reporter: StepReporter, metrics_from: str, complete_when) -> tuple[list, str]:
     """The rows in the tracker records under `{trial_dir}` (all attempts') that the trial's history
     lacks, in step order, and where they came from (`csv records`)."""
-    work_dir, key = reporter.trial_folder / WORK_DIR, reporter.step_key
+    work_dir, key = records.work_dir(reporter.trial_folder), reporter.step_key
     reader = TrackerResults(work_dir, key, sources_of(metrics_from), complete_when)
     last = reporter.last_step if reporter.last_step is not None else -math.inf
     found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
     return [found[step] for step in sorted(found)], f"{reader.source} records"
 
 
-def _point_trackers(env: dict, work_dir: Path, metrics_from: str, trial_name: str) -> None:
-    """Point W&B and MLflow at the trial's folder where the environment leaves them unset
-    (`tracker_sources.tracker_env`), and say so in the trial's log."""
-    set_now = tracker_env(env, work_dir, metrics_from)
-    if set_now:
-        print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
-
-
-def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd) -> tuple[list, dict, str]:
+def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`), else `cwd`."""
+    there is one (`code_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics file. W&B and MLflow
+    point at `{trial_dir}` where the environment leaves them unset (`tracker_env`), said in the log."""
+    work_dir, metrics_file = files
     if code_dir:
         fill_work_dir(Path(code_dir), work_dir)
         cwd = str(work_dir)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
-    return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
+    env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
+    set_now = tracker_env(env, work_dir, metrics_from)
+    if set_now:
+        print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
+    return argv, env, cwd
 
 
 def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) -> CommandOutput:

@@ -13,6 +13,7 @@
             divergence.json                 the dump of a diverged trial
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
             work/                           a command trial's working folder, {trial_dir}
+            work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
             checkpoint_*/command_step.json  a command trial's last reported step
 
 Paths are strings, local or URIs (`trainables.storage`). Every write is atomic (a temporary file then
@@ -48,6 +49,7 @@ DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
 WORK_DIR = "work"
 COMMAND_STEP_FILE = "command_step.json"
+MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/tracker_sources.py:tracker_env)
 
 Folder = str | Path
 

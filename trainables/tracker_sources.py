@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from trainables.command_parse import StepContext
+from trainables.records import MLFLOW_STORE
 from trainables.wandb_reader import RUN_GLOB, read_history
 
 TRACKERS = ("wandb", "mlflow", "csv", "hf")  # in the order auto-detection tries them
-MLFLOW_DB = "mlflow.db"  # {trial_dir}/mlflow.db: the trial's own MLflow store when MLFLOW_TRACKING_URI is unset
 READ_EVERY_S = 2.0  # how often the files and stores are read while the command runs
 STEP_COLUMNS = ("step", "epoch", "global_step")  # a row's step when it has no --step-key column
 _DEPTHS = {"csv": ("metrics.csv", 4), "hf": ("trainer_state.json", 3)}
@@ -49,7 +49,7 @@ def tracker_env(env: dict, work_dir: Path, metrics_from: str) -> list[str]:
     """
     wanted = {
         "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(work_dir)},
-        "mlflow": {"MLFLOW_TRACKING_URI": f"sqlite:///{work_dir / MLFLOW_DB}"},
+        "mlflow": {"MLFLOW_TRACKING_URI": f"sqlite:///{work_dir / MLFLOW_STORE}"},
     }
     if env.get("WANDB_API_KEY"):  # logged in for online runs: they also write their log under WANDB_DIR
         del wanted["wandb"]["WANDB_MODE"]
@@ -68,7 +68,7 @@ def find_records(work_dir: Path, source: str, since: float | None = None) -> lis
     if source == "wandb":
         paths = list(work_dir.glob(RUN_GLOB))
     elif source == "mlflow":
-        paths = [work_dir / MLFLOW_DB] if (work_dir / MLFLOW_DB).exists() else []
+        paths = [work_dir / MLFLOW_STORE] if (work_dir / MLFLOW_STORE).exists() else []
     else:
         paths = _named_files(work_dir, *_DEPTHS[source])
     stamped = []
