@@ -34,22 +34,24 @@ from trainables.command_process import (  # noqa: F401  (command_env: also for -
     start_readers,
 )
 from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also for --check and tests)
+    OUTPUT_FILES,
     STDOUT_LOG,
     StreamLog,
     TensorBoardResults,
+    catch_up,
     last_reported_step,
     no_metrics_message,
-    not_reported,
     read_metrics_file,
     record_reader,
     recorded_steps,
     unreported_results,
+    unreported_tracker_rows,
 )
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.tracker_sources import TRACKERS, TrackerResults, describe_sources, sources_of, tracker_env
 from trainables.watchdog import start_watchdog, terminate_group
-from trainables.workdir import fill_work_dir
+from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 QUOTED_LINES = 3  # of which the error's last line quotes this many
@@ -82,16 +84,15 @@ def train_command(
         step_key: the metric counting progress (`command_parse.StepContext` groups results by it).
         metric_pattern: regex(es) with named groups for printed lines, one per line shape;
             None: `key=value` / `key: value` pairs.
-        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, or a tracker's records
-            (`wandb`, `mlflow`, `csv`, `hf`; `output` reads them for a command that prints no metric):
-            where results are read (docs/command-trial-internals.md).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv` or
+            `hf`: where results are read (docs/command-trial-internals.md).
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
-        code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`), copied into
-            `{trial_dir}` (`trainables/workdir.py:fill_work_dir`), where the command then runs.
+        code_dir: the launch's code snapshot (`sweeps/engine/code_snapshot.py`; `workdir.code_folder`),
+            copied at the launch folder's place (`workdir.fill_work_dir`), where the command runs.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
@@ -101,19 +102,20 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
-    work_dir, metrics_file = files = _trial_files(trial_folder)
+    work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    if _report_recovered(reporter, trial_name, patterns, complete_when, metrics_from):
+    if _report_recovered(reporter, trial_name, patterns, complete_when, (metrics_from, work_dir)):
         return
     argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    proc = start_command(argv, env, cwd)
-    output = _watch_output(proc, env, trial_name, echo, (step_key, patterns, complete_when, metrics_from, work_dir))
+    reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
+    proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
             _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir))
+            _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
         terminate_group(proc, grace_period_s)
         output.log.close()
@@ -170,19 +172,25 @@ class StepReporter:
         return False
 
 
-def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
-    """Make the trial's `{trial_dir}` and (empty) metrics file if missing; returns their paths."""
+def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
+    """The trial's `{trial_dir}` (made by `_prepare_command`) and its (empty) metrics file, made if missing.
+    With object storage, Tune uploads the trial's folder and follows links: a working folder in a
+    mirror of the folders around the launch folder (`code_dir`) then lies on the node, outside it."""
     work_dir = records.work_dir(trial_folder)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    if code_dir and storage.trial_storage_dir() is None:
+        work_dir = records.node_work_dir(trial_folder)
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
     return work_dir, metrics_file
 
 
-def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, metrics_from: str) -> bool:
-    """On a restart, report the rows printed before it (`command_stdout.txt`), or else written to the
-    tracker records `metrics_from` reads, but never reported, before the command starts again; True
-    when one diverged (the trial then ends)."""
+def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, reading: tuple) -> bool:
+    """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
+    lines a killed worker never read: `catch_up`), or else written to the tracker records
+    --metrics-from reads (`reading`: it and `{trial_dir}`), but never reported, before the command
+    starts again; True when one diverged (the trial then ends)."""
+    catch_up(reporter.trial_folder)
+    metrics_from, work_dir = reading
     streams = STREAMS_READ.get(metrics_from, ())
     stdout_log = reporter.trial_folder / STDOUT_LOG
     last_step, key = reporter.last_step, reporter.step_key
@@ -203,7 +211,7 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
         printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams)
         if not printing:  # `output` reads the trackers of a script that prints no metric only
-            recovered, origin = _tracker_rows_not_reported(reporter, metrics_from, complete_when)
+            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), complete_when)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
@@ -215,24 +223,21 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     return diverged
 
 
-def _tracker_rows_not_reported(reporter: StepReporter, metrics_from: str, complete_when) -> tuple[list, str]:
-    """The rows in the tracker records under `{trial_dir}` (all attempts') that the trial's history
-    lacks, in step order, and where they came from (`csv records`)."""
-    work_dir, key = records.work_dir(reporter.trial_folder), reporter.step_key
-    reader = TrackerResults(work_dir, key, sources_of(metrics_from), complete_when)
-    last = reporter.last_step if reporter.last_step is not None else -math.inf
-    found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
-    return [found[step] for step in sorted(found)], f"{reader.source} records"
-
-
 def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics file. W&B and MLflow
-    point at `{trial_dir}` where the environment leaves them unset (`tracker_env`), said in the log."""
+    there is one (`code_dir`, `fill_work_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics
+    file. A folder around the launch folder missing on this node fails the trial once, not retried
+    (`workdir.MissingOnNode`). W&B and MLflow point at `{trial_dir}` where the environment leaves them
+    unset (`tracker_env`), said in the log."""
     work_dir, metrics_file = files
     if code_dir:
-        fill_work_dir(Path(code_dir), work_dir)
-        cwd = str(work_dir)
+        try:
+            cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
+        except MissingOnNode as e:
+            tune.report({NO_RETRY_METRIC: 1})
+            raise CommandFailed(f"{e} (not retried: the path is missing on this node)") from None
+    else:
+        work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
     set_now = tracker_env(env, work_dir, metrics_from)
@@ -241,21 +246,38 @@ def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics
     return argv, env, cwd
 
 
-def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) -> CommandOutput:
-    """Start reading `proc`'s pipes into `command_stdout.txt` (both streams, in the order read, for a
-    retry and --resume) and into a `CommandOutput`; `reading`: the step key, patterns, metrics that
-    complete a step, --metrics-from and `{trial_dir}` (its folder holds the metrics file)."""
-    step_key, patterns, complete_when, metrics_from, work_dir = reading
-    records = record_reader(metrics_from, work_dir, step_key, complete_when, since=time.time() - 2.0)
-    log = StreamLog(work_dir.parent / STDOUT_LOG)
-    return CommandOutput(
-        start_readers(proc, log),
+def _keep_new_paths(code_dir: str | None, work_dir: Path, trial_name: str) -> None:
+    """Move what a command that exited 0 created through `..` to the real folders (`workdir.keep_new_paths`)."""
+    moved = keep_new_paths(code_folder(code_dir), work_dir) if code_dir else []
+    if moved:
+        print(f"{trial_name}: what the command created through `..` moved to {', '.join(map(str, moved))}", flush=True)
+
+
+def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading: tuple) -> tuple:
+    """Start the command, its stdout and stderr going to the trial folder's `OUTPUT_FILES`, and read
+    them into `command_stdout.txt` (both streams, in the order read, for a retry and --resume; this
+    attempt's first line is written before the command starts) and into a `CommandOutput`;
+    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and the metrics
+    file (its folder, the trial's, holds the output files); TensorBoard events are read under
+    `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
+    step_key, patterns, complete_when, metrics_from, metrics_file = reading
+    work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
+    records_read = record_reader(metrics_from, work_dir, step_key, complete_when, since=time.time() - 2.0)
+    log = StreamLog(metrics_file.parent / STDOUT_LOG)
+    outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
+    try:
+        proc = start_command(argv, env, cwd, outputs)
+    except BaseException:
+        log.close()
+        raise
+    return proc, CommandOutput(
+        start_readers(proc, log, outputs),
         {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), proc.pid) for name in echo},
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if metrics_from == "tensorboard" or metrics_from in TRACKERS else work_dir.parent / METRICS_FILE,
-        records,
+        None if metrics_from == "tensorboard" or metrics_from in TRACKERS else metrics_file,
+        records_read,
         step_key,
         log,
     )

@@ -42,7 +42,7 @@ def check_command(args) -> int:
         terminate_group,
     )
     from trainables.command_sources import candidate_keys, record_reader
-    from trainables.tracker_sources import describe_sources, sources_of, tracker_env
+    from trainables.tracker_sources import tracker_env
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -76,20 +76,25 @@ def check_command(args) -> int:
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
+        _keep_new_paths(Path(folder), work_dir, code, args.in_place)
         rows = (context.close() if streams else []) + read_metrics_file(metrics_file, 0, args.step_key)[0]
         show(rows + (events.poll(rows) + events.close() if events else []))
-        print(f"metrics source: {_source_used(args.metrics_from, events, bool(seen))}", flush=True)
-        held = describe_sources(work_dir, args.step_key, sources_of(args.metrics_from))
+        held = _say_source(args, events, bool(seen), work_dir)
     return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
 
 
-def _source_used(metrics_from: str, events, read_any: bool) -> str:
-    """The source the rows came from: the tracker `events` read (`wandb`, ...), else `metrics_from`."""
-    source = getattr(events, "source", None)
+def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
+    """Print the source the rows came from: the tracker `events` read (`wandb`, ...), else
+    --metrics-from; returns the keys each tracker record held (`describe_sources`), for `_verdict`."""
+    from trainables.tracker_sources import describe_sources, sources_of
+
+    source, metrics_from = getattr(events, "source", None), args.metrics_from
     if source:
         found = "" if metrics_from == source else "; found by --metrics-from output: the command printed no metric"
-        return f"{source} (its records under {{trial_dir}}{found})"
-    return metrics_from + ("" if read_any else " (no row read)")
+        print(f"metrics source: {source} (its records under {{trial_dir}}{found})", flush=True)
+    else:
+        print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
+    return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
 
 
 def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
@@ -99,15 +104,27 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     work_dir, metrics_file = records.work_dir(folder), folder / metrics_name
-    work_dir.mkdir()
     metrics_file.touch()
-    if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
-        try:
-            snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
-        except SnapshotTooLarge as e:
-            raise UsageError(str(e)) from None
-        fill_work_dir(folder / "code", work_dir)
+    if args.in_place:
+        work_dir.mkdir()
+        return work_dir, metrics_file
+    try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
+        snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
+    except SnapshotTooLarge as e:
+        raise UsageError(str(e)) from None
+    working = fill_work_dir(records.code_dir(folder), work_dir)
+    print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
+
+
+def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:
+    """After a command that exited 0, what it created through `..` moves to the real folders, as a
+    trial's does (`trainables/workdir.py:keep_new_paths`): data fetched by --check is there for the sweep."""
+    from trainables import records
+    from trainables.workdir import keep_new_paths
+
+    for path in keep_new_paths(records.code_dir(folder), work_dir) if code == 0 and not in_place else []:
+        print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
 def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: str = "") -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 
 from sweeps.engine.flags import UsageError
@@ -299,8 +300,9 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
-def metrics_source_words(metrics_from: str) -> str:
-    """`--metrics-from` in words for the launch line, e.g. `wandb (the W&B run under {trial_dir})`."""
+def launch_line(template: list[str], plan, metrics_from: str) -> str:
+    """The sweep's launch line: the command, how many cells run and are reused (`plan`: `todo`,
+    `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
         "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
         "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
@@ -313,7 +315,10 @@ def metrics_source_words(metrics_from: str) -> str:
         "csv": "csv (metrics.csv under {trial_dir})",
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
-    return words[metrics_from]
+    return (
+        f"command: {shlex.join(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"metrics from {words[metrics_from]}"
+    )
 
 
 def check_metric_producible(
