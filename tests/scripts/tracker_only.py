@@ -7,7 +7,7 @@ environment), mlflow (`mlflow.log_metrics` with steps, the default store), csv (
 layout: `lightning_logs/version_N/metrics.csv`, train and val rows written separately) or hf
 (`checkpoint-N/trainer_state.json` with the Trainer's `log_history`). Epoch e logs `val_acc` = 0.5 + lr * e / 10
 and the training loss 1 / e (W&B: `train/loss`, Hugging Face: `loss`, else `train_loss`).
---kill-worker-at E: after logging epoch E, once, SIGKILL the parent process (the Ray worker); a rerun
+--kill-worker-at E: after logging epoch E, once, SIGKILL the Ray worker (the parent of the command shim); a rerun
 goes on after the last epoch it logged (`<out>/done.txt`), as a script resuming from its checkpoint.
 """
 
@@ -18,6 +18,8 @@ import os
 import signal
 import time
 from pathlib import Path
+
+import psutil
 
 p = argparse.ArgumentParser()
 p.add_argument("--tracker", choices=("wandb", "mlflow", "csv", "hf"), required=True)
@@ -87,7 +89,7 @@ for epoch in range(first, args.epochs + 1):
     done.write_text(str(epoch))
     if epoch == args.kill_worker_at and not (out / "killed").exists():
         (out / "killed").touch()
-        os.kill(os.getppid(), signal.SIGKILL)
-        time.sleep(30)  # the kernel's SIGTERM (the worker's death) ends it
+        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command_shim.py's parent
+        time.sleep(30)  # the watchdog ends this process once the worker is gone
     time.sleep(args.sleep)
 finish()
