@@ -313,10 +313,12 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path, sweep_env):
 
 
 @pytest.mark.slow
-def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, sweep_env):
-    """The script prints epochs 1-6 and kills its trial's worker at once: Tune retries the trial from
-    its last recorded step; the rows after it, in the trial's stdout file, are reported first, and the
-    script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
+@pytest.mark.parametrize("at_once", [False, True], ids=["after-the-trial-read-it", "right-after-printing"])
+def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, sweep_env, at_once):
+    """The script prints epochs 1-6 and kills its trial's worker, once the trial read epoch 6's line or
+    right after printing it (the worker has likely not read it: the line is only in the command's output
+    file). Tune retries the trial from its last recorded step; the rows after it are reported first, and
+    the script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
     proc = run_sweep(
         tmp_path,
         "--axis",
@@ -332,6 +334,7 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, swee
         "{epochs}",
         "--kill-parent-after",
         "6",
+        *(["--kill-at-once"] if at_once else []),
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import time
 
 import pytest
 
 from tests.test_command_scripts import PY, history, run_sweep, trials
+from trainables.command_process import next_lines, start_command, start_readers
 from trainables.command_sources import (
     ATTEMPT_LINE,
     ERR_MARK,
+    OUTPUT_FILES,
     STDOUT_LOG,
+    StreamLog,
+    catch_up,
     no_metrics_message,
     recorded_steps,
     unreported_results,
@@ -102,6 +109,46 @@ def test_restart_recovers_every_printed_step_the_history_lacks(tmp_path):
         3,
         4,
     ]
+
+
+def test_the_command_writes_to_files_and_the_trial_reads_each_line_once(tmp_path):
+    """Both streams go to the trial folder's output files (no pipe) and are read into command_stdout.txt,
+    a last line without a newline included; nothing is left for a retry to catch up."""
+    script = "import sys; print('epoch=1'); print('oops', file=sys.stderr, flush=True); print('epoch=2', end='')"
+    outputs = {name: tmp_path / file for name, file in OUTPUT_FILES.items()}
+    log = StreamLog(tmp_path / STDOUT_LOG)
+    proc = start_command([sys.executable, "-c", script], {"PATH": os.environ["PATH"]}, None, outputs)
+    lines, got, ended, deadline = start_readers(proc, log, outputs), [], 0, time.monotonic() + 60
+    while ended < 2 and time.monotonic() < deadline:
+        proc.poll()  # reaps the leader once it exits (as the trial's loop does): its group then ends
+        for name, line in next_lines(lines, 0.2):
+            ended += line is None
+            got += [(name, line)] if line is not None else []
+    log.close()
+    assert proc.stdout is None and proc.stderr is None  # files, not pipes
+    assert [line for name, line in got if name == "OUT"] == ["epoch=1", "epoch=2"] and ("ERR", "oops") in got
+    assert outputs["OUT"].read_text() == "epoch=1\nepoch=2"
+    assert catch_up(tmp_path) == 0 and not outputs["OUT"].exists()  # every line was read: none added
+
+
+def test_catch_up_copies_the_lines_a_killed_worker_never_read(tmp_path):
+    """The worker read `epoch=1` (stdout) and one stderr line, then was killed; the command had written
+    two more lines to stdout (the last without a newline) and one to stderr: those are appended once."""
+    (tmp_path / STDOUT_LOG).write_text(
+        ATTEMPT_LINE
+        + "2026-11-23 10:00:00\nold\n"
+        + ATTEMPT_LINE
+        + "2026-11-23 10:05:00\nepoch=1\n"
+        + ERR_MARK
+        + "w1\n"
+    )
+    (tmp_path / OUTPUT_FILES["OUT"]).write_bytes(b"epoch=1\nepoch=2 val_acc=0.5\nepoch=3")
+    (tmp_path / OUTPUT_FILES["ERR"]).write_bytes(b"w1\nval_acc: 0.6\n")
+    assert catch_up(tmp_path) == 3
+    log = (tmp_path / STDOUT_LOG).read_text()
+    assert log.endswith("epoch=1\n" + ERR_MARK + "w1\nepoch=2 val_acc=0.5\nepoch=3\n" + ERR_MARK + "val_acc: 0.6\n")
+    assert not any((tmp_path / file).exists() for file in OUTPUT_FILES.values())
+    assert catch_up(tmp_path) == 0 and (tmp_path / STDOUT_LOG).read_text() == log  # once
 
 
 def test_a_tasks_column_the_command_never_uses_names_the_file_and_column(tmp_path):

@@ -76,11 +76,29 @@ def test_missing_latest_checkpoint_falls_back_and_none_loadable_is_a_clear_error
         load_latest_state(tmp_path / "checkpoint_000000", tmp_path)
 
 
-def test_stale_experiment_state_resumes_from_the_newest_checkpoint(tmp_path):
+def test_stale_experiment_state_resumes_from_the_newest_recorded_checkpoint(tmp_path):
     save_state(tmp_path / "checkpoint_000000", epoch=1)
     save_state(tmp_path / "checkpoint_000001", epoch=3)  # written after Tune last saved its state
+    rows = [
+        {"epoch": 1, "checkpoint_dir_name": "checkpoint_000000"},
+        {"epoch": 3, "checkpoint_dir_name": "checkpoint_000001"},
+    ]
+    (tmp_path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))  # the history has its row
     assert load_latest_state(tmp_path / "checkpoint_000000", tmp_path)["epoch"] == 3
     assert load_latest_state(None, tmp_path / "no_such_trial") is None
+
+
+def test_a_checkpoint_whose_row_never_reached_the_history_is_not_resumed_from(tmp_path):
+    """The worker stored checkpoint_000002 (epoch 3) and was killed before the driver logged its row:
+    the retry resumes from epoch 2, so epoch 3 is trained and logged once, not lost."""
+    for index in range(3):
+        save_state(tmp_path / f"checkpoint_{index:06d}", epoch=index + 1)
+    rows = [{"epoch": e, "checkpoint_dir_name": f"checkpoint_{e - 1:06d}"} for e in (1, 2)]
+    (tmp_path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_latest_state(tmp_path / "checkpoint_000001", tmp_path)["epoch"] == 2
+    assert load_latest_state(None, tmp_path)["epoch"] == 2  # --resume with a snapshot older than every checkpoint
+    (tmp_path / "result.json").unlink()
+    assert load_latest_state(None, tmp_path) is None  # no row at all: the trial starts again
 
 
 class Evil:

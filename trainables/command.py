@@ -34,9 +34,11 @@ from trainables.command_process import (  # noqa: F401  (command_env: also for -
     start_readers,
 )
 from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also for --check and tests)
+    OUTPUT_FILES,
     STDOUT_LOG,
     StreamLog,
     TensorBoardResults,
+    catch_up,
     last_reported_step,
     no_metrics_message,
     read_metrics_file,
@@ -103,8 +105,8 @@ def train_command(
         return
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    proc = start_command(argv, env, cwd)
-    output = _watch_output(proc, env, trial_name, echo, (step_key, patterns, complete_when, metrics_from, work_dir))
+    reading = (step_key, patterns, complete_when, metrics_from, work_dir)
+    proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
@@ -176,8 +178,10 @@ def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
 
 
 def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, streams) -> bool:
-    """On a restart, report the rows printed before it (`command_stdout.txt`) but never reported,
-    before the command starts again; True when one diverged (the trial then ends)."""
+    """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
+    lines a killed worker never read: `catch_up`) but never reported, before the command starts again;
+    True when one diverged (the trial then ends)."""
+    catch_up(reporter.trial_folder)
     stdout_log = reporter.trial_folder / STDOUT_LOG
     last_step, key = reporter.last_step, reporter.step_key
     recovered = (
@@ -214,15 +218,23 @@ def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_
     return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
 
 
-def _watch_output(proc, env: dict, trial_name: str, echo: dict, reading: tuple) -> CommandOutput:
-    """Start reading `proc`'s pipes into `command_stdout.txt` (both streams, in the order read, for a
-    retry and --resume) and into a `CommandOutput`; `reading`: the step key, patterns, metrics that
-    complete a step, --metrics-from and `{trial_dir}` (its folder holds the metrics file)."""
+def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading: tuple) -> tuple:
+    """Start the command, its stdout and stderr going to the trial folder's `OUTPUT_FILES`, and read
+    them into `command_stdout.txt` (both streams, in the order read, for a retry and --resume; this
+    attempt's first line is written before the command starts) and into a `CommandOutput`;
+    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and `{trial_dir}`
+    (its folder holds the metrics file and the output files). Returns (the process, its output)."""
     step_key, patterns, complete_when, metrics_from, work_dir = reading
     tensorboard = metrics_from == "tensorboard"
     log = StreamLog(work_dir.parent / STDOUT_LOG)
-    return CommandOutput(
-        start_readers(proc, log),
+    outputs = {name: work_dir.parent / file for name, file in OUTPUT_FILES.items()}
+    try:
+        proc = start_command(argv, env, cwd, outputs)
+    except BaseException:
+        log.close()
+        raise
+    return proc, CommandOutput(
+        start_readers(proc, log, outputs),
         {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), proc.pid) for name in echo},
         echo,
         StepContext(step_key, patterns, complete_when),

@@ -1,4 +1,9 @@
-"""A command trial's process: its environment, its start in a process group of its own, its output read line by line."""
+"""A command trial's process: its environment, its start in a process group of its own, its output read line by line.
+
+The command writes its stdout and stderr straight to files in the trial folder (`OUTPUT_FILES`), not to
+pipes: a line it printed is in the file at once, so a worker killed before reading it loses nothing
+(a pipe's unread bytes die with the worker). A thread per file tails it (`tail_lines`).
+"""
 
 from __future__ import annotations
 
@@ -12,16 +17,19 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from trainables.command_parse import StepContext, format_value
-from trainables.command_sources import StreamLog, TensorBoardResults, read_metrics_file
+from trainables.command_sources import StreamLog, TensorBoardResults, decode_line, read_metrics_file
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for
 from trainables.report import METRICS_FILE_ENV
+from trainables.watchdog import group_alive
 
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
 STREAM_NAMES = {"OUT": "stdout", "ERR": "stderr"}  # the log prefix's name of a stream -> --metrics-from's
+TAIL_POLL_S = 0.02  # how long a reader waits for more output at the end of its file
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
@@ -53,23 +61,31 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
     return env
 
 
-def start_command(argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
-    """Start `argv` as the leader of a new session / process group, its pipes captured (bytes).
+def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: dict | None = None) -> subprocess.Popen:
+    """Start `argv` as the leader of a new session / process group.
 
+    Args:
+        outputs: {"OUT": path, "ERR": path}: the files its stdout and stderr go to (emptied first);
+            None: pipes (bytes), as `--check` reads them.
     The child asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
     i.e. when the worker process is killed. The preexec function only makes one libc call,
     prepared before the fork, so it is safe in the threaded Ray worker.
     """
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        preexec_fn=_die_with_parent if _LIBC else None,
-    )
+    files = {name: open(path, "wb") for name, path in (outputs or {}).items()}
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=files.get("OUT", subprocess.PIPE),
+            stderr=files.get("ERR", subprocess.PIPE),
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if _LIBC else None,
+        )
+    finally:
+        for file in files.values():
+            file.close()  # the command holds its own copies
 
 
 def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:
@@ -121,21 +137,37 @@ class CommandOutput:
         return results
 
 
-def start_readers(proc: subprocess.Popen, log: StreamLog) -> queue.Queue:
-    """Start a thread per pipe of `proc` putting its lines on the returned queue (unbounded: the script
-    never waits for Tune to take a result) and in `log` (both streams, in the order read)."""
+def start_readers(proc: subprocess.Popen, log: StreamLog, outputs: dict) -> queue.Queue:
+    """Start a thread per output file of `proc` (`outputs`: {"OUT": path, "ERR": path}) putting its lines
+    on the returned queue (unbounded: the script never waits for Tune to take a result) and in `log`
+    (both streams, in the order read)."""
     lines: queue.Queue = queue.Queue()
-    for stream, name in ((proc.stdout, "OUT"), (proc.stderr, "ERR")):
-        threading.Thread(target=read_lines, args=(stream, name, lines, log), daemon=True).start()
+    for name, path in outputs.items():
+        threading.Thread(target=tail_lines, args=(path, name, proc.pid, lines, log), daemon=True).start()
     return lines
 
 
-def read_lines(stream, name: str, lines: queue.Queue, log: StreamLog) -> None:
-    """Put each line of `stream` (decoded, newline stripped) on `lines` and in `log` as soon as it is
-    read (`StreamLog.put`), then `(name, None)` at EOF."""
-    for raw in iter(stream.readline, b""):
-        log.put(name, raw.decode("utf-8", errors="replace").rstrip("\r\n"), lines)
-    stream.close()
+def tail_lines(path: Path, name: str, pgid: int, lines: queue.Queue, log: StreamLog) -> None:
+    """Put each line written to `path` on `lines` and in `log` as soon as it is complete (`StreamLog.put`);
+    once process group `pgid` is gone and the file is read to its end (a last line without a newline
+    included), put `(name, None)`."""
+    pending = b""
+    with open(path, "rb") as file:
+        while True:
+            chunk = file.read()
+            ended = not chunk and not group_alive(pgid)
+            if ended:
+                chunk = file.read()  # written just before the group's end
+            elif not chunk:
+                time.sleep(TAIL_POLL_S)
+                continue
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                log.put(name, decode_line(raw), lines)
+            if ended:
+                if pending:
+                    log.put(name, decode_line(pending), lines)
+                break
     lines.put((name, None))
 
 

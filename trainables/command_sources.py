@@ -1,8 +1,10 @@
 """Where a command trial's results come from besides its live lines: earlier attempts, JSON lines, TensorBoard.
 
 `trainables/command.py` runs the command; this module reads what it left: `command_stdout.txt`
-(both streams, every attempt), `$RAYSWEEP_METRICS_FILE`, TensorBoard event files, and the last
-step Tune recorded (checkpoints and `result.json`).
+(both streams, every attempt, in the order the trial read them), the files the command writes its
+stdout and stderr to (`OUTPUT_FILES`, caught up into `command_stdout.txt` after a kill),
+`$RAYSWEEP_METRICS_FILE`, TensorBoard event files, and the last step Tune recorded (checkpoints and
+`result.json`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from trainables.report import METRICS_FILE_ENV
 STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's lines, every attempt
 ATTEMPT_LINE = "# raysweep: command started "  # first line of each attempt in STDOUT_LOG
 ERR_MARK = "# raysweep stderr | "  # in STDOUT_LOG before each line the command wrote to stderr
+# <trial folder on storage>/...: the running attempt's command writes its stdout / stderr straight to these
+# files (no pipe, so a line printed survives a killed worker); the trial tails them into STDOUT_LOG
+OUTPUT_FILES = {"OUT": "command_out.txt", "ERR": "command_err.txt"}
 
 
 def unreported_results(
@@ -61,6 +66,39 @@ def unreported_results(
             if (step not in recorded) if recorded is not None else step > last_step:
                 found.setdefault(step, result)
     return [found[step] for step in sorted(found)]
+
+
+def catch_up(trial_folder: Path) -> int:
+    """Copy into `command_stdout.txt` the lines the last attempt's command wrote (`OUTPUT_FILES`) that
+    its trial never read (the worker was killed first), then remove those files; returns the lines copied.
+
+    The last attempt's section of `command_stdout.txt` holds the lines read so far, stdout's first and
+    stderr's (`ERR_MARK`) in the order read; the lines of each file after that many are appended,
+    stdout's then stderr's. A last line the command left without a newline counts as a line.
+    """
+    log, files = trial_folder / STDOUT_LOG, {name: trial_folder / f for name, f in OUTPUT_FILES.items()}
+    if not any(path.exists() for path in files.values()):
+        return 0
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    read = text.rsplit(ATTEMPT_LINE, 1)[1].split("\n")[1:-1] if ATTEMPT_LINE in text else []
+    counts = {"ERR": sum(line.startswith(ERR_MARK) for line in read)}
+    counts["OUT"] = len(read) - counts["ERR"]
+    missed = []
+    for name, path in files.items():
+        written = path.read_bytes().split(b"\n") if path.exists() else [b""]
+        written = written if written[-1] else written[:-1]  # the newline that ends the last line
+        missed += [(ERR_MARK if name == "ERR" else "") + decode_line(raw) for raw in written[counts[name] :]]
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("" if ATTEMPT_LINE in text or not missed else ATTEMPT_LINE + "(lines found after a kill)\n")
+        f.write("".join(line + "\n" for line in missed))
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    return len(missed)
+
+
+def decode_line(raw: bytes) -> str:
+    """A line of the command's output as the trial reads it: UTF-8 (bad bytes replaced), no line ending."""
+    return raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 def stream_lines(logged: list[str], streams=("stdout", "stderr")) -> list[tuple[str, str]]:

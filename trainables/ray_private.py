@@ -99,7 +99,7 @@ def train_session():
     return get_session()
 
 
-# --- Tune's trial bookkeeping (sweeps/engine/checkpoint_repair.py, no_retry.py) -------------
+# --- Tune's trial bookkeeping (sweeps/engine/checkpoint_repair.py, no_retry.py, launch.py) ---
 
 
 def trial_folder_path(trial) -> str:
@@ -121,6 +121,59 @@ def replace_checkpoints(trial, checkpoints: list, last_index: int | None) -> Non
     trial.invalidate_json_state()
     if last_index is not None:
         trial.storage.current_checkpoint_index = last_index
+
+
+def count_each_actor_death_once() -> bool:
+    """Make Tune charge a trial one failure per death of its actor, whenever the actor dies; idempotent.
+
+    Tune 2.54-2.60 counts a death twice when the actor dies while it is being reset for its next
+    trial (`reuse_actors=True`: the trial is PENDING, its `reset` task in flight). The actor
+    manager passes the one `RayActorError` to the actor's `on_error` (`TuneController._actor_failed`,
+    which sets the PENDING trial RUNNING and fails it: re-queued, 1 failure) and then to the reset
+    task's `on_error` (`_trial_task_failure` -> `_process_trial_failure`, which finds the trial
+    PENDING and ends it as ERROR without asking `Trial.should_recover`: 2 failures). The trial also
+    stays in `_resetting_trials`, so a re-queued one would wait for that reset forever
+    (`_maybe_reuse_cached_actor` returns at once for it). A trial whose actor dies while starting,
+    restoring, running or saving gets one event, and keeps it.
+
+    The patch wraps those two methods: `_actor_failed` forgets the reset of the dead actor's trial
+    and, once it has failed the trial, remembers the exception; `_trial_task_failure` then ignores
+    that same exception object (the same death) once. Any other failure goes through Tune's code as it is.
+    Upstream: no Ray issue found for this (searched 2026-11-24: reuse_actors, reset, RayActorError,
+    max_failures, pending); the nearest are ray-project/ray#36951 and #42951 (other bugs of actor reuse,
+    the second turning `reuse_actors` off by default).
+    Returns:
+        True when Tune is patched (now or before); False when this Ray lacks the module or methods (nothing done).
+    """
+    try:
+        from ray.tune.execution.tune_controller import TuneController
+    except ImportError:  # a Ray that moved it: Tune's own handling
+        return False
+    if getattr(TuneController, "_raysweep_one_failure_per_death", False):
+        return True
+    if not all(hasattr(TuneController, name) for name in ("_actor_failed", "_trial_task_failure")):
+        return False
+    actor_failed, trial_task_failure = TuneController._actor_failed, TuneController._trial_task_failure
+
+    def _actor_failed(self, tracked_actor, exception):
+        trial = self._actor_to_trial.get(tracked_actor)
+        handled = False
+        if trial is not None and self._trial_to_actor.get(trial) is tracked_actor:
+            getattr(self, "_resetting_trials", set()).discard(trial)  # its reset never answers
+            handled = trial.status in (trial.PENDING, trial.PAUSED)  # Tune fails the trial here, not in the task
+        actor_failed(self, tracked_actor, exception)  # calls _trial_task_failure itself when `handled`
+        if handled:
+            self._raysweep_death_handled = exception
+
+    def _trial_task_failure(self, trial, exception):
+        if exception is getattr(self, "_raysweep_death_handled", None):
+            self._raysweep_death_handled = None
+            return  # the same death, already counted by _actor_failed
+        trial_task_failure(self, trial, exception)
+
+    TuneController._actor_failed, TuneController._trial_task_failure = _actor_failed, _trial_task_failure
+    TuneController._raysweep_one_failure_per_death = True
+    return True
 
 
 def stop_retries(trial) -> None:

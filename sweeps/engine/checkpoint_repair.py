@@ -16,16 +16,13 @@ This uses Tune's checkpoint bookkeeping (`ray.train._internal`, through `trainab
 
 from __future__ import annotations
 
-import json
 import posixpath
-import re
 
 import pyarrow.fs as pafs
 from ray import tune
 
 from trainables import ray_private
-
-CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")  # Tune's StorageContext._make_checkpoint_dir_name
+from trainables.checkpoints import CHECKPOINT_DIR, reported_checkpoints
 
 
 class RestoreFromSurvivingCheckpoint(tune.Callback):
@@ -96,28 +93,3 @@ def repair_missing_checkpoint(trial) -> str | None:
         f"{trial}: its checkpoint {gone} was deleted before Tune's last experiment snapshot was saved; "
         f"resuming from {name} (iteration {rows[name].get('training_iteration', '?')}) instead"
     )
-
-
-def reported_checkpoints(fs: pafs.FileSystem, folder: str) -> dict[str, dict]:
-    """The result row that reported each checkpoint of a trial folder.
-
-    Args:
-        fs, folder: the trial folder on its storage (any pyarrow filesystem: local, s3).
-    Returns:
-        checkpoint folder name (`checkpoint_000003`) -> the last `result.json` row naming it in
-        `checkpoint_dir_name`; empty when there is no `result.json`. A half-written last line is skipped.
-    """
-    try:
-        with fs.open_input_stream(posixpath.join(folder, "result.json")) as f:
-            text = f.readall().decode()
-    except FileNotFoundError:
-        return {}
-    rows = {}
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("checkpoint_dir_name"):
-            rows[row["checkpoint_dir_name"]] = row
-    return rows

@@ -42,7 +42,7 @@ from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.summary import print_summary
 from sweeps.engine.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
-from trainables import records
+from trainables import ray_private, records
 from trainables.config import METRIC, MODE
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
@@ -254,8 +254,8 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
 
 
 def set_tune_environment(experiment_dir: str) -> None:
-    """Tune's switches every sweep sets (environment variables, read when Tune runs), and one line
-    saying where the results and TensorBoard files are."""
+    """Tune's switches every sweep sets (environment variables, read when Tune runs; one failure per
+    dead worker), and one line saying where the results and TensorBoard files are."""
     # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
     # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
     # (Ray's switch), and one line says where the results and TensorBoard files are.
@@ -265,6 +265,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # A worker killed while Tune hands it the next trial (actor reuse) costs that trial one retry, not
+    # the trial: Tune counts that one death twice (trainables/ray_private.py).
+    ray_private.count_each_actor_death_once()
 
 
 def sweep_run_config(

@@ -1,9 +1,10 @@
 """A script that keeps its own checkpoint in --out and resumes from it, like most research repos;
 with --kill-parent-after N it kills the process that started it (the trial's worker) right after
-printing epoch N (once the trial's stdout file holds that line), once: lines it printed that the
-worker never reported must not be lost.
+printing epoch N (once the trial's stdout file holds that line; with --kill-at-once the worker is
+frozen (SIGSTOP) before the line is printed and killed right after, so it never reads it), once: lines it
+printed that the worker never read or reported must not be lost.
 
-    python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6
+    python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6 [--kill-at-once]
 """
 
 import argparse
@@ -17,6 +18,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--epochs", type=int, default=8)
 p.add_argument("--kill-parent-after", type=int, default=0)
+p.add_argument("--kill-at-once", action="store_true", help="freeze the worker, print, kill it")
 p.add_argument("--sleep", type=float, default=0.0, help="seconds of work per epoch")
 args = p.parse_args()
 out = Path(args.out)
@@ -24,13 +26,20 @@ ckpt = out / "ckpt.json"
 start = json.loads(ckpt.read_text())["epoch"] + 1 if ckpt.exists() else 1
 print(f"resuming from epoch {start}" if start > 1 else "starting", flush=True)
 for epoch in range(start, args.epochs + 1):
+    if args.kill_at_once and epoch == args.kill_parent_after and not (out / "killed").exists():
+        os.kill(os.getppid(), signal.SIGSTOP)  # the worker reads nothing more: the next line is printed unread
+        stat, deadline = Path(f"/proc/{os.getppid()}/stat"), time.monotonic() + 20
+        while stat.read_text().rsplit(")", 1)[1].split()[0] not in "tT" and time.monotonic() < deadline:
+            time.sleep(0.001)  # the stop has reached the worker (Linux: state T)
     print(f"epoch {epoch}/{args.epochs} val_acc={0.5 + epoch / 100:.2f}", flush=True)
     ckpt.write_text(json.dumps({"epoch": epoch}))
     time.sleep(args.sleep)
     if epoch == args.kill_parent_after and not (out / "killed").exists():
         (out / "killed").write_text("1")
         log, deadline = out.parent / "command_stdout.txt", time.monotonic() + 20  # the trial's copy of these lines
-        while f"epoch {epoch}/" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        while not args.kill_at_once and f"epoch {epoch}/" not in (log.read_text() if log.exists() else ""):
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.01)
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(30)  # the worker's death takes this process with it
