@@ -41,12 +41,12 @@ test-fast: install
 BENCH_OUT ?= benchmarks/results
 bench: install  # full forms: tens of minutes on 2 cores
 	@mkdir -p $(BENCH_OUT)
-	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid status_speed seeds_auto; do \
+	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid status_speed seeds_auto work_tree_setup; do \
 	  $(PY) benchmarks/$$b.py --json $(BENCH_OUT)/$$b.json || exit 1; done
 
 bench-quick: install  # what CI runs: seconds to a minute each; they report, they do not assert
 	@mkdir -p $(BENCH_OUT)/quick
-	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid gpu_packing status_speed seeds_auto; do \
+	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid gpu_packing status_speed seeds_auto work_tree_setup; do \
 	  $(PY) benchmarks/$$b.py --quick --json $(BENCH_OUT)/quick/$$b.json || exit 1; done
 
 bench-gpu: install  # on a GPU machine: trials packed 1, 2, 4, 8 per GPU (table, JSON, plot); without a GPU it says so

@@ -261,16 +261,19 @@ def choose_trial_function(args, options, cfg, data):
         return TrialFunction(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
     from sweeps.engine.code_snapshot import take_snapshot
     from trainables.command import train_command
+    from trainables.workdir import RUNTIME_ENV_CODE
 
     snapshot = take_snapshot(options.experiment_dir, args.in_place, args.resume)
+    runtime_env = snapshot and snapshot["runtime_env"]  # object storage: the code travels with the job
     return TrialFunction(
         train_command,
         {
             "template": args.template,
             "cwd": os.getcwd(),
-            "code_dir": snapshot and snapshot["path"],
+            "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
             "complete_when": (args.metric,),  # each step reported as soon as it has it
         },
+        runtime_env=runtime_env or None,
     )
 
 

@@ -52,6 +52,18 @@ def parse_args(argv: list[str]):
     """The flags before `--` and the command after it; raises UsageError on a bad value (exit 2).
     Returns the argparse namespace with `template`, `axes`, `cells` added."""
     own_flags, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(own_flags)
+    run_flags.check_run_args(args)
+    axes, tasks = read_grid(args, template)
+    check_command_args(args)
+    args.template, args.axes = template, axes
+    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
+    args.test_metric = args.test_metric or args.metric
+    return args
+
+
+def build_parser():
+    """The parser of the flags before `--` (`--help` prints it; docs/own-scripts.md's table is checked against it)."""
     parser = flags.ArgumentParser(
         prog="sweeps/run_command.py",
         description=__doc__.split("\n\n")[0],
@@ -62,14 +74,7 @@ def parse_args(argv: list[str]):
     add_command_flags(parser)
     run_flags.add_run_args(parser, name=NAME, grid=True)
     seed_flags.add_seed_args(parser, compare_default=None)
-    args = parser.parse_args(own_flags)
-    run_flags.check_run_args(args)
-    axes, tasks = read_grid(args, template)
-    check_command_args(args)
-    args.template, args.axes = template, axes
-    args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
-    args.test_metric = args.test_metric or args.metric
-    return args
+    return parser
 
 
 def add_grid_flags(parser) -> None:
@@ -141,6 +146,12 @@ def add_command_flags(parser) -> None:
         help="run every trial in the launch folder itself, for a script that must write into its repo "
         "(default: each trial runs in its own copy of the code, taken at launch, in {trial_dir})",
     )
+    parser.add_argument(
+        "--no-shared-fs",
+        action="store_true",
+        help="the code snapshot travels to every node as Ray's runtime_env working_dir (as with s3:// storage), "
+        "for a cluster whose nodes share no folder (default: the snapshot is read from --storage-path)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every cell's command, one per line, and exit")
     parser.add_argument(
         "--check",
@@ -202,16 +213,18 @@ def warn_gpu_choice(template: list[str]) -> None:
 
 
 def dry_run(args) -> int:
-    """Print each cell's trial name and rendered command (`{trial_dir}` as the folder it will be, `{gpu}`
-    as it is: Ray assigns it when the trial starts), one per line."""
-    warn_gpu_choice(args.template)
+    """Print each cell's trial name and rendered command, one per line: `{trial_dir}` as the folder it
+    will be, `{gpu}` empty on CPU trials, else `GPU_IDS` (Ray assigns the ids when the trial starts)."""
+    gpu = "" if args.gpus_per_trial == 0 else "GPU_IDS"
     namer = grid.trial_namer(command_template.cell_axes(args.cells))
     experiment_dir = run_flags.run_options(args).experiment_dir
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
         folder = f"{experiment_dir}/{name}/work"
-        argv = command_template.render(args.template, cell, folder, name, gpu="{gpu}")
+        argv = command_template.render(args.template, cell, folder, name, gpu=gpu)
         print(f"{name}: {shlex.join(argv)}")
+    if gpu and "gpu" in command_template.placeholders(args.template):
+        print("GPU_IDS: the ids of the GPUs Ray assigns to the trial when it starts, e.g. 3 or 2,3")
     print(
         *estimate.estimate_lines(args.cells, experiment_dir, **estimate.run_flags_of(args)),
         sep="\n",
@@ -222,9 +235,12 @@ def dry_run(args) -> int:
 
 def command_trial_function(args, snapshot: dict | None):
     """`train_command` with the command, how its metrics are read, and the code copy (`snapshot`,
-    None with --in-place) it runs in."""
+    None with --in-place) it runs in; a snapshot with a `runtime_env` reaches the trials through it."""
     from sweeps.engine.launch import TrialFunction
     from trainables.command import train_command
+    from trainables.workdir import RUNTIME_ENV_CODE
+
+    runtime_env = snapshot and snapshot["runtime_env"]
 
     return TrialFunction(
         train_command,
@@ -236,8 +252,9 @@ def command_trial_function(args, snapshot: dict | None):
             "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
             "grace_period_s": args.grace_period_s,
             "cwd": os.getcwd(),
-            "code_dir": snapshot and snapshot["path"],
+            "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
         },
+        runtime_env=runtime_env or None,
     )
 
 
@@ -278,12 +295,12 @@ def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    warn_gpu_choice(args.template)
     if args.dry_run:
         return dry_run(args)
     if args.check:
         from sweeps.engine.command_check import check_command
 
-        warn_gpu_choice(args.template)
         return check_command(args)
     options = run_flags.run_options(args)
     cells = args.cells
@@ -301,7 +318,9 @@ def main(argv: list[str]) -> int:
     if not args.resume and not plan.todo and not args.auto:
         return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
     preflight.probe_storage(options.experiment_dir)
-    snapshot = code_snapshot.take_snapshot(options.experiment_dir, args.in_place, args.resume)
+    snapshot = code_snapshot.take_snapshot(
+        options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
+    )
     print(f"command: {shlex.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
     if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
         plan, rule = seed_search.auto_plan(

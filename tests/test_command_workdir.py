@@ -64,13 +64,14 @@ def test_snapshot_copies_code_links_data_and_leaves_out_caches(tmp_path):
     code = tmp_path / "code"
     assert (code / "main.py").read_bytes() == (repo / "main.py").read_bytes() and not (code / "main.py").is_symlink()
     assert (code / "config" / "x.json").is_file() and not (code / "config").is_symlink()
-    assert (code / "data").is_symlink() and os.readlink(code / "data") == str(repo.resolve() / "data")
-    assert (code / "pretrained.bin").is_symlink()  # over LINK_ABOVE_BYTES: linked, never copied
+    assert not (code / "data").exists() and not (code / "pretrained.bin").exists()  # only copied files travel
     assert not (code / ".git").exists() and not (code / "__pycache__").exists()
     assert not (code / "checkpoint.pth.tar").exists() and not (code / "runs").exists()  # earlier runs' outputs
     assert sorted(manifest["linked"]) == ["data", "pretrained.bin"]
     assert manifest["files"] == 4 and manifest["source"] == str(repo.resolve())
     assert json.loads((code / MANIFEST).read_text())["bytes"] == manifest["bytes"] > 0
+    work = fill_work_dir(code, tmp_path / "trial" / "work")  # the links are made in each trial's folder
+    assert os.readlink(work / "data") == str(repo.resolve() / "data") and (work / "pretrained.bin").is_symlink()
 
 
 def test_trial_writes_land_in_its_own_folder_and_reach_no_one_else(tmp_path):
@@ -118,7 +119,7 @@ def test_a_code_folder_too_large_to_copy_is_refused_and_leaves_nothing(tmp_path)
     assert not (tmp_path / "code").exists() and not (tmp_path / "code.partial").exists()
 
 
-def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path):
+def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path, capsys):
     repo = make_repo(tmp_path / "repo")
     (repo / "runs" / "command" / "old_trial").mkdir(parents=True)
     (repo / "runs" / "command" / "old_trial" / "result.json").write_text("{}")
@@ -133,7 +134,9 @@ def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path):
         os.chdir(cwd)
     assert kept["path"] == first["path"] and Path(first["path"]).parent == repo / "runs" / "command" / "code"
     assert not (Path(first["path"]) / "runs").exists()
+    assert f"own copy of {repo.resolve()} (4 files" in capsys.readouterr().out
     assert take_snapshot(str(repo / "runs" / "command"), in_place=True, resume=False) is None
+    assert capsys.readouterr().out.startswith("--in-place: every trial runs in the launch folder itself")
 
 
 # --- {gpu} -----------------------------------------------------------------------------------------
@@ -175,6 +178,27 @@ def test_dry_run_warns_once_about_a_hard_coded_gpu(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("warning: the command picks its GPU itself (--gpu 0)") == 1
+
+
+@pytest.mark.parametrize("gpus, shown", [("0", "--gpu ''"), ("1", "--gpu GPU_IDS")])
+def test_dry_run_fills_the_gpu_placeholder_with_what_the_trial_gets(tmp_path, capsys, gpus, shown):
+    from sweeps import run_command
+
+    argv = ["--dry-run", "--seeds", "1", "--gpus-per-trial", gpus, "--storage-path", str(tmp_path / "out")]
+    assert run_command.main(argv + ["--", "python", "main.py", "--gpu", "{gpu}", "--seed", "{seed}"]) == 0
+    out = capsys.readouterr().out
+    assert f"main.py {shown} --seed 0" in out and "{gpu}" not in out
+    assert ("GPU_IDS: the ids of the GPUs Ray assigns" in out) == (gpus != "0")
+
+
+def test_the_sweep_itself_warns_about_a_hard_coded_gpu(tmp_path, capsys):
+    from sweeps import run_command
+    from sweeps.engine.flags import UsageError
+
+    argv = ["--resume", "--seeds", "1", "--storage-path", str(tmp_path / "out")]  # refused after the warning
+    with pytest.raises(UsageError):
+        run_command.main(argv + ["--", "python", "main.py", "--gpu", "0", "--seed", "{seed}"])
+    assert "warning: the command picks its GPU itself (--gpu 0)" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -495,3 +495,23 @@ def test_files_named_in_code_spans_exist(page):
     named = {path for span in spans for path in CODE_PATH.findall(span)}
     missing = sorted(path for path in named if not (ROOT / path).exists())
     assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+def test_own_scripts_flag_table_says_each_default_as_help_does():
+    """docs/own-scripts.md's flag table: each backquoted default is the one `--help` states for that flag."""
+    from sweeps import run_command
+
+    helps = {flag: action.help for action in run_command.build_parser()._actions for flag in action.option_strings}
+    table = [line.split("|")[1:3] for line in (ROOT / "docs" / "own-scripts.md").read_text().splitlines()]
+    checked = []
+    for flag_cell, default_cell in (row for row in table if len(row) == 2 and row[0].strip().startswith("`--")):
+        named, defaults = re.findall(r"`(--[\w-]+)", flag_cell), re.findall(r"`([^`]+)`", default_cell)
+        if len(named) != len(defaults):
+            continue  # a default written in words (none, `key=value` / `key: value`)
+        for flag, default in zip(named, defaults):
+            said = re.search(r"\(default: ([^)]+)\)", helps[flag])
+            assert said and said.group(1) == default, (
+                f"docs/own-scripts.md: {flag} defaults to {default}; --help: {said and said.group(0)}"
+            )
+            checked.append(flag)
+    assert {"--metrics-from", "--metric", "--mode", "--step-key"} <= set(checked)

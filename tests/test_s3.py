@@ -317,3 +317,57 @@ def test_driver_lock_on_s3_refuses_a_live_holder_and_takes_over_a_stale_one(s3, 
     assert driver_lock.read_holder(experiment)["pid"] == os.getpid()
     held.release(1)
     assert driver_lock.read_holder(experiment)["exit_code"] == 1
+
+
+@pytest.mark.slow
+def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_launch_folder_is_gone(s3, tmp_path):
+    """No shared folder: the code snapshot travels as Ray's runtime_env working_dir. The launch folder is
+    removed once the sweep has started; 4 trials on two raylets still run the launch-time code, read
+    `../data` and `../../datasets` at the same absolute paths, and report to s3."""
+    import shutil
+
+    from tests import ray_cluster
+    from tests.test_work_tree import make_layout
+
+    launch = make_layout(tmp_path / "home")
+    (tmp_path / "home" / "meeting").mkdir()  # the first two trials wait for each other there: one on each node
+    meet = (
+        "import time\nopen(f'../../meeting/{a.lr}_{a.seed}', 'w').close()\ndeadline = time.time() + 120\n"
+        "while len(os.listdir('../../meeting')) < 2 and time.time() < deadline:\n    time.sleep(0.2)\n"
+    )
+    (launch / "main.py").write_text(
+        (launch / "main.py").read_text().replace("for epoch in (1, 2):", meet + "for epoch in (1, 2):")
+    )
+    env = {**ray_cluster.token_env(tmp_path / "ray_home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
+    env["PYTHONPATH"] = str(ROOT)
+    worker_ip, experiment, nodes = "127.0.0.2", f"s3://{BUCKET}/runs/nofs", []
+    try:
+        address = ray_cluster.start_two_nodes(tmp_path / "nodes", env, worker_ip, nodes)
+        argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--address", address, "--name", "nofs"]
+        argv += ["--storage-path", f"s3://{BUCKET}/runs", "--axis", "lr=0.1,0.2", "--seeds", "2", "--metric", "val_acc"]
+        argv += ["--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
+        argv += ["--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+        log = tmp_path / "sweep.out"
+        driver = subprocess.Popen(argv, cwd=launch, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: "starting nofs" in log.read_text() or driver.poll() is not None, 300, "the sweep's start")
+            shutil.rmtree(launch)  # the code now lives in Ray's runtime_env package only
+            assert driver.wait(timeout=400) == 0, log.read_text()[-4000:]
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        output = log.read_text()
+        assert "travels to every node as Ray's runtime_env working_dir" in output
+        trials = trial_folders(experiment)
+        assert len(trials) == 4, output[-3000:]
+        nodes_used = set()
+        for uri in trials.values():
+            rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+            config = json.loads(storage.read_bytes(uri + "/params.json"))
+            expected = config["lr"] + config["seed"] / 100 + 2 / 1000 + 3 + 1  # read ../data and ../../datasets
+            assert [r["epoch"] for r in rows] == [1, 2] and rows[-1]["val_acc"] == pytest.approx(expected)
+            nodes_used |= {r["node_ip"] for r in rows}
+        assert worker_ip in nodes_used and len(nodes_used) == 2  # trials ran on both nodes
+    finally:
+        for node in reversed(nodes):
+            ray_cluster.stop_node(node)

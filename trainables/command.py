@@ -48,7 +48,7 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.watchdog import start_watchdog, terminate_group
-from trainables.workdir import fill_work_dir
+from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 QUOTED_LINES = 3  # of which the error's last line quotes this many
@@ -88,8 +88,8 @@ def train_command(
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
-        code_dir: the code snapshot of the launch (`sweeps/engine/code_snapshot.py`), copied into
-            `{trial_dir}` (`trainables/workdir.py:fill_work_dir`), where the command then runs.
+        code_dir: the launch's code snapshot (`sweeps/engine/code_snapshot.py`; `workdir.code_folder`),
+            copied at the launch folder's place (`workdir.fill_work_dir`), where the command runs.
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
@@ -99,19 +99,20 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
-    work_dir, metrics_file = _trial_files(trial_folder)
+    work_dir, metrics_file = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
     if _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ())):
         return
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    reading = (step_key, patterns, complete_when, metrics_from, work_dir)
+    reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
             _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir))
+            _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
         terminate_group(proc, grace_period_s)
         output.log.close()
@@ -168,10 +169,13 @@ class StepReporter:
         return False
 
 
-def _trial_files(trial_folder: Path) -> tuple[Path, Path]:
-    """Make the trial's `{trial_dir}` and (empty) metrics file if missing; returns their paths."""
+def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
+    """The trial's `{trial_dir}` (made by `_prepare_command`) and its (empty) metrics file, made if missing.
+    With object storage, Tune uploads the trial's folder and follows links: a working folder in a
+    mirror of the folders around the launch folder (`code_dir`) then lies on the node, outside it."""
     work_dir = records.work_dir(trial_folder)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    if code_dir and storage.trial_storage_dir() is None:
+        work_dir = records.node_work_dir(trial_folder)
     metrics_file = trial_folder / METRICS_FILE
     metrics_file.touch()
     return work_dir, metrics_file
@@ -210,24 +214,39 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
 
 def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`), else `cwd`."""
+    there is one (`code_dir`, `fill_work_dir`), else `cwd`. A folder around the launch folder missing
+    on this node fails the trial once, not retried (`workdir.MissingOnNode`)."""
     if code_dir:
-        fill_work_dir(Path(code_dir), work_dir)
-        cwd = str(work_dir)
+        try:
+            cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
+        except MissingOnNode as e:
+            tune.report({NO_RETRY_METRIC: 1})
+            raise CommandFailed(f"{e} (not retried: the path is missing on this node)") from None
+    else:
+        work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
+
+
+def _keep_new_paths(code_dir: str | None, work_dir: Path, trial_name: str) -> None:
+    """Move what a command that exited 0 created through `..` to the real folders (`workdir.keep_new_paths`)."""
+    moved = keep_new_paths(code_folder(code_dir), work_dir) if code_dir else []
+    if moved:
+        print(f"{trial_name}: what the command created through `..` moved to {', '.join(map(str, moved))}", flush=True)
 
 
 def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading: tuple) -> tuple:
     """Start the command, its stdout and stderr going to the trial folder's `OUTPUT_FILES`, and read
     them into `command_stdout.txt` (both streams, in the order read, for a retry and --resume; this
     attempt's first line is written before the command starts) and into a `CommandOutput`;
-    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and `{trial_dir}`
-    (its folder holds the metrics file and the output files). Returns (the process, its output)."""
-    step_key, patterns, complete_when, metrics_from, work_dir = reading
+    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and the metrics
+    file (its folder, the trial's, holds the output files); TensorBoard events are read under
+    `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
+    step_key, patterns, complete_when, metrics_from, metrics_file = reading
     tensorboard = metrics_from == "tensorboard"
-    log = StreamLog(work_dir.parent / STDOUT_LOG)
-    outputs = {name: work_dir.parent / file for name, file in OUTPUT_FILES.items()}
+    work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
+    log = StreamLog(metrics_file.parent / STDOUT_LOG)
+    outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
     try:
         proc = start_command(argv, env, cwd, outputs)
     except BaseException:
@@ -239,7 +258,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if tensorboard else work_dir.parent / METRICS_FILE,
+        None if tensorboard else metrics_file,
         TensorBoardResults(work_dir, step_key, complete_when) if tensorboard else None,
         step_key,
         log,

@@ -12,7 +12,8 @@
             confusion.json                  clean-test confusion matrices, "last" and "best-val"
             divergence.json                 the dump of a diverged trial
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
-            work/                           a command trial's working folder, {trial_dir}
+            work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
+            work_tree/                      the folders around the launch folder, the launch folder's copy inside
             checkpoint_*/command_step.json  a command trial's last reported step
 
 Paths are strings, local or URIs (`trainables.storage`). Every write is atomic (a temporary file then
@@ -47,6 +48,8 @@ CONFUSION_FILE = "confusion.json"
 DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
 WORK_DIR = "work"
+WORK_TREE = "work_tree"
+NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
 
 Folder = str | Path
@@ -197,6 +200,14 @@ def write_code_manifest(snapshot: Folder, manifest: dict) -> str:
 def work_dir(trial: Folder) -> Path:
     """A command trial's working folder, `{trial_dir}` (`<trial>/work`, kept across retries and --resume)."""
     return Path(trial, WORK_DIR)
+
+
+def node_work_dir(staging_trial: Folder) -> Path:
+    """With object storage, a command trial's working folder on its node: beside the trial's folder in
+    Ray's session folder (`<name>/working_dirs/<trial>` -> `<name>/raysweep_work/<trial>/work`), which
+    Tune uploads, following links."""
+    staging_trial = Path(staging_trial)
+    return work_dir(staging_trial.parent.parent / NODE_WORK_DIR / staging_trial.name)
 
 
 def read_trial_config(trial: Folder) -> dict | None:

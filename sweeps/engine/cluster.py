@@ -65,7 +65,11 @@ def secure_dashboard(host: str) -> None:
 
 
 def init_ray(
-    address: str | None, dashboard_host: str, num_gpus: int | None = None, log_to_driver: bool = False
+    address: str | None,
+    dashboard_host: str,
+    num_gpus: int | None = None,
+    log_to_driver: bool = False,
+    runtime_env: dict | None = None,
 ) -> None:
     """Start a local Ray (dashboard on `dashboard_host`) or join a running cluster; say which, in one line.
 
@@ -78,13 +82,19 @@ def init_ray(
     `started a local Ray with N CPUs and G GPUs in T s; dashboard: URL` or `joined the running
     cluster at ADDRESS with N CPUs and G GPUs (K nodes); dashboard: URL`. Trials' output is not
     copied to this console unless `log_to_driver`: it goes to each trial's `stdout` / `stderr`
-    files (`RunConfig(log_to_file=True)`) and the dashboard's logs.
+    files (`RunConfig(log_to_file=True)`) and the dashboard's logs. `runtime_env`: the job's
+    (`ray.init(runtime_env=...)`; Ray uploads a `working_dir` once and unpacks it on each node).
     Raises:
-        UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token.
+        UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token; a
+            `runtime_env` asked for while this process already runs Ray (it cannot take one then).
     """
     started = time.perf_counter()
     address = cluster_to_join(address)
+    if runtime_env:  # the snapshot applied its own excludes: a file the repo's .gitignore names is still code
+        os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
     if ray.is_initialized():  # a notebook or test that started Ray itself
+        if runtime_env:
+            raise UsageError("the code snapshot travels as Ray's runtime_env, which a Ray already started cannot take")
         print(
             f"using this process's Ray at {ray.get_runtime_context().gcs_address} with {_capacity()}; "
             f"dashboard: {ray_private.dashboard_url() or 'not running'}",
@@ -93,9 +103,10 @@ def init_ray(
         return
     if address:
         try:
-            context = ray.init(address=address, log_to_driver=log_to_driver)
+            context = ray.init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env)
         except ConnectionError as e:  # after the checks, rare: e.g. the head died in between
             raise UsageError(f"--address={address}: {str(e).splitlines()[0]}") from None
+        new_token = None
     else:
         secure_dashboard(dashboard_host)
         new_token = quiet_local_token_auth()
@@ -105,7 +116,14 @@ def init_ray(
             include_dashboard=True,
             num_gpus=num_gpus,
             log_to_driver=log_to_driver,
+            runtime_env=runtime_env,
         )
+    _announce(context, address, started, None if address else new_token)
+
+
+def _announce(context, address: str | None, started: float, new_token) -> None:
+    """`init_ray`'s line: the cluster joined at `address`, or the local Ray started at `started`
+    (`time.perf_counter`), and the token authentication a new local Ray turned on."""
     url = context.dashboard_url
     dashboard = f"dashboard: {'http://' + url if url else 'not running'}"
     if address:
@@ -115,15 +133,13 @@ def init_ray(
             f"({nodes} node{'s' if nodes != 1 else ''}); {dashboard}",
             flush=True,
         )
-    else:
+        return
+    print(f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True)
+    if new_token and new_token.exists():
         print(
-            f"started a local Ray with {_capacity()} in {time.perf_counter() - started:.1f} s; {dashboard}", flush=True
+            f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
+            flush=True,
         )
-        if new_token and new_token.exists():
-            print(
-                f"token authentication is on (Ray's default for a local Ray): a new token was saved to {new_token}",
-                flush=True,
-            )
 
 
 def cluster_to_join(address: str | None) -> str | None:

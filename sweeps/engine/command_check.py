@@ -73,6 +73,7 @@ def check_command(args) -> int:
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
+        _keep_new_paths(Path(folder), work_dir, code, args.in_place)
         rows = context.close() if streams else []
         show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
     return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
@@ -85,15 +86,27 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 
     work_dir, metrics_file = records.work_dir(folder), folder / metrics_name
-    work_dir.mkdir()
     metrics_file.touch()
-    if not args.in_place:  # the trial's working folder: a copy of the code, as in a sweep
-        try:
-            snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
-        except SnapshotTooLarge as e:
-            raise UsageError(str(e)) from None
-        fill_work_dir(folder / "code", work_dir)
+    if args.in_place:
+        work_dir.mkdir()
+        return work_dir, metrics_file
+    try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
+        snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
+    except SnapshotTooLarge as e:
+        raise UsageError(str(e)) from None
+    working = fill_work_dir(records.code_dir(folder), work_dir)
+    print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
+
+
+def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:
+    """After a command that exited 0, what it created through `..` moves to the real folders, as a
+    trial's does (`trainables/workdir.py:keep_new_paths`): data fetched by --check is there for the sweep."""
+    from trainables import records
+    from trainables.workdir import keep_new_paths
+
+    for path in keep_new_paths(records.code_dir(folder), work_dir) if code == 0 and not in_place else []:
+        print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
 def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:

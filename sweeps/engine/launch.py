@@ -242,7 +242,12 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
     except driver_lock.ExperimentHeld as e:
         raise UsageError(str(e)) from None
     try:
-        init_ray(options.address, options.dashboard_host, num_gpus=choose_local_gpus(options.gpus, options.address))
+        init_ray(
+            options.address,
+            options.dashboard_host,
+            num_gpus=choose_local_gpus(options.gpus, options.address),
+            runtime_env=trial_function.runtime_env,
+        )
         nodes_alive = sum(node["Alive"] for node in ray.nodes())
         check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)
         gpus = gpus_per_trial(options.gpus_per_trial, options.cpus_per_trial, trial_function)

@@ -17,12 +17,14 @@ from sweeps.engine.run_flags import RunOptions
 class TrialFunction:
     """What each trial runs: `function(config, **params)` (Tune's Function API), the same function
     data-parallel over whole GPUs (`ddp`, optional), and the config whose model and batch size
-    `--gpus-per-trial auto` probes (None: no probe, 0.25 GPU)."""
+    `--gpus-per-trial auto` probes (None: no probe, 0.25 GPU), and the job's Ray `runtime_env`
+    (`ray.init(runtime_env=...)`: a code snapshot's `working_dir` on a cluster with no shared folder)."""
 
     function: object
     params: dict
     ddp: object | None = None
     probe_config: object | None = None
+    runtime_env: dict | None = None
 
 
 def max_concurrent_trials(
