@@ -60,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"epochs averaged by last-k (default {DEFAULT_K})")
     parser.add_argument(
-        "--test-metric", default=DEFAULT_TEST_METRIC, help=f"metric of the paper table (default {DEFAULT_TEST_METRIC})"
+        "--test-metric",
+        help=f"metric of the paper table (default: the sweep's, else {DEFAULT_TEST_METRIC} when reported; "
+        "a sweep without one: the tables show the validation metric and say so)",
     )
     parser.add_argument(
         "--rows",
@@ -154,11 +156,12 @@ def _json_summary(source, args) -> int:
     """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/json_output.py`)."""
     from analysis.json_output import dumps, summary_document
     from analysis.load import load_experiment
-    from analysis.report import resolve_metric
+    from analysis.report import resolve_metric, resolve_test_metric
 
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, args.metric, args.mode)
-    options = dict(k=args.k, test_metric=args.test_metric, rows=args.rows)
+    test_metric = resolve_test_metric(trials, history, args.test_metric) or metric  # none: the cells are metric's
+    options = dict(k=args.k, test_metric=test_metric, rows=args.rows)
     print(dumps(summary_document(trials, history, metric, mode, args.select, **options)))
     return 0
 
@@ -170,14 +173,16 @@ def _paper(source, args) -> int:
     from analysis.load import duplicates_line, load_experiment
     from analysis.paper import paper_table
     from analysis.paper_format import format_paper_table, write_paper_table
-    from analysis.report import report_folder, resolve_metric
+    from analysis.report import report_folder, resolve_metric, resolve_test_metric
 
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, args.metric, args.mode)
+    test_metric = resolve_test_metric(trials, history, args.test_metric)
     table = paper_table(
         trials,
         history,
-        args.test_metric,
+        test_metric or metric,  # no test metric: the validation metric's table, its caption says so
+        mode=None if test_metric else mode,
         select=args.select,
         k=args.k,
         val_metric=metric,

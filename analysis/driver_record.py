@@ -72,11 +72,12 @@ def _pid_alive(pid: int) -> bool:
 
 def resume_command(argv: list | None, resume: bool = True) -> str:
     """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
-    without it), or a generic hint when the command line is unknown."""
+    without it) as plain shell text, e.g. ``python sweeps/noise_grid.py --resume``; a generic hint when
+    the command line is unknown."""
     if not argv:
         return "its command line and --resume" if resume else "its command line"
     args = [a for a in argv if a != "--resume"] + (["--resume"] if resume else [])
-    return "`python " + " ".join(shlex.quote(str(a)) for a in args) + "`"
+    return "python " + " ".join(shlex.quote(str(a)) for a in args)
 
 
 def exit_code(report: dict) -> int:

@@ -67,7 +67,8 @@ def summary_document(
         trials, history: :func:`analysis.load_experiment` of one experiment or several.
         metric, mode: the validation metric and its direction (the best configuration is chosen by
             it, never by the test metric); select, k: the selection rule (:mod:`analysis.rules`);
-            test_metric: the metric in the cells; rows: as for :func:`analysis.paper_table`.
+            test_metric: the metric in the cells (``metric`` for a sweep without a test metric: then
+            ``best.test`` is null); rows: as for :func:`analysis.paper_table`.
     Returns:
         dict, see ``analysis/schemas/summary-1.json``: one cell per (method, noise type, noise rate)
         with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of ``test_metric`` in its own
@@ -86,6 +87,7 @@ def summary_document(
     cells = {tuple(_plain(row[c]) for c in keys): _cell(row) for _, row in test.iterrows()}
     best = best_cell(val, mode)
     best_key = tuple(_plain(best[c]) for c in keys) if best is not None else None
+    test_of_best = cells.get(best_key) if test_metric != metric else None  # None: no test metric, cells are metric's
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment": trials.attrs.get("experiment"),
@@ -96,15 +98,14 @@ def summary_document(
         "rows": a["rows"],
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
-        "best": None
-        if best is None
-        else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": cells.get(best_key)},
+        "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
         "trials": {
             "total": len(trials),
             "errored": int((trials["status"] == "ERROR").sum()),
             "diverged": int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum()),
         },
         "duplicates": list(trials.attrs.get("duplicates") or []),
+        "seed_rule": a.get("seed_rule"),
     }
 
 
@@ -154,7 +155,7 @@ def _gpu_ids(value: Any) -> list:
 
 
 def _cell(row) -> dict:
-    return {
+    cell = {
         "n": int(row["n"]),
         "n_failed": int(row["n_failed"]),
         "n_diverged": int(row["n_diverged"]),
@@ -162,6 +163,9 @@ def _cell(row) -> dict:
         "std": _number(row["std"]),
         "ci95": _number(row["ci95"]),
     }
+    if isinstance(row.get("decision"), str):  # --seeds auto: the seeds the rule ran and its decision
+        cell |= {"seeds_n": int(row["seeds_n"]), "decision": row["decision"]}
+    return cell
 
 
 def _number(value: Any) -> float | None:

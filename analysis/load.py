@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from analysis.errors import ExperimentError
-from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE, guess_mode  # noqa: F401  (re-exported)
+from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_TEST_METRIC, guess_mode  # noqa: F401  (re-exported)
 from analysis.trial_table import assemble
 from analysis.tune_files import read_experiment_files, resolve_source
 from analysis.tune_state import describe_duplicates, repeats
@@ -68,7 +68,10 @@ def load_experiment(
     trials_df, history = assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
-    trials_df.attrs.update(experiment=prefix + root, metric=metric, mode=mode, duplicates=duplicates)
+    test_metric = sweep.get("test_metric", DEFAULT_TEST_METRIC)  # older sweeps: the default, when reported
+    trials_df.attrs.update(
+        experiment=prefix + root, metric=metric, mode=mode, test_metric=test_metric, duplicates=duplicates
+    )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
 
@@ -116,9 +119,9 @@ def load_trials(
         - ``last/<metric>``: the last reported value of each metric (NaN for a diverged metric),
         - ``best/<metric>``: the best finite value of each numeric metric over iterations.
 
-        ``df.attrs`` holds ``experiment`` (the source as a string) and ``metric`` / ``mode`` as
-        the sweep recorded them (``raysweep.json``, else the metric given to ``TuneConfig``,
-        with :func:`guess_mode`); None when not recorded.
+        ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
+        recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
+        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``).
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them.
@@ -307,11 +310,13 @@ def _load_many(
     trials = pd.concat(trial_parts, ignore_index=True)
     history = pd.concat(history_parts, ignore_index=True)
     metric, mode = next(iter(recorded)) if recorded else (None, None)
+    tests = {t.attrs.get("test_metric") for t, _ in loaded}
     trials.attrs.update(
         experiment=", ".join(paths),
         experiments=paths,
         metric=metric,
         mode=mode,
+        test_metric=tests.pop() if len(tests) == 1 else None,
         duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
     )
     history.attrs.update(experiment=", ".join(paths), experiments=paths)

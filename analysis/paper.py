@@ -24,6 +24,7 @@ from analysis.rules import (
     describe_select,
     shown_as_percent,
 )
+from analysis.seed_marks import attach_decisions, load_decisions
 from analysis.select import select_values
 from analysis.stats import BOOTSTRAP_METHOD, bootstrap_ci, cell_stats, holm, paired_test
 
@@ -100,17 +101,17 @@ def paper_table(
         rows: config keys that make a method (``["loss", "lr"]``, ``"experiment"``); default every
             varying key but noise and seed (``experiment`` first when experiments share a cell).
         baseline: label (``"gce, 0.001"``) or a value of the row the others are tested against;
-            ``"auto"``: the one row with ``ce``; None: no tests.
+            ``"auto"``: the one row with ``ce`` (none in a ``--seeds auto`` sweep); None: no tests.
         seed: config key of the seed axis; pairs are formed on equal seeds (same noise draw).
         bootstrap: add BCa bootstrap intervals of each cell's mean (``boot_low``, ``boot_high``).
 
     Returns:
         DataFrame with the row keys (``config/`` dropped), ``noise_type``, ``noise_rate`` (those
         present), then :data:`COLUMNS`; sorted by row keys, noise type and rate. ``attrs``:
-        ``metric``, ``mode``, ``select``, ``k``, ``val_metric``, ``rule``
-        (:func:`analysis.rules.describe_select`), ``rows``, ``columns``, ``baseline`` (label or
-        None), ``n_seeds``, ``percent`` (accuracy in [0, 1]: shown ×100), ``alpha``,
-        ``correction`` (``"holm"``), ``n_comparisons``, ``bootstrap`` (method or None).
+        ``metric``, ``mode``, ``select``, ``k``, ``val_metric``, ``rule`` (:func:`describe_select`), ``rows``,
+        ``columns``, ``baseline`` (label or None), ``n_seeds``, ``percent`` (accuracy in [0, 1]: shown ×100),
+        ``alpha``, ``correction``, ``n_comparisons``, ``bootstrap`` (method or None), ``seed_rule`` (``--seeds
+        auto``, with ``seeds_n``, ``decision`` columns: :func:`analysis.seed_marks.attach_decisions`).
 
     Raises:
         ExperimentError: bad rule or k, a metric, row key or baseline that does not exist.
@@ -123,7 +124,7 @@ def paper_table(
     table = _cells(_per_trial(trials, values, keys + columns, seed_column), keys, columns)
     column_of = table[columns].apply(tuple, axis=1) if columns else pd.Series([()] * len(table))
     table["rank"] = _ranks(table, column_of, mode)
-    base_label = _resolve_baseline(baseline, table, keys)
+    base_label = _resolve_baseline(baseline, table, keys, trials.attrs)
     table = _tests(table, base_label, column_of, paired=seed_column is not None)
     if bootstrap:
         table[["boot_low", "boot_high"]] = [bootstrap_ci(list(s.values())) for s in table["_seeds"]]
@@ -131,7 +132,7 @@ def paper_table(
     n_seeds = trials[seed_column].nunique() if seed_column else int(table[["n", "n_failed"]].sum(axis=1).max())
     rule = dict(metric=metric, mode=mode, select=select, k=k, val_metric=val_metric)
     table.attrs.update(_attrs(table, rule, keys, columns, base_label, int(n_seeds), bootstrap, trials.attrs))
-    return table
+    return attach_decisions(table, trials.attrs)
 
 
 def _attrs(table, rule: dict, keys, columns, base_label, n_seeds: int, bootstrap: bool, trial_attrs: dict) -> dict:
@@ -261,10 +262,12 @@ def _row_keys(trials: pd.DataFrame, rows: Sequence[str] | None, columns: list[st
     return keys
 
 
-def _resolve_baseline(baseline: str | None, table: pd.DataFrame, keys: list[str]) -> str | None:
+def _resolve_baseline(baseline: str | None, table: pd.DataFrame, keys: list[str], attrs: dict) -> str | None:
     labels = list(dict.fromkeys(table["_label"]))
     if baseline is None or not keys:
         return None
+    if baseline == "auto" and load_decisions(attrs.get("experiment")) is not None:
+        return None  # --seeds auto: its sequential decisions are the table's test, not fixed-n t-tests
     values = {
         label: {format_value(v) for v in row}
         for label, row in zip(table["_label"], table[keys].itertuples(index=False, name=None))

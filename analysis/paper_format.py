@@ -7,17 +7,20 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import format_value, latex_escape, sort_key
+from analysis.seed_marks import decision_mark
 
 
 def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
     """The caption of a :func:`analysis.paper_table`: metric, rule, n, marks, the test used and
-    its correction (Holm over the number of comparisons, at ``attrs["alpha"]``).
+    its correction (Holm over the number of comparisons, at ``attrs["alpha"]``); first "No test
+    metric" when the cells are the validation metric (a sweep that has no test metric).
 
     Plain text in both styles (``±``, ``†``); :func:`format_paper_table` escapes it for LaTeX.
     """
     a = table.attrs
     text = (
-        f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean ± std over "
+        ("No test metric: the cells are the validation metric itself. " if a["metric"] == a["val_metric"] else "")
+        + f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}. Mean ± std over "
         f"{a['n_seeds']} seeds; (n=…) where fewer seeds finished; failed / diverged: every seed of the "
         "cell errored / diverged."
     )
@@ -28,6 +31,8 @@ def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
         if table["rank"].notna().any()
         else " No best marked: no column has two methods to compare."
     )
+    if a.get("seed_rule"):
+        return text + f" (n=…, decision) in every cell, decided on {a['val_metric']}: {a['seed_rule']}"
     if a["baseline"] is None:
         return text + " No significance test (no baseline row)."
     return text + (
@@ -129,7 +134,8 @@ def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
     """One cell: ``mean ± std``, ``[low, high]`` when the table has bootstrap intervals,
     ``(n=…)`` below ``attrs["n_seeds"]``, best/second marks in ``"markdown"``/``"latex"``, †
     when significant after Holm's correction; ``failed``/``diverged``/``error`` when no seed
-    is usable; ``(n)`` always in ``"console"`` style (no marks)."""
+    is usable; ``(n)`` always in ``"console"`` style (no marks). A ``--seeds auto`` cell shows
+    ``(n=3, worse)`` instead of ``(n=…)`` (:func:`analysis.seed_marks.decision_mark`), in every style."""
     if row["n"] == 0:
         if row["n_failed"] == 0:
             return "--" if style == "latex" else "–"
@@ -141,13 +147,16 @@ def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
         text += pm + format(row["std"] * scale, spec)
     if attrs.get("bootstrap") and not pd.isna(row.get("boot_low")):
         text += f" [{row['boot_low'] * scale:{spec}}, {row['boot_high'] * scale:{spec}}]"
+    mark = decision_mark(row)  # --seeds auto: n and the decision against the cell's best
     if style == "console":
-        return f"{text} ({row['n']})"
+        return f"{text} ({mark or row['n']})"
     if row["rank"] == 1:
         text = rf"\textbf{{{text}}}" if style == "latex" else f"**{text}**"
     elif row["rank"] == 2:
         text = rf"\underline{{{text}}}" if style == "latex" else f"<u>{text}</u>"
-    if row["n"] < attrs["n_seeds"]:
+    if mark:
+        text += f" ({mark})"
+    elif row["n"] < attrs["n_seeds"]:
         text += f" (n={row['n']})"
     if bool(row.get("significant", False)):
         text += r"$^\dagger$" if style == "latex" else "†"
@@ -168,6 +177,7 @@ def write_paper_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
     tex.write_text(format_paper_table(table, "latex"))
     a = table.attrs
     correction = f"holm over {a['n_comparisons']} comparisons, alpha={a['alpha']:g}" if a["baseline"] else "none"
+    correction = a.get("seed_rule") or correction
     table.drop(columns=["_label"]).assign(
         metric=a["metric"], rule=a["rule"], baseline=a["baseline"], correction=correction
     ).to_csv(csv, index=False)

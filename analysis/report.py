@@ -78,6 +78,21 @@ def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | 
     return metric, mode
 
 
+def resolve_test_metric(trials: pd.DataFrame, history: pd.DataFrame, test_metric: str | None = None) -> str | None:
+    """The test metric to report: the given one, else the one the sweep recorded when some trial
+    reported it, else None (the sweep has none: tables show the validation metric, or no paper table).
+
+    The sweep's is ``trials.attrs["test_metric"]`` (:func:`analysis.load_trials`: ``raysweep.json``;
+    ``test/acc`` for a sweep that recorded none). A given metric is returned as it is: the table that
+    uses it raises :class:`ExperimentError` when no trial reported it.
+    """
+    if test_metric is not None:
+        return test_metric
+    recorded = trials.attrs.get("test_metric", DEFAULT_TEST_METRIC)
+    reported = recorded is not None and recorded in history.columns and history[recorded].notna().any()
+    return recorded if reported else None
+
+
 def write_report(
     source: Any,
     out_dir: str | os.PathLike | None = None,
@@ -87,7 +102,7 @@ def write_report(
     formats: tuple[str, ...] = ("png",),
     select: str = DEFAULT_SELECT,
     k: int = DEFAULT_K,
-    test_metric: str = DEFAULT_TEST_METRIC,
+    test_metric: str | None = None,
     rows: Sequence[str] | None = None,
     baseline: str | None = "auto",
     bootstrap: bool = False,
@@ -105,7 +120,8 @@ def write_report(
         metric, mode: validation metric; see :func:`resolve_metric`.
         formats: figure formats, e.g. ``("png", "svg")``; PNG is always written for report.md.
         select, k: selection rule and the ``last-k`` window.
-        test_metric: the metric of the paper table.
+        test_metric: the metric of the paper table (default: :func:`resolve_test_metric`; none: no
+            paper table).
         rows, baseline, bootstrap: as for :func:`analysis.paper_table`.
 
     Raises:
@@ -126,6 +142,7 @@ def write_report(
     selected = add_selected(trials, history, [metric], select, k=k, val_metric=metric, val_mode=mode)
     table, rule = _write_best_runs(trials, selected, metric, mode, out)
     paper = summary = None
+    test_metric = resolve_test_metric(trials, history, test_metric)
     if test_metric in history.columns and history[test_metric].notna().any():
         rule_args = dict(select=select, k=k, val_metric=metric, val_mode=mode)
         paper = paper_table(
@@ -148,6 +165,7 @@ def _write_best_runs(
     (out / "best_runs.txt").write_text(
         f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n"
         + format_table(table)
+        + (table.attrs["seed_rule"] + "\n" if table.attrs.get("seed_rule") else "")
         + (duplicates + "\n" if duplicates else "")
     )
     trials.to_csv(out / "trials.csv", index=False)
@@ -302,7 +320,7 @@ def _markdown(
         "",
         f"{metric}: {rule}. Mean over seeds with a 95 % Student-t confidence interval; errored and diverged "
         "trials are counted under *failed* and left out of the statistics. Also as `best_runs.csv` and "
-        "`best_runs.tex`.",
+        "`best_runs.tex`." + (f" seeds, decision: {table.attrs['seed_rule']}" if table.attrs.get("seed_rule") else ""),
         "",
         format_table(table, "markdown"),
     ]

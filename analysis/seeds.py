@@ -6,27 +6,28 @@ The procedure (pure functions; no Ray, no distribution code of our own: the test
   differences over the seeds both have (`scipy.stats.ttest_1samp` of the differences against 0,
   two-sided; the same as `ttest_rel`). Seed s gives every method the same split and noise draw.
 - **Repeated looks.** A pair is looked at after each new common seed, at n = min_seeds..max_seeds
-  (K = max_seeds - min_seeds + 1 planned looks). This is a group-sequential design with alpha
-  spending (Lan & DeMets 1983, "Discrete sequential boundaries for clinical trials", Biometrika
-  70:659): look k may spend alpha_k = f(t_k) - f(t_{k-1}) of the level, t_k = n_k / max_seeds, with
-  Lan-DeMets' O'Brien-Fleming-type function f(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (or the
-  Pocock-type one, or uniform). The spent alphas are combined by the union bound (Bonferroni over looks) instead of
-  Lan-DeMets' recursive integration over the joint law of the statistics: that needs the
-  statistics' correlation (known for z-tests, not for t-tests at 2-9 degrees of freedom) and
-  distribution code; the union bound is exactly valid for any correlation and any data-dependent
-  stopping, at the price of some conservatism. Concretely the pair's sequential p-value is
-  p* = min_k p_k / w_k with w_k = alpha_k / alpha: under the null, P(p* <= u) <= sum_k w_k u = u.
-  O'Brien-Fleming-type spending is the default because it was measured best: t-tests at 2-4 degrees
-  of freedom have little power however much alpha an early look gets, so alpha kept for the later
-  looks buys more decisions and fewer seeds (benchmarks/seeds_auto.py, docs/seeds-auto.md).
-- **Multiplicity.** Holm's step-down correction (Holm 1979, "A simple sequentially rejective
-  multiple test procedure", Scand. J. Statist. 6:65) over all comparisons of the sweep: every pair
-  of methods in every cell (not only those against the cell's best, which is chosen by the data),
-  and, with an equivalence margin, every equivalence test too. Holm is valid under any dependence,
-  and monotone: as p* only decreases with more looks, a claim once made is never withdrawn.
+  (K = max_seeds - min_seeds + 1 planned looks): a group-sequential design (Jennison & Turnbull 2000,
+  "Group Sequential Methods with Applications to Clinical Trials"). By default (`boundary="obf"`) the
+  boundary is exact: calibrated on the joint null law of the paired t-statistics over the looks, which is
+  free of the variance and is simulated once (`analysis/sequential.py`: 200,000 seeded paths, cached), with
+  O'Brien-Fleming's shape z_n >= c sqrt(N/n); `"pocock"` gives Pocock's z_n >= c. The pair's sequential
+  p-value p* is that null law's tail at the path's statistic. `boundary="union"` keeps the distribution-free
+  union bound over looks with Lan & DeMets (1983, Biometrika 70:659) alpha spending: look k spends
+  alpha_k = f(t_k) - f(t_{k-1}), t_k = n_k / max_seeds, with the O'Brien-Fleming-type
+  f(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)) (or Pocock-type, or uniform; `spending`), and
+  p* = min_k p_k / w_k with w_k = alpha_k / alpha: under the null P(p* <= u) <= sum_k w_k u = u for any
+  correlation of the looks, at the price of power (docs/seeds-auto.md). Both are valid under any
+  stopping, and p* only decreases as looks are added.
+- **Multiplicity.** Holm's step-down correction (`analysis.stats.holm`; Holm 1979) over a family of
+  comparisons: every pair of methods in one cell (`family="cell"`, the default: a paper table states its
+  claims per cell) or in every cell of the sweep (`family="sweep"`); not only those against the cell's
+  best, which is chosen by the data, and, with an equivalence margin, every equivalence test too. Holm is
+  valid under any dependence and monotone: as p* only decreases with more looks, a claim once made is
+  never withdrawn.
 - **Equivalence** (`min_effect` D, in the metric's units): TOST, two one-sided tests
   (Schuirmann 1987, J. Pharmacokinet. Biopharm. 15:657): `ttest_1samp(d, -D, alternative="greater")`
-  and `ttest_1samp(d, D, alternative="less")`; its p is the larger of the two.
+  and `ttest_1samp(d, D, alternative="less")`, each made sequential like the pair's test (one-sided);
+  its p is the larger of the two.
 - **Decisions.** A cell's best method (highest mean, lowest with mode "min") is `best`; each other
   method is `better`/`worse` when its pair with the best is rejected (the sign of the paired mean
   difference says which), `equivalent` when its TOST is rejected, else `undecided`. A method needs
@@ -43,20 +44,27 @@ from itertools import combinations
 import numpy as np
 from scipy import stats
 
+from analysis import sequential
+from analysis.stats import holm
+
 DECISIONS = ("best", "better", "worse", "equivalent", "undecided")
 SPENDING = ("pocock", "obf", "uniform")
+BOUNDARIES = ("obf", "pocock", "union")
+FAMILIES = ("cell", "sweep")
 
 
 @dataclass(frozen=True)
 class SeedRule:
     """The stopping rule of `--seeds auto`."""
 
-    alpha: float = 0.05  # family-wise error rate over the whole sweep, all looks included
+    alpha: float = 0.05  # family-wise error rate over each family (`family`), all looks included
     min_seeds: int = 3  # first look: every method of a cell gets this many seeds before any decision
     max_seeds: int = 10  # the cap: an undecided comparison stops here
     min_effect: float | None = None  # equivalence margin D in the metric's units (None: no equivalence claims)
     mode: str = "max"  # "max": higher metric is better; "min": lower
-    spending: str = "obf"  # alpha spending function over the looks: pocock, obf or uniform
+    boundary: str = "obf"  # exact O'Brien-Fleming (obf) or Pocock boundary, or the union bound (union)
+    family: str = "cell"  # Holm over the comparisons of one cell (cell) or of the whole sweep (sweep)
+    spending: str = "obf"  # with boundary "union": the alpha spending function, pocock, obf or uniform
 
     def __post_init__(self):
         if not 0 < self.alpha < 1:
@@ -69,15 +77,28 @@ class SeedRule:
             raise ValueError(f"min_effect={self.min_effect} must be > 0 (in the metric's units)")
         if self.mode not in ("max", "min") or self.spending not in SPENDING:
             raise ValueError(f"mode={self.mode!r} must be max or min; spending={self.spending!r} one of {SPENDING}")
+        if self.boundary not in BOUNDARIES or self.family not in FAMILIES:
+            raise ValueError(
+                f"boundary={self.boundary!r} must be one of {BOUNDARIES}; family={self.family!r} one of {FAMILIES}"
+            )
 
     def describe(self) -> str:
-        """One sentence stating the stopping rule, for under a table."""
+        """One sentence stating the stopping rule and the family of its claims, for under a table."""
         margin = f"; equivalent: TOST within ±{self.min_effect:g}" if self.min_effect else ""
+        if self.boundary == "union":
+            looks = f"{self.spending} alpha spending (Lan & DeMets 1983) combined by the union bound"
+        else:
+            b = sequential.boundary(self.alpha, self.boundary, self.min_seeds, self.max_seeds)
+            shape = "c·sqrt(N/n), O'Brien-Fleming" if self.boundary == "obf" else "c, Pocock"
+            looks = (
+                f"exact boundary z ≥ {shape}, c = {b['c']:.3f} from {b['paths']:,} simulated null paths "
+                f"(Monte-Carlo s.e. {b['mc_se']:.4f})"
+            )
+        family = "the comparisons of each cell" if self.family == "cell" else "all comparisons of the sweep"
         return (
             f"Seeds by significance: paired t-tests against each cell's best method, looked at after each seed "
-            f"from {self.min_seeds} to {self.max_seeds}, {self.spending} alpha spending (Lan & DeMets 1983, "
-            f"union bound), Holm-corrected over all comparisons (family-wise alpha {self.alpha:g}){margin}; "
-            f"n = seeds run, undecided = no claim at the cap."
+            f"from {self.min_seeds} to {self.max_seeds}, {looks}; Holm-corrected over {family} (family-wise "
+            f"alpha {self.alpha:g}){margin}; n = seeds run, undecided = no claim at the cap."
         )
 
 
@@ -100,20 +121,22 @@ def look_weights(rule: SeedRule) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], f]))
 
 
-def look_pvalues(diffs: np.ndarray, rule: SeedRule) -> tuple[np.ndarray, np.ndarray | None]:
+def look_pvalues(diffs: np.ndarray, rule: SeedRule) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Paired-test p-values at each look.
 
     Args:
         diffs: per-seed differences of a pair, shape [..., S] in seed order; NaN where a seed is missing
             (only trailing NaNs: seeds are run in order).
     Returns:
-        (p_diff, p_tost), each shape [..., K]: the two-sided t-test of mean 0 on the first n
-        differences, and TOST's p within ±min_effect (None without a margin); NaN where fewer than
-        n differences exist. Zero-variance differences: p 0 if their mean is not 0 (scipy's), 1 if it is.
+        (p_diff, p_low, p_high), each shape [..., K]: the two-sided t-test of mean 0 on the first n
+        differences, and TOST's two one-sided tests of mean > -min_effect and < min_effect (None without a
+        margin); NaN where fewer than n differences exist. Zero-variance differences: p 0 if their mean is
+        not 0 (scipy's), 1 if it is.
     """
     looks = range(rule.min_seeds, rule.max_seeds + 1)
     shape = diffs.shape[:-1] + (len(looks),)
-    p_diff, p_tost = np.full(shape, np.nan), np.full(shape, np.nan) if rule.min_effect else None
+    p_diff = np.full(shape, np.nan)
+    p_low, p_high = (np.full(shape, np.nan), np.full(shape, np.nan)) if rule.min_effect else (None, None)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         for k, n in enumerate(looks):
@@ -126,11 +149,12 @@ def look_pvalues(diffs: np.ndarray, rule: SeedRule) -> tuple[np.ndarray, np.ndar
             if rule.min_effect:
                 lo = stats.ttest_1samp(d, -rule.min_effect, axis=-1, alternative="greater").pvalue
                 hi = stats.ttest_1samp(d, rule.min_effect, axis=-1, alternative="less").pvalue
-                p_tost[..., k] = np.where(have, np.fmax(np.nan_to_num(lo, nan=1.0), np.nan_to_num(hi, nan=1.0)), np.nan)
-    return p_diff, p_tost
+                p_low[..., k] = np.where(have, np.nan_to_num(lo, nan=1.0), np.nan)
+                p_high[..., k] = np.where(have, np.nan_to_num(hi, nan=1.0), np.nan)
+    return p_diff, p_low, p_high
 
 
-def sequential_p(p_looks: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def union_p(p_looks: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """p* = min over the looks taken of p_k / w_k, at most 1 (shape [...] from [..., K]); 1 with no look yet.
 
     Valid under any stopping rule: P(p* <= u) <= sum_k P(p_k <= w_k u) <= u (the union bound).
@@ -139,21 +163,33 @@ def sequential_p(p_looks: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.minimum(scaled.min(axis=-1), 1.0)
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm (1979) adjusted p-values along the last axis (same shape): reject where adjusted <= alpha.
+def pair_pvalues(diffs: np.ndarray, rule: SeedRule) -> tuple[np.ndarray, np.ndarray | None]:
+    """Sequential p-values of pairs over the looks taken: the difference test's and TOST's (None without margin).
 
-    Step-down: the i-th smallest of the m p-values that are not NaN is multiplied by m - i (i from 0),
-    then a running maximum keeps the order; NaN (no such comparison) stays NaN and does not count in m.
-    (scipy.stats has no Holm; this is the textbook formula, not a distribution.)
+    Args:
+        diffs: as `look_pvalues`, shape [..., S].
+    Returns:
+        two arrays of shape [...]: with `rule.boundary` "obf" or "pocock", the exact p* of
+        `analysis.sequential.sequential_p` (TOST: the larger of its two one-sided p*'s); with "union",
+        `union_p` of the looks' p-values under `look_weights`.
     """
-    p = np.asarray(p, dtype=float)
-    m = (~np.isnan(p)).sum(axis=-1, keepdims=True)
-    order = np.argsort(p, axis=-1, kind="stable")  # NaN sorts last
-    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(p.shape[-1]))
-    ranked = np.minimum(np.fmax.accumulate(ranked, axis=-1), 1.0)
-    out = np.empty_like(ranked)
-    np.put_along_axis(out, order, ranked, axis=-1)
-    return np.where(np.isnan(p), np.nan, out)
+    p_diff, p_low, p_high = look_pvalues(diffs, rule)
+    if rule.boundary == "union":
+        weights = look_weights(rule)
+        tost = union_p(np.fmax(p_low, p_high), weights) if p_low is not None else None
+        return union_p(p_diff, weights), tost
+    looks = (rule.boundary, rule.min_seeds, rule.max_seeds)
+    tost = None
+    if p_low is not None:
+        tost = np.fmax(sequential.sequential_p(p_low, *looks, False), sequential.sequential_p(p_high, *looks, False))
+    return sequential.sequential_p(p_diff, *looks, True), tost
+
+
+def holm_family(p: np.ndarray, family: str) -> np.ndarray:
+    """Holm-adjusted p-values (same shape as p, [..., C cells, tests, pairs]) over each cell's tests
+    (`family="cell"`) or over every cell's (`"sweep"`): `analysis.stats.holm` on the family's axes."""
+    keep = p.ndim - 2 if family == "cell" else p.ndim - 3
+    return holm(p.reshape(p.shape[:keep] + (-1,)))[0].reshape(p.shape)
 
 
 def decide_arrays(values: np.ndarray, rule: SeedRule, present: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -180,14 +216,9 @@ def decide_arrays(values: np.ndarray, rule: SeedRule, present: np.ndarray | None
         mean, std = np.nanmean(v, axis=-1), np.nanstd(v, axis=-1, ddof=1)
         pairs = list(combinations(range(n_methods), 2))
         a, b = [p[0] for p in pairs], [p[1] for p in pairs]
-        p_diff, p_tost = look_pvalues(v[..., b, :] - v[..., a, :], rule)
-        weights = look_weights(rule)
         both = present[..., a] & present[..., b]
-        family = [np.where(both, sequential_p(p_diff, weights), np.nan)]
-        if p_tost is not None:
-            family.append(np.where(both, sequential_p(p_tost, weights), np.nan))
-        flat = np.concatenate([f.reshape(f.shape[:-2] + (-1,)) for f in family], axis=-1)
-        adjusted = holm(flat).reshape(flat.shape[:-1] + (len(family), -1, len(pairs)))
+        family = [np.where(both, p, np.nan) for p in pair_pvalues(v[..., b, :] - v[..., a, :], rule) if p is not None]
+        adjusted = holm_family(np.stack(family, axis=-2), rule.family)  # [..., C, tests, pairs]
         sign = 1.0 if rule.mode == "max" else -1.0
         best = np.argmax(np.where(np.isnan(mean), -np.inf, sign * mean), axis=-1)
         v_best = np.take_along_axis(v, best[..., None, None], axis=-2)
@@ -196,8 +227,8 @@ def decide_arrays(values: np.ndarray, rule: SeedRule, present: np.ndarray | None
     for i, (x, y) in enumerate(pairs):
         pair_of[x, y] = pair_of[y, x] = i
     index = pair_of[best[..., None], np.arange(n_methods)]  # [..., C, M]: the pair (best, method)
-    p_adj = np.take_along_axis(adjusted[..., 0, :, :], index, axis=-1)
-    p_eq = np.take_along_axis(adjusted[..., 1, :, :], index, axis=-1) if p_tost is not None else np.full_like(p_adj, 1)
+    p_adj = np.take_along_axis(adjusted[..., 0, :], index, axis=-1)
+    p_eq = np.take_along_axis(adjusted[..., 1, :], index, axis=-1) if len(family) > 1 else np.full_like(p_adj, 1)
     is_best = np.arange(n_methods) == best[..., None]
     decision = np.select(
         [~present, is_best, p_adj <= rule.alpha, p_eq <= rule.alpha],
@@ -247,10 +278,10 @@ def decide(results: dict, rule: SeedRule) -> list[dict]:
     return rows
 
 
-def seeds_frame(rows: list[dict], method_axis: str = "method"):
+def seeds_frame(rows: list[dict], method_axis: str = "method", rule: SeedRule | None = None):
     """`decide`'s rows as the table of `report/seeds.csv`: the cell's axes (from a JSON cell key, or
-    a dict), `method`, n, mean, std, diff_vs_best, p_adjusted, decision; `method_axis` is recorded in
-    `frame.attrs["method_axis"]`."""
+    a dict), `method`, n, mean, std, diff_vs_best, p_adjusted, decision, then `compare` (the compared
+    axis, `method_axis`, also in `frame.attrs["method_axis"]`) and `rule` (`rule.describe()`, "" without)."""
     import json
 
     import pandas as pd
@@ -259,16 +290,6 @@ def seeds_frame(rows: list[dict], method_axis: str = "method"):
     for r in rows:
         cell = r["cell"] if isinstance(r["cell"], dict) else json.loads(r["cell"])
         out.append(cell | {k: r[k] for k in ("method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision")})
-    frame = pd.DataFrame(out)
+    frame = pd.DataFrame(out).assign(compare=method_axis, rule=rule.describe() if rule else "")
     frame.attrs["method_axis"] = method_axis
     return frame
-
-
-MARKS = {"best": "*", "better": "+", "worse": "", "equivalent": "=", "undecided": "?"}
-
-
-def decision_marks(frame) -> list[str]:
-    """One mark per row of a `seeds_frame` for the paper table: `n=<n><mark>`, mark * best, + better
-    than the best, = equivalent to it, ? undecided at the cap, none for worse (the stopping rule goes
-    under the table: `SeedRule.describe`)."""
-    return [f"n={n}{MARKS[d]}" for n, d in zip(frame["n"], frame["decision"])]

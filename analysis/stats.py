@@ -9,8 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-CI_LEVEL = 0.95
-"""Level of the confidence intervals (two-sided)."""
+from trainables.confidence import CI_LEVEL, t_half_width  # the one t-quantile (scipy.stats.t)
 
 BOOTSTRAP_METHOD = "BCa"
 """``scipy.stats.bootstrap`` method of :func:`bootstrap_ci`: bias-corrected and accelerated
@@ -18,16 +17,6 @@ BOOTSTRAP_METHOD = "BCa"
 
 BOOTSTRAP_RESAMPLES = 9999
 """Resamples of :func:`bootstrap_ci` (scipy's default)."""
-
-
-def t_half_width(std: float, n: int, level: float = CI_LEVEL) -> float:
-    """Half width of the Student-t confidence interval of a mean: ``t(1 − (1 − level)/2, n − 1)
-    · std / √n`` (Student 1908; quantile from ``scipy.stats.t.ppf``). NaN for n < 2 or NaN std."""
-    if n < 2 or not np.isfinite(std):
-        return math.nan
-    from scipy import stats  # slow to import: only when a statistic is computed
-
-    return float(stats.t.ppf(0.5 + level / 2, n - 1) * std / math.sqrt(n))
 
 
 def seed_stats(values: Sequence[float], level: float = CI_LEVEL) -> dict:
@@ -121,32 +110,35 @@ def paired_test(values: Sequence[float], baseline: Sequence[float], level: float
     }
 
 
-def holm(pvalues: Sequence[float], alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def holm(pvalues: Sequence[float] | np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Holm's step-down correction of a family of p-values (Holm 1979, "A simple sequentially
     rejective multiple test procedure", Scand. J. Statist. 6(2)); controls the family-wise error
     rate at ``alpha`` under any dependence. scipy has no Holm (``false_discovery_control`` is
-    Benjamini-Hochberg/Yekutieli), hence these few lines.
+    Benjamini-Hochberg/Yekutieli), hence these few lines; the one Holm of the project.
 
     With the m finite p-values sorted, p(1) ≤ … ≤ p(m): reject H(1), …, H(j) while
     p(j) ≤ alpha / (m − j + 1), stop at the first that is not. Equivalently, the adjusted value
     p̃(j) = max over i ≤ j of min(1, (m − i + 1) · p(i)) is ≤ alpha.
 
     Args:
-        pvalues: p-values, NaN for comparisons not made (they are not counted in m).
+        pvalues: p-values, shape [..., m]: one family per last-axis row (vectorised over leading
+            axes); NaN for comparisons not made (they are not counted in m).
         alpha: family-wise error rate.
 
     Returns:
-        ``(adjusted, reject)``: arrays of the input's length; adjusted p-values (NaN where the
+        ``(adjusted, reject)``: arrays of the input's shape; adjusted p-values (NaN where the
         input is NaN) and booleans (False where NaN).
     """
     p = np.asarray(pvalues, dtype=float)
-    adjusted = np.full(p.shape, np.nan)
-    finite = np.flatnonzero(np.isfinite(p))
-    order = finite[np.argsort(p[finite], kind="stable")]
-    m = len(order)
-    steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    adjusted[order] = np.maximum.accumulate(steps) if m else steps
-    return adjusted, np.where(np.isfinite(adjusted), adjusted <= alpha, False)
+    missing = ~np.isfinite(p)
+    m = (~missing).sum(axis=-1, keepdims=True)
+    order = np.argsort(np.where(missing, np.inf, p), axis=-1, kind="stable")  # missing sort last
+    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(p.shape[-1]))
+    ranked = np.minimum(np.fmax.accumulate(ranked, axis=-1), 1.0) if p.size else ranked
+    adjusted = np.empty_like(ranked)
+    np.put_along_axis(adjusted, order, ranked, axis=-1)
+    adjusted = np.where(missing, np.nan, adjusted)
+    return adjusted, np.where(missing, False, adjusted <= alpha)
 
 
 def bootstrap_ci(

@@ -137,13 +137,19 @@ def format_status(report: dict, now: float | None = None) -> list[str]:
     lines.append(driver_line(report, time.time() if now is None else now))
     if report["driver_alive"] is False and report["left"]:
         if report["resumable"]:
-            lines.append(f"  {report['left']} trial(s) left: continue the sweep with {resume_command(report['argv'])}")
+            lines.append(f"  {report['left']} trial(s) left: continue the sweep with {_quoted(report['argv'])}")
         else:  # killed before Tune saved the sweep: nothing to restore yet
             lines.append(
                 f"  {report['left']} trial(s) left, none saved yet: start the sweep again with "
-                f"{resume_command(report['argv'], resume=False)}"
+                f"{_quoted(report['argv'], resume=False)}"
             )
     return lines
+
+
+def _quoted(argv: list | None, resume: bool = True) -> str:
+    """`resume_command` in backticks (Markdown code) when the command line is known."""
+    command = resume_command(argv, resume)
+    return f"`{command}`" if argv else command
 
 
 def driver_line(report: dict, now: float) -> str:

@@ -91,6 +91,7 @@ def summary_text(
     lines = [
         f"{test_metric}{' (%)' if a['percent'] else ''}: {a['rule']}; mean ± std (n seeds) over seeds"
         + (", columns: noise type" if wide else ""),
+        *([f"(n=…, decision), decided on {a['val_metric']}: {a['seed_rule']}"] if a.get("seed_rule") else []),
         *_grid_lines(test, test_metric),
         f"failed trials (left out of the cells): {errored} errored, {diverged} diverged",
     ]

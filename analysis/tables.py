@@ -10,6 +10,7 @@ import pandas as pd
 
 from analysis.formatting import bare, format_number, latex_escape
 from analysis.load import SEED_KEY, config_column, metric_column, varying_config_columns
+from analysis.seed_marks import attach_decisions, decision_mark
 from analysis.stats import CI_LEVEL, cell_stats  # noqa: F401  (CI_LEVEL: its old home)
 
 
@@ -49,7 +50,9 @@ def best_runs(
         - ``mean``, ``std`` (sample standard deviation, ddof=1; NaN for n < 2),
         - ``ci95``: half width of the 95 % Student-t confidence interval of the mean,
           ``t(0.975, n-1) * std / sqrt(n)`` (NaN for n < 2), and ``ci95_low``, ``ci95_high``,
-        - ``best``, ``best_seed``, ``best_trial``: value, seed and trial name of the best run.
+        - ``best``, ``best_seed``, ``best_trial``: value, seed and trial name of the best run,
+        - of a ``--seeds auto`` sweep, ``seeds_n`` and ``decision`` (``attrs["seed_rule"]`` states
+          the rule; :func:`analysis.seed_marks.attach_decisions`).
 
     Raises:
         ExperimentError: no trial reported ``metric``, or a ``by`` column does not exist.
@@ -73,7 +76,7 @@ def best_runs(
     table = table.sort_values("mean", ascending=(mode == "min"), na_position="last", kind="stable")
     table = table.rename(columns=bare)
     table.attrs.update(metric=metric, mode=mode, scope=scope)
-    return table.reset_index(drop=True)
+    return attach_decisions(table.reset_index(drop=True), trials.attrs)
 
 
 _STAT_COLUMNS = ["n", "n_failed", "mean", "std", "ci95", "ci95_low", "ci95_high", "best", "best_seed", "best_trial"]
@@ -114,17 +117,20 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     Args:
         table: output of :func:`best_runs`.
         style: ``"text"`` (aligned columns for a terminal), ``"markdown"`` or ``"latex"``
-            (a ``booktabs`` tabular).
+            (a ``booktabs`` tabular). A ``--seeds auto`` table gets a ``seeds, decision`` column
+            (:func:`analysis.seed_marks.decision_mark`); :func:`table_caption` states the rule.
 
     Raises:
         ValueError: unknown ``style``.
     """
     if style not in ("text", "markdown", "latex"):
         raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
-    keys = [c for c in table.columns if c not in _STAT_COLUMNS]
+    keys = [c for c in table.columns if c not in _STAT_COLUMNS and c not in ("seeds_n", "decision")]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
+    marks = bool(table.attrs.get("seed_rule"))  # --seeds auto: each row's n and decision vs its cell's best
     header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} (mean ± 95% CI)", "std", "best seed"]
+    header += ["seeds, decision"] if marks else []
     body = []
     for _, row in table.iterrows():
         mean = format_number(row["mean"], digits)
@@ -138,6 +144,7 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
                 mean,
                 format_number(row["std"], digits),
                 format_number(row["best_seed"], digits),
+                *([decision_mark(row) or "–"] if marks else []),
             ]
         )
     if style == "markdown":
@@ -147,6 +154,14 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     if style == "latex":
         return _latex_tabular(header, body, len(keys))
     return _aligned_text(header, body, len(keys))
+
+
+def table_caption(table: pd.DataFrame) -> str:
+    """The sentence under a :func:`best_runs` table: its statistics and, for a ``--seeds auto`` sweep, the
+    stopping rule (``attrs["seed_rule"]``, with the family of its claims)."""
+    rule = table.attrs.get("seed_rule")
+    text = "Mean over seeds with a 95 % Student-t confidence interval; failed trials are left out."
+    return text + (f" seeds, decision: {rule}" if rule else " No significance test.")
 
 
 def _latex_tabular(header: list[str], body: list[list[str]], n_keys: int) -> str:
@@ -174,7 +189,8 @@ def _aligned_text(header: list[str], body: list[list[str]], n_keys: int) -> str:
 
 
 def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Write a :func:`best_runs` table as ``<path>.csv`` (all columns), ``.md`` and ``.tex``.
+    """Write a :func:`best_runs` table as ``<path>.csv`` (all columns), ``.md`` and ``.tex`` (each
+    with :func:`table_caption` above the table; a LaTeX comment in ``.tex``).
 
     ``path`` is the file name without suffix, e.g. ``report/best_runs``. Returns the three paths.
     """
@@ -182,6 +198,6 @@ def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     csv, md, tex = (path.with_name(path.name + suffix) for suffix in (".csv", ".md", ".tex"))
     table.to_csv(csv, index=False)
-    md.write_text(format_table(table, "markdown"))
-    tex.write_text(format_table(table, "latex"))
+    md.write_text(table_caption(table) + "\n\n" + format_table(table, "markdown"))
+    tex.write_text("% " + latex_escape(table_caption(table)) + "\n" + format_table(table, "latex"))
     return [csv, md, tex]

@@ -224,12 +224,14 @@ def _keep_order(trial: Mapping, index: int) -> tuple:
 
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:
-    """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric)."""
+    """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric); with
+    ``test_metric`` when raysweep.json records it (a str, or None for a sweep without one)."""
     if records.SETTINGS_FILE in files:
         path = posixpath.join(root, records.SETTINGS_FILE)
         settings = records.parse_record(read_bytes(fs, path) or b"", path) or {}  # torn: warned, ignored
         if settings.get("metric"):
-            return {"metric": settings["metric"], "mode": settings.get("mode")}
+            test = {"test_metric": settings["test_metric"]} if "test_metric" in settings else {}
+            return {"metric": settings["metric"], "mode": settings.get("mode"), **test}
     metric = ((state or {}).get("runner_data") or {}).get("_metric")  # TuneConfig(metric=...)
     return {"metric": metric} if isinstance(metric, str) else {}
 

@@ -1,8 +1,14 @@
-"""Shared fixtures: a tiny trial config, an in-process Ray (4 logical GPUs), a `ray start --head` for sweeps."""
+"""Shared fixtures: a tiny trial config, an in-process Ray (4 logical GPUs), a `ray start --head` for sweeps,
+and the README's smoke grid run once on it."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +46,29 @@ def sweep_env(shared_ray_head) -> dict:
     """The environment of a sweep subprocess that joins the session's shared Ray (`shared_ray_head`): pass it
     as `subprocess.run(..., env=sweep_env)`. A copy: a test may add to it."""
     return dict(shared_ray_head)
+
+
+@pytest.fixture(scope="session")
+def smoke_grid(shared_ray_head, tmp_path_factory) -> types.SimpleNamespace:
+    """The README's quick start `python sweeps/noise_grid.py --smoke-test`, run once per session as written, in a
+    scratch folder (its storage is `./runs`), on the shared Ray: tests/test_sweeps.py checks its trials and
+    tests/test_docs_commands.py analyses them, without a second run of the same 12 trials.
+
+    Returns:
+        `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid) and `proc` (its
+        CompletedProcess, returncode unchecked: each test asserts it, with the output).
+    """
+    command = "python sweeps/noise_grid.py --smoke-test"
+    folder = tmp_path_factory.mktemp("quick_start")
+    root = Path(__file__).resolve().parents[1]
+    argv = shlex.split(command)
+    env = {**shared_ray_head, "PYTHONPATH": str(root), "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.run(
+        [sys.executable, str(root / argv[1]), *argv[2:]],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return types.SimpleNamespace(command=command, folder=folder, experiment=folder / "runs" / "noise_grid", proc=proc)

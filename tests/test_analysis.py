@@ -58,7 +58,13 @@ def test_load_trials_one_row_per_trial(grid):
     assert row["iterations"] == 5 and row["node"] == "node0" and row["last/gpu_ids"] in ("0", "1")
     assert row["duration_s"] == pytest.approx(5.0)
     assert row["trial_dir"].startswith(str(grid))
-    assert trials.attrs == {"experiment": str(grid), "metric": "val/acc", "mode": "max", "duplicates": []}
+    assert trials.attrs == {
+        "experiment": str(grid),
+        "metric": "val/acc",
+        "mode": "max",
+        "test_metric": "test/acc",  # raysweep.json records none: the default
+        "duplicates": [],
+    }
 
 
 def test_load_history_long_form(grid):

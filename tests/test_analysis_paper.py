@@ -394,13 +394,16 @@ def test_cli_help_and_usage_errors_import_no_pandas():
         assert imported and not imported & {"pandas", "matplotlib", "scipy", "pyarrow", "numpy"}
 
 
-def test_analysis_imports_nothing_from_trainables():
+def test_analysis_imports_only_the_record_owner_from_trainables():
+    """analysis reads records through their owner (trainables.records, trainables.storage), takes the one
+    t-quantile from trainables.confidence, and loads no training code, torch, Ray or sweep engine."""
     code = (
         "import sys, analysis.search, analysis.report, analysis.status; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'trainables', 'sweeps', 'torch', 'ray'}))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'trainables', 'sweeps', 'torch', 'ray'}))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert result.stdout.strip() == "[]", result.stderr
+    expected = ["trainables", "trainables.confidence", "trainables.records", "trainables.storage"]
+    assert result.stdout.strip() == str(expected), result.stderr
     df = pd.DataFrame({"trial_id": ["a", "b"], "val/acc": [0.5, 0.7], "config/lr": [0.1, 0.01]})
     from analysis.search import top_trials
 

@@ -217,3 +217,13 @@ def test_paper_table_bootstrap_option_and_cli(tmp_path, capsys):
     assert "BCa bootstrap" in capsys.readouterr().out
     frame = pd.read_csv(tmp_path / "cli" / "paper_table.csv")
     assert frame["boot_low"].notna().sum() == len(frame)
+
+
+def test_a_trials_seed_interval_is_the_tables_t_interval_beyond_ten_seeds():
+    from trainables.seeds import seed_mean
+
+    values = [0.80 + 0.01 * i for i in range(11)]
+    out = seed_mean([{"val/acc": v, "epoch": 1} for v in values], range(11))
+    std = float(np.std(values, ddof=1))
+    assert out["val/acc_ci95"] == pytest.approx(seed_stats(values)["ci95"])  # one t-quantile: scipy's t(0.975, 10)
+    assert out["val/acc_ci95"] > 1.96 * std / math.sqrt(11) * 1.1  # 2.228, not the normal 1.96

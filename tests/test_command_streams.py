@@ -68,10 +68,10 @@ def test_no_metric_error_names_the_stream_that_held_candidates(tmp_path):
 
 
 @pytest.mark.slow
-def test_logging_script_swept_with_no_wrapper(tmp_path):
+def test_logging_script_swept_with_no_wrapper(tmp_path, sweep_env):
     """Two trials of a script that logs only through `logging` (stderr): every epoch is read, and the
     trial's `command_stdout.txt` keeps the stderr lines (marked) for a retry or --resume to read back."""
-    proc = run_sweep(tmp_path, "--axis", "lr=0.1,0.2", "--metric", "eval_acc", "--", *LOGGING)
+    proc = run_sweep(tmp_path, "--axis", "lr=0.1,0.2", "--metric", "eval_acc", "--", *LOGGING, env=sweep_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
     assert len(found) == 2

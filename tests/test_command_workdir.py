@@ -233,7 +233,7 @@ def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ra
 
 
 @pytest.mark.slow
-def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_the_code_at_launch(tmp_path):
+def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_the_code_at_launch(tmp_path, sweep_env):
     """4 trials, one at a time, each SIGKILLing itself once after epoch 2 (retried: `--resume
     checkpoint.pth.tar` relative); sibling.py is edited once the first trial has reported."""
     import torch
@@ -245,15 +245,14 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
     argv += ["--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--max-concurrent", "1"]
     argv += ["--max-failures", "1", "--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
     argv += ["--epochs", "3", "--resume", "checkpoint.pth.tar", "--kill-self-at-epoch", "2"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
     log = (tmp_path / "sweep.log").open("w")
-    sweep = subprocess.Popen(argv, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
+    sweep = subprocess.Popen(argv, cwd=repo, env=sweep_env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while not list(out.glob("command/*/result.json")) and sweep.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         (repo / "sibling.py").write_text((repo / "sibling.py").read_text().replace("VERSION = 1", "VERSION = 2"))
-        edited = time.time()
+        edited = (repo / "sibling.py").stat().st_mtime  # the file system's clock, as the checkpoints' mtimes
         assert sweep.wait(timeout=400) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
     finally:
         if sweep.poll() is None:

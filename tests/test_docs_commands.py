@@ -183,6 +183,14 @@ NOT_RUN.update(
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES
         + "; tests/test_seeds_sweep.py runs --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 15": "extends the sweep above",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10 --smoke-test --name j3grid": "the "
+        "docs' 12-cell comparison: 224 trials, minutes; tests/test_seeds_sweep.py runs --seeds auto end to end",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --smoke-test --name j3fixed": "the fixed grid of "
+        "the comparison: 360 trials, minutes",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10 --epochs 10 --name j3grid10": "the "
+        "docs' 12-cell comparison at 10 epochs: 318 trials, half an hour",
+        "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --epochs 10 --name j3grid10": "completes the "
+        "fixed grid of the run above",
         "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
         "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
         "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
@@ -435,9 +443,11 @@ def test_check_command_runs_as_written(text, scratch):
 
 
 @pytest.mark.slow
-def test_quick_start_smoke_grid_then_its_analysis(tmp_path, sweep_env):
-    """The README's smoke grid in a scratch folder (./runs is its storage), then the analysis commands on it."""
-    sweep = run_documented(SMOKE[0], tmp_path, timeout=600, env=sweep_env)
+def test_quick_start_smoke_grid_then_its_analysis(smoke_grid):
+    """The README's smoke grid in a scratch folder (./runs is its storage: conftest's `smoke_grid`, one run
+    shared with tests/test_sweeps.py), then the analysis commands on it."""
+    sweep, tmp_path = smoke_grid.proc, smoke_grid.folder
+    assert smoke_grid.command == SMOKE[0]  # the run is the documented command
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     assert "12 trials in the grid" in sweep.stdout
     report = run_documented(SMOKE[1], tmp_path, timeout=300)

@@ -4,7 +4,6 @@ checkpoints, extending a finished grid, bad flags, and the dashboard's bind addr
 import json
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -284,10 +283,9 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
 # --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
 
 
-def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> tuple[float, float]:
+def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> None:
     """Run a sweep driver; with `kill_after`, SIGKILL it that many seconds after its experiment state
-    first exists. Returns (wall seconds, seconds from its 'starting'/'resuming' line, Ray up, to its end)."""
-    started = time.perf_counter()
+    first exists (else it must exit 0)."""
     proc = subprocess.Popen(
         [sys.executable, "sweeps/noise_grid.py", *argv],
         cwd=ROOT,
@@ -295,18 +293,8 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> t
         stderr=subprocess.STDOUT,
         text=True,
     )
-    fit_started = []
     lines = []
-
-    def read():
-        for line in proc.stdout:
-            lines.append(line)
-            if not fit_started and re.search(
-                r"(starting|resuming) \S+: \d", line
-            ):  # the launcher's first line with Ray up
-                fit_started.append(time.perf_counter())
-
-    reader = threading.Thread(target=read, daemon=True)
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     if kill_after is not None:
         before = set(experiment.glob("experiment_state-*.json")) if experiment.exists() else set()
@@ -318,15 +306,14 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> t
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=300)
     reader.join(timeout=10)
-    ended = time.perf_counter()
     assert kill_after is not None or proc.returncode == 0, "".join(lines)[-3000:]
-    return ended - started, ended - (fit_started[0] if fit_started else ended)
 
 
 @pytest.mark.slow
 def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsys):
-    """(b) Every trial completes exactly once and never redoes an epoch; the time ratio is recorded.
-    The drivers join the test's Ray (--address) so a restart costs a driver, not a whole cluster."""
+    """(b) Every trial completes exactly once and never redoes an epoch. The drivers join the test's Ray
+    (--address) so a restart costs a driver, not a whole cluster. (What the kills cost in time is a speed:
+    not measured here.)"""
     address = ray_gpus.get_runtime_context().gcs_address
     grid = [
         "--noise-types",
@@ -342,21 +329,11 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         "--storage-path",
         str(tmp_path),
     ]
-    straight_wall, straight_fit = run_driver([*grid, "--name", "straight"], None, tmp_path / "straight")
-
     rng = random.Random(0)
     experiment = tmp_path / "killed"
-    walls, fits = [], []
     for attempt in range(4):
         kill_after = rng.uniform(0.5, 2.5) if attempt < 3 else None
-        wall, fit = run_driver([*grid, "--name", "killed", *(["--resume"] if attempt else [])], kill_after, experiment)
-        walls.append(wall)
-        fits.append(fit)
-    wall_ratio, fit_ratio = sum(walls) / straight_wall, sum(fits) / straight_fit
-    print(
-        f"\nkilled 3x: wall {sum(walls):.1f} s vs {straight_wall:.1f} s (ratio {wall_ratio:.2f}); "
-        f"after driver start-up {sum(fits):.1f} s vs {straight_fit:.1f} s (ratio {fit_ratio:.2f})"
-    )
+        run_driver([*grid, "--name", "killed", *(["--resume"] if attempt else [])], kill_after, experiment)
 
     trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
     assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3", "0.4")]  # one folder per cell
@@ -364,8 +341,6 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         epochs = [r["epoch"] for r in results_of(experiment / name)]
         assert epochs[-1] == 30 and epochs.count(30) == 1, (name, epochs)  # completed exactly once
         assert all(b > a for a, b in zip(epochs, epochs[1:])), (name, epochs)  # never went backwards
-    # The time ratio is recorded (printed above), not asserted: speed goals are measured in
-    # benchmarks/, and a timed assert fails whenever CI's two cores are busy (1.80 seen under load).
 
     # Extend the finished grid by one noise rate: only the new cell runs (in-process, same Ray).
     code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4,0.5", *grid[4:], "--name", "killed"])

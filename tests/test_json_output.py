@@ -60,7 +60,7 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
     assert document["epochs"] == {"done": 16, "planned": 34}
     assert document["eta_s"] == pytest.approx((34 - 16) * document["elapsed_s"] / 16)  # the text block's ETA
     assert document["driver"]["state"] == "alive" and document["driver"]["pid"] == os.getpid()
-    assert document["resume_command"] == "`python sweeps/noise_grid.py --seeds 8 --resume`"
+    assert document["resume_command"] == "python sweeps/noise_grid.py --seeds 8 --resume"  # plain: no Markdown
     assert (document["left"], document["exit_code"], document["duplicates"]) == (4, 0, [])
 
 

@@ -122,6 +122,14 @@ def test_callback_throttles_skips_unchanged_blocks_and_quiet_keeps_errors_and_en
     assert lines[0].endswith("trial b errored: see /runs/b/error.txt")
     assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored" in lines[1]
 
+    # a searcher that finished early (--seeds auto): the final line counts the trials that ran, not the plan
+    early = SweepProgress(interval_s=0.0, quiet=True, stream=io.StringIO())
+    early.setup(total_num_samples=32)
+    early.on_experiment_end(trials=trials)
+    line = early.stream.getvalue().splitlines()[-1]
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored" in line
+    assert "| 30 planned trial(s) not needed: the searcher finished" in line and "epochs 3/3" in line
+
 
 def test_trial_log_line_names_trial_gpus_and_pid(monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")

@@ -6,7 +6,11 @@ import re
 from pathlib import Path
 
 import ray
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomllib is 3.11+; tomli is the same parser (a dev dependency there)
+    import tomli as tomllib
 
 from trainables import ray_private
 

@@ -1,9 +1,14 @@
 """Tests of `analysis/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
-from analysis.seeds import SeedRule, decide, holm, look_weights, sequential_p
+from analysis import sequential
+from analysis.seeds import SeedRule, decide, decide_arrays, look_pvalues, look_weights, pair_pvalues, union_p
+from analysis.stats import holm
 
 
 def _by_seed(values):
@@ -64,9 +69,9 @@ def test_the_worse_method_stops_while_the_undecided_one_continues():
     rng = np.random.default_rng(3)
     results = {
         "c": {
-            "A": _by_seed(90 + rng.normal(0, 1, 4)),
-            "B": _by_seed(70 + rng.normal(0, 1, 4)),
-            "C": _by_seed(89.5 + rng.normal(0, 1, 4)),
+            "A": _by_seed(90 + rng.normal(0, 1, 6)),
+            "B": _by_seed(70 + rng.normal(0, 1, 6)),
+            "C": _by_seed(89.5 + rng.normal(0, 1, 6)),
         }
     }
     rows = _rows(results, SeedRule(max_seeds=10))
@@ -83,8 +88,11 @@ def test_a_method_below_min_seeds_gets_seeds_first():
 
 def test_holm_matches_the_step_down_formula():
     # Holm (1979): sorted 0.01, 0.02, 0.04 with m=3 -> 0.03, max(0.03, 0.04), max(0.04, 0.04)
-    assert holm(np.array([0.04, 0.01, 0.02])) == pytest.approx([0.04, 0.03, 0.04])
-    assert holm(np.array([0.5, 0.9])) == pytest.approx([1.0, 1.0])
+    assert holm(np.array([0.04, 0.01, 0.02]))[0] == pytest.approx([0.04, 0.03, 0.04])
+    assert holm(np.array([0.5, 0.9]))[0] == pytest.approx([1.0, 1.0])
+    # vectorised: one family per row, NaN not counted
+    rows = holm(np.array([[0.04, 0.01, 0.02], [0.01, np.nan, 0.04]]))[0]
+    assert rows[0] == pytest.approx([0.04, 0.03, 0.04]) and rows[1, [0, 2]] == pytest.approx([0.02, 0.04])
 
 
 @pytest.mark.parametrize("spending", ["pocock", "obf", "uniform"])
@@ -93,10 +101,61 @@ def test_look_weights_spend_exactly_alpha(spending):
     assert len(w) == 8 and w.sum() == pytest.approx(1.0) and (w > 0).all()
 
 
-def test_sequential_p_is_the_smallest_weighted_look():
+def test_union_p_is_the_smallest_weighted_look():
     w = np.array([0.25, 0.75])
-    assert sequential_p(np.array([0.01, 0.3]), w) == pytest.approx(0.04)
-    assert sequential_p(np.array([np.nan, np.nan]), w) == 1.0
+    assert union_p(np.array([0.01, 0.3]), w) == pytest.approx(0.04)
+    assert union_p(np.array([np.nan, np.nan]), w) == 1.0
+
+
+@pytest.mark.parametrize("shape", ["obf", "pocock"])
+def test_the_exact_boundary_holds_alpha_on_fresh_null_paths_and_beats_the_union_bound(shape):
+    # fresh null paths (another seed than the calibration's): paired differences of any variance
+    diffs = np.random.default_rng(7).normal(0, 3.0, (20000, 10))
+    exact = SeedRule(min_seeds=3, max_seeds=10, boundary=shape)
+    union = SeedRule(min_seeds=3, max_seeds=10, boundary="union", spending=shape)
+    level = (pair_pvalues(diffs, exact)[0] <= 0.05).mean()
+    assert abs(level - 0.05) < 4 * np.sqrt(0.05 * 0.95 / 20000)  # exact up to Monte-Carlo error
+    assert (pair_pvalues(diffs, union)[0] <= 0.05).mean() < level - 0.005  # the union bound wastes level
+
+
+def test_a_look_not_taken_only_raises_the_sequential_p():
+    diffs = np.random.default_rng(8).normal(0.8, 1.0, (500, 10))
+    rule = SeedRule(min_seeds=3, max_seeds=10)
+    p_all = pair_pvalues(diffs, rule)[0]
+    p_five = pair_pvalues(np.where(np.arange(10) < 5, diffs, np.nan), rule)[0]
+    assert (p_five >= p_all).all() and (p_five > p_all).any()
+    assert pair_pvalues(np.full((1, 10), np.nan), rule)[0] == [1.0]
+
+
+def test_the_obrien_fleming_boundary_is_strict_early_and_near_the_fixed_test_late():
+    b = sequential.boundary(0.05, "obf", 3, 10)
+    assert b["z"][0] > 3.5 and 1.96 < b["z"][-1] < 2.3 and b["mc_se"] < 0.001 and b["paths"] >= 100_000
+    assert sequential.boundary(0.05, "pocock", 3, 10)["z"] == pytest.approx(
+        [sequential.boundary(0.05, "pocock", 3, 10)["c"]] * 8
+    )
+    with pytest.raises(ValueError, match="boundary shape"):
+        sequential.shape_factors("uniform", 3, 10)
+
+
+def test_the_family_is_one_cell_or_the_whole_sweep():
+    # the same clear-ish pair in 6 cells: Holm over a cell (1 comparison) keeps p*, over the sweep multiplies it
+    rng = np.random.default_rng(9)
+    values = np.stack([80 + rng.normal(0, 1, (6, 10)), 79 + rng.normal(0, 1, (6, 10))], axis=1)  # [6 cells, 2, 10]
+    cell = decide_arrays(values, SeedRule(family="cell"))["p_adjusted"]
+    sweep = decide_arrays(values, SeedRule(family="sweep"))["p_adjusted"]
+    assert (np.nan_to_num(sweep) >= np.nan_to_num(cell)).all() and (np.nan_to_num(sweep) > np.nan_to_num(cell)).any()
+    assert (
+        "each cell" in SeedRule().describe() and "all comparisons of the sweep" in SeedRule(family="sweep").describe()
+    )
+    with pytest.raises(ValueError, match="family"):
+        SeedRule(family="table")
+
+
+def test_look_pvalues_gives_the_two_one_sided_tests_of_tost():
+    p_diff, p_low, p_high = look_pvalues(
+        np.array([0.1, -0.1, 0.05, 0.0]), SeedRule(min_seeds=3, max_seeds=4, min_effect=1)
+    )
+    assert p_diff.shape == p_low.shape == p_high.shape == (2,) and (p_low < 0.05).all() and (p_high < 0.05).all()
 
 
 def test_bad_rules_are_refused():
@@ -122,17 +181,23 @@ def test_the_simulation_counts_clear_effects_as_power_and_saves_seeds():
 
 
 def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
-    from analysis.seeds import decision_marks, seeds_frame
+    from analysis.seed_marks import decision_mark
+    from analysis.seeds import seeds_frame
 
     rng = np.random.default_rng(0)
     cell = '{"noise_rate": 0.5, "noise_type": "sym"}'
     results = {cell: {"ce": _by_seed(90 + rng.normal(0, 1, 4)), "gce": _by_seed(80 + rng.normal(0, 1, 4))}}
-    frame = seeds_frame(decide(results, SeedRule(max_seeds=6)), "loss")
+    rule = SeedRule(max_seeds=6)
+    frame = seeds_frame(decide(results, rule), "loss", rule)
     assert list(frame.columns) == [
-        *("noise_rate", "noise_type", "method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision")
+        *("noise_rate", "noise_type", "method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision"),
+        *("compare", "rule"),
     ]
-    assert decision_marks(frame) == ["n=4*", "n=4"] and frame.attrs["method_axis"] == "loss"
-    assert "Holm" in SeedRule().describe() and "Lan & DeMets" in SeedRule().describe()
+    marks = [decision_mark(row) for _, row in frame.rename(columns={"n": "seeds_n"}).iterrows()]
+    assert marks == ["n=4, best", "n=4, worse"] and frame.attrs["method_axis"] == "loss"
+    assert set(frame["rule"]) == {rule.describe()} and set(frame["compare"]) == {"loss"}
+    assert "Holm" in SeedRule().describe() and "O'Brien-Fleming" in SeedRule().describe()
+    assert "Lan & DeMets" in SeedRule(boundary="union").describe()
 
 
 def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
@@ -141,7 +206,9 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
     from sweeps.engine.seed_search import SeedSearcher
 
     rule = SeedRule(min_seeds=3, max_seeds=6)
-    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
+    searcher = SeedSearcher(
+        [{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {}, experiment_dir=str(tmp_path)
+    )
     rng = np.random.default_rng(0)
     running = {}
     for i in range(4):  # four free slots: seeds are handed out before any result, the least advanced first
@@ -157,7 +224,132 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
         searcher.on_trial_complete(f"t{count}", {"val/acc": value})
         count += 1
     assert config == Searcher.FINISHED and 6 <= count <= 8  # decided at 3 or 4 seeds per method, not the cap's 12
+    # on FINISHED the decisions are written, before the sweep's summary and report read them
+    decisions = pd.read_csv(tmp_path / "report" / "seeds.csv").set_index("method")
+    assert decisions.loc["gce", "decision"] == "worse" and decisions.loc["ce", "n"] == count // 2
     searcher.save(str(tmp_path / "s.pkl"))
     again = SeedSearcher([], "loss", [], rule, "val/acc", "max", {})
     again.restore(str(tmp_path / "s.pkl"))
     assert again.values == searcher.values and again.suggest("next") == Searcher.FINISHED
+
+
+def test_the_flags_offer_the_rules_families_and_boundaries():
+    from analysis import seeds
+    from sweeps.engine import seed_flags
+
+    assert seed_flags.FAMILIES == seeds.FAMILIES and seed_flags.BOUNDARIES == seeds.BOUNDARIES
+
+
+def test_an_errored_seed_is_rerun_once_as_the_next_seed():
+    from ray.tune.search import Searcher
+
+    from sweeps.engine.seed_search import SeedSearcher
+
+    rule = SeedRule(min_seeds=3, max_seeds=4)
+    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
+    first = searcher.suggest("t0")
+    searcher.on_trial_complete("t0", error=True)
+    again = searcher.suggest("t1")
+    assert again == first  # the same (method, seed) handed out next
+    searcher.on_trial_complete("t1", error=True)
+    seen = []
+    while isinstance(config := searcher.suggest(f"t{len(seen) + 2}"), dict):
+        seen.append((config["loss"], config["seed"]))
+        searcher.on_trial_complete(f"t{len(seen) + 1}", {"val/acc": 0.5 + 0.01 * len(seen)})
+    assert (first["loss"], first["seed"]) not in seen  # not a third time
+    assert not any(m == first["loss"] for m, _ in seen)  # its counted seeds end at the failed one: no more run
+    assert config == Searcher.FINISHED
+
+
+def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(tmp_path):
+    import jsonschema
+
+    import analysis
+    from analysis.json_output import schema, summary_document
+    from analysis.seeds import seeds_frame
+    from tests.analysis_fixtures import paper_grid
+    from trainables import records
+
+    experiment = paper_grid(tmp_path, losses=("ce", "gce"), types=("sym",), rates=(0.2, 0.4), seeds=(0, 1, 2, 3))
+    cells = {
+        '{"noise_rate": 0.2, "noise_type": "sym"}': {"ce": _by_seed([0.5, 0.6, 0.7, 0.8]), "gce": _by_seed([0.6] * 3)},
+        '{"noise_rate": 0.4, "noise_type": "sym"}': {"ce": _by_seed([0.5] * 4), "gce": _by_seed([0.5] * 4)},
+    }
+    rule = SeedRule(min_seeds=3, max_seeds=4)
+    frame = seeds_frame(decide(cells, rule), "loss", rule)
+    frame["decision"] = ["best", "worse", "best", "undecided"]  # the marks, whatever the toy values decide
+    records.write_seeds_table(str(experiment), frame.to_csv(index=False))
+    trials, history = analysis.load_experiment(experiment)
+
+    paper = analysis.paper_table(trials, history, "test/acc", select="last")
+    assert paper.attrs["seed_rule"] == rule.describe() and paper.attrs["baseline"] is None  # no fixed-n † test
+    markdown, latex = (analysis.format_paper_table(paper, style) for style in ("markdown", "latex"))
+    for text in (markdown, latex):
+        assert "(n=3, worse)" in text and "(n=4, undecided)" in text and "(n=4, best)" in text
+        assert "Holm-corrected over the comparisons of each cell" in text and "No significance test" not in text
+    summary = analysis.summary_text(trials, history, select="last")
+    assert "(n=3, worse)" in summary and rule.describe() in summary
+
+    best = analysis.best_runs(trials, "val/acc", "max")
+    text = analysis.format_table(best)
+    assert "seeds, decision" in text and "n=3, worse" in text and "n=4, undecided" in text
+
+    document = summary_document(trials, history, "val/acc", "max", "last")
+    jsonschema.Draft202012Validator(schema("raysweep.summary/1")).validate(document)
+    assert document["seed_rule"] == rule.describe()
+    decisions = {(c["key"]["loss"], c["key"]["noise_rate"]): (c["seeds_n"], c["decision"]) for c in document["cells"]}
+    assert decisions[("gce", 0.2)] == (3, "worse") and decisions[("gce", 0.4)] == (4, "undecided")
+
+
+def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union_bound_and_twins_never():
+    from benchmarks.seeds_auto import run_sequential
+
+    rng = np.random.default_rng(11)
+    shared = rng.normal(0, 3, (200, 2, 1, 10))  # each seed's split, noise and init: the same for every method
+    own = rng.normal(0, 1, (200, 2, 2, 10))
+    values = 85 + shared + own - np.array([[0.0, 2.0], [0.0, 0.0]])[..., None]  # cell 0: a 2-point gap; 1: twins
+    exact, union = run_sequential(values, SeedRule()), run_sequential(values, SeedRule(boundary="union"))
+    decided = lambda out: (out["decision"][:, 0] == 2).any(axis=-1)  # noqa: E731  (worse than the best)
+    assert decided(exact).mean() >= decided(union).mean() and decided(exact).mean() > 0.8
+    assert exact["n"][:, 0].sum(axis=-1).mean() < union["n"][:, 0].sum(axis=-1).mean()  # fewer seeds
+    twins_claimed = np.isin(exact["decision"][:, 1], (1, 2)).any(axis=-1).mean()
+    assert twins_claimed <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)  # identical methods: a claim only at the error rate
+
+
+def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    law = sequential.null_law.__wrapped__  # past the in-memory cache
+    first = law(3, 5, "obf", 2000)
+    path = sequential.cache_file(3, 5, "obf", 2000)
+    assert path.startswith(str(tmp_path)) and np.array_equal(law(3, 5, "obf", 2000)[0], first[0])
+    with open(path, "wb") as f:
+        f.write(b"torn")
+    assert np.array_equal(law(3, 5, "obf", 2000)[1], first[1])  # recomputed: the same seeded paths
+
+
+def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path):
+    from analysis.seed_marks import load_decisions
+    from trainables import records
+
+    path = Path(records.seeds_table_path(str(tmp_path)))
+    assert load_decisions(str(tmp_path)) is None  # no file: not an auto sweep, no warning
+    path.parent.mkdir()
+    path.write_text('noise_rate,method,n,decision\n0.5,ce,3,best\n"0.5,gce')  # torn inside a quoted field
+    with pytest.warns(UserWarning, match="seeds.csv: skipped"):
+        assert load_decisions(str(tmp_path)) is None
+    path.write_text("noise_rate,method,n,decision\n0.5,ce,3,best\n")  # an I3 file: no compare, rule columns
+    with pytest.warns(UserWarning, match=r"no column\(s\) \['compare', 'rule'\]"):
+        assert load_decisions(str(tmp_path)) is None
+
+
+def test_the_simulation_json_has_every_rho_and_the_keys_of_each_scenario(tmp_path):
+    import json
+
+    from benchmarks.seeds_auto import EFFECTS, RHOS, main
+
+    assert main(["--sweeps", "10", "--json", str(tmp_path / "out.json")]) == 0
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert {(r["rho"], r["effect_sd"]) for r in result["scenarios"]} == {(r, e) for r in RHOS for e in EFFECTS}
+    keys = {"rho", "effect_sd", "fixed_fwer", "fixed_power", "fixed_seeds_per_cell", "sequential_fwer"}
+    keys |= {"sequential_power", "sequential_seeds_per_cell", "sweeps"}
+    assert all(keys <= set(r) for r in result["scenarios"]) and result["rule"]["alpha"] == 0.05

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
 import pandas as pd
 import pytest
 
-from tests.test_command_scripts import PY, run_sweep
+from tests.test_command_scripts import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
 from trainables.config import TrainConfig
 from trainables.data import data_key
 from trainables.train import noise_seed
@@ -28,7 +35,7 @@ def test_bad_auto_flags_are_refused_before_ray(tmp_path):
     assert proc.returncode == 2 and "--max-seeds applies to --seeds auto only" in proc.stderr
 
 
-def _auto_sweep(tmp_path, max_seeds: int):
+def _auto_sweep(tmp_path, max_seeds: int, env: dict):
     return run_sweep(
         tmp_path,
         *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
@@ -36,12 +43,13 @@ def _auto_sweep(tmp_path, max_seeds: int):
         # run ahead (never left idle), and a clear cell can end one seed past its decision
         *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
         *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
+        env=env,
     )
 
 
 @pytest.mark.slow
-def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path):
-    proc = _auto_sweep(tmp_path, 6)
+def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path, sweep_env):
+    proc = _auto_sweep(tmp_path, 6, sweep_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
     assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
@@ -53,8 +61,61 @@ def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_pa
     assert f"trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
 
     # a higher cap later reopens only the undecided cell; the finished trials are reused
-    proc = _auto_sweep(tmp_path, 8)
+    proc = _auto_sweep(tmp_path, 8, sweep_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
     assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()
     assert f"{ran} finished trial(s) reused" in proc.stdout
+
+
+def _finished(experiment) -> list[tuple]:
+    """(cell, method, seed) of every trial folder whose command reported its val_acc."""
+    done = []
+    for trial in experiment.glob("*/result.json") if experiment.exists() else []:
+        rows = [json.loads(line) for line in trial.read_text().splitlines() if line.strip().endswith("}")]
+        if any("val_acc" in r for r in rows):
+            config = json.loads(trial.with_name("params.json").read_text())
+            done.append((config["cell"], config["method"], config["seed"]))
+    return done
+
+
+@pytest.mark.slow
+def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path):
+    argv = [
+        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", "5"),
+        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
+        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}"),
+        *("--seed", "{seed}", "--sleep", "1"),
+    ]
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    driver = subprocess.Popen(
+        [PY, "sweeps/run_command.py", *flags, *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    experiment = tmp_path / "runs" / "auto"
+    deadline = time.monotonic() + 300
+    while len(_finished(experiment)) < 4 and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    assert driver.poll() is None, "the sweep ended before it could be killed"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    before = set(_finished(experiment))
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", *flags, "--resume", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = Counter(_finished(experiment))
+    assert before <= set(done) and max(done.values()) == 1, done  # nothing finished twice
+    table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert (table.loc["same", "n"] == 5).all() and table.loc[("gap", "B"), "decision"] == "worse"
+    assert f"--seeds auto: {len(done)} trials run vs 20 in the fixed 5-seed grid" in proc.stdout

@@ -216,10 +216,10 @@ def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(t
 def test_resume_command_keeps_the_sweeps_own_flags():
     assert (
         resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"])
-        == "`python sweeps/run_command.py --name 'a b' --resume`"
+        == "python sweeps/run_command.py --name 'a b' --resume"
     )
     assert resume_command(None) == "its command line and --resume"
-    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "`python sweeps/run_command.py`"
+    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "python sweeps/run_command.py"
 
 
 @pytest.mark.parametrize(
@@ -280,8 +280,9 @@ def titled(names: set[str]) -> set[str]:
 
 
 @pytest.mark.slow
-def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
-    """A real sweep in a subprocess; `--status` from other processes while it runs and after a SIGKILL."""
+def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path, sweep_env):
+    """A real sweep in a subprocess on the session's shared Ray; `--status` from other processes while it runs
+    and after a SIGKILL."""
     name = "live"
     experiment = tmp_path / name
     driver = subprocess.Popen(
@@ -298,7 +299,7 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
             "--quiet",
         ],
         cwd=ROOT,
-        env=ENV,
+        env={**sweep_env, "RAY_DEDUP_LOGS": "0"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -328,7 +329,7 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path):
         trial_names = {p.name for p in experiment.iterdir() if p.is_dir()}
         assert wait_until(lambda: titled(trial_names), 60), "no process titled ray::<trial name>"
 
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started (Ray's own processes)
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started (its trials end with it)
         driver.wait(30)
         after = status(experiment)
         assert after.returncode == 1, after.stdout + after.stderr

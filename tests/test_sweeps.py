@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,10 @@ def last_result(trial_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_smoke_grid_subprocess_completes_12_trials(tmp_path, sweep_env):
-    proc = subprocess.run(
-        [sys.executable, "sweeps/noise_grid.py", "--smoke-test", "--storage-path", str(tmp_path)],
-        cwd=ROOT,
-        env=sweep_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def test_smoke_grid_subprocess_completes_12_trials(smoke_grid):
+    """The README's smoke grid (conftest's `smoke_grid`, shared with tests/test_docs_commands.py)."""
+    proc, experiment = smoke_grid.proc, smoke_grid.experiment
     assert proc.returncode == 0, proc.stderr[-3000:]
-    experiment = tmp_path / "noise_grid"
     trials = trial_dirs(experiment)
     assert sorted(t.name for t in trials) == sorted(
         f"{t}_{r:g}_seed0" for t in ("sym", "asym") for r in (0.125, 0.25, 0.375, 0.5, 0.625, 0.75)
@@ -58,7 +50,7 @@ def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
             "--noise-rates",
             "0.1,0.2,0.3,0.4",
             "--epochs",
-            "25",
+            "10",
             "--gpus-per-trial",
             "0.5",
             "--cpus-per-trial",
@@ -88,11 +80,9 @@ def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
 
 @pytest.mark.slow
 def test_more_gpus_per_trial_than_any_node_fails_fast(ray_gpus, tmp_path):
-    started = time.perf_counter()
     with pytest.raises(UsageError, match=r"8 GPU\(s\).*largest node has 4 GPU"):
         noise_grid.main(["--gpus-per-trial", "8", "--storage-path", str(tmp_path)])
-    assert time.perf_counter() - started < 30
-    assert not (tmp_path / "noise_grid").exists()
+    assert not (tmp_path / "noise_grid").exists()  # refused before Tune made the experiment folder
 
 
 @pytest.mark.parametrize(

@@ -98,14 +98,18 @@ def test_wandb_online_without_a_login_is_one_line(tmp_path, monkeypatch):
     assert type(monitoring.monitoring_callbacks(**flags(wandb_project="noise"))[-1]).__name__ == "WandbLoggerCallback"
 
 
-def tiny_tuner(callbacks: list, storage: Path):
-    """Two trials of a trainable that reports val/acc = x, then 2x: seconds, no data, no torch."""
+def tiny_tuner(callbacks: list, storage: Path, started=None):
+    """Two trials of a trainable that reports val/acc = x, then 2x: seconds, no data, no torch. `started`:
+    trial folder -> whether the tracker's run of the trial exists; the last report waits for it (up to 60 s):
+    with Ray 2.60 the W&B callback lost the run of a trial that ended before its logging actor started it."""
     from ray import tune
 
     def trainable(config):
-        for step in (1, 2):
-            tune.report({"val/acc": config["x"] * step})
-            time.sleep(0.5)  # ~1 s trials: with Ray 2.60 the W&B callback lost the run of a trial ending at once
+        tune.report({"val/acc": config["x"]})
+        deadline = time.monotonic() + 60
+        while started and not started(Path(tune.get_context().get_trial_dir())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tune.report({"val/acc": config["x"] * 2})
 
     return tune.Tuner(
         tune.with_resources(trainable, {"cpu": 0.5}),
@@ -136,7 +140,8 @@ def test_wandb_offline_writes_one_run_folder_per_trial(ray_gpus, tmp_path, monke
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     callbacks = monitoring.monitoring_callbacks(**flags(wandb_project="noise", quiet=True))
-    results = tiny_tuner(callbacks, tmp_path / "runs").fit()
+    run_started = lambda trial: any(trial.glob("wandb/offline-run-*"))  # noqa: E731
+    results = tiny_tuner(callbacks, tmp_path / "runs", started=run_started).fit()
     assert not results.errors
     run_dirs = sorted((tmp_path / "runs" / "trackers").glob("*/wandb/offline-run-*"))
     assert len(run_dirs) == 2, sorted(str(p) for p in (tmp_path / "runs").rglob("*offline-run*"))

@@ -19,19 +19,17 @@ copies another trial's checkpoint (exploit) and perturbs its config (explore).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from trainables.confidence import t_half_width  # the one t-quantile, shared with every table
 from trainables.config import METRIC, TrainConfig
-
-# Two-sided 95% Student-t quantiles for n - 1 degrees of freedom (n seeds, n <= 10); normal beyond.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def seed_mean(per_seed: list[dict], seeds: Sequence[int]) -> dict:
-    """Mean over seeds of every numeric metric, plus per-seed `METRIC`, its std and 95% CI.
+    """Mean over seeds of every numeric metric, plus per-seed `METRIC`, its std and 95% CI half width
+    (`trainables.confidence.t_half_width`; 0 with one seed).
 
     Args:
         per_seed: one metrics dict of `train_epochs` per seed, same epoch.
@@ -51,7 +49,7 @@ def seed_mean(per_seed: list[dict], seeds: Sequence[int]) -> dict:
         out[f"{METRIC}_seed{s}"] = v
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
     out[f"{METRIC}_std"] = std
-    out[f"{METRIC}_ci95"] = T95.get(len(values) - 1, 1.96) * std / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    out[f"{METRIC}_ci95"] = t_half_width(std, len(values)) if len(values) > 1 else 0.0
     out["num_seeds"] = len(values)
     return out
 

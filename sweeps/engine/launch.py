@@ -127,7 +127,9 @@ class Sweep:
             raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
         experiment_dir = self.options.experiment_dir
         if not self.options.resume:
-            records.write_settings(experiment_dir, sweep_info(self.tuned, self.param_space, self.settings))
+            records.write_settings(
+                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
+            )
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
         code = resume.report_outcome(rounds, reused or {}, self.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
@@ -214,12 +216,14 @@ def sweep_tune_config(
     return dataclasses.replace(tune_config, **shared)
 
 
-def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
-    """The `raysweep.json` record of a new sweep: metric, mode, command line, settings, start time and
-    `total_trials` (num_samples x the grid's size)."""
+def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
+    """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
+    itself: a command that reports only its validation metric), command line, settings, start time and
+    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/tune_state.py`)."""
     return {
         "metric": tune_config.metric,
         "mode": tune_config.mode,
+        "test_metric": test_metric if test_metric != tune_config.metric else None,
         "argv": sys.argv,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -182,9 +182,14 @@ class SweepProgress(tune.Callback):
         self._print([f"[{format_duration(time.monotonic() - self.started)}] trial {trial} errored: see {where}"])
 
     def on_experiment_end(self, trials, **info):
-        status = sweep_status(trials, self.total_trials, self.metric, self.mode)
+        # every trial finished: the planned ones never created were not needed (a searcher such as
+        # --seeds auto's said FINISHED), so the line counts only the trials that ran and says how many were saved
+        complete = all(t.status in ("TERMINATED", "ERROR") for t in trials)
+        status = sweep_status(trials, None if complete else self.total_trials, self.metric, self.mode)
         lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0, self.metric)
-        self._print([lines[0].replace("] ", "] sweep finished: ", 1)])
+        saved = (self.total_trials or 0) - len(trials) if complete else 0
+        line = lines[0].replace("] ", "] sweep finished: ", 1)
+        self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])
 
     def _print(self, lines: list[str]) -> None:
         stream = self.stream or sys.stdout

@@ -38,7 +38,8 @@ def next_seeds(
         values: {(cell, method, seed): metric}; running, failed: sets of (cell, method, seed).
     Returns:
         for each method the decision rule says `needs_more`, its lowest seed below max_seeds that is
-        neither done, running nor failed; ordered by its lead in results over the least-advanced open
+        neither done, running nor failed (none for a method with a failed seed: its counted seeds end
+        before it); ordered by its lead in results over the least-advanced open
         method of its cell, then seeds in flight, then the cell's largest adjusted p (highest first),
         then seeds done or running (fewest first). Every open method
         is listed, so a free slot is never left idle while one could use it.
@@ -55,7 +56,8 @@ def next_seeds(
     for row in rows:
         taken = {s for (c, m, s) in values.keys() | running | failed if (c, m) == (row["cell"], row["method"])}
         free = [s for s in range(rule.max_seeds) if s not in taken]
-        if row["needs_more"] and free:
+        stuck = any((c, m) == (row["cell"], row["method"]) for (c, m, _) in failed)  # counted seeds end there
+        if row["needs_more"] and free and not stuck:
             wanted.append((row["cell"], row["method"], free[0], row["n"], len(taken)))
     least = {}
     for c, _, _, done, _ in wanted:
@@ -70,27 +72,49 @@ def next_seeds(
 class SeedSearcher(Searcher):
     """Suggests trial configs `cell | {compare: method, "seed": seed}` by `next_seeds`.
 
+    A seed whose trial errored is rerun once: it is the lowest seed its method has not run, so
+    `next_seeds` hands it out next (the method's counted seeds are a gap-free prefix). A second error,
+    or a diverged result, ends the method's counted seeds before it.
+
     Args:
         cells: one config per cell (the grid's axes without seed and `compare`).
         compare: the compared axis; methods: its values.
         rule: the `analysis.seeds.SeedRule`.
         metric, mode: the sweep's metric (its last reported value is the one compared) and mode.
         known: {(cell key, method, seed): metric} of finished trials reused from earlier runs.
+        experiment_dir: where the decisions are written (`write_decisions`) once the searcher says
+            FINISHED, before the sweep's summary and report are made, so the tables show them.
     """
 
-    def __init__(self, cells: list[dict], compare: str, methods: list, rule: SeedRule, metric: str, mode: str, known):
+    def __init__(
+        self,
+        cells: list[dict],
+        compare: str,
+        methods: list,
+        rule: SeedRule,
+        metric: str,
+        mode: str,
+        known,
+        experiment_dir: str | None = None,
+    ):
         super().__init__(metric=metric, mode=mode)
+        self.experiment_dir = experiment_dir
         self.keys = sorted(cells[0]) if cells else []
         self.cells = {cell_key(c, self.keys): c for c in cells}
         self.compare, self.methods, self.rule = compare, list(methods), rule
-        self.values, self.running, self.failed = dict(known), {}, set()
+        self.values, self.running, self.failed, self.retried = dict(known), {}, set(), set()
 
     def suggest(self, trial_id: str) -> dict | None:
         todo = next_seeds(
             list(self.cells), self.methods, self.values, set(self.running.values()), self.failed, self.rule
         )
+        if not todo and self.running:
+            return None
         if not todo:
-            return None if self.running else Searcher.FINISHED
+            if self.experiment_dir and not getattr(self, "recorded", False):
+                self.recorded = True
+                write_decisions(self.experiment_dir, self.results(), self.compare, self.rule)
+            return Searcher.FINISHED
         cell, method, seed = self.running[trial_id] = todo[0]
         return self.cells[cell] | {self.compare: method, "seed": seed}
 
@@ -99,10 +123,20 @@ class SeedSearcher(Searcher):
         value = (result or {}).get(self.metric)
         if key is None:
             return
-        if error or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.failed.add(key)  # an errored or diverged seed is not retried here (Tune's FailureConfig did)
+        if error and key not in self.retried:
+            self.retried.add(key)  # errored (after Tune's FailureConfig retries): rerun once, as the method's next seed
+        elif error or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.failed.add(key)  # errored twice, or diverged (the same seed would diverge again): not rerun
         else:
             self.values[key] = float(value)
+
+    def results(self) -> dict:
+        """{cell key: {method: {seed: metric}}} of the results so far, seeds below the cap."""
+        out = {c: {m: {} for m in self.methods} for c in self.cells}
+        for (c, m, s), v in self.values.items():
+            if c in out and m in out[c] and s < self.rule.max_seeds:
+                out[c][m][s] = v
+        return out
 
     def save(self, checkpoint_path: str) -> None:
         storage.write_bytes(checkpoint_path, pickle.dumps(self.__dict__))  # atomic: a killed save leaves the old one
@@ -110,6 +144,8 @@ class SeedSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+        self.__dict__.setdefault("retried", set())  # a searcher saved before errored seeds were rerun
+        self.__dict__.setdefault("experiment_dir", None)
 
 
 def known_results(trials, compare: str, keys: list[str], metric: str) -> dict:
@@ -148,7 +184,8 @@ def auto_search(cells: list[dict], compare: str, rule: SeedRule, experiment_dir:
     rows = load_trials(experiment_dir).to_dict("records") if reused else []
     folders = set(reused.values())
     known = known_results([r for r in rows if r["trial_dir"] in folders], compare, keys, metric)
-    searcher = SeedSearcher(base, compare, methods, rule, metric, "max" if rule.mode == "max" else "min", known)
+    mode = "max" if rule.mode == "max" else "min"
+    searcher = SeedSearcher(base, compare, methods, rule, metric, mode, known, experiment_dir=experiment_dir)
     print(f"--seeds auto: {len(known)} finished trial(s) reused; {rule.describe()}", flush=True)
     return searcher, max(1, len(cells) - len(known))
 
@@ -171,11 +208,20 @@ def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_
     return planned, rule
 
 
+def write_decisions(experiment_dir: str, results: dict, compare: str, rule: SeedRule):
+    """Decide every (cell, method) of `results` ({cell key: {method: {seed: metric}}}) and write
+    `report/seeds.csv` (`analysis.seeds.seeds_frame`; `trainables.records.write_seeds_table`, atomically).
+    Returns (the frame, the CSV's path)."""
+    from analysis.seeds import seeds_frame
+
+    frame = seeds_frame(decide(results, rule), compare, rule)
+    return frame, records.write_seeds_table(experiment_dir, frame.to_csv(index=False))
+
+
 def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: SeedRule, metric: str) -> str:
     """Decide every (cell, method) from the experiment's finished trials, write `report/seeds.csv` and
     print one line: trials run against the fixed `--max-seeds` grid. Returns the CSV's path."""
     from analysis import load_trials
-    from analysis.seeds import seeds_frame
 
     base, methods = split_grid(cells, compare)
     keys = sorted(base[0]) if base else []
@@ -185,13 +231,12 @@ def finish_auto(experiment_dir: str, cells: list[dict], compare: str, rule: Seed
     for (c, m, s), v in known.items():
         if c in results and m in results[c] and s < rule.max_seeds:
             results[c][m][s] = v
-    frame = seeds_frame(decide(results, rule), compare)
-    path = records.write_seeds_table(experiment_dir, frame.to_csv(index=False))
+    frame, path = write_decisions(experiment_dir, results, compare, rule)
     ran, fixed = sum(len(by_seed) for r in results.values() for by_seed in r.values()), len(cells)
     undecided = int((frame["decision"] == "undecided").sum())
     print(
         f"--seeds auto: {ran} trials run vs {fixed} in the fixed {rule.max_seeds}-seed grid "
-        f"({1 - ran / fixed:.0%} saved); {undecided} comparison(s) undecided; {path}",
+        f"({fixed - ran} saved by the rule, {1 - ran / fixed:.0%}); {undecided} comparison(s) undecided; {path}",
         flush=True,
     )
     return path
