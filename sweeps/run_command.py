@@ -133,12 +133,19 @@ def add_metric_flags(parser) -> None:
 
 
 def add_command_flags(parser) -> None:
-    """How the command runs: --grace-period-s, --in-place, --dry-run, --check."""
+    """How the command runs: --grace-period-s, --write-wait-s, --in-place, --dry-run, --check."""
     parser.add_argument(
         "--grace-period-s",
         type=float,
         default=10.0,
         help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)",
+    )
+    parser.add_argument(
+        "--write-wait-s",
+        type=float,
+        default=30.0,
+        help="when a trial's command is stopped, first wait up to this many seconds for the files it is "
+        "writing under its trial folder to be closed, so a stop never tears a checkpoint (default: 30)",
     )
     parser.add_argument(
         "--in-place",
@@ -192,7 +199,7 @@ def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
 
 def check_command_args(args) -> None:
     """Raise UsageError for a --metric-pattern that reads no lines, a metric the command cannot
-    produce, a negative --grace-period-s, or --dry-run with --check."""
+    produce, a negative --grace-period-s or --write-wait-s, or --dry-run with --check."""
     patterns = [command_template.compile_metric_pattern(p) for p in args.metric_pattern]
     if patterns and args.metrics_from not in STREAMS_READ:
         raise UsageError(
@@ -200,8 +207,9 @@ def check_command_args(args) -> None:
             f"(use --metrics-from {' / '.join(STREAMS_READ)})"
         )
     command_template.check_metric_producible(args.metric, patterns, args.step_key, args.metrics_from, args.test_metric)
-    if not args.grace_period_s >= 0:
-        raise UsageError(f"--grace-period-s={args.grace_period_s} must be >= 0 seconds")
+    for flag in ("--grace-period-s", "--write-wait-s"):
+        if not getattr(args, flag[2:].replace("-", "_")) >= 0:
+            raise UsageError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))} must be >= 0 seconds")
     if args.dry_run and args.check:
         raise UsageError("--dry-run prints the commands and --check runs the first one; give one of them")
 
@@ -251,6 +259,7 @@ def command_trial_function(args, snapshot: dict | None):
             "metrics_from": args.metrics_from,
             "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
             "grace_period_s": args.grace_period_s,
+            "write_wait_s": args.write_wait_s,
             "cwd": os.getcwd(),
             "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
         },

@@ -233,10 +233,10 @@ def test_killed_worker_takes_the_command_and_its_grandchildren_with_it(tmp_path)
     )
     worker = subprocess.Popen([sys.executable, "-c", worker_code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     leader = int(worker.stdout.readline())
-    assert wait_until(lambda: len([p for p in psutil.process_iter() if _pgid(p) == leader]) == 3)  # sh + 2 sleeps
+    assert wait_until(lambda: len([p for p in psutil.process_iter() if _pgid(p) == leader]) == 4)  # shim, sh, 2 sleeps
     group = [p.pid for p in psutil.process_iter() if _pgid(p) == leader]
     direct = psutil.Process(worker.pid).children()
-    assert [p.pid for p in direct] == [leader]  # the watchdog is detached: Ray's kill of the children misses it
+    assert [p.pid for p in direct] == [leader]  # the shim; the detached watchdog is missed by Ray's kill of children
     for process in [*direct, psutil.Process(worker.pid)]:
         process.send_signal(signal.SIGKILL)
     worker.wait()

@@ -295,12 +295,12 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path, sweep_env):
     assert final[["epoch", "val_accuracy", "accuracy"]].values.tolist() == [[0, 0.89, 88.4]]
     out = proc.stdout
     assert re.search(
-        r"^error: trial strict_args\.py failed: command exited with exit code 2 \(not retried: exit code 2 is a usage "
-        r"error\); stderr ends: usage: strict_args\.py \[-h\] --learning-rate LEARNING_RATE \| strict_args\.py: "
-        r"error: the following arguments are required: --learning-rate",
+        r"^error: 1 trial\(s\) failed before reporting any metric, with the same error: strict_args\.py: error: "
+        r"the following arguments are required: --learning-rate\n  command exited with exit code 2 before",
         out,
         re.M,
     ), out
+    assert "hint: exit code 2 is argparse's usage error: the script refused the arguments" in out, out
     assert re.search(
         r"^error: trial quiet\.py failed: command exited 0 but reported no metric \(not retried: .*\); stdout ends: "
         r"Training with learning rate 0\.1 \| Model saved to \./model\.pt;",

@@ -24,10 +24,13 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence, records, storage
+from trainables.command_failure import CommandFailed, _failed, _take_turn, _verdict  # noqa: F401
 from trainables.command_parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
 from trainables.command_process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
     command_env,
+    command_pid,
+    exit_code_soon,
     exit_status,
     log_prefix,
     start_command,
@@ -45,6 +48,7 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
     recorded_steps,
     unreported_results,
 )
+from trainables.failure_gate import GateTicket
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 from trainables.watchdog import start_watchdog, terminate_group
@@ -53,10 +57,6 @@ from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_n
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 QUOTED_LINES = 3  # of which the error's last line quotes this many
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
-
-
-class CommandFailed(RuntimeError):
-    """The trial's command exited with an error, or reported no metric at all."""
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
@@ -69,6 +69,7 @@ def train_command(
     metrics_from: str = "output",
     complete_when: tuple = (),
     grace_period_s: float = 10.0,
+    write_wait_s: float = 30.0,
     cwd: str | None = None,
     code_dir: str | None = None,
 ) -> None:
@@ -86,6 +87,7 @@ def train_command(
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
+        write_wait_s: before that SIGTERM, the longest wait for its writes to finish (`watchdog.wait_for_writes`).
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
             folder); None: the worker's folder, which Tune sets to the trial folder.
         code_dir: the launch's code snapshot (`sweeps/engine/code_snapshot.py`; `workdir.code_folder`),
@@ -95,31 +97,32 @@ def train_command(
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
     Raises:
         CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
-            exited 0 without any result; exit code 2 and "no result" are not retried (`_failed`).
+            exited 0 without any result; exit code 2, "no result" and a failure before any metric
+            that repeats (`trainables/failure_gate.py`) are not retried (`_failed`).
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir, metrics_file = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    if _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ())):
-        return
+    recovered = _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ()))
+    if recovered or not _take_turn(reporter, _stop_requested):
+        return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
     argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
+    writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
     try:
-        watchdog = start_watchdog(proc.pid, grace_period_s)  # for a worker killed before `finally` runs
+        watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
-            _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir))
+            _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir, cwd))
             _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
-        terminate_group(proc, grace_period_s)
-        output.log.close()
-        if watchdog is not None:
-            os.close(watchdog)
-        for stream in echo.values():
-            stream.flush()
+        _end_command(proc, output, reporter, (grace_period_s, writes, watchdog))
+
+
+train_command.uses_failure_gate = True  # the sweep opens its failure gate (sweeps/engine/initial_failures.py)
 
 
 @dataclasses.dataclass
@@ -134,6 +137,7 @@ class StepReporter:
     restarted: bool = False  # a retry or --resume of this trial
     parsed: int = 0  # results seen in this run, reported or skipped as reported before
     last_result: dict | None = None  # the result last reported by this attempt
+    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -164,6 +168,8 @@ class StepReporter:
             if final and self.last_result is not None and self.last_result[key] == result[key]:
                 result = {**self.last_result, **result, JOINS_STEP_METRIC: 1}
             _report(result, key)
+            if self.last_result is None:
+                self.ticket.call("reported")  # the command works: the sweep's other trials may start
             self.last_result = result
             self.last_step = result[key] if last is None else max(last, result[key])
         return False
@@ -252,9 +258,10 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     except BaseException:
         log.close()
         raise
+    pid = command_pid(proc)  # the script's, not the shim's
     return proc, CommandOutput(
         start_readers(proc, log, outputs),
-        {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), proc.pid) for name in echo},
+        {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
@@ -281,30 +288,22 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events = output.events
     if reporter.report_new(output.written_since() + (events.poll() if events else [])):  # written just before the exit
         return True
-    # what the last step printed
-    return reporter.report_new(output.context.close() + (events.close() if events else []), final=True)
+    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
+    crashed = exit_code_soon(proc) not in (None, 0)
+    return reporter.report_new(output.context.close(crashed) + (events.close() if events else []), final=True)
 
 
-def _verdict(code: int, argv: list[str], reporter: StepReporter, output: CommandOutput, reading: tuple) -> None:
-    """Raise CommandFailed when the command exited non-zero, or exited 0 with no result at all
-    (`reading`: the patterns, --metrics-from, metrics file and `{trial_dir}` looked at)."""
-    patterns, metrics_from, metrics_file, work_dir = reading
-    if code != 0:
-        raise _failed(
-            f"command exited with {exit_status(code)}: {' '.join(argv)}",
-            output.tails["ERR"],
-            "stderr",
-            no_retry=code == 2,
-            why="exit code 2 is a usage error",
-        )
-    if reporter.parsed == 0 and reporter.last_step is None:
-        raise _failed(
-            no_metrics_message(reporter.step_key, patterns, metrics_from, metrics_file, work_dir, output.tails),
-            output.tails["OUT"],
-            "stdout",
-            no_retry=True,
-            why="it exited 0: running it again prints the same",
-        )
+def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:
+    """End what is left of the command's group (`stop`: grace period, writes waited for, the watchdog's
+    pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
+    grace_period_s, writes, watchdog = stop
+    terminate_group(proc, grace_period_s, writes)
+    reporter.ticket.call("left")
+    output.log.close()
+    if watchdog is not None:
+        os.close(watchdog)
+    for stream in output.echo.values():
+        stream.flush()
 
 
 def _report(result: dict, step_key: str) -> None:
@@ -345,22 +344,6 @@ def _stop_requested() -> bool:
         return bool(session and session.stop_event.is_set())
     except (ImportError, AttributeError):
         return False
-
-
-def _failed(summary: str, tail, stream: str, no_retry: bool, why: str) -> CommandFailed:
-    """The error of a failed command: `summary`, the tail of `stream`, and a last line (the one the
-    console shows) quoting that tail. With `no_retry`, first a report that tells Tune not to retry."""
-    tail = list(tail)
-    if no_retry:
-        tune.report({NO_RETRY_METRIC: 1})
-    quoted = " | ".join(line.strip() for line in tail[-QUOTED_LINES:] if line.strip()) or f"(no {stream} output)"
-    last = summary.split(": ", 1)[0] if summary.startswith("command exited with") else summary.split(": expected")[0]
-    return CommandFailed(
-        f"{summary}\nlast {len(tail)} lines of {stream}:\n"
-        + "\n".join(tail)
-        + "\n"
-        + f"{last}{f' (not retried: {why})' if no_retry else ''}; {stream} ends: {quoted}"
-    )
 
 
 def _trial_name_and_folder() -> tuple[str, Path]:

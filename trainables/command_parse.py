@@ -139,14 +139,16 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
             metrics (the first pattern to give a name wins).
     Returns:
         {metric: int | float}, `step_key` included when the line names the step; {} for a line
-        with no number in these forms. `97.0%` reads 97.0; NaN and inf are kept (the trainable
-        treats them as divergence).
+        with no number in these forms, and for a configuration dump (`output_shapes.config_dump`).
+        `97.0%` reads 97.0; NaN and inf are kept (the trainable treats them as divergence).
     """
     return read_line(line, step_key, patterns)[0]
 
 
 def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
     """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
+    if output_shapes.config_dump(line):
+        return {}, frozenset()
     step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
     metrics, running = {}, frozenset()
     if not patterns:
@@ -228,8 +230,13 @@ class StepContext:
             done += self._flush()
         return done
 
-    def close(self) -> list[dict]:
-        """The final result: metrics not returned yet, at the last step seen (0 if none); [] if none."""
+    def close(self, crashed: bool = False) -> list[dict]:
+        """The final result: metrics not returned yet, at the last step seen (0 if none); [] if none,
+        and [] when the command `crashed` (exited non-zero) before any step line: what it printed
+        was a preamble (a config dump such as `lr: 0.1` lines), not a result."""
+        if crashed and self.step is None:
+            self.pending, self.settled = {}, set()
+            return []
         return self._flush(final=True)
 
     def _flush(self, final: bool = False) -> list[dict]:

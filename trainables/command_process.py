@@ -31,6 +31,7 @@ TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
 STREAM_NAMES = {"OUT": "stdout", "ERR": "stderr"}  # the log prefix's name of a stream -> --metrics-from's
 TAIL_POLL_S = 0.02  # how long a reader waits for more output at the end of its file
 
+SHIM = Path(__file__).with_name("command_shim.py")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
@@ -62,19 +63,21 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
 
 
 def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: dict | None = None) -> subprocess.Popen:
-    """Start `argv` as the leader of a new session / process group.
+    """Start `argv` in a new session / process group under `trainables/command_shim.py` (the group's
+    leader and the returned `Popen`: its exit status is the command's), so that a dying Ray worker's
+    SIGKILL of its children misses the command itself.
 
     Args:
         outputs: {"OUT": path, "ERR": path}: the files its stdout and stderr go to (emptied first);
             None: pipes (bytes), as `--check` reads them.
-    The child asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
-    i.e. when the worker process is killed. The preexec function only makes one libc call,
-    prepared before the fork, so it is safe in the threaded Ray worker.
+    The shim asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
+    and ignores it, as it ignores every SIGTERM: the watchdog ends the group. The preexec function
+    only makes one libc call, prepared before the fork, so it is safe in the threaded Ray worker.
     """
     files = {name: open(path, "wb") for name, path in (outputs or {}).items()}
     try:
         return subprocess.Popen(
-            argv,
+            [sys.executable, "-S", str(SHIM), *argv],
             stdin=subprocess.DEVNULL,
             stdout=files.get("OUT", subprocess.PIPE),
             stderr=files.get("ERR", subprocess.PIPE),
@@ -86,6 +89,23 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: d
     finally:
         for file in files.values():
             file.close()  # the command holds its own copies
+
+
+def command_pid(proc: subprocess.Popen, timeout_s: float = 2.0) -> int:
+    """The pid of the command that `start_command`'s shim runs (its child: the pid `nvidia-smi` shows),
+    waiting up to `timeout_s` for the shim to fork it; the shim's own pid if it has none by then."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.Error:
+            break
+        if children:
+            return children[0].pid
+        time.sleep(0.005)
+    return proc.pid
 
 
 def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:
@@ -192,3 +212,11 @@ def exit_status(code: int) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"signal {-code}"
     return f"exit code {code}"
+
+
+def exit_code_soon(proc: subprocess.Popen, timeout_s: float = 5.0) -> int | None:
+    """`proc`'s exit code once its pipes have closed (it is exiting); None if it still runs after `timeout_s`."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None

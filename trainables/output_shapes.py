@@ -7,6 +7,8 @@ holds their recorded lines. `command_parse.line_metrics` applies them before the
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 
 # Kept in step with command_parse.KEY / NUMBER (imported there from here, so there is one copy).
@@ -31,6 +33,29 @@ _EPOCH_FORMS = (
     re.compile(r"(?<![\w.])Epoch\(\w+\)\s*\[\s*(?P<step>\d+)\s*\]\s*\[\s*\d+\s*/\s*\d+\s*\]"),
     re.compile(r"(?<![\w.])Train:\s*(?P<step>\d+)\s+\[\s*\d+\s*/\s*\d+"),
 )
+
+
+# argparse's `Namespace(batch_size=64, data='../data', ...)`, as `print(args)` shows it
+_NAMESPACE = re.compile(r"\bNamespace\(\w+=")
+
+
+def config_dump(line: str) -> bool:
+    """Whether `line` prints a configuration, not metrics: argparse's `Namespace(lr=0.1, ...)`, or a
+    Python / JSON dict with a value that is not a number (`{'lr': 0.1, 'data_path': '../datasets'}`);
+    a dict of numbers only (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`) is metrics."""
+    if _NAMESPACE.search(line):
+        return True
+    start, end = line.find("{"), line.rfind("}")
+    if start < 0 or end < start:
+        return False
+    for parse in (ast.literal_eval, json.loads):
+        try:
+            value = parse(line[start : end + 1])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        values = value.values() if isinstance(value, dict) else ()
+        return any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)
+    return False
 
 
 def fraction_percent(line: str) -> dict:

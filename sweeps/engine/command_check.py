@@ -8,6 +8,7 @@ folder removed afterwards: nothing is written under --storage-path. `{gpu}` is e
 
 from __future__ import annotations
 
+import os
 import queue
 import shlex
 import sys
@@ -74,8 +75,11 @@ def check_command(args) -> int:
         finally:
             terminate_group(proc, 2.0)
         _keep_new_paths(Path(folder), work_dir, code, args.in_place)
-        rows = context.close() if streams else []
+        rows = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
         show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
+    folder = os.getcwd() if args.in_place else f"{work_dir} (a copy of the launch folder, as each trial's; removed now)"
+    if code != 0:
+        return _crashed(code, printed["stderr"], folder)
     return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
 
 
@@ -97,6 +101,22 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     working = fill_work_dir(records.code_dir(folder), work_dir)
     print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
+
+
+def _crashed(code: int, stderr: list[str], folder: str) -> int:
+    """Say that the command crashed, not that a metric was missing: its exit, its exception line (or
+    last stderr line), the folder it ran in, and a hint fitting the cause. Returns 1."""
+    from sweeps.engine.initial_failures import hint
+    from trainables.command_process import exit_status
+    from trainables.failure_gate import exception_line
+
+    lines = [line for line in stderr if line.strip()]
+    error = exception_line(lines) or (lines[-1].strip() if lines else "(no stderr output)")
+    print(f"the command crashed ({exit_status(code)}) before --check could judge its metrics: {error}", flush=True)
+    print(f"it ran in {folder}", flush=True)
+    parts = {"tail": lines[-30:], "exception": error, "folder": folder.split(" (")[0], "exit": exit_status(code) + " "}
+    print(hint(parts), file=sys.stderr, flush=True)
+    return 1
 
 
 def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:

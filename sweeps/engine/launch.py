@@ -37,6 +37,7 @@ from sweeps.engine.gpus import (
     oom_trials,
     requeued_trial_paths,
 )
+from sweeps.engine.initial_failures import InitialFailures
 from sweeps.engine.monitoring import monitoring_callbacks
 from sweeps.engine.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
@@ -156,12 +157,14 @@ def start_sweep(
         trial_function: see `TrialFunction`. metric, mode: what the sweep ranks by (its TuneConfig's).
         checkpoint_config: default: the best two by `metric` (and the latest).
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
+    --max-initial-failures applies where the trial function uses the sweep's failure gate (command trials).
     Returns:
         the `Sweep`, for the script's `Tuner`.
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
             another driver alive on `options.experiment_dir` (`sweeps.engine.driver_lock`).
     """
+    gated = getattr(trial_function.function, "uses_failure_gate", False)  # command trials
     callbacks = monitoring_callbacks(  # before Ray: a bad tracker is a usage error
         options.name,
         progress_every=options.progress_every,
@@ -180,6 +183,7 @@ def start_sweep(
         metric=metric,
         mode=mode,
         checkpoint_config=checkpoint_config,
+        max_initial_failures=options.max_initial_failures if gated else None,
     )
     no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
     starts_ray = not ray.is_initialized() and no_cluster
@@ -270,6 +274,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     # (Ray's switch), and one line says where the results and TensorBoard files are.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
+    # Tune logs every trial error with its traceback; each is in the trial's error.txt, the progress
+    # block names that file, and the outcome prints each error once (sweeps/engine/initial_failures.py).
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
@@ -288,6 +295,7 @@ def sweep_run_config(
     metric: str = METRIC,
     mode: str = MODE,
     checkpoint_config: CheckpointConfig | None = None,
+    max_initial_failures: int | None = None,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
@@ -300,13 +308,16 @@ def sweep_run_config(
     (`RestoreFromSurvivingCheckpoint`; in the Tuner's `RunConfig`, so it acts on `--resume`): every
     failure callback is added here, after `callbacks`. Files trials write (noise.json, logs) are
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
-    `callbacks` replace Tune's tables (verbose=0).
+    `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
+    sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
+    repeats is not retried, and that many of them before any metric stop the sweep.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
+    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
     settings = {
         "name": name,
         "storage_path": str(storage_path),
@@ -317,7 +328,8 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint()],
+        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "stop": initial[0] if initial else None,
         "verbose": 0,
     }
     return RunConfig(**(settings | overrides))

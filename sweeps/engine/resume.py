@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from analysis import ExperimentError, load_trials
+from sweeps.engine import initial_failures
 from trainables import records, storage
 from trainables.config import config_hash
 
@@ -43,7 +44,8 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
     """Finished trials of an experiment folder: config hash -> trial folder (the newest per hash).
 
     A trial is finished when it diverged, or its last `epoch` is its config's `epochs`, or (a
-    command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error.
+    command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error after
+    it reported a step (a sweep stopped before a trial reported, e.g. by --max-initial-failures, leaves it unfinished).
     Its hash is the one in `trial_config.json` (the built-in trainable writes it), else
     `hash_fn` of its config. The folder may be local or on object storage (s3://...): trial
     folders are returned as strings, local paths or URIs, and read through pyarrow.
@@ -144,15 +146,18 @@ def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requ
             f"dump: {records.record_path(folder, records.DIVERGENCE_FILE)}"
         )
     failed = [r for r in results if r.error is not None]
-    for r in failed:
+    early = {r.path: r.error for r in failed if initial_failures.is_early(r.error)}  # before any metric
+    for r in (r for r in failed if r.path not in early):
         error = str(r.error).strip().splitlines()
         print(
             f"error: trial {Path(r.path).name} failed: {error[-1] if error else type(r.error).__name__}; "
             f"error file: {Path(r.path) / 'error.txt'}"
         )
-    if failed:
+    initial_failures.explain(early)  # each distinct error once, with a hint: a retry cannot fix it
+    if len(failed) > len(early):
         print(
-            f"{len(failed)} trial(s) ended in error; `--resume --retry-errored` continues them from their checkpoints"
+            f"{len(failed) - len(early)} trial(s) ended in error; "
+            "`--resume --retry-errored` continues them from their checkpoints"
         )
     scored = [r for r in results if r.error is None and _reported(r, metric)]
     if not scored and len(reused) == len(reused_diverged):
@@ -185,8 +190,8 @@ def _finished(row: dict) -> bool:
     config: a command) ended TERMINATED without error."""
     if bool(row.get("diverged")):
         return True
-    if _missing(row.get("config/epochs")):
-        return row.get("status") == "TERMINATED" and _missing(row.get("error"))
+    if _missing(row.get("config/epochs")):  # a command: one that reported no step (stopped before) is not finished
+        return row.get("status") == "TERMINATED" and _missing(row.get("error")) and not _missing(row.get("last/epoch"))
     return row.get("last/epoch") == row.get("config/epochs")
 
 

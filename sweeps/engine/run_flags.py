@@ -20,6 +20,7 @@ from sweeps.engine.flags import (
     seeds_value,
 )
 from trainables import records
+from trainables.failure_gate import MAX_INITIAL_FAILURES
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
@@ -116,6 +117,14 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
     )
     faults.add_argument("--fail-fast", action="store_true", help="stop the whole sweep at the first trial error")
     faults.add_argument(
+        "--max-initial-failures",
+        type=int,
+        default=MAX_INITIAL_FAILURES,
+        help="command sweeps: stop when this many trial attempts failed before any trial reported a metric; "
+        "until one has, no more start at once; 0: never (default: "
+        f"{MAX_INITIAL_FAILURES}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
+    )
+    faults.add_argument(
         "--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)"
     )
     if grid:
@@ -188,6 +197,8 @@ def check_run_args(args: argparse.Namespace) -> None:
     args.storage_path = check_storage_path(args.storage_path)
     if args.max_failures is not None and args.max_failures < 0:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
+    if args.max_initial_failures < 0:
+        raise UsageError(f"--max-initial-failures={args.max_initial_failures} must be a whole number >= 0 (0: off)")
     if args.fail_fast and args.max_failures:
         raise UsageError(
             f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; "
@@ -224,6 +235,8 @@ class RunOptions:
         dashboard_host: the interface Ray's dashboard listens on.
         storage_is_shared: trust that `storage_path` is reachable from every node.
         max_failures: retries of a failed trial (0 with `fail_fast`).
+        max_initial_failures: command trials: attempts failing before any metric that stop the sweep
+            (0: never; `trainables/failure_gate.py`).
         fail_fast: the first trial error stops the sweep.
         resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
@@ -243,6 +256,7 @@ class RunOptions:
     dashboard_host: str = "127.0.0.1"
     storage_is_shared: bool = False
     max_failures: int = MAX_FAILURES
+    max_initial_failures: int = MAX_INITIAL_FAILURES
     fail_fast: bool = False
     resume: bool = False
     retry_errored: bool = False

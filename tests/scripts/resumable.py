@@ -1,5 +1,6 @@
 """A script that keeps its own checkpoint in --out and resumes from it, like most research repos;
-with --kill-parent-after N it kills the process that started it (the trial's worker) right after
+with --kill-parent-after N it kills the trial's worker (the parent of the command
+shim that started it) right after
 printing epoch N (once the trial's stdout file holds that line; with --kill-at-once the worker is
 frozen (SIGSTOP) before the line is printed and killed right after, so it never reads it), once: lines it
 printed that the worker never read or reported must not be lost.
@@ -13,6 +14,8 @@ import os
 import signal
 import time
 from pathlib import Path
+
+import psutil
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
@@ -41,5 +44,5 @@ for epoch in range(start, args.epochs + 1):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        os.kill(os.getppid(), signal.SIGKILL)
-        time.sleep(30)  # the worker's death takes this process with it
+        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command_shim.py's parent
+        time.sleep(30)  # the watchdog ends this process once the worker is gone

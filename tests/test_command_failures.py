@@ -1,0 +1,214 @@
+"""How a command sweep fails and stops, through `python sweeps/run_command.py` as a user types it, on the
+session's shared Ray (conftest's `sweep_env`): a failure that repeats explains itself once; a stop never
+tears the file the script is writing."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from tests.test_command_scripts import run_sweep
+from trainables.command_sources import ATTEMPT_LINE
+
+PY = sys.executable
+MIB = 1 << 20
+SAVE_MIB = 96
+
+# pytorch/examples imagenet: the eval line, then `torch.save(checkpoint.pth.tar)` of the model it holds, at once;
+# here the line holds a NaN.
+NAN_THEN_SAVE = f"""
+import torch
+weights = torch.ones({SAVE_MIB} * {MIB} // 4)
+print("epoch=1 val_acc=nan", flush=True)
+torch.save({{"weights": weights}}, "checkpoint.pth.tar")
+print("saved", flush=True)
+"""
+
+
+def test_a_nan_line_then_a_large_save_leaves_every_saved_file_whole(tmp_path, sweep_env):
+    script = tmp_path / "nan_then_save.py"
+    script.write_text(NAN_THEN_SAVE)
+    proc = run_sweep(
+        tmp_path, "--axis", "seed=0,1", "--metric", "val_acc", "--", PY, str(script), "{seed}", env=sweep_env
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # diverged trials: not ranked
+    assert proc.stdout.count("diverged (not ranked)") == 2, proc.stdout[-3000:]
+    saved = sorted((tmp_path / "runs" / "command").glob("*/work/checkpoint.pth.tar"))
+    assert len(saved) == 2, proc.stdout[-3000:]
+    for path in saved:
+        assert torch.load(path)["weights"].numel() == SAVE_MIB * MIB // 4, path
+
+
+# pytorch/examples imagenet with its data beside the repo: `FileNotFoundError: '../imagenet_synth/train'`
+MISSING_DATA = """
+import argparse, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--seed", type=int)
+args = parser.parse_args()
+print(args, flush=True)  # a config dump, as many scripts print before the first epoch
+print("=> loading data", file=sys.stderr, flush=True)
+open("../imagenet_synth_missing/train/index.csv").read()
+"""
+# a failure after a metric: a crash in epoch 2
+CRASH_AFTER_A_METRIC = """
+import sys
+print("epoch=1 val_acc=0.5", flush=True)
+sys.exit("CUDA error: an illegal memory access was encountered")
+"""
+
+
+def attempts(experiment) -> dict[str, int]:
+    """How many times each trial's command started (`command_stdout.txt` marks each start)."""
+    return {p.parent.name: p.read_text().count(ATTEMPT_LINE) for p in experiment.glob("*/command_stdout.txt")}
+
+
+def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_explains_itself_once(tmp_path, sweep_env):
+    script = tmp_path / "missing_data.py"
+    script.write_text(MISSING_DATA)
+    seeds = "seed=" + ",".join(map(str, range(6)))
+    proc = run_sweep(tmp_path, "--axis", seeds, "--", PY, str(script), "--seed", "{seed}", env=sweep_env)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    assert sum(attempts(tmp_path / "runs" / "command").values()) <= 3, attempts(tmp_path / "runs" / "command")
+    assert "stopping the sweep: its first 3 trial attempts failed before reporting any metric" in out, out
+    explained = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(explained) == 1, out  # the error once, not per trial
+    assert "failed before reporting any metric, with the same error: FileNotFoundError" in explained[0]
+    assert "../imagenet_synth_missing/train/index.csv" in explained[0]
+    hint = next(line for line in out.splitlines() if line.startswith("hint: "))
+    assert "'../imagenet_synth_missing/train/index.csv' is relative to the trial's working folder" in hint, hint
+    assert "/work" in hint and "--in-place" in hint, hint
+    assert "    => loading data" in out  # the script's last stderr lines
+    assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
+
+
+def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(tmp_path, sweep_env):
+    script = tmp_path / "crash_after_a_metric.py"
+    script.write_text(CRASH_AFTER_A_METRIC)
+    proc = run_sweep(tmp_path, "--max-failures", "1", "--", PY, str(script), env=sweep_env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list(attempts(tmp_path / "runs" / "command").values()) == [2]  # retried once, as --max-failures says
+    assert "1 trial(s) ended in error; `--resume --retry-errored` continues them" in proc.stdout, proc.stdout
+    assert "before reporting any metric" not in proc.stdout
+
+
+# --- the pieces, without Ray -----------------------------------------------------------------------
+
+
+def test_a_config_dump_is_not_a_metrics_row_and_a_crash_before_any_step_reports_nothing():
+    from trainables.command_parse import StepContext, line_metrics
+
+    assert line_metrics("Namespace(batch_size=64, data='../data', epochs=14, lr=1.0)", "epoch") == {}
+    assert line_metrics("{'lr': 0.1, 'data_path': '../datasets', 'epochs': 10}", "epoch") == {}
+    assert line_metrics('{"lr": 0.1, "amp": true}', "epoch") == {}
+    assert line_metrics("{'eval_loss': 0.31, 'epoch': 2.0}", "epoch") == {"eval_loss": 0.31, "epoch": 2.0}  # HF
+    crashed = StepContext("epoch")
+    crashed.feed("lr: 0.1")  # a YAML dump, line by line
+    assert crashed.close(crashed=True) == []
+    finished = StepContext("epoch")
+    finished.feed("val_acc: 0.9")  # a script that prints no step: its result, once it exited 0
+    assert finished.close() == [{"val_acc": 0.9, "epoch": 0}]
+
+
+def test_the_gate_lets_three_attempts_start_until_a_result_and_knows_a_repeated_error():
+    from trainables.failure_gate import FailureGate
+
+    gate = FailureGate(3)
+    assert [gate.enter(a) for a in "abcd"] == ["go", "go", "go", "wait"]
+    assert gate.failed_early("a", "1: FileNotFoundError: x") == (False, False)
+    assert gate.enter("d") == "wait"  # 2 running + 1 failed: no fourth start yet
+    assert gate.failed_early("b", "1: FileNotFoundError: x") == (True, False)  # the same error: not retried
+    assert gate.failed_early("c", "1: KeyError: y") == (False, True)  # 3 failures before any result: the sweep stops
+    assert gate.enter("d") == "stop"
+    opened = FailureGate(3)
+    opened.enter("a")
+    opened.reported("a")
+    assert [opened.enter(a) for a in "bcdef"] == ["go"] * 5  # a trial reported: every trial starts at once
+    assert FailureGate(0).enter("a") == "go" and not FailureGate(0).stopping()
+
+
+def test_a_failure_signature_blanks_the_trial_and_the_hint_names_the_missing_relative_path():
+    from sweeps.engine.initial_failures import hint
+    from trainables.failure_gate import missing_path, signature
+
+    tails = [
+        ["Traceback (most recent call last):", f"FileNotFoundError: [Errno 2] No such file: '/runs/{t}/work/x'"]
+        for t in ("t0", "t1")
+    ]
+    assert len({signature(1, tail, {f"/runs/{t}/work": "{trial_dir}"}) for tail, t in zip(tails, ("t0", "t1"))}) == 1
+    line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
+    assert missing_path(line) == "../data/train"
+    text = hint({"tail": [line], "exception": line, "folder": "/runs/t0/work", "exit": "exit code 1 "})
+    assert "'../data/train' is relative to the trial's working folder /runs/t0/work" in text
+    assert "/runs/t0/data/train" in text and "--in-place" in text
+    assert "--check" in hint({"tail": ["KeyError: 'lr'"], "exception": "KeyError: 'lr'", "folder": "/w", "exit": ""})
+
+
+def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_reported():
+    from types import SimpleNamespace
+
+    from sweeps.engine.initial_failures import InitialFailures
+    from trainables.failure_gate import EARLY_FAILURE_METRIC
+
+    early = SimpleNamespace(last_result={EARLY_FAILURE_METRIC: 1})
+    stopper = InitialFailures(3)
+    for _ in range(2):
+        stopper.on_trial_recover(0, [], early)
+    assert not stopper.stop_all()
+    stopper.on_trial_error(0, [], early)
+    assert stopper.stop_all() and not stopper(trial_id="t", result={})
+    working = InitialFailures(3)
+    working.on_trial_result(0, [], early, {"epoch": 1, "val_acc": 0.5})
+    for _ in range(5):
+        working.on_trial_error(0, [], early)
+    assert not working.stop_all()  # failures after a result keep Tune's retries
+
+
+def test_explain_prints_each_distinct_early_error_once(capsys):
+    from sweeps.engine.initial_failures import explain, is_early
+    from trainables.command import _failed
+    from trainables.failure_gate import EARLY_FAILURE, WORKING_FOLDER
+
+    line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
+    errors = {
+        f"/runs/command/t{i}": _failed(
+            f"command exited with exit code 1 {EARLY_FAILURE}: python x.py\n{WORKING_FOLDER}/runs/command/t{i}/work",
+            ["=> loading", "Traceback (most recent call last):", line],
+            "stderr",
+            False,
+            "",
+        )
+        for i in range(3)
+    }
+    assert all(is_early(e) for e in errors.values())
+    explain(errors)
+    out = capsys.readouterr().out
+    assert [line[:7] for line in out.splitlines()].count(
+        "error: "
+    ) == 1 and f"error: 3 trial(s) failed {EARLY_FAILURE}, with the same error: {line}" in out
+    assert "    => loading" in out and out.count("hint: '../data/train' is relative") == 1
+
+
+def test_check_tells_a_crash_from_a_metric_never_printed(tmp_path):
+    import os
+    import subprocess
+
+    from tests.test_command_scripts import ROOT
+
+    script = tmp_path / "missing_data.py"
+    script.write_text(MISSING_DATA)
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", "--check", "--in-place", "--", PY, str(script), "--seed", "0"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "the command crashed (exit code 1) before --check could judge its metrics: FileNotFoundError" in proc.stdout
+    assert f"it ran in {ROOT}" in proc.stdout
+    assert "metrics row" not in proc.stdout  # the Namespace(...) dump is not one
+    assert "--metric-pattern" not in proc.stderr  # no blame on the metric settings: the script crashed
+    assert "'../imagenet_synth_missing/train/index.csv' is relative" in proc.stderr
