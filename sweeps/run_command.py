@@ -128,7 +128,9 @@ def add_metric_flags(parser) -> None:
         default="output",
         help="output: lines printed to stdout and stderr (Python logging and tqdm write there), read in "
         "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
-        "jsonl: that file only; tensorboard: event files the script writes under {trial_dir} (default: output)",
+        "jsonl: that file only; tensorboard: event files the script writes under {trial_dir}; wandb, mlflow, csv, "
+        "hf: the W&B run, MLflow store, metrics.csv or trainer_state.json the script writes under {trial_dir}, "
+        "which output also reads for a trial that prints no metric (default: output)",
     )
 
 
@@ -330,7 +332,7 @@ def main(argv: list[str]) -> int:
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
     )
-    print(f"command: {shlex.join(args.template)}; {len(plan.todo)} to run, {len(plan.reused)} reused", flush=True)
+    print(command_template.launch_line(args.template, plan, args.metrics_from), flush=True)
     if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
         plan, rule = seed_search.auto_plan(
             plan, cells, args.compare, args.auto, options.experiment_dir, args.metric, args.mode

@@ -343,7 +343,7 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, swee
     assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log
     assert history(trial)["epoch"].tolist() == list(range(1, 9))
     assert re.search(
-        r"reporting \d row\(s\) printed before the restart but never reported \(steps \d\.\.6,",
+        r"reporting \d row\(s\) written before the restart but never reported \(steps \d\.\.6,",
         (trial / "stdout").read_text(),
     )
 
@@ -411,7 +411,7 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
         log.read_text(),
     )
     if unreported:  # the rows printed after the kill came from the stdout file, not from the script again
-        assert "printed before the restart but never reported" in (trial / "stdout").read_text()
+        assert "written before the restart but never reported" in (trial / "stdout").read_text()
 
 
 def _epochs(result_file: Path) -> list[int]:

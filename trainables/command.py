@@ -45,12 +45,15 @@ from trainables.command_sources import (  # noqa: F401  (read_metrics_file: also
     last_reported_step,
     no_metrics_message,
     read_metrics_file,
+    record_reader,
     recorded_steps,
     unreported_results,
+    unreported_tracker_rows,
 )
 from trainables.failure_gate import GateTicket
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
+from trainables.tracker_sources import TRACKERS, sources_of, tracker_env
 from trainables.watchdog import start_watchdog, terminate_group
 from trainables.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 
@@ -82,8 +85,8 @@ def train_command(
         step_key: the metric counting progress (`command_parse.StepContext` groups results by it).
         metric_pattern: regex(es) with named groups for printed lines, one per line shape;
             None: `key=value` / `key: value` pairs.
-        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard`: where results are read
-            (docs/command-trial-internals.md).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv` or
+            `hf`: where results are read (docs/command-trial-internals.md).
         complete_when: metric names whose presence completes a step's result at once (the sweep's
             metric and test metric); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
@@ -102,12 +105,12 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
-    work_dir, metrics_file = _trial_files(trial_folder, code_dir)
+    work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    recovered = _report_recovered(reporter, trial_name, patterns, complete_when, STREAMS_READ.get(metrics_from, ()))
+    recovered = _report_recovered(reporter, trial_name, patterns, complete_when, (metrics_from, work_dir))
     if recovered or not _take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
-    argv, env, cwd = _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd)
+    argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
@@ -187,10 +190,13 @@ def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
     return work_dir, metrics_file
 
 
-def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, streams) -> bool:
+def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, reading: tuple) -> bool:
     """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
-    lines a killed worker never read: `catch_up`) but never reported, before the command starts again;
-    True when one diverged (the trial then ends)."""
+    lines a killed worker never read: `catch_up`), or else written to the tracker records
+    --metrics-from reads (`reading`: it and `{trial_dir}`), but never reported, before the command
+    starts again; True when one diverged (the trial then ends)."""
+    metrics_from, work_dir = reading
+    streams = STREAMS_READ.get(metrics_from, ())
     catch_up(reporter.trial_folder)
     stdout_log = reporter.trial_folder / STDOUT_LOG
     last_step, key = reporter.last_step, reporter.step_key
@@ -207,10 +213,15 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
         if reporter.restarted and streams
         else []
     )
+    origin = stdout_log.name
+    if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
+        printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams)
+        if not printing:  # `output` reads the trackers of a script that prints no metric only
+            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), complete_when)
     if recovered:
         print(
-            f"{trial_name}: reporting {len(recovered)} row(s) printed before the restart but never reported "
-            f"(steps {recovered[0][key]}..{recovered[-1][key]}, from {stdout_log.name})",
+            f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
+            f"(steps {recovered[0][key]}..{recovered[-1][key]}, from {origin})",
             flush=True,
         )
     diverged = reporter.report_new(recovered, missing=True)
@@ -218,10 +229,13 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     return diverged
 
 
-def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_dir, cwd) -> tuple[list, dict, str]:
+def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`, `fill_work_dir`), else `cwd`. A folder around the launch folder missing
-    on this node fails the trial once, not retried (`workdir.MissingOnNode`)."""
+    there is one (`code_dir`, `fill_work_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics
+    file. A folder around the launch folder missing on this node fails the trial once, not retried
+    (`workdir.MissingOnNode`). W&B and MLflow point at `{trial_dir}` where the environment leaves them
+    unset (`tracker_env`), said in the log."""
+    work_dir, metrics_file = files
     if code_dir:
         try:
             cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
@@ -231,7 +245,11 @@ def _prepare_command(template, config, trial_name, work_dir, metrics_file, code_
     else:
         work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
-    return argv, command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction()), cwd
+    env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
+    set_now = tracker_env(env, work_dir, metrics_from)
+    if set_now:
+        print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
+    return argv, env, cwd
 
 
 def _keep_new_paths(code_dir: str | None, work_dir: Path, trial_name: str) -> None:
@@ -249,8 +267,8 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     file (its folder, the trial's, holds the output files); TensorBoard events are read under
     `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
     step_key, patterns, complete_when, metrics_from, metrics_file = reading
-    tensorboard = metrics_from == "tensorboard"
     work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
+    records_read = record_reader(metrics_from, work_dir, step_key, complete_when, since=time.time() - 2.0)
     log = StreamLog(metrics_file.parent / STDOUT_LOG)
     outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
     try:
@@ -265,8 +283,8 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if tensorboard else metrics_file,
-        TensorBoardResults(work_dir, step_key, complete_when) if tensorboard else None,
+        None if metrics_from == "tensorboard" or metrics_from in TRACKERS else metrics_file,
+        records_read,
         step_key,
         log,
     )
@@ -285,12 +303,12 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
         if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
             break  # a process that left the group holds the pipes open; stop waiting for it
-    events = output.events
-    if reporter.report_new(output.written_since() + (events.poll() if events else [])):  # written just before the exit
+    events, written = output.events, output.written_since()
+    if reporter.report_new(written + (events.poll(written) if events else [])):  # written just before the exit
         return True
     # what the last step printed; a script that crashed before its first step printed no result (a config dump)
-    crashed = exit_code_soon(proc) not in (None, 0)
-    return reporter.report_new(output.context.close(crashed) + (events.close() if events else []), final=True)
+    last = output.context.close(exit_code_soon(proc) not in (None, 0))
+    return reporter.report_new(last + (events.poll(last) + events.close() if events else []), final=True)
 
 
 def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:

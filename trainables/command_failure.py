@@ -12,6 +12,7 @@ from trainables.command_parse import NO_RETRY_METRIC
 from trainables.command_process import exit_status
 from trainables.command_sources import no_metrics_message
 from trainables.failure_gate import EARLY_FAILURE, EARLY_FAILURE_METRIC, WORKING_FOLDER, GateTicket, signature
+from trainables.tracker_sources import TrackerResults, describe_sources, sources_of
 
 QUOTED_LINES = 3  # of which the error's last line quotes this many
 
@@ -42,6 +43,16 @@ def _verdict(code: int, argv: list[str], reporter, output, reading: tuple) -> No
             if code == 2
             else ("the sweep stops" if stops else "an earlier trial failed with the same error before any metric"),
             early=early,
+        )
+    events = output.events
+    if isinstance(events, TrackerResults) and events.source and events.metric not in events.held:
+        raise _failed(
+            f"command exited 0 but --metric {events.metric} is in none of its records: "
+            + describe_sources(work_dir, reporter.step_key, sources_of(events.source if not events.auto else "output")),
+            output.tails["OUT"],
+            "stdout",
+            no_retry=True,
+            why="it exited 0: running it again logs the same",
         )
     if reporter.parsed == 0 and reporter.last_step is None:
         raise _failed(

@@ -27,8 +27,9 @@ from trainables.output_shapes import KEY, NUMBER
 
 BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
 # --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads
-# the JSON-lines file.
-METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard")
+# the JSON-lines file; `output` also the tracker records of a script that prints no metric
+# (`trainables/tracker_sources.py`: wandb, mlflow, csv, hf, each also a source of its own).
+METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard", "wandb", "mlflow", "csv", "hf")
 STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
 # In a row that repeats the step of the row before it with a final block joined (`analysis/load.py`

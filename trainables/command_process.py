@@ -25,6 +25,7 @@ from trainables.command_sources import StreamLog, TensorBoardResults, decode_lin
 from trainables.config import TrainConfig
 from trainables.gpu import memory_fraction_for
 from trainables.report import METRICS_FILE_ENV
+from trainables.tracker_sources import TrackerResults
 from trainables.watchdog import group_alive
 
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
@@ -126,8 +127,8 @@ class CommandOutput:
     echo: dict  # OUT / ERR -> Tune's tee into the trial's stdout / stderr file, bound at the start
     context: StepContext  # groups the printed lines into one result per step
     streams: tuple  # the streams --metrics-from reads ("stdout", "stderr")
-    metrics_file: Path | None  # $RAYSWEEP_METRICS_FILE; None with --metrics-from tensorboard
-    events: TensorBoardResults | None  # with --metrics-from tensorboard
+    metrics_file: Path | None  # $RAYSWEEP_METRICS_FILE; None with --metrics-from tensorboard or a tracker
+    events: TensorBoardResults | TrackerResults | None  # `command_sources.record_reader`
     step_key: str
     log: StreamLog  # command_stdout.txt: both streams in the order read, closed by the trial
     tails: dict = dataclasses.field(
@@ -147,7 +148,8 @@ class CommandOutput:
             self.tails[name].append(line)
             if STREAM_NAMES[name] in self.streams:
                 results += self.context.feed(line)
-        return results + self.written_since() + (self.events.poll() if self.events else [])
+        results += self.written_since()
+        return results + (self.events.poll(results) if self.events else [])
 
     def written_since(self) -> list[dict]:
         """The results appended to the metrics file since the last read."""

@@ -10,6 +10,7 @@ stdout and stderr to (`OUTPUT_FILES`, caught up into `command_stdout.txt` after 
 from __future__ import annotations
 
 import json
+import math
 import queue
 import re
 import threading
@@ -21,6 +22,7 @@ from ray.tune import Checkpoint
 from trainables import records
 from trainables.command_parse import STREAMS_READ, StepContext, line_metrics
 from trainables.report import METRICS_FILE_ENV
+from trainables.tracker_sources import TRACKERS, TrackerResults, describe_sources, sources_of
 
 STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's lines, every attempt
 ATTEMPT_LINE = "# raysweep: command started "  # first line of each attempt in STDOUT_LOG
@@ -62,10 +64,27 @@ def unreported_results(
         context = StepContext(step_key, patterns, complete_when)
         lines = [line for _, line in stream_lines(attempt.splitlines()[1:], streams)]
         for result in [r for line in lines for r in context.feed(line)] + context.close():
-            step = result[step_key]
-            if (step not in recorded) if recorded is not None else step > last_step:
-                found.setdefault(step, result)
+            if not_reported(result[step_key], last_step, recorded):
+                found.setdefault(result[step_key], result)
     return [found[step] for step in sorted(found)]
+
+
+def not_reported(step, last_step, recorded: set | None) -> bool:
+    """Whether a restarted trial reports `step` again: it is not in the trial's history (`recorded`),
+    or, without one, above the last step reported."""
+    return (step not in recorded) if recorded is not None else step > last_step
+
+
+def record_reader(metrics_from: str, work_dir: Path, step_key: str, complete_when=(), since=None):
+    """What reads the records a command writes under `work_dir` for `metrics_from` while it runs:
+    `TensorBoardResults` (tensorboard), `TrackerResults` of that tracker, of every tracker for a
+    command that prints nothing (`output`, `auto`), or None (the streams and the metrics file only)."""
+    if metrics_from == "tensorboard":
+        return TensorBoardResults(work_dir, step_key, complete_when)
+    if metrics_from in TRACKERS or metrics_from == "output":
+        sources = sources_of(metrics_from)
+        return TrackerResults(work_dir, step_key, sources, complete_when, since, auto=metrics_from == "output")
+    return None
 
 
 def catch_up(trial_folder: Path) -> int:
@@ -147,8 +166,8 @@ class TensorBoardResults:
         self.context = StepContext(step_key, None, complete_when)
         self.loaders: dict = {}  # event file -> its EventFileLoader
 
-    def poll(self) -> list[dict]:
-        """Results completed by the events written since the last call."""
+    def poll(self, printed=()) -> list[dict]:
+        """Results completed by the events written since the last call (`printed`: not used)."""
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util import tensor_util
 
@@ -266,6 +285,8 @@ def no_metrics_message(
     streams = STREAMS_READ.get(metrics_from, ())
     if metrics_from == "tensorboard":
         expected = f"TensorBoard scalars in event files under {work_dir} (write them to {{trial_dir}})"
+    elif metrics_from in TRACKERS:
+        expected = f"{metrics_from} records under {work_dir} (docs/own-scripts.md: where each tracker is looked for)"
     else:
         where = " or ".join(streams) + " lines"
         expected = (
@@ -274,5 +295,20 @@ def no_metrics_message(
             else f"{where} naming the step (e.g. `{step_key}=3 val_acc=0.81`)"
         )
         expected = (expected + " or " if streams else "") + f"JSON lines in ${METRICS_FILE_ENV} ({metrics_file})"
+        expected += f" or records of {', '.join(TRACKERS)} under {work_dir}" if metrics_from == "output" else ""
     found = candidate_keys({"stdout": tails["OUT"], "stderr": tails["ERR"]}, step_key, patterns)
-    return f"command exited 0 but reported no metric: expected {expected}; {describe_candidates(found, streams)}"
+    held = describe_sources(work_dir, step_key, sources_of(metrics_from))
+    return f"command exited 0 but reported no metric: expected {expected}; {describe_candidates(found, streams)}" + (
+        f"; {held}" if held else ""
+    )
+
+
+def unreported_tracker_rows(work_dir: Path, reporter, sources: tuple, complete_when=()) -> tuple[list[dict], str]:
+    """The rows in the tracker records under `work_dir` (every attempt's) that a restarted trial's
+    history lacks (`reporter`: its step key, last step and recorded steps, `command.StepReporter`), in
+    step order, and where they came from (`csv records`)."""
+    key = reporter.step_key
+    reader = TrackerResults(work_dir, key, sources, complete_when)
+    last = reporter.last_step if reporter.last_step is not None else -math.inf
+    found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
+    return [found[step] for step in sorted(found)], f"{reader.source} records"

@@ -14,6 +14,7 @@
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
+            work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
             checkpoint_*/command_step.json  a command trial's last reported step
 
 Paths are strings, local or URIs (`trainables.storage`). Every write is atomic (a temporary file then
@@ -51,6 +52,7 @@ WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
+MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/tracker_sources.py:tracker_env)
 
 Folder = str | Path
 

@@ -14,6 +14,7 @@ import shlex
 import sys
 import tempfile
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -36,13 +37,11 @@ def check_command(args) -> int:
         METRICS_FILE,
         STREAMS_READ,
         StepContext,
-        TensorBoardResults,
-        command_env,
         read_metrics_file,
         start_command,
         terminate_group,
     )
-    from trainables.command_sources import candidate_keys
+    from trainables.command_sources import candidate_keys, record_reader
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -56,31 +55,58 @@ def check_command(args) -> int:
         argv = command_template.render(args.template, cell, str(work_dir), name)
         print(f"--check {name}: {shlex.join(argv)}", flush=True)
         context = StepContext(args.step_key, patterns, complete)
-        events = TensorBoardResults(work_dir, args.step_key, complete) if args.metrics_from == "tensorboard" else None
+        events = record_reader(args.metrics_from, work_dir, args.step_key, complete, since=time.time() - 2.0)
 
         def show(rows: list[dict]) -> None:
             for row in rows:
                 seen.update(row)
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
-        env = command_env(cell, work_dir, name, metrics_file, 0.0)
+        env = _command_env(args, cell, work_dir, name, metrics_file)
         proc = start_command(argv, env, None if args.in_place else str(work_dir))
         try:
             for label, line in _interleaved(proc):
                 print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
                 printed[label].append(line)
-                show(context.feed(line) if label in streams else [])
-                show(events.poll() if events else [])
+                printed_rows = context.feed(line) if label in streams else []
+                show(printed_rows + (events.poll(printed_rows) if events else []))
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
         _keep_new_paths(Path(folder), work_dir, code, args.in_place)
-        rows = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
-        show(rows + (events.close() if events else read_metrics_file(metrics_file, 0, args.step_key)[0]))
-    folder = os.getcwd() if args.in_place else f"{work_dir} (a copy of the launch folder, as each trial's; removed now)"
+        last = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
+        rows = last + read_metrics_file(metrics_file, 0, args.step_key)[0]
+        show(rows + (events.poll(rows) + events.close() if events else []))
+        held = _say_source(args, events, bool(seen), work_dir)
     if code != 0:
-        return _crashed(code, printed["stderr"], folder)
-    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams)
+        return _crashed(code, printed["stderr"], os.getcwd() if args.in_place else f"{work_dir} {COPY_REMOVED}")
+    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
+
+
+def _command_env(args, cell: dict, work_dir: Path, name: str, metrics_file: Path) -> dict:
+    """The command's environment, as a trial's (`command_env`, no GPU share), with W&B and MLflow pointed
+    at `{trial_dir}` where the environment leaves them unset (`tracker_env`; each setting printed)."""
+    from trainables.command import command_env
+    from trainables.tracker_sources import tracker_env
+
+    env = command_env(cell, work_dir, name, metrics_file, 0.0)
+    for setting in tracker_env(env, work_dir, args.metrics_from):
+        print(f"  (set {setting}: unset in the environment)", flush=True)
+    return env
+
+
+def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
+    """Print the source the rows came from: the tracker `events` read (`wandb`, ...), else
+    --metrics-from; returns the keys each tracker record held (`describe_sources`), for `_verdict`."""
+    from trainables.tracker_sources import describe_sources, sources_of
+
+    source, metrics_from = getattr(events, "source", None), args.metrics_from
+    if source:
+        found = "" if metrics_from == source else "; found by --metrics-from output: the command printed no metric"
+        print(f"metrics source: {source} (its records under {{trial_dir}}{found})", flush=True)
+    else:
+        print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
+    return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
 
 
 def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
@@ -101,6 +127,9 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     working = fill_work_dir(records.code_dir(folder), work_dir)
     print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
+
+
+COPY_REMOVED = "(a copy of the launch folder, as each trial's; removed now)"
 
 
 def _crashed(code: int, stderr: list[str], folder: str) -> int:
@@ -129,9 +158,10 @@ def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> 
         print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
-def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int:
+def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: str = "") -> int:
     """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
-    stream held candidate lines (`found`) and their keys. Returns the exit code of --check."""
+    stream held candidate lines (`found`) and which tracker record what keys (`held`). Returns the
+    exit code of --check."""
     from trainables.command_sources import describe_candidates
 
     missing = [m for m in complete if m not in seen]
@@ -145,7 +175,8 @@ def _verdict(code: int, complete: tuple, seen: set, found: dict, streams) -> int
     )
     if missing:
         print(
-            f"{describe_candidates(found, streams)}; check --metric / --metric-pattern / --step-key / --metrics-from",
+            f"{describe_candidates(found, streams)}{'; ' + held if held else ''}; "
+            "check --metric / --metric-pattern / --step-key / --metrics-from",
             file=sys.stderr,
         )
     return 0 if code == 0 and not missing else 1

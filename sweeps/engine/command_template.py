@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 
 from sweeps.engine.flags import UsageError
@@ -299,6 +300,27 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
+def launch_line(template: list[str], plan, metrics_from: str) -> str:
+    """The sweep's launch line: the command, how many cells run and are reused (`plan`: `todo`,
+    `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
+    words = {
+        "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
+        "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
+        "stdout": "stdout (its lines and $RAYSWEEP_METRICS_FILE)",
+        "stderr": "stderr (its lines and $RAYSWEEP_METRICS_FILE)",
+        "jsonl": "jsonl ($RAYSWEEP_METRICS_FILE)",
+        "tensorboard": "tensorboard (event files under {trial_dir})",
+        "wandb": "wandb (the W&B runs under {trial_dir}/wandb)",
+        "mlflow": "mlflow (the MLflow store {trial_dir}/mlflow.db)",
+        "csv": "csv (metrics.csv under {trial_dir})",
+        "hf": "hf (the newest trainer_state.json under {trial_dir})",
+    }
+    return (
+        f"command: {shlex.join(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"metrics from {words[metrics_from]}"
+    )
+
+
 def check_metric_producible(
     metric: str,
     patterns: list[re.Pattern] | re.Pattern | None,
@@ -314,8 +336,9 @@ def check_metric_producible(
             `key=value` pattern.
         step_key: the metric counting progress (`epoch`); read in any default step form, so it
             need not be a group of a pattern.
-        metrics_from: `output`, `stdout`, `stderr`, `jsonl` or `tensorboard` (JSON keys and
-            TensorBoard tags may be any name, so only printed lines are checked).
+        metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv`
+            or `hf` (JSON keys, TensorBoard tags and tracker keys may be any name, so only printed
+            lines are checked).
         test_metric: `--test-metric`, or None.
     Raises:
         UsageError: with custom patterns, a metric that is none of their named groups; with the

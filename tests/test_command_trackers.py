@@ -1,0 +1,272 @@
+"""Command trials whose script prints nothing and logs through a tracker: W&B offline runs, MLflow's
+default store, a Lightning-style `metrics.csv` and a Hugging Face `trainer_state.json`
+(`trainables/tracker_sources.py`, `trainables/wandb_reader.py`), with the real packages."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+
+from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
+from trainables import tracker_sources
+from trainables.tracker_sources import TrackerResults, csv_rows, hf_rows
+from trainables.wandb_reader import read_history
+
+SCRIPT = "tests/scripts/tracker_only.py"
+
+
+def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
+    """Run the tracker script as a trial would (the environment `tracker_env` sets); returns `{trial_dir}`."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    tracker_sources.tracker_env(env, work, tracker)
+    subprocess.run(
+        [PY, SCRIPT, "--tracker", tracker, "--lr", "0.2", "--out", str(work), *extra],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return work
+
+
+def test_wandb_reader_reads_every_row_and_a_cut_log_up_to_its_last_whole_record(tmp_path):
+    work = run_script(tmp_path, "wandb", "--epochs", "400")  # over 32 KiB: records cross a block
+    [log] = list(work.glob(tracker_sources.RUN_GLOB))
+    assert log.parent.name.startswith(
+        "offline-run-"
+    )  # WANDB_MODE=offline, WANDB_DIR={trial_dir}: `wandb sync` finds it
+    rows, end = read_history(log)
+    assert [r["step"] for r in rows] == list(range(1, 401)) and end == log.stat().st_size > 32768
+    assert rows[1]["metrics"] == {"val_acc": pytest.approx(0.54), "train/loss": 0.5}  # nested keys joined by /
+    data = log.read_bytes()
+    cut = tmp_path / "cut.wandb"
+    for size in [*range(0, 300, 7), *range(32600, 33000, 7), len(data) - 1]:  # a log being written, or killed
+        cut.write_bytes(data[:size])
+        first, offset = read_history(cut)
+        cut.write_bytes(data)
+        rest, _ = read_history(cut, offset)
+        assert [r["step"] for r in first + rest] == list(range(1, 401)), size
+    (tmp_path / "other.wandb").write_bytes(b"not a run log")
+    with pytest.raises(ValueError, match="is not a W&B run log"):
+        read_history(tmp_path / "other.wandb")
+
+
+def test_wandb_version_is_in_the_range_pyproject_pins():
+    import wandb
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    [pin] = [Requirement(r) for r in extras["trackers"] if r.startswith("wandb")]
+    assert pin.specifier.contains(wandb.__version__), (wandb.__version__, str(pin))
+
+
+def test_only_the_reader_imports_wandb_internals():
+    allowed = {ROOT / "trainables" / "wandb_reader.py"}
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("sweeps", "trainables", "analysis")
+        for path in (ROOT / folder).rglob("*.py")
+        if path not in allowed and re.search(r"wandb\.(proto|sdk\.internal)", path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_csv_rows_merge_per_step_and_skip_a_line_being_written():
+    text = "epoch,step,train_loss,val_acc\n0,9,0.9,\n0,9,,0.71\n1,19,0.5,\n1,19,,0.8\n2,29,0.4"
+    rows = csv_rows(text, "epoch")
+    assert rows[:2] == [{"epoch": 0, "step": 9, "train_loss": 0.9}, {"epoch": 0, "step": 9, "val_acc": 0.71}]
+    reader = TrackerResults(
+        Path("."), "epoch", ("csv",), complete_when=("val_acc",)
+    )  # a step ends when the next starts
+    merged = [r for row in rows for r in reader.context.add(row)] + reader.context.close()
+    assert merged == [
+        {"step": 9, "train_loss": 0.9, "val_acc": 0.71, "epoch": 0},
+        {"step": 19, "train_loss": 0.5, "val_acc": 0.8, "epoch": 1},
+    ]
+    assert csv_rows("step,loss\n5,0.3\n", "epoch") == [{"step": 5, "loss": 0.3, "epoch": 5}]  # no epoch column
+
+
+def test_hf_rows_and_a_torn_trainer_state():
+    text = '{"log_history": [{"loss": 0.9, "epoch": 0.5, "step": 5}, {"eval_acc": 0.7, "epoch": 1.0, "step": 10}]}'
+    assert hf_rows(text, "epoch") == [
+        {"loss": 0.9, "epoch": 0.5, "step": 5},
+        {"eval_acc": 0.7, "epoch": 1.0, "step": 10},
+    ]
+    with pytest.raises(ValueError):
+        hf_rows(text[:40], "epoch")
+
+
+@pytest.mark.slow
+def test_check_names_each_source_and_the_keys_when_the_metric_is_missing(tmp_path):
+    for tracker in ("wandb", "mlflow", "csv", "hf"):
+        proc = subprocess.run(
+            [PY, "sweeps/run_command.py", "--check", "--metric", "val_acc", "--"]
+            + [PY, SCRIPT, "--tracker", tracker, "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert (
+            f"metrics source: {tracker} (its records under {{trial_dir}}; found by --metrics-from output" in proc.stdout
+        )
+        assert re.search(r"metrics row: .*val_acc=0\.52", proc.stdout), proc.stdout[-2000:]
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", "--check", "--metric", "val/acc", "--metrics-from", "csv", "--"]
+        + [PY, SCRIPT, "--tracker", "csv", "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 1
+    assert "metrics source: csv (its records under {trial_dir})" in proc.stdout
+    assert "csv held step, train_loss, val_acc" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_epoch(tmp_path, sweep_env):
+    """Default --metrics-from: each tracker found by itself, 2 trials each; the csv trials' workers are
+    SIGKILLed after epoch 2 (a row Tune may not have had yet) and the script resumes after it."""
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        "tracker,kill=wandb:0,mlflow:0,csv:2,hf:0",
+        "--axis",
+        "lr=0.1,0.2",
+        "--metric",
+        "val_acc",
+        "--max-failures",
+        "1",
+        "--",
+        PY,
+        SCRIPT,
+        "--tracker",
+        "{tracker}",
+        "--kill-worker-at",
+        "{kill}",
+        "--lr",
+        "{lr}",
+        "--out",
+        "{trial_dir}",
+        "--epochs",
+        "4",
+        "--sleep",
+        "0.5",
+        env=sweep_env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric" in proc.stdout
+    found = trials(tmp_path / "runs" / "command")
+    assert len(found) == 8, sorted(found)
+    for name, trial in found.items():
+        lr = 0.1 if "lr0.1" in name else 0.2
+        rows = history(trial)
+        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once, also after the kill
+        assert rows["val_acc"].round(4).tolist() == [round(0.5 + lr * e / 10, 4) for e in (1, 2, 3, 4)], name
+    killed = [t for n, t in found.items() if n.startswith("csv")]
+    assert all((t / "work" / "killed").exists() for t in killed)
+    assert all(len(list((t / "work" / "lightning_logs").iterdir())) == 2 for t in killed)  # ran twice
+    for trial in killed:  # epoch 2's row could not be complete before the kill: it came from the records
+        assert re.search(
+            r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv records",
+            (trial / "stdout").read_text(),
+        )
+    wandb_trial = next(t for n, t in found.items() if n.startswith("wandb"))
+    assert history(wandb_trial)["train/loss"].tolist() == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
+
+
+@pytest.mark.slow
+def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
+    from ray import tune
+    from ray.tune import RunConfig, TuneConfig, Tuner
+    from ray.tune.schedulers import ASHAScheduler
+
+    from trainables.command import train_command
+
+    template = [sys.executable, SCRIPT, "--tracker", "wandb", "--lr", "{lr}", "--out", "{trial_dir}"]
+    template += ["--epochs", "8", "--sleep", "0.3", "--start-delay", "{start_delay}"]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from="wandb")
+    space = {  # the worse trial starts late, so it meets the better one's score at each rung and is cut
+        "lr": tune.grid_search([0.5, -0.5]),
+        "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
+    }
+    grid = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=TuneConfig(
+            metric="val_acc", mode="max", scheduler=ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1)
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    ).fit()
+    assert not grid.errors
+    by_lr = {r.config["lr"]: r for r in grid}
+    assert by_lr[0.5].metrics["epoch"] == 8
+    assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5
+
+
+def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
+    env = {"WANDB_MODE": "online", "MLFLOW_TRACKING_URI": ""}
+    assert tracker_sources.tracker_env(env, tmp_path, "output") == [
+        f"WANDB_DIR={tmp_path}",
+        f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/mlflow.db",
+    ]
+    assert env["WANDB_MODE"] == "online"  # the user's choice stays
+    assert tracker_sources.tracker_env({}, tmp_path, "csv") == []
+    assert tracker_sources.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+    assert tracker_sources.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
+
+
+def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):
+    old = tmp_path / "code" / "metrics.csv"  # a file of the code copy: older than the attempt
+    old.parent.mkdir()
+    old.write_text("epoch,val_acc\n9,0.1\n")
+    os.utime(old, (1, 1))
+    csv_file = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    csv_file.parent.mkdir(parents=True)
+    csv_file.write_text("epoch,step,train_loss,val_acc\n1,9,0.9,\n1,9,,0.7\n2,19,0.5,")  # epoch 2: being written
+    reader = TrackerResults(tmp_path, "epoch", complete_when=("val_acc",), since=100.0, auto=True)
+    assert reader.poll() == []  # epoch 1 may still get rows
+    csv_file.write_text(csv_file.read_text() + "\n2,19,,0.8\n")
+    reader.next_read = 0.0
+    assert reader.poll() == [{"step": 9, "train_loss": 0.9, "val_acc": 0.7, "epoch": 1}]
+    assert reader.close() == [{"step": 19, "train_loss": 0.5, "val_acc": 0.8, "epoch": 2}]
+    assert reader.source == "csv"
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
+    assert tracker_sources.describe_sources(tmp_path, "epoch") == (
+        "csv held val_acc, step, train_loss; hf held eval_loss"
+    )
+    printed = TrackerResults(tmp_path, "epoch", auto=True)
+    assert printed.poll([{"epoch": 1, "acc": 0.5}]) == [] and printed.close() == []  # the command prints its own
+
+
+def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from trainables import command
+
+    reported = []
+    monkeypatch.setattr(command.tune, "report", reported.append)
+    (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
+    events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
+    rows = events.close()
+    reporter = command.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
+    output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
+    with pytest.raises(
+        command.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
+    ):
+        command._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path, None))
+    assert reported == [{command.NO_RETRY_METRIC: 1}]  # not retried: it would log the same
