@@ -46,7 +46,7 @@ def bare(epochs: int, sleep: float) -> float:
 def in_tune(epochs: int, sleep: float) -> float:
     import ray
     from ray import tune
-    from ray.tune import CheckpointConfig
+    from ray.tune import CheckpointConfig, TuneConfig
 
     from sweeps.engine.launch import sweep_run_config, sweep_tune_config
     from trainables.command import train_command
@@ -66,7 +66,7 @@ def in_tune(epochs: int, sleep: float) -> float:
         results = tune.Tuner(
             trainable,
             param_space={"seed": 0},
-            tune_config=sweep_tune_config(None, metric="val_acc"),
+            tune_config=sweep_tune_config(TuneConfig(metric="val_acc", mode="max")),
             run_config=sweep_run_config(
                 "command_overhead", storage, max_failures=0, checkpoint_config=CheckpointConfig(num_to_keep=2)
             ),

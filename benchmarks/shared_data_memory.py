@@ -48,6 +48,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
 
     from sweeps.engine.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
+    from trainables.config import METRIC, MODE
 
     path = folder / "data.npz"
     rng = np.random.default_rng(0)
@@ -81,7 +82,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     tune.Tuner(
         trainable,
         param_space=config,
-        tune_config=sweep_tune_config(None),
+        tune_config=sweep_tune_config(tune.TuneConfig(metric=METRIC, mode=MODE)),
         run_config=sweep_run_config("memory", str(folder / "runs"), verbose=0),
     ).fit()
     stop.set()

@@ -121,6 +121,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
 
     from sweeps.engine.grid_plan import longest_first
     from sweeps.engine.launch import sweep_run_config, sweep_tune_config
+    from trainables.config import METRIC, MODE
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     ray_up = time.time()
@@ -131,9 +132,12 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
             trainable,
             param_space={"duration": tune.choice(work)},
             tune_config=sweep_tune_config(
-                max_concurrent=None,
-                num_samples=len(points),
-                search_alg=BasicVariantGenerator(points_to_evaluate=points),
+                tune.TuneConfig(
+                    metric=METRIC,
+                    mode=MODE,
+                    num_samples=len(points),
+                    search_alg=BasicVariantGenerator(points_to_evaluate=points),
+                )
             ),
             run_config=sweep_run_config("bench", storage, verbose=0),
         )

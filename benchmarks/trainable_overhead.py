@@ -44,6 +44,7 @@ def in_tune(config: dict) -> float:
 
     from sweeps.engine.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
+    from trainables.config import METRIC, MODE
 
     data = load_data(parse_config(config))
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -52,7 +53,7 @@ def in_tune(config: dict) -> float:
         results = tune.Tuner(
             trainable,
             param_space=config,
-            tune_config=sweep_tune_config(None),
+            tune_config=sweep_tune_config(tune.TuneConfig(metric=METRIC, mode=MODE)),
             run_config=sweep_run_config("overhead", storage, verbose=0),
         ).fit()
         stamps = results[0].metrics_dataframe["wall_time"]

@@ -209,8 +209,8 @@ def skip_results_without(searcher_class, metric_name: str):
 def trial_name(trial) -> str:
     """`lr_search_00003_gce_lr0.012`: the trial's number in the search, its loss and learning rate."""
     number = int(trial.experiment_tag.split("_")[0])  # Tune's running count of created trials
-    c = trial.config
-    return f"{NAME}_{number:05d}_{c['loss']}_lr{c['lr']:.2g}"
+    config = trial.config
+    return f"{NAME}_{number:05d}_{config['loss']}_lr{config['lr']:.2g}"
 
 
 def search_bounds(args) -> tuple[dict, dict]:
@@ -283,12 +283,11 @@ def main(argv: list[str]) -> int:
     options = run_flags.run_options(args)
     cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
-    from ray import tune
-    from ray.tune import CheckpointConfig
+    from ray.tune import CheckpointConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.engine.launch import launch
+    from sweeps.engine.launch import start_sweep
 
     print(
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
@@ -296,29 +295,36 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     trial_function = choose_trial_function(args, options, cfg, data)
-    tune_config = tune.TuneConfig(
-        search_alg=skip_results_without(OptunaSearch, args.metric)(
-            functools.partial(search_space, bounds=bounds), metric=args.metric, mode=args.mode, seed=args.search_seed
-        ),
-        scheduler=ASHAScheduler(
-            time_attr="training_iteration",
-            max_t=cfg.epochs,
-            grace_period=args.grace_period,
-            reduction_factor=args.reduction_factor,
-        ),
-        num_samples=args.num_samples,
-        metric=args.metric,
-        mode=args.mode,
-        trial_name_creator=trial_name,
+    checkpoint_config = CheckpointConfig(num_to_keep=2) if args.template else None
+    sweep = start_sweep(
+        options, trial_function, args.metric, args.mode, checkpoint_config=checkpoint_config, settings=settings
     )
-    code, rounds = launch(
-        options,
-        trial_function,
-        args.fixed,  # what stays fixed; the searched part is `search_space`
-        tune_config,
-        checkpoint_config=CheckpointConfig(num_to_keep=2) if args.template else None,
-        settings=settings,
+    tune_config = sweep.tune_config(
+        TuneConfig(
+            search_alg=skip_results_without(OptunaSearch, args.metric)(
+                functools.partial(search_space, bounds=bounds),
+                metric=args.metric,
+                mode=args.mode,
+                seed=args.search_seed,
+            ),
+            scheduler=ASHAScheduler(
+                time_attr="training_iteration",
+                max_t=cfg.epochs,
+                grace_period=args.grace_period,
+                reduction_factor=args.reduction_factor,
+            ),
+            num_samples=args.num_samples,
+            metric=args.metric,
+            mode=args.mode,
+            trial_name_creator=trial_name,
+        ),
+        args.fixed,
     )
+    if options.resume:  # the sweep as it was killed, its searcher's state included
+        tuner = sweep.restore()
+    else:  # what stays fixed is the param_space; the searched part is `search_space`
+        tuner = Tuner(sweep.trainable, param_space=args.fixed, tune_config=tune_config, run_config=sweep.run_config)
+    code, rounds = sweep.fit(tuner)
     print_outcome(rounds[0], args, cfg.epochs)
     return code
 

@@ -77,6 +77,34 @@ def check_and_load(cells: list[dict]) -> tuple[list, dict]:
         raise flags.UsageError(str(e)) from None
 
 
+def fit_grid(options, trial_function, plan, axes) -> tuple[int, list]:
+    """Run the planned grid (`grid_plan.plan_grid`) with Ray Tune, or resume it: `start_sweep`'s
+    shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
+    from ray.tune import TuneConfig, Tuner
+
+    from sweeps.engine.launch import start_sweep
+    from trainables.config import METRIC, MODE
+
+    sweep = start_sweep(options, trial_function, METRIC, MODE)
+    tune_config = sweep.tune_config(
+        TuneConfig(
+            search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
+            num_samples=plan.num_samples,
+            metric=METRIC,
+            mode=MODE,
+            trial_name_creator=grid.trial_namer(axes),
+        ),
+        plan.param_space,
+    )
+    if options.resume:  # the sweep as it was killed
+        tuner = sweep.restore()
+    else:
+        tuner = Tuner(
+            sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
+        )
+    return sweep.fit(tuner, reused=plan.reused)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     options = run_flags.run_options(args)
@@ -92,11 +120,9 @@ def main(argv: list[str]) -> int:
 
     configs, data = check_and_load(cells)
 
-    from ray import tune
-
     from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
-    from sweeps.engine.launch import TrialFunction, launch
+    from sweeps.engine.launch import TrialFunction
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
 
@@ -113,18 +139,11 @@ def main(argv: list[str]) -> int:
     )
     if auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
         plan, rule = seed_search.auto_plan(plan, cells, args.compare, auto, options.experiment_dir, METRIC, MODE)
-    tune_config = tune.TuneConfig(
-        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
-        num_samples=plan.num_samples,
-        metric=METRIC,
-        mode=MODE,
-        trial_name_creator=grid.trial_namer(axes),
-    )
     ddp = None
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trial_function = TrialFunction(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
-    code, rounds = launch(options, trial_function, plan.param_space, tune_config, reused=plan.reused)
+    code, rounds = fit_grid(options, trial_function, plan, axes)
     if auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, METRIC)
     elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):

@@ -93,10 +93,9 @@ def print_outcome(results) -> None:
     print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
-    settings = {
+def pbt_settings(args) -> dict:
+    """The population's settings, recorded in `raysweep.json` (a resumed population must match them)."""
+    return {
         **args.fixed,
         "lr": list(args.lr_range),
         "weight_decay": list(args.weight_decay_range),
@@ -105,14 +104,20 @@ def main(argv: list[str]) -> int:
         "perturbation_interval": args.perturbation_interval,
         "quantile_fraction": args.quantile_fraction,
     }
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
+    settings = pbt_settings(args)
     options = run_flags.run_options(args)
     cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
     from ray import tune
-    from ray.tune import CheckpointConfig
+    from ray.tune import CheckpointConfig, TuneConfig, Tuner
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from sweeps.engine.launch import TrialFunction, launch
+    from sweeps.engine.launch import TrialFunction, start_sweep
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
 
@@ -127,30 +132,34 @@ def main(argv: list[str]) -> int:
     trial_function = TrialFunction(
         train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg
     )
-    tune_config = tune.TuneConfig(
-        scheduler=PopulationBasedTraining(
-            time_attr="training_iteration",
-            perturbation_interval=args.perturbation_interval,
-            hyperparam_mutations=mutations,
-            quantile_fraction=args.quantile_fraction,
-            custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
+    # A member is restored from another's checkpoint some time after the exploit decision; with <= 2
+    # kept, the source may already have deleted it (Ray warns). One checkpoint per perturbation
+    # interval, four kept, as in Ray's PBT guide.
+    sweep = start_sweep(
+        options, trial_function, METRIC, MODE, checkpoint_config=CheckpointConfig(num_to_keep=4), settings=settings
+    )
+    param_space = {**args.fixed, **mutations}  # each member starts from its own draw
+    tune_config = sweep.tune_config(
+        TuneConfig(
+            scheduler=PopulationBasedTraining(
+                time_attr="training_iteration",
+                perturbation_interval=args.perturbation_interval,
+                hyperparam_mutations=mutations,
+                quantile_fraction=args.quantile_fraction,
+                custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
+            ),
+            num_samples=args.num_samples,
+            metric=METRIC,
+            mode=MODE,
+            trial_name_creator=trial_name,
         ),
-        num_samples=args.num_samples,
-        metric=METRIC,
-        mode=MODE,
-        trial_name_creator=trial_name,
+        param_space,
     )
-    code, rounds = launch(
-        options,
-        trial_function,
-        {**args.fixed, **mutations},  # each member starts from its own draw
-        tune_config,
-        # A member is restored from another's checkpoint some time after the exploit decision;
-        # with <= 2 kept, the source may already have deleted it (Ray warns). One checkpoint
-        # per perturbation interval, four kept, as in Ray's PBT guide.
-        checkpoint_config=CheckpointConfig(num_to_keep=4),
-        settings=settings,
-    )
+    if options.resume:  # the sweep as it was killed
+        tuner = sweep.restore()
+    else:
+        tuner = Tuner(sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config)
+    code, rounds = sweep.fit(tuner)
     print_outcome(rounds[0])
     return code
 

@@ -269,6 +269,41 @@ def command_trial_function(args, snapshot: dict | None):
     )
 
 
+def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
+    """Run the planned grid of commands (`grid_plan.plan_grid`) with Ray Tune, or resume it:
+    `start_sweep`'s shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
+    from ray.tune import CheckpointConfig, TuneConfig, Tuner
+
+    from sweeps.engine.launch import start_sweep
+
+    sweep = start_sweep(
+        options,
+        command_trial_function(args, snapshot),
+        args.metric,
+        args.mode,
+        # every result carries a small step checkpoint; keep the latest two, whatever the metric
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+        settings={"code_snapshot": snapshot},
+    )
+    tune_config = sweep.tune_config(
+        TuneConfig(
+            search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
+            num_samples=plan.num_samples,
+            metric=args.metric,
+            mode=args.mode,
+            trial_name_creator=grid.trial_namer(command_template.cell_axes(args.cells)),
+        ),
+        plan.param_space,
+    )
+    if options.resume:  # the sweep as it was killed
+        tuner = sweep.restore()
+    else:
+        tuner = Tuner(
+            sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
+        )
+    return sweep.fit(tuner, reused=plan.reused)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     warn_gpu_choice(args.template)
@@ -283,12 +318,8 @@ def main(argv: list[str]) -> int:
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
 
-    from ray import tune
-    from ray.tune import CheckpointConfig
-
     from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
-    from sweeps.engine.launch import launch
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).
@@ -306,23 +337,7 @@ def main(argv: list[str]) -> int:
         plan, rule = seed_search.auto_plan(
             plan, cells, args.compare, args.auto, options.experiment_dir, args.metric, args.mode
         )
-    tune_config = tune.TuneConfig(
-        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
-        num_samples=plan.num_samples,
-        metric=args.metric,
-        mode=args.mode,
-        trial_name_creator=grid.trial_namer(command_template.cell_axes(cells)),
-    )
-    code, _ = launch(
-        options,
-        command_trial_function(args, snapshot),
-        plan.param_space,
-        tune_config,
-        settings={"code_snapshot": snapshot},
-        # every result carries a small step checkpoint; keep the latest two, whatever the metric
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
-        reused=plan.reused,
-    )
+    code, _ = fit_grid(args, options, plan, snapshot)
     if args.auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, args.metric)
     return code

@@ -282,7 +282,7 @@ def tune_command(
             log_to_file=True,
             verbose=0,
             failure_config=FailureConfig(max_failures=max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/engine/launch.py:sweep_run_config
+            checkpoint_config=CheckpointConfig(num_to_keep=2),  # as sweeps/run_command.py:fit_grid
             sync_config=SyncConfig(sync_artifacts=True),
             stop=stop,
         ),

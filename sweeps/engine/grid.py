@@ -41,10 +41,10 @@ def trial_namer(axes: dict[str, list]):
         return shorts.get(key, {}).get(value) or short_forms([value])[value]
 
     def name(trial) -> str:
-        c = trial.config
-        parts = [text(k, c[k], named=True) for k in varying]
-        parts += [text(k, c[k], named=False) for k in last[:2] if k in c]
-        parts += [f"seed{c['seed']}"] if "seed" in c else []
+        config = trial.config
+        parts = [text(key, config[key], named=True) for key in varying]
+        parts += [text(key, config[key], named=False) for key in last[:2] if key in config]
+        parts += [f"seed{config['seed']}"] if "seed" in config else []
         return "_".join(parts) or "trial"
 
     return name

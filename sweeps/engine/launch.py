@@ -1,13 +1,15 @@
-"""The one launcher: every sweep (grid, search, PBT, data-parallel and command trials) runs here.
+"""The engine's shared pieces around each sweep script's own `Tuner`: every sweep (grid, search, PBT,
+data-parallel and command trials) runs through them.
 
-A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its search space and its
-`tune.TuneConfig` (searcher, scheduler, samples, metric, mode, trial names), and calls
-`launch(...)`, which adds the shared pieces and does the rest the same way for all of them:
+A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its search space, and runs
+its sweep in Ray Tune's words, as Ray's examples do:
 
-    Ray start-up (local or a cluster) and the GPU choice -> resources per trial and the checks that
-    fail fast -> `Tuner(trainable, param_space, TuneConfig(...), RunConfig(...))` or
-    `Tuner.restore(...)` -> `fit()` -> re-queue of GPU out-of-memory trials -> errors, divergences
-    and exit code -> the summary table and the report (`analysis`).
+    sweep = start_sweep(options, trial_function, metric, mode)   # driver lock, Ray start-up, checks
+    tune_config = sweep.tune_config(TuneConfig(...), param_space)  # + the pieces every sweep shares
+    tuner = sweep.restore() if options.resume else Tuner(
+        sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
+    )
+    code, rounds = sweep.fit(tuner)  # fit -> OOM re-queue -> outcome -> summary table and report
 
 So every sweep gets the same per-trial log files, progress block, MLflow / W&B callbacks,
 retries, checkpoints kept, resume, memory caps and OOM re-queue.
@@ -48,65 +50,147 @@ from trainables.config import METRIC, MODE
 ARTIFACT_SYNC_PERIOD_S = 5
 
 
-def launch(
+@dataclasses.dataclass
+class Sweep:
+    """A started sweep (`start_sweep`): this driver holds the experiment folder and Ray is up.
+
+    The script builds its `Tuner` from `trainable` (the trial function in `tune.with_resources`),
+    `tune_config(...)` and `run_config` (`sweep_run_config` for the flags), or `restore()`s it, and
+    runs it with `fit`. `gpus` is the GPU share per trial; `tuned` the completed `TuneConfig` and
+    `param_space` the script's, kept for the record and the OOM re-queue rounds.
+    """
+
+    options: RunOptions
+    trial_function: TrialFunction
+    metric: str
+    mode: str
+    gpus: float
+    run_config: RunConfig
+    held: driver_lock.DriverHold
+    starts_ray: bool
+    settings: dict | None = None
+    tuned: TuneConfig | None = None
+    param_space: dict | None = None
+
+    @property
+    def trainable(self):
+        """The trial function with this sweep's resources per trial (`tune.with_resources`)."""
+        return self.trainable_for(self.gpus)
+
+    def trainable_for(self, share: float):
+        """The trial function with `share` GPUs per trial (the OOM re-queue rounds double it)."""
+        return with_resources(self.trial_function, share, self.options.cpus_per_trial, self.options.experiment_dir)
+
+    def tune_config(self, tune_config: TuneConfig, param_space: dict) -> TuneConfig:
+        """The script's `tune_config` with the pieces every sweep shares (`sweep_tune_config`: actors
+        reused, trials at once for the GPUs, --time-budget-s, trial folder names); prints the sweep's
+        first line and sets Tune's switches (`set_tune_environment`).
+
+        Args:
+            tune_config: the sweep's own (search_alg, scheduler, num_samples, metric, mode,
+                trial_name_creator, which also names the trial folders); its metric and mode are the sweep's.
+            param_space: the `Tuner`'s, as it is (counted in `raysweep.json`'s `total_trials`).
+        Raises:
+            ValueError: no trial_name_creator, or a metric or mode other than `start_sweep`'s.
+        """
+        if tune_config.trial_name_creator is None or (tune_config.metric, tune_config.mode) != (self.metric, self.mode):
+            raise ValueError(
+                f"the sweep's TuneConfig needs a trial_name_creator and metric={self.metric!r}, mode={self.mode!r} "
+                f"(got metric={tune_config.metric!r}, mode={tune_config.mode!r})"
+            )
+        at_once = max_concurrent_trials(self.options, self.gpus, self.trial_function, tune_config)
+        self.tuned, self.param_space = sweep_tune_config(tune_config, at_once, self.options), param_space
+        announce(self.options, self.gpus, self.tuned)
+        set_tune_environment(self.options.experiment_dir)
+        return self.tuned
+
+    def restore(self) -> Tuner:
+        """`Tuner.restore` of the sweep as it was killed (unfinished trials go on; errored ones with
+        --retry-errored); restore cannot change a search space (ray-project/ray#42221)."""
+        resume_errored = self.options.retry_errored
+        return Tuner.restore(
+            self.options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=resume_errored
+        )
+
+    def fit(self, tuner: Tuner, reused: dict | None = None) -> tuple[int, list]:
+        """Run `tuner` (a new sweep's `raysweep.json` written first), re-queue its GPU out-of-memory
+        trials (`rerun_oom_trials`), say the outcome, print the summary table and release the folder.
+
+        Args:
+            tuner: the script's `Tuner(...)` or `restore()`, after `tune_config`.
+            reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
+        Returns:
+            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
+            the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+        A Ray this sweep started is stopped at the end.
+        """
+        if self.tuned is None:
+            raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
+        experiment_dir = self.options.experiment_dir
+        if not self.options.resume:
+            records.write_settings(
+                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
+            )
+        rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
+        code = resume.report_outcome(rounds, reused or {}, self.metric, requeued_trial_paths(rounds))
+        notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
+        print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
+        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        self.held.release(code)
+        return code, rounds
+
+
+def start_sweep(
     options: RunOptions,
     trial_function: TrialFunction,
-    param_space: dict,
-    tune_config: TuneConfig,
+    metric: str,
+    mode: str,
     *,
     checkpoint_config: CheckpointConfig | None = None,
     settings: dict | None = None,
-    reused: dict | None = None,
-) -> tuple[int, list]:
-    """Run a sweep with Ray Tune and report it.
+) -> Sweep:
+    """Start a sweep: its `RunConfig`, this driver's hold on the experiment folder, Ray (local or a
+    cluster) with the GPU choice, the checks that fail fast, and its provenance record.
 
-    The script's `tune_config` gets the pieces every sweep shares (`sweep_tune_config_for`); the
-    `RunConfig` is `sweep_run_config`'s.
     Args:
         options: how the sweep runs (`run_flags.run_options` of the flags `check_run_args` checked).
-        trial_function: see `TrialFunction`. param_space: passed to `Tuner` as it is.
-        tune_config: the sweep's own `TuneConfig` (search_alg, scheduler, num_samples, metric, mode,
-            trial_name_creator, which also names the trial folders); metric and names required.
+        trial_function: see `TrialFunction`. metric, mode: what the sweep ranks by (its TuneConfig's).
         checkpoint_config: default: the best two by `metric` (and the latest).
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
-        reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
+    --max-initial-failures applies where the trial function uses the sweep's failure gate (command trials).
     Returns:
-        (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
-        the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+        the `Sweep`, for the script's `Tuner`.
     Raises:
         UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
             another driver alive on `options.experiment_dir` (`sweeps.engine.driver_lock`).
-        ValueError: `tune_config` has no metric or no trial_name_creator (before anything starts).
-    A Ray this sweep starts (no cluster given) is stopped by it at the end.
     """
-    if tune_config.metric is None or tune_config.trial_name_creator is None:
-        raise ValueError("launch: the sweep's TuneConfig needs a metric and a trial_name_creator")
-    o, experiment_dir, metric, mode = options, options.experiment_dir, tune_config.metric, tune_config.mode
-    run_config = sweep_run_config_for(o, tune_config, checkpoint_config, trial_function)  # before Ray: bad tracker
-    starts_ray = not ray.is_initialized() and (o.address == "local" or not (o.address or os.environ.get("RAY_ADDRESS")))
-    held, gpus = hold_and_start_ray(o, trial_function)
-    notify.watch(o.notify, o.name)
-    provenance.record_run(experiment_dir, trial_function.params)  # every run: first, --resume, extension
-    tune_config = sweep_tune_config_for(tune_config, o, max_concurrent_trials(o, gpus, trial_function, tune_config))
-    announce(o, gpus, tune_config)
-    set_tune_environment(experiment_dir)
-
-    def trainable_for(share: float):
-        return with_resources(trial_function, share, o.cpus_per_trial, experiment_dir)
-
-    if o.resume:  # the sweep as it was killed: restore cannot change a search space (ray#42221)
-        restored = {"resume_unfinished": True, "resume_errored": o.retry_errored}
-        tuner = Tuner.restore(experiment_dir, trainable_for(gpus), **restored)
-    else:
-        write_sweep_info(experiment_dir, sweep_info(tune_config, param_space, settings, o.test_metric))
-        tuner = Tuner(trainable_for(gpus), param_space=param_space, tune_config=tune_config, run_config=run_config)
-    rounds = rerun_oom_trials(tuner.fit(), trainable_for, gpus, run_config, tune_config)
-    code = resume.report_outcome(rounds, reused or {}, metric, requeued_trial_paths(rounds))
-    notify.sweep_ended(code, rounds, metric, mode, reused)
-    print_summary(experiment_dir, metric, mode, o.test_metric, shutdown_ray=starts_ray)
-    print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
-    held.release(code)
-    return code, rounds
+    gated = getattr(trial_function.function, "uses_failure_gate", False)  # command trials
+    callbacks = monitoring_callbacks(  # before Ray: a bad tracker is a usage error
+        options.name,
+        progress_every=options.progress_every,
+        quiet=options.quiet,
+        mlflow_uri=options.mlflow_uri,
+        wandb_project=options.wandb_project,
+        metric=metric,
+        mode=mode,
+    )
+    run_config = sweep_run_config(
+        options.name,
+        options.storage_path,
+        max_failures=options.max_failures,
+        fail_fast=options.fail_fast,
+        callbacks=callbacks,
+        metric=metric,
+        mode=mode,
+        checkpoint_config=checkpoint_config,
+        max_initial_failures=options.max_initial_failures if gated else None,
+    )
+    no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
+    starts_ray = not ray.is_initialized() and no_cluster
+    held, gpus = hold_and_start_ray(options, trial_function)
+    notify.watch(options.notify, options.name)
+    provenance.record_run(options.experiment_dir, trial_function.params)  # every run: first, --resume, extension
+    return Sweep(options, trial_function, metric, mode, gpus, run_config, held, starts_ray, settings)
 
 
 def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
@@ -119,56 +203,21 @@ def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
     )
 
 
-def sweep_run_config_for(
-    options: RunOptions,
-    tune_config: TuneConfig,
-    checkpoint_config: CheckpointConfig | None,
-    trial_function: TrialFunction | None = None,
-) -> RunConfig:
-    """`sweep_run_config` for this sweep's flags, with its progress and tracker callbacks
-    (`monitoring_callbacks`, ranked by the `tune_config`'s metric and mode); --max-initial-failures
-    applies where the `trial_function` uses the sweep's failure gate (command trials).
-
-    Raises:
-        UsageError: a bad --progress-every or a tracker that cannot be set up.
+def sweep_tune_config(
+    tune_config: TuneConfig, max_concurrent: int | None = None, options: RunOptions | None = None
+) -> TuneConfig:
+    """`tune_config` with the pieces every sweep shares: trial actors reused (no Python/torch start-up
+    per trial; benchmarks/sweep_efficiency.py) and `max_concurrent` trials at once (None: Tune's
+    default); with `options`, the sweep's --time-budget-s (seconds) and trial folders named by its
+    trial_name_creator (with a suffix where that folder exists already, `resume.fresh_dirname`).
     """
-    o = options
-    gated = trial_function is not None and getattr(trial_function.function, "uses_failure_gate", False)
-    callbacks = monitoring_callbacks(
-        o.name,
-        progress_every=o.progress_every,
-        quiet=o.quiet,
-        mlflow_uri=o.mlflow_uri,
-        wandb_project=o.wandb_project,
-        metric=tune_config.metric,
-        mode=tune_config.mode,
-    )
-    return sweep_run_config(
-        o.name,
-        o.storage_path,
-        max_failures=o.max_failures,
-        fail_fast=o.fail_fast,
-        callbacks=callbacks,
-        metric=tune_config.metric,
-        mode=tune_config.mode,
-        checkpoint_config=checkpoint_config,
-        max_initial_failures=o.max_initial_failures if gated else None,
-    )
-
-
-def sweep_tune_config_for(tune_config: TuneConfig, options: RunOptions, max_concurrent: int | None) -> TuneConfig:
-    """The script's `tune_config` with the pieces every sweep shares: trial actors reused (no
-    Python/torch start-up per trial; benchmarks/sweep_efficiency.py), `max_concurrent` trials at
-    once, the sweep's --time-budget-s (seconds), and trial folders named by its trial_name_creator
-    (with a suffix where that folder exists already, `resume.fresh_dirname`).
-    """
-    return dataclasses.replace(
-        tune_config,
-        reuse_actors=True,
-        max_concurrent_trials=max_concurrent,
-        time_budget_s=options.time_budget_s,
-        trial_dirname_creator=resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
-    )
+    shared = {"reuse_actors": True, "max_concurrent_trials": max_concurrent}
+    if options is not None:
+        shared |= {
+            "time_budget_s": options.time_budget_s,
+            "trial_dirname_creator": resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
+        }
+    return dataclasses.replace(tune_config, **shared)
 
 
 def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
@@ -196,21 +245,21 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
         UsageError: another driver alive on the folder (`sweeps.engine.driver_lock`), or a check fails;
             after the hold, the folder is then left as it was found (released with code 2).
     """
-    o = options
     try:  # one driver per experiment folder, refused before Ray starts (released at exit)
-        held = driver_lock.hold(o.experiment_dir)
+        held = driver_lock.hold(options.experiment_dir)
     except driver_lock.ExperimentHeld as e:
         raise UsageError(str(e)) from None
     try:
         init_ray(
-            o.address,
-            o.dashboard_host,
-            num_gpus=choose_local_gpus(o.gpus, o.address),
+            options.address,
+            options.dashboard_host,
+            num_gpus=choose_local_gpus(options.gpus, options.address),
             runtime_env=trial_function.runtime_env,
         )
-        check_shared_storage(o.storage_path, sum(n["Alive"] for n in ray.nodes()), o.storage_is_shared)
-        gpus = gpus_per_trial(o.gpus_per_trial, o.cpus_per_trial, trial_function)
-        check_resources(gpus, o.cpus_per_trial)
+        nodes_alive = sum(node["Alive"] for node in ray.nodes())
+        check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)
+        gpus = gpus_per_trial(options.gpus_per_trial, options.cpus_per_trial, trial_function)
+        check_resources(gpus, options.cpus_per_trial)
     except UsageError:
         held.release(2)  # no trial started: the folder is left as it was found
         raise
@@ -235,16 +284,6 @@ def set_tune_environment(experiment_dir: str) -> None:
     # A worker killed while Tune hands it the next trial (actor reuse) costs that trial one retry, not
     # the trial: Tune counts that one death twice (trainables/ray_private.py).
     ray_private.count_each_actor_death_once()
-
-
-def sweep_tune_config(max_concurrent: int | None, **overrides) -> TuneConfig:
-    """The `TuneConfig` every sweep starts from: rank by `val/acc`, reuse trial actors.
-
-    Actor reuse keeps a trial's worker process for the next trial (no Python/torch start-up per
-    trial); measured in benchmarks/sweep_efficiency.py.
-    """
-    settings = {"metric": METRIC, "mode": MODE, "max_concurrent_trials": max_concurrent, "reuse_actors": True}
-    return TuneConfig(**(settings | overrides))
 
 
 def sweep_run_config(
@@ -323,13 +362,14 @@ def rerun_oom_trials(
                 trainable_for(share),
                 param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
                 tune_config=sweep_tune_config(
-                    None,
-                    metric=tune_config.metric,
-                    mode=tune_config.mode,
-                    num_samples=len(configs),
-                    search_alg=BasicVariantGenerator(points_to_evaluate=configs),
-                    trial_name_creator=tune_config.trial_name_creator,
-                    trial_dirname_creator=tune_config.trial_name_creator,
+                    TuneConfig(
+                        metric=tune_config.metric,
+                        mode=tune_config.mode,
+                        num_samples=len(configs),
+                        search_alg=BasicVariantGenerator(points_to_evaluate=configs),
+                        trial_name_creator=tune_config.trial_name_creator,
+                        trial_dirname_creator=tune_config.trial_name_creator,
+                    )
                 ),
                 run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
             ).fit()
@@ -351,9 +391,3 @@ def grid_size(param_space: dict) -> int:
         if isinstance(value, dict):
             size *= len(value["grid_search"]) if set(value) == {"grid_search"} else grid_size(value)
     return size
-
-
-def write_sweep_info(experiment_dir: str, info: dict) -> None:
-    """Record the sweep's metric, mode, command line, settings and number of trials (`total_trials`,
-    for `python -m analysis EXP --status`) in `<experiment>/raysweep.json` (a local folder or object storage)."""
-    records.write_settings(experiment_dir, info)

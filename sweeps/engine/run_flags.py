@@ -220,7 +220,7 @@ def check_run_args(args: argparse.Namespace) -> None:
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How a sweep runs: the flags of `add_run_args` (and a search's --time-budget-s), checked and
-    parsed by `check_run_args`. `run_options` builds it; `sweeps.engine.launch.launch` takes it.
+    parsed by `check_run_args`. `run_options` builds it; `sweeps.engine.launch.start_sweep` takes it.
 
     Fields, with their units:
         name: the experiment, a folder under `storage_path`.
