@@ -10,8 +10,8 @@ Names are imported on first use (PEP 562), so ``import analysis`` and ``python -
 --help`` stay fast: pandas, matplotlib and scipy load only when a function needs them.
 """
 
-from analysis.errors import ExperimentError
-from analysis.rules import (
+from trainables.experiment.errors import ExperimentError
+from trainables.experiment.rules import (
     DEFAULT_K,
     DEFAULT_METRIC,
     DEFAULT_MODE,
@@ -23,7 +23,7 @@ from analysis.rules import (
 )
 
 _WHERE = {
-    "analysis.load": (
+    "analysis.reading.load": (
         "SEED_KEY",
         "config_column",
         "duplicates_line",
@@ -36,18 +36,18 @@ _WHERE = {
         "reported_metrics",
         "varying_config_columns",
     ),
-    "analysis.select": ("add_selected", "select_values"),
-    "analysis.paper": ("paper_table",),
-    "analysis.paper_format": ("format_cell", "format_paper_table", "paper_caption", "write_paper_table"),
-    "analysis.stats": ("bootstrap_ci", "holm", "paired_test", "seed_stats"),
-    "analysis.formatting": ("latex_escape",),
-    "analysis.summary": ("summary_text", "sweep_summary"),
-    "analysis.confusion": ("load_confusion", "per_class_accuracy"),
-    "analysis.curves": ("plot_learning_curves", "plot_metric_vs_noise_rate", "plot_paper_curves"),
-    "analysis.plots": ("plot_confusion", "plot_heatmap", "plot_timeline", "save_figure"),
+    "analysis.statistics.select": ("add_selected", "select_values"),
+    "analysis.tables.paper": ("paper_table",),
+    "analysis.tables.paper_format": ("format_cell", "format_paper_table", "paper_caption", "write_paper_table"),
+    "analysis.statistics.stats": ("bootstrap_ci", "holm", "paired_test", "seed_stats"),
+    "analysis.tables.formatting": ("latex_escape",),
+    "analysis.tables.summary": ("summary_text", "sweep_summary"),
+    "analysis.figures.confusion": ("load_confusion", "per_class_accuracy"),
+    "analysis.figures.curves": ("plot_learning_curves", "plot_metric_vs_noise_rate", "plot_paper_curves"),
+    "analysis.figures.plots": ("plot_confusion", "plot_heatmap", "plot_timeline", "save_figure"),
     "analysis.report": ("resolve_metric", "write_report"),
-    "analysis.tables": ("best_runs", "failed", "format_table", "write_table"),
-    "analysis.packing": ("sweep_efficiency", "timeline"),
+    "analysis.tables.best_runs": ("best_runs", "failed", "format_table", "write_table"),
+    "analysis.figures.packing": ("sweep_efficiency", "timeline"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

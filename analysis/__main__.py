@@ -17,15 +17,15 @@ import argparse
 import sys
 import warnings
 
-from analysis.errors import ExperimentError
-from analysis.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELECT_RULES, check_select
+from trainables.experiment.errors import ExperimentError
+from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELECT_RULES, check_select
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.provenance:  # analysis/provenance.py; reads no trial files
-        from analysis.provenance import print_provenance
+    if args.provenance:  # analysis/reading/provenance.py; reads no trial files
+        from analysis.reading.provenance import print_provenance
 
         return print_provenance(args.experiment)
     try:
@@ -153,10 +153,10 @@ def _status(parser: argparse.ArgumentParser, args) -> int:
 
 
 def _json_summary(source, args) -> int:
-    """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/json_output.py`)."""
-    from analysis.json_output import dumps, summary_document
-    from analysis.load import load_experiment
+    """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/tables/json_output.py`)."""
+    from analysis.reading.load import load_experiment
     from analysis.report import resolve_metric, resolve_test_metric
+    from analysis.tables.json_output import dumps, summary_document
 
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, args.metric, args.mode)
@@ -170,10 +170,10 @@ def _paper(source, args) -> int:
     """Only the paper table: written to --out (default: the report folder) and printed."""
     from pathlib import Path
 
-    from analysis.load import duplicates_line, load_experiment
-    from analysis.paper import paper_table
-    from analysis.paper_format import format_paper_table, write_paper_table
+    from analysis.reading.load import duplicates_line, load_experiment
     from analysis.report import report_folder, resolve_metric, resolve_test_metric
+    from analysis.tables.paper import paper_table
+    from analysis.tables.paper_format import format_paper_table, write_paper_table
 
     trials, history = load_experiment(source)
     metric, mode = resolve_metric(trials, args.metric, args.mode)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from analysis.rules import DEFAULT_METRIC as METRIC
-from analysis.rules import DEFAULT_MODE as MODE
-from analysis.rules import shown_as_percent
+from trainables.experiment.rules import DEFAULT_METRIC as METRIC
+from trainables.experiment.rules import DEFAULT_MODE as MODE
+from trainables.experiment.rules import shown_as_percent
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
@@ -112,7 +112,7 @@ def format_progress(
     The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
     an epoch has finished, while the planned epochs are unknown (command trials before one has
     finished), or while trials run past the estimate (never `0:00:00` while any runs).
-    An accuracy held as a fraction is shown in % (`analysis.rules.shown_as_percent`), as the
+    An accuracy held as a fraction is shown in % (`trainables.experiment.rules.shown_as_percent`), as the
     tables show it. At most RUNNING_LINES trial lines; the rest are counted.
     Args:
         elapsed_s: seconds since the sweep (this run of it) began.

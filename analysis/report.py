@@ -23,9 +23,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from analysis.confusion import CONFUSION_SELECT, load_confusion
-from analysis.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
-from analysis.load import (
+from analysis.figures.confusion import CONFUSION_SELECT, load_confusion
+from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
+from analysis.figures.packing import sweep_efficiency
+from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
+from analysis.reading.load import (
     ExperimentError,
     config_column,
     duplicates_line,
@@ -35,15 +37,20 @@ from analysis.load import (
     reported_metrics,
     varying_config_columns,
 )
-from analysis.packing import sweep_efficiency
-from analysis.paper import paper_table
-from analysis.paper_format import format_paper_table, write_paper_table
-from analysis.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
-from analysis.provenance import report_lines as provenance_lines
-from analysis.rules import DEFAULT_K, DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_SELECT, DEFAULT_TEST_METRIC, check_select
-from analysis.select import add_selected
-from analysis.summary import best_cell, cell_trials, summary_text
-from analysis.tables import best_runs, failed, format_table, write_table
+from analysis.reading.provenance import report_lines as provenance_lines
+from analysis.statistics.select import add_selected
+from analysis.tables.best_runs import best_runs, failed, format_table, write_table
+from analysis.tables.paper import paper_table
+from analysis.tables.paper_format import format_paper_table, write_paper_table
+from analysis.tables.summary import best_cell, cell_trials, summary_text
+from trainables.experiment.rules import (
+    DEFAULT_K,
+    DEFAULT_METRIC,
+    DEFAULT_MODE,
+    DEFAULT_SELECT,
+    DEFAULT_TEST_METRIC,
+    check_select,
+)
 
 
 def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | None = None) -> tuple[str, str]:
@@ -109,7 +116,7 @@ def write_report(
 ) -> Path:
     """Write the report of an experiment (or of several, compared) and return its folder.
 
-    Every value per trial follows one selection rule (``select``, :mod:`analysis.rules`),
+    Every value per trial follows one selection rule (``select``, :mod:`trainables.experiment.rules`),
     stated in each table, caption and axis label. The files are listed in this module's docstring.
 
     Args:

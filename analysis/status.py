@@ -9,13 +9,13 @@
 The block is the driver's progress block (`analysis/progress.py`) plus each running trial's last
 log line and the driver's state. Where it comes from (a local folder or a URI such as s3://):
 - the newest `experiment_state-*.json` that Tune snapshots while it runs: every trial's status,
-  config, last result and best values (`analysis/tune_state.py`);
+  config, last result and best values (`analysis/reading/tune_state.py`);
 - for the trials it lists as running, and trial folders it does not list yet: the last lines
   of `result.json` (newer than the snapshot) and of the `stdout` log (as last copied to storage:
-  at a report, at most every `sweeps/engine/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
+  at a report, at most every `sweeps/engine/run/launch.py:ARTIFACT_SYNC_PERIOD_S`, so it may be an epoch or
   a few seconds behind the metrics);
 - `raysweep.json`: the sweep's metric and mode, its command line and the grid's size;
-- `driver.json`: the driver's host, pid and heartbeat (`analysis/driver_record.py`).
+- `driver.json`: the driver's host, pid and heartbeat (`analysis/reading/driver_record.py`).
 Only the running trials' files are opened, so a 1,000-trial experiment answers in well under 2 s
 (`benchmarks/status_speed.py`).
 """
@@ -32,11 +32,9 @@ from typing import TextIO
 
 import pyarrow.fs as pafs
 
-from analysis.driver_record import exit_code, holder_alive, read_holder, resume_command
-from analysis.errors import ExperimentError
 from analysis.progress import format_duration, format_progress, sweep_status
-from analysis.rules import DEFAULT_METRIC, DEFAULT_MODE
-from analysis.tune_state import (
+from analysis.reading.driver_record import exit_code, holder_alive, read_holder, resume_command
+from analysis.reading.tune_state import (
     describe_duplicates,
     list_dir,
     listed_trials,
@@ -45,7 +43,9 @@ from analysis.tune_state import (
     resolve_source,
     sweep_settings,
 )
-from trainables import records
+from trainables.experiment import records
+from trainables.experiment.errors import ExperimentError
+from trainables.experiment.rules import DEFAULT_METRIC, DEFAULT_MODE
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -82,7 +82,7 @@ def read_status(source, now: float | None = None) -> dict:
         `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
         `driver_alive` (bool or None when unknown), `left` (trials running or pending), `argv` (the
         sweep's command line, or None), `where`, `resumable` and `duplicates`: the folders of trials
-        left out as repeats of another (`analysis.tune_state.repeats`: a copied folder, an
+        left out as repeats of another (`analysis.reading.tune_state.repeats`: a copied folder, an
         unfinished rerun of a finished cell).
     Raises:
         ExperimentError: not a folder, or no Tune experiment in it (no state file, no trial folder).
@@ -172,12 +172,12 @@ def driver_line(report: dict, now: float) -> str:
 def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: bool = False) -> int:
     """Print the status block once, or (every_s > 0) every `every_s` seconds until the sweep is over
     (its driver ended or is gone; with no driver record: no trial left). Returns `exit_code`.
-    `as_json`: each time one line, the `raysweep.status/1` document (`analysis/json_output.py`)."""
+    `as_json`: each time one line, the `raysweep.status/1` document (`analysis/tables/json_output.py`)."""
     stream = stream or sys.stdout
     while True:
         report = read_status(source)
         if as_json:
-            from analysis.json_output import dumps, status_document  # imports this module: not at the top
+            from analysis.tables.json_output import dumps, status_document  # imports this module: not at the top
 
             stream.write(dumps(status_document(report)) + "\n")
         else:

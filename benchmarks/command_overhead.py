@@ -48,8 +48,8 @@ def in_tune(epochs: int, sleep: float) -> float:
     from ray import tune
     from ray.tune import CheckpointConfig, TuneConfig
 
-    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
-    from trainables.command import train_command
+    from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
+    from trainables.command.runner import train_command
 
     def timed(config, *, elapsed_file, **kwargs):  # train_command, timed from inside the trial
         started = time.perf_counter()

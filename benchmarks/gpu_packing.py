@@ -8,8 +8,8 @@ Run (on a machine with a CUDA GPU; elsewhere it says so and exits 0):
     make bench-gpu
 
 Each configuration (model, precision, k trials per GPU) is one Tune run of k trials with 1/k GPU
-each, set up as every sweep is (`sweeps/engine/trial_resources.py`: `with_resources`;
-`sweeps/engine/launch.py`: `sweep_tune_config`, `sweep_run_config`), all started together on GPU 0.
+each, set up as every sweep is (`sweeps/engine/cluster/trial_resources.py`: `with_resources`;
+`sweeps/engine/run/launch.py`: `sweep_tune_config`, `sweep_run_config`), all started together on GPU 0.
 Each trial is the real trial runtime
 (`trainables.trial.train_classifier`: memory cap at its share, NVML sampling) on synthetic
 CIFAR-shaped data (uint8 3x32x32, 10 classes, written once as an .npz). Per trial, from its
@@ -85,8 +85,8 @@ def run_packing(
     """k concurrent trials of `model` at 1/k GPU each; returns the row of the table (see `format_table`)."""
     from ray import tune
 
-    from sweeps.engine.launch import TrialFunction, sweep_run_config, sweep_tune_config
-    from sweeps.engine.trial_resources import with_resources
+    from sweeps.engine.cluster.trial_resources import with_resources
+    from sweeps.engine.run.launch import TrialFunction, sweep_run_config, sweep_tune_config
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
 
@@ -131,8 +131,8 @@ def check_oom_requeue(
     the share."""
     from ray import tune
 
-    from sweeps.engine.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
-    from sweeps.engine.trial_resources import with_resources
+    from sweeps.engine.cluster.trial_resources import with_resources
+    from sweeps.engine.run.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
     from trainables.gpu import is_gpu_oom

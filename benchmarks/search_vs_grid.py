@@ -5,7 +5,7 @@ Run:
     python benchmarks/search_vs_grid.py --json bench.json        # 36-point grid, 12 epochs, 3 seeds, 2 TPE seeds
 
 Setting: digits, mlp, sym noise 0.5, batch size 64; every configuration (grid point or search
-trial) is trained with --repeat seeds and scored by their mean (`trainables/seeds.py`): with one
+trial) is trained with --repeat seeds and scored by their mean (`trainables/seed_group.py`): with one
 seed, the grid's best is the luckiest of 36 draws on a 216-image validation set (1 image = 0.46
 points), which no search reliably "reaches".
 Grid (36 points): loss {ce, gce, sce} x lr {0.003, 0.01, 0.03, 0.1, 0.3, 1} x weight decay

@@ -1,4 +1,4 @@
-"""Monte-Carlo check of the `--seeds auto` decision rule (`analysis/seeds.py`): error, power, seeds used.
+"""Monte-Carlo check of the `--seeds auto` decision rule (`analysis/statistics/seeds.py`): error, power, seeds used.
 
 Run:
     python benchmarks/seeds_auto.py --quick                          # 200 sweeps per scenario: seconds to a minute
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.seeds import BOUNDARIES, FAMILIES, SeedRule, decide_arrays, holm_family, look_pvalues  # noqa: E402
+from analysis.statistics.seeds import BOUNDARIES, FAMILIES, SeedRule, decide_arrays, holm_family, look_pvalues  # noqa: E402
 
 CELLS, METHODS = 12, 3
 EFFECTS = (0.0, 0.5, 1.0, 2.0, 4.0)

@@ -46,7 +46,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     import ray
     from ray import tune
 
-    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
+    from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
     from trainables.config import METRIC, MODE
 

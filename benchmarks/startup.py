@@ -14,7 +14,7 @@ seconds since the child was started:
     ray         "started a local Ray with ..."   local Ray up, dashboard URL printed (older checkouts: "Ray started in")
     first_trial the first trial's `trial_config.json` appears: the trainable runs (written by
                 `trainables/trial.py:start_trial` first thing, into the trial's folder on storage
-                (`trainables/storage.py`); older checkouts wrote it into the trial's working folder under
+                (`trainables/experiment/storage.py`); older checkouts wrote it into the trial's working folder under
                 Ray's session, also watched; polled every 50 ms; each run gets its own --name).
     last_trial  "sweep finished: ..."            every trial done (the progress line of `SweepProgress`)
     table       "best configuration by ..."      the final table printed

@@ -18,7 +18,7 @@ each scheme runs in a fresh process. Definitions (per run):
                           not overhead: it is what heterogeneous lengths cost any scheduler),
                           broken down by `overhead_breakdown` (checkpoint write, its persist to
                           storage, the rest of the report round trip, other, the gap)
-raysweep's scheme is what `sweeps/engine/launch.py` sets up (actor reuse, checkpoints kept, trial files
+raysweep's scheme is what `sweeps/engine/run/launch.py` sets up (actor reuse, checkpoints kept, trial files
 synced in the background) with the trials in the order `grid_plan.longest_first` gives (the sweeps
 order by epochs x model; here the cost is the known duration). Tune's defaults run the grid in
 the order given. The batch-of-four scheme is seed 004's: four processes at a time (`CUDA_VISIBLE_DEVICES=i`),
@@ -120,7 +120,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     from ray.tune.search import BasicVariantGenerator
 
     from sweeps.engine.grid_plan import longest_first
-    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
+    from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables.config import METRIC, MODE
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)

@@ -42,7 +42,7 @@ def in_tune(config: dict) -> float:
     import ray
     from ray import tune
 
-    from sweeps.engine.launch import sweep_run_config, sweep_tune_config
+    from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
     from trainables.config import METRIC, MODE
 

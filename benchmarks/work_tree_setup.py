@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainables.workdir import fill_work_dir, snapshot_code  # noqa: E402
+from trainables.command.workdir import fill_work_dir, snapshot_code  # noqa: E402
 
 
 def make_layout(base: Path, files: int, entries: int, data_files: int) -> Path:

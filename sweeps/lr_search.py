@@ -14,7 +14,7 @@ decay (log scale), batch size and loss (`ce`; `gce` with its q; `sce` with its a
 with Ray Tune's `OptunaSearch` (TPE, seeded by --search-seed) and `ASHAScheduler` (--grace-period,
 --reduction-factor). Optuna alone has no multi-GPU scheduler (optuna#1365); Tune places the trials.
 With --repeat N each trial trains the configuration with seeds 0..N-1 side by side
-(`trainables/seeds.py`) and reports their mean, which both TPE and ASHA see.
+(`trainables/seed_group.py`) and reports their mean, which both TPE and ASHA see.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
+from sweeps.engine.run import preflight, process_exit
 from trainables.config import METRIC, MODE  # noqa: E402
 
 NAME = "lr_search"
@@ -134,7 +135,7 @@ def check_search_space_flags(args) -> None:
 
 
 def check_command(args) -> None:
-    """With a command after `--` (your own script, `trainables/command.py`): its placeholders must be
+    """With a command after `--` (your own script, `trainables/command/runner.py`): its placeholders must be
     searched or fixed options, and the program must exist; `--repeat` is the built-in trainable's.
 
     Raises:
@@ -148,7 +149,7 @@ def check_command(args) -> None:
             )
         args.metric, args.mode, args.test_metric = METRIC, MODE, "test/acc"
         return
-    from sweeps.engine import command_template
+    from sweeps.engine.command_sweep import command_template
 
     args.metric = args.metric or "val_acc"
     args.test_metric = args.metric  # a command's table shows the metric it is ranked by
@@ -238,7 +239,7 @@ def search_bounds(args) -> tuple[dict, dict]:
 
 def print_outcome(results, args, epochs: int) -> None:
     """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
-    from analysis.search import top_trials
+    from analysis.figures.search import top_trials
 
     df = results.get_dataframe()
     if len(df):
@@ -254,14 +255,14 @@ def print_outcome(results, args, epochs: int) -> None:
 def choose_trial_function(args, options, cfg, data):
     """The trainable each trial runs: the shared classifier (with `args.repeat` seeds), or with
     --template the user's own script, the searched values reaching it through its {placeholders}."""
-    from sweeps.engine.launch import TrialFunction
+    from sweeps.engine.run.launch import TrialFunction
     from trainables import train_classifier
 
     if not args.template:
         return TrialFunction(train_classifier, {"data": data, "seeds": tuple(range(args.repeat))}, probe_config=cfg)
-    from sweeps.engine.code_snapshot import take_snapshot
-    from trainables.command import train_command
-    from trainables.workdir import RUNTIME_ENV_CODE
+    from sweeps.engine.command_sweep.code_snapshot import take_snapshot
+    from trainables.command.runner import train_command
+    from trainables.command.workdir import RUNTIME_ENV_CODE
 
     snapshot = take_snapshot(options.experiment_dir, args.in_place, args.resume)
     runtime_env = snapshot and snapshot["runtime_env"]  # object storage: the code travels with the job
@@ -287,7 +288,7 @@ def main(argv: list[str]) -> int:
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.engine.launch import start_sweep
+    from sweeps.engine.run.launch import start_sweep
 
     print(
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "

@@ -22,15 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-    estimate,
-    flags,
-    grid,
-    preflight,
-    process_exit,
-    run_flags,
-    seed_flags,
-)
+from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.run import preflight, process_exit
+from sweeps.engine.seeds_auto import seed_flags
 
 NAME = "noise_grid"
 GRID_DEFAULTS = {"noise_type": "sym,asym", "noise_rate": "0.125,0.25,0.375,0.5,0.625,0.75"}  # the grid's own axes
@@ -82,7 +76,7 @@ def fit_grid(options, trial_function, plan, axes) -> tuple[int, list]:
     shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
     from ray.tune import TuneConfig, Tuner
 
-    from sweeps.engine.launch import start_sweep
+    from sweeps.engine.run.launch import start_sweep
     from trainables.config import METRIC, MODE
 
     sweep = start_sweep(options, trial_function, METRIC, MODE)
@@ -120,9 +114,10 @@ def main(argv: list[str]) -> int:
 
     configs, data = check_and_load(cells)
 
-    from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
-    from sweeps.engine.launch import TrialFunction
+    from sweeps.engine.run import resume
+    from sweeps.engine.run.launch import TrialFunction
+    from sweeps.engine.seeds_auto import seed_search
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
 

@@ -7,7 +7,7 @@ Run:
         --repeat 3 --gpus-per-trial 0.25
     python sweeps/pbt.py --resume                          # continue an interrupted run
 
-Same trainable as `sweeps/lr_search.py` (`trainables/seeds.py`: one trial trains --repeat seeds
+Same trainable as `sweeps/lr_search.py` (`trainables/seed_group.py`: one trial trains --repeat seeds
 and reports their mean). Every --perturbation-interval epochs Tune's `PopulationBasedTraining`
 copies the checkpoint of a member in the top quantile into one in the bottom quantile (exploit)
 and perturbs its lr / weight decay (explore: x0.8 or x1.2, or a fresh draw); the trainable writes
@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, preflight, process_exit, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
+from sweeps.engine.run import preflight, process_exit
 
 NAME = "pbt"
 SEARCHED = {
@@ -83,7 +84,7 @@ def trial_name(trial) -> str:
 
 def print_outcome(results) -> None:
     """After PBT: the ten best members (their final lr / weight decay) and where the exploit history is."""
-    from analysis.search import top_trials
+    from analysis.figures.search import top_trials
 
     df = results.get_dataframe()
     if len(df):
@@ -117,7 +118,7 @@ def main(argv: list[str]) -> int:
     from ray.tune import CheckpointConfig, TuneConfig, Tuner
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from sweeps.engine.launch import TrialFunction, start_sweep
+    from sweeps.engine.run.launch import TrialFunction, start_sweep
     from trainables import train_classifier
     from trainables.config import METRIC, MODE
 

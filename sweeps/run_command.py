@@ -13,12 +13,12 @@ of the code taken at launch, in {trial_dir} (docs/trial-folders.md; --in-place: 
 The script needs no SDK: it prints, on stdout or stderr (Python logging), `epoch=3 val_acc=0.81
 loss=0.52` (or `key: value`, `Epoch [3/50]` then metrics lines, a final `* accuracy: 97.0%` block,
 the shapes of docs/output-shapes.md; others by --metric-pattern),
-appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/report.py`),
+appends JSON lines to $RAYSWEEP_METRICS_FILE (`trainables/command/user_metrics.py`),
 or writes TensorBoard events under {trial_dir} (--metrics-from tensorboard). Paired settings are one
 linked axis (--axis dataset,num_classes=caltech101:100,oxford_pets:37) or rows of --tasks FILE;
 --dry-run prints every cell's command, --check runs the first one without Ray.
 Retries, resume, skip-existing, progress, the final table and the report are those of every sweep
-(`sweeps/engine/launch.py`); each trial is `trainables/command.py:train_command`.
+(`sweeps/engine/run/launch.py`); each trial is `trainables/command/runner.py:train_command`.
 """
 
 from __future__ import annotations
@@ -31,19 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import (  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-    code_snapshot,
-    command_template,
-    estimate,
-    flags,
-    grid,
-    preflight,
-    process_exit,
-    run_flags,
-    seed_flags,
-)
+from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.command_sweep import code_snapshot, command_template
 from sweeps.engine.flags import UsageError  # noqa: E402
-from trainables.command_parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
+from sweeps.engine.run import preflight, process_exit
+from sweeps.engine.seeds_auto import seed_flags
+from trainables.command.parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
 
 NAME = "command"
 
@@ -246,9 +239,9 @@ def dry_run(args) -> int:
 def command_trial_function(args, snapshot: dict | None):
     """`train_command` with the command, how its metrics are read, and the code copy (`snapshot`,
     None with --in-place) it runs in; a snapshot with a `runtime_env` reaches the trials through it."""
-    from sweeps.engine.launch import TrialFunction
-    from trainables.command import train_command
-    from trainables.workdir import RUNTIME_ENV_CODE
+    from sweeps.engine.run.launch import TrialFunction
+    from trainables.command.runner import train_command
+    from trainables.command.workdir import RUNTIME_ENV_CODE
 
     runtime_env = snapshot and snapshot["runtime_env"]
 
@@ -274,7 +267,7 @@ def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
     `start_sweep`'s shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
     from ray.tune import CheckpointConfig, TuneConfig, Tuner
 
-    from sweeps.engine.launch import start_sweep
+    from sweeps.engine.run.launch import start_sweep
 
     sweep = start_sweep(
         options,
@@ -310,7 +303,7 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         return dry_run(args)
     if args.check:
-        from sweeps.engine.command_check import check_command
+        from sweeps.engine.command_sweep.command_check import check_command
 
         return check_command(args)
     options = run_flags.run_options(args)
@@ -318,8 +311,9 @@ def main(argv: list[str]) -> int:
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
 
-    from sweeps.engine import resume, seed_search
     from sweeps.engine.grid_plan import plan_grid, report_finished
+    from sweeps.engine.run import resume
+    from sweeps.engine.seeds_auto import seed_search
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).

@@ -236,7 +236,7 @@ def alive_nodes(address: str, env: dict) -> list[str]:
 def ray_auth_restored():
     """Undo what a test's connection checks did to this process's Ray authentication mode.
 
-    `sweeps.engine.cluster.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
+    `sweeps.engine.cluster.ray_start.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
     config, as a sweep's driver should; in the test process that would outlive the test and make
     a later local `ray.init` use another token than its cluster's.
     """

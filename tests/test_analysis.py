@@ -626,10 +626,10 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
 
 
 def test_public_names_stay_functions_whatever_was_imported_first():
-    # `analysis.timeline` was also a submodule's name: once `analysis.plots` imported that module,
+    # `analysis.timeline` was also a submodule's name: once `analysis.figures.plots` imported that module,
     # the package attribute was the module and `analysis.timeline(rows)` failed, depending on test order
     code = (
-        "import analysis.plots, analysis.report, analysis; "
+        "import analysis.figures.plots, analysis.report, analysis; "
         "assert all(callable(getattr(analysis, n)) for n in analysis.__all__ if n.islower()), "
         "[n for n in analysis.__all__ if n.islower() and not callable(getattr(analysis, n))]"
     )

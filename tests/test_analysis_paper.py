@@ -395,17 +395,26 @@ def test_cli_help_and_usage_errors_import_no_pandas():
 
 
 def test_analysis_imports_only_the_record_owner_from_trainables():
-    """analysis reads records through their owner (trainables.records, trainables.storage), takes the one
-    t-quantile from trainables.confidence, and loads no training code, torch, Ray or sweep engine."""
+    """analysis reads records through their owner (trainables.experiment.records, .storage), takes the one
+    t-quantile from trainables.experiment.confidence and the selection rules and error from the same shared floor,
+    and loads no training code, torch, Ray or sweep engine."""
     code = (
-        "import sys, analysis.search, analysis.report, analysis.status; "
+        "import sys, analysis.figures.search, analysis.report, analysis.status; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'trainables', 'sweeps', 'torch', 'ray'}))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
-    expected = ["trainables", "trainables.confidence", "trainables.records", "trainables.storage"]
+    expected = [
+        "trainables",
+        "trainables.experiment",
+        "trainables.experiment.confidence",
+        "trainables.experiment.errors",
+        "trainables.experiment.records",
+        "trainables.experiment.rules",
+        "trainables.experiment.storage",
+    ]
     assert result.stdout.strip() == str(expected), result.stderr
     df = pd.DataFrame({"trial_id": ["a", "b"], "val/acc": [0.5, 0.7], "config/lr": [0.1, 0.01]})
-    from analysis.search import top_trials
+    from analysis.figures.search import top_trials
 
     assert list(top_trials(df, k=1)["trial"]) == ["b"]  # default metric val/acc, mode max
 

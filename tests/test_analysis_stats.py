@@ -1,5 +1,6 @@
 """One LaTeX escaper, one seed-statistics function, Holm's correction of the paper table's marks and
-its bootstrap intervals (analysis/formatting.py, analysis/stats.py), on constructed inputs (no Ray)."""
+its bootstrap intervals (analysis/tables/formatting.py, analysis/statistics/stats.py), on constructed inputs (no
+Ray)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 
 import analysis
 from analysis.__main__ import main
-from analysis.formatting import bare, format_number, format_value, latex_escape, sort_key
-from analysis.stats import bootstrap_ci, holm, seed_stats
+from analysis.statistics.stats import bootstrap_ci, holm, seed_stats
+from analysis.tables.formatting import bare, format_number, format_value, latex_escape, sort_key
 from tests.analysis_fixtures import trial_spec, write_experiment
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def test_paper_table_bootstrap_option_and_cli(tmp_path, capsys):
 
 
 def test_a_trials_seed_interval_is_the_tables_t_interval_beyond_ten_seeds():
-    from trainables.seeds import seed_mean
+    from trainables.seed_group import seed_mean
 
     values = [0.80 + 0.01 * i for i in range(11)]
     out = seed_mean([{"val/acc": v, "epoch": 1} for v in values], range(11))

@@ -1,5 +1,5 @@
 """A restored trial whose recorded checkpoint is gone resumes from the newest one left
-(sweeps/engine/checkpoint_repair.py).
+(sweeps/engine/run/checkpoint_repair.py).
 
 The state is made exactly, not by racing a kill against Tune's snapshot: a trial errors after four
 checkpoints, so the experiment snapshot names its latest (checkpoint_000003); that folder is then
@@ -15,7 +15,7 @@ import pytest
 from ray import tune
 from ray.tune import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Tuner
 
-from sweeps.engine.checkpoint_repair import RestoreFromSurvivingCheckpoint, reported_checkpoints
+from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint, reported_checkpoints
 
 ITERATIONS = 6
 
@@ -133,7 +133,7 @@ def test_a_missing_checkpoint_of_another_trial_is_left_to_tune(tmp_path):
 
     import pyarrow.fs as pafs
 
-    from sweeps.engine.checkpoint_repair import repair_missing_checkpoint
+    from sweeps.engine.run.checkpoint_repair import repair_missing_checkpoint
 
     donor, member = tmp_path / "pbt_member_0", tmp_path / "pbt_member_1"
     (donor / "checkpoint_000004").mkdir(parents=True)

@@ -119,7 +119,9 @@ def test_bad_input_is_refused_before_ray_starts(case, tmp_path, monkeypatch):
         else:
             monkeypatch.setenv(key, value)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr("sweeps.engine.gpus.read_nvml", lambda: None)  # a machine without GPUs, wherever this runs
+    monkeypatch.setattr(
+        "sweeps.engine.cluster.gpus.read_nvml", lambda: None
+    )  # a machine without GPUs, wherever this runs
     monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))  # restored afterwards
     was_running = ray.is_initialized()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import cluster
+from sweeps.engine.cluster import ray_start
 from sweeps.engine.flags import UsageError
 from tests import ray_cluster
 from tests.ray_cluster import ray_auth_restored
@@ -38,7 +38,7 @@ WORKER_IP = "127.0.0.2"  # loopback too: the second node's trials are told apart
 )
 def test_bad_addresses_are_one_line(address, match):
     with pytest.raises(UsageError, match=match):
-        cluster.connect_checks(address)
+        ray_start.connect_checks(address)
 
 
 def test_nothing_listening_is_refused_with_the_address(capfd):
@@ -48,7 +48,7 @@ def test_nothing_listening_is_refused_with_the_address(capfd):
         match=rf"--address=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
         rf"\(Connection refused\); start the head there with `ray start --head --port {port}`",
     ):
-        cluster.connect_checks(f"127.0.0.1:{port}")
+        ray_start.connect_checks(f"127.0.0.1:{port}")
     assert capfd.readouterr().err == ""  # no retry lines
 
 
@@ -61,12 +61,12 @@ def test_a_port_that_is_not_a_gcs_is_refused(tmp_path):
         server.listen()
         port = server.getsockname()[1]
         with pytest.raises(UsageError, match=rf"127.0.0.1:{port} answers but not as a Ray head's GCS port"):
-            cluster.connect_checks(f"127.0.0.1:{port}", timeout_s=2)
+            ray_start.connect_checks(f"127.0.0.1:{port}", timeout_s=2)
 
 
 def test_auto_and_client_addresses_are_left_to_ray():
-    assert cluster.split_address("auto") is None and cluster.split_address("ray://head:10001") is None
-    assert cluster.split_address("[::1]:6379") == ("::1", 6379)
+    assert ray_start.split_address("auto") is None and ray_start.split_address("ray://head:10001") is None
+    assert ray_start.split_address("[::1]:6379") == ("::1", 6379)
 
 
 def test_a_token_turns_token_mode_on_unless_a_mode_was_chosen(tmp_path, monkeypatch):
@@ -74,14 +74,14 @@ def test_a_token_turns_token_mode_on_unless_a_mode_was_chosen(tmp_path, monkeypa
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
-    assert cluster.use_token_if_available() == "no token" and "RAY_AUTH_MODE" not in os.environ
+    assert ray_start.use_token_if_available() == "no token" and "RAY_AUTH_MODE" not in os.environ
     token = tmp_path / "elsewhere"
     token.write_text("a" * 32)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    assert cluster.use_token_if_available() == "disabled"  # the user's choice stands
+    assert ray_start.use_token_if_available() == "disabled"  # the user's choice stands
     monkeypatch.delenv("RAY_AUTH_MODE")
-    assert cluster.use_token_if_available() == "token" and os.environ["RAY_AUTH_MODE"] == "token"
+    assert ray_start.use_token_if_available() == "token" and os.environ["RAY_AUTH_MODE"] == "token"
 
 
 def sweep(address: str, storage: Path, name: str, env: dict, *extra: str, epochs: int = 2) -> list[str]:
@@ -152,7 +152,7 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(tmp_path):
         assert proc.stderr.strip().splitlines() == [
             f"error: --address={address}: the Ray cluster refused this driver's authentication "
             "(no token in RAY_AUTH_TOKEN, "
-            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {cluster.TOKEN_HELP}"
+            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {ray_start.TOKEN_HELP}"
         ]
         assert not (tmp_path / "refused").exists()
 

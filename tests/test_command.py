@@ -1,5 +1,5 @@
 """Command sweeps: checking a user's command before Ray starts, and running it as Tune trials
-(`trainables/command.py`) with tests/scripts/train_script.py, a PyTorch script that knows nothing of Ray."""
+(`trainables/command/runner.py`) with tests/scripts/train_script.py, a PyTorch script that knows nothing of Ray."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweeps.engine.command_template import (
+from sweeps.engine.command_sweep.command_template import (
     check_metric_producible,
     check_template,
     compile_metric_pattern,
@@ -26,7 +26,7 @@ from sweeps.engine.command_template import (
     render,
 )
 from sweeps.engine.flags import UsageError
-from trainables.command import read_metrics_file
+from trainables.command.runner import read_metrics_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with cwd=ROOT, like a user's sweep
@@ -187,7 +187,7 @@ def test_metrics_file_reads_whole_lines_only(tmp_path):
 
 def test_report_helper_prints_or_appends_and_imports_nothing_heavy(tmp_path):
     code = (
-        "import sys; from trainables.report import report; report({'val/acc': 0.5}, epoch=2); "
+        "import sys; from trainables.command.user_metrics import report; report({'val/acc': 0.5}, epoch=2); "
         "print(sorted(m for m in ('torch', 'ray', 'numpy') if m in sys.modules))"
     )
     env = {k: v for k, v in os.environ.items() if k != "RAYSWEEP_METRICS_FILE"}
@@ -225,7 +225,7 @@ def test_killed_worker_takes_the_command_and_its_grandchildren_with_it(tmp_path)
     worker and its direct children are SIGKILLed, as Ray does when a worker exits."""
     worker_code = (
         "import sys, time\n"
-        "from trainables.command import start_command, start_watchdog\n"
+        "from trainables.command.runner import start_command, start_watchdog\n"
         "proc = start_command(['sh', '-c', 'sleep 600 & sleep 600'], {'PATH': '/usr/bin:/bin'})\n"
         "start_watchdog(proc.pid, 1.0)\n"
         "print(proc.pid, flush=True)\n"
@@ -269,7 +269,7 @@ def tune_command(
     from ray import tune
     from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, Tuner
 
-    from trainables.command import train_command
+    from trainables.command.runner import train_command
 
     trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), grace_period_s=2.0, **kwargs)
     tuner = Tuner(

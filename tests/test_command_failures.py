@@ -9,7 +9,7 @@ import sys
 import torch
 
 from tests.test_command_scripts import run_sweep
-from trainables.command_sources import ATTEMPT_LINE
+from trainables.command.sources import ATTEMPT_LINE
 
 PY = sys.executable
 MIB = 1 << 20
@@ -97,7 +97,7 @@ def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(t
 
 
 def test_a_config_dump_is_not_a_metrics_row_and_a_crash_before_any_step_reports_nothing():
-    from trainables.command_parse import StepContext, line_metrics
+    from trainables.command.parse import StepContext, line_metrics
 
     assert line_metrics("Namespace(batch_size=64, data='../data', epochs=14, lr=1.0)", "epoch") == {}
     assert line_metrics("{'lr': 0.1, 'data_path': '../datasets', 'epochs': 10}", "epoch") == {}
@@ -112,7 +112,7 @@ def test_a_config_dump_is_not_a_metrics_row_and_a_crash_before_any_step_reports_
 
 
 def test_the_gate_lets_three_attempts_start_until_a_result_and_knows_a_repeated_error():
-    from trainables.failure_gate import FailureGate
+    from trainables.command.failure_gate import FailureGate
 
     gate = FailureGate(3)
     assert [gate.enter(a) for a in "abcd"] == ["go", "go", "go", "wait"]
@@ -129,8 +129,8 @@ def test_the_gate_lets_three_attempts_start_until_a_result_and_knows_a_repeated_
 
 
 def test_a_failure_signature_blanks_the_trial_and_the_hint_names_the_missing_relative_path():
-    from sweeps.engine.initial_failures import hint
-    from trainables.failure_gate import missing_path, signature
+    from trainables.command.failure_gate import missing_path, signature
+    from trainables.command.initial_failures import hint
 
     tails = [
         ["Traceback (most recent call last):", f"FileNotFoundError: [Errno 2] No such file: '/runs/{t}/work/x'"]
@@ -148,8 +148,8 @@ def test_a_failure_signature_blanks_the_trial_and_the_hint_names_the_missing_rel
 def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_reported():
     from types import SimpleNamespace
 
-    from sweeps.engine.initial_failures import InitialFailures
-    from trainables.failure_gate import EARLY_FAILURE_METRIC
+    from trainables.command.failure_gate import EARLY_FAILURE_METRIC
+    from trainables.command.initial_failures import InitialFailures
 
     early = SimpleNamespace(last_result={EARLY_FAILURE_METRIC: 1})
     stopper = InitialFailures(3)
@@ -166,9 +166,9 @@ def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_re
 
 
 def test_explain_prints_each_distinct_early_error_once(capsys):
-    from sweeps.engine.initial_failures import explain, is_early
-    from trainables.command import _failed
-    from trainables.failure_gate import EARLY_FAILURE, WORKING_FOLDER
+    from trainables.command.failure_gate import EARLY_FAILURE, WORKING_FOLDER
+    from trainables.command.initial_failures import explain, is_early
+    from trainables.command.runner import _failed
 
     line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
     errors = {

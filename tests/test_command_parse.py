@@ -1,5 +1,5 @@
-"""Metrics from real training output (`trainables/command_parse.py`), linked axes, task files and
-safe trial names (`sweeps/engine/command_template.py`, `sweeps/cli.py`): fast, no Ray, no subprocess."""
+"""Metrics from real training output (`trainables/command/parse.py`), linked axes, task files and
+safe trial names (`sweeps/engine/command_sweep/command_template.py`, `sweeps/cli.py`): fast, no Ray, no subprocess."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import types
 
 import pytest
 
-from sweeps.engine.command_template import cell_axes, expand_cells, parse_axis, read_tasks
+from sweeps.engine.command_sweep.command_template import cell_axes, expand_cells, parse_axis, read_tasks
 from sweeps.engine.flags import UsageError
 from sweeps.engine.grid import short_forms, trial_namer
-from trainables.command_parse import StepContext, line_metrics
-from trainables.output_shapes import epoch_with_batch, fraction_percent, meters, progress_bar, summary
+from trainables.command.output_shapes import epoch_with_batch, fraction_percent, meters, progress_bar, summary
+from trainables.command.parse import StepContext, line_metrics
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.load import load_history
+from analysis.reading.load import load_history
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -380,7 +380,7 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
     deadline = time.monotonic() + 300
     logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
     # killed once Tune recorded 4 rows: a step checkpoint each, so num_to_keep=2 has deleted some, maybe
-    # the one Tune's experiment state names (sweeps/engine/checkpoint_repair.py restores from a later one then)
+    # the one Tune's experiment state names (sweeps/engine/run/checkpoint_repair.py restores from a later one then)
     recorded = lambda: max([_epochs(p.with_name("result.json")) for p in logs()] or [[]], key=len)  # noqa: E731
     while len(recorded()) < 4 and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.02)

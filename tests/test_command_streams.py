@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.test_command_scripts import PY, history, run_sweep, trials
-from trainables.command_process import next_lines, start_command, start_readers
-from trainables.command_sources import (
+from trainables.command.process import next_lines, start_command, start_readers
+from trainables.command.sources import (
     ATTEMPT_LINE,
     ERR_MARK,
     OUTPUT_FILES,

@@ -1,6 +1,6 @@
 """Command trials whose script prints nothing and logs through a tracker: W&B offline runs, MLflow's
 default store, a Lightning-style `metrics.csv` and a Hugging Face `trainer_state.json`
-(`trainables/tracker_sources.py`, `trainables/wandb_reader.py`), with the real packages."""
+(`trainables/command/trackers.py`, `trainables/command/wandb_reader.py`), with the real packages."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import tomllib
 from packaging.requirements import Requirement
 
 from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
-from trainables import tracker_sources
-from trainables.tracker_sources import TrackerResults, csv_rows, hf_rows
-from trainables.wandb_reader import read_history
+from trainables.command import trackers
+from trainables.command.trackers import TrackerResults, csv_rows, hf_rows
+from trainables.command.wandb_reader import read_history
 
 SCRIPT = "tests/scripts/tracker_only.py"
 
@@ -27,7 +27,7 @@ def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
-    tracker_sources.tracker_env(env, work, tracker)
+    trackers.tracker_env(env, work, tracker)
     subprocess.run(
         [PY, SCRIPT, "--tracker", tracker, "--lr", "0.2", "--out", str(work), *extra],
         cwd=ROOT,
@@ -41,7 +41,7 @@ def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
 
 def test_wandb_reader_reads_every_row_and_a_cut_log_up_to_its_last_whole_record(tmp_path):
     work = run_script(tmp_path, "wandb", "--epochs", "400")  # over 32 KiB: records cross a block
-    [log] = list(work.glob(tracker_sources.RUN_GLOB))
+    [log] = list(work.glob(trackers.RUN_GLOB))
     assert log.parent.name.startswith(
         "offline-run-"
     )  # WANDB_MODE=offline, WANDB_DIR={trial_dir}: `wandb sync` finds it
@@ -70,7 +70,7 @@ def test_wandb_version_is_in_the_range_pyproject_pins():
 
 
 def test_only_the_reader_imports_wandb_internals():
-    allowed = {ROOT / "trainables" / "wandb_reader.py"}
+    allowed = {ROOT / "trainables" / "command" / "wandb_reader.py"}
     offenders = [
         str(path.relative_to(ROOT))
         for folder in ("sweeps", "trainables", "analysis")
@@ -194,7 +194,7 @@ def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
     from ray.tune import RunConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
 
-    from trainables.command import train_command
+    from trainables.command.runner import train_command
 
     template = [sys.executable, SCRIPT, "--tracker", "wandb", "--lr", "{lr}", "--out", "{trial_dir}"]
     template += ["--epochs", "8", "--sleep", "0.3", "--start-delay", "{start_delay}"]
@@ -219,14 +219,14 @@ def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
 
 def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
     env = {"WANDB_MODE": "online", "MLFLOW_TRACKING_URI": ""}
-    assert tracker_sources.tracker_env(env, tmp_path, "output") == [
+    assert trackers.tracker_env(env, tmp_path, "output") == [
         f"WANDB_DIR={tmp_path}",
         f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/mlflow.db",
     ]
     assert env["WANDB_MODE"] == "online"  # the user's choice stays
-    assert tracker_sources.tracker_env({}, tmp_path, "csv") == []
-    assert tracker_sources.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
-    assert tracker_sources.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
+    assert trackers.tracker_env({}, tmp_path, "csv") == []
+    assert trackers.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+    assert trackers.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
 
 
 def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):
@@ -246,9 +246,7 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     assert reader.source == "csv"
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
-    assert tracker_sources.describe_sources(tmp_path, "epoch") == (
-        "csv held val_acc, step, train_loss; hf held eval_loss"
-    )
+    assert trackers.describe_sources(tmp_path, "epoch") == ("csv held val_acc, step, train_loss; hf held eval_loss")
     printed = TrackerResults(tmp_path, "epoch", auto=True)
     assert printed.poll([{"epoch": 1, "acc": 0.5}]) == [] and printed.close() == []  # the command prints its own
 
@@ -256,17 +254,17 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
 def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from trainables import command
+    from trainables.command import runner
 
     reported = []
-    monkeypatch.setattr(command.tune, "report", reported.append)
+    monkeypatch.setattr(runner.tune, "report", reported.append)
     (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
     events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
     rows = events.close()
-    reporter = command.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
+    reporter = runner.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
     with pytest.raises(
-        command.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
+        runner.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
     ):
-        command._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path, None))
-    assert reported == [{command.NO_RETRY_METRIC: 1}]  # not retried: it would log the same
+        runner._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path, None))
+    assert reported == [{runner.NO_RETRY_METRIC: 1}]  # not retried: it would log the same

@@ -1,4 +1,5 @@
-"""Command trials in their own working folders (`trainables/workdir.py`, `sweeps/engine/code_snapshot.py`)
+"""Command trials in their own working folders (`trainables/command/workdir.py`,
+`sweeps/engine/command_sweep/code_snapshot.py`)
 and the `{gpu}` placeholder: run from a repo-like folder under tmp_path, never the project root."""
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine.command_template import gpu_warnings, render
-from trainables.records import CODE_MANIFEST as MANIFEST
-from trainables.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
+from sweeps.engine.command_sweep.command_template import gpu_warnings, render
+from trainables.command.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
+from trainables.experiment.records import CODE_MANIFEST as MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -123,7 +124,7 @@ def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path, capsys)
     repo = make_repo(tmp_path / "repo")
     (repo / "runs" / "command" / "old_trial").mkdir(parents=True)
     (repo / "runs" / "command" / "old_trial" / "result.json").write_text("{}")
-    from sweeps.engine.code_snapshot import take_snapshot
+    from sweeps.engine.command_sweep.code_snapshot import take_snapshot
 
     cwd = os.getcwd()
     try:
@@ -206,7 +207,7 @@ def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ra
     from ray import tune
     from ray.tune import RunConfig, SyncConfig, Tuner
 
-    from trainables.command import train_command
+    from trainables.command.runner import train_command
 
     template = [sys.executable, str(SCRIPTS / "pick_gpu.py"), "--gpu", "{gpu}", "--meeting", str(tmp_path / "m")]
     template += ["--trials", "4", "--seed", "{seed}"]

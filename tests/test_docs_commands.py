@@ -236,7 +236,7 @@ class _Parsed(Exception):
 def parse_analysis(argv: list[str]) -> argparse.Namespace:
     """argv through the parser `analysis.__main__.main` builds, and its --select check; nothing is read."""
     from analysis import __main__ as analysis_main
-    from analysis.rules import check_select
+    from trainables.experiment.rules import check_select
 
     real_parse = argparse.ArgumentParser.parse_args
 
@@ -381,9 +381,9 @@ def test_every_documented_command_is_placed_and_no_placement_is_stale():
 @pytest.mark.parametrize("text", PARSED)
 def test_documented_command_parses(text, python_on_path, tmp_path, monkeypatch):
     """The command's flags and values pass its own parser: a renamed flag or a refused value fails here."""
-    from analysis.errors import ExperimentError
     from sweeps.engine import run_flags
     from sweeps.engine.flags import UsageError
+    from trainables.experiment.errors import ExperimentError
 
     real_check = run_flags.check_storage_path
 
@@ -405,8 +405,8 @@ def test_documented_command_parses(text, python_on_path, tmp_path, monkeypatch):
 
 def test_a_renamed_flag_fails_the_parse(python_on_path):
     """The check above can fail: an unknown flag, a refused value, a missing make target."""
-    from analysis.errors import ExperimentError
     from sweeps.engine.flags import UsageError
+    from trainables.experiment.errors import ExperimentError
 
     with pytest.raises(UsageError, match="unrecognized arguments: --noise-rate-list"):
         parse_command(["python", "sweeps/noise_grid.py", "--noise-rate-list", "0.2"])
@@ -500,7 +500,7 @@ CODE_PATH = re.compile(
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_files_named_in_code_spans_exist(page):
-    """`sweeps/engine/launch.py` in a page names a file of this checkout: a moved file leaves no stale name."""
+    """`sweeps/engine/run/launch.py` in a page names a file of this checkout: a moved file leaves no stale name."""
     spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", page.read_text(), flags=re.S))
     named = {path for span in spans for path in CODE_PATH.findall(span)}
     missing = sorted(path for path in named if not (ROOT / path).exists())

@@ -1,4 +1,5 @@
-"""One driver per experiment (sweeps/engine/driver_lock.py): refusal, take-over, heartbeat, the end record,
+"""One driver per experiment (sweeps/engine/sweep_records/driver_lock.py): refusal, take-over, heartbeat, the end
+record,
 and two real sweeps started on one folder."""
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import driver_lock
+from sweeps.engine.sweep_records import driver_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD_AND_WAIT = (
-    "import sys, time; from sweeps.engine import driver_lock; driver_lock.hold(sys.argv[1]); "
+    "import sys, time; from sweeps.engine.sweep_records import driver_lock; driver_lock.hold(sys.argv[1]); "
     "print('held', flush=True); time.sleep(600)"
 )
 

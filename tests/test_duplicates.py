@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import analysis
+from analysis.reading.tune_state import repeats
 from analysis.status import format_status, read_status
-from analysis.tune_state import repeats
 from tests.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
 
 

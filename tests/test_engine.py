@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from sweeps import lr_search, noise_grid, pbt
-from sweeps.engine import flags, grid, preflight, run_flags
+from sweeps.engine import flags, grid, run_flags
 from sweeps.engine.flags import UsageError
+from sweeps.engine.run import preflight
 from trainables.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,8 @@ def test_command_line_modules_are_the_bottom_of_sweeps(module):
 
 EXIT_SCRIPT = """
 import atexit, sys
-from sweeps.engine import flags, process_exit
+from sweeps.engine import flags
+from sweeps.engine.run import process_exit
 atexit.register(lambda: print("atexit ran"))  # os._exit skips interpreter teardown and atexit hooks
 def main(argv):
     print("printed, no newline", end="")

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from sweeps import noise_grid
-from sweeps.engine import resume
-from sweeps.engine.cluster import secure_dashboard
+from sweeps.engine.cluster.ray_start import secure_dashboard
 from sweeps.engine.flags import UsageError
+from sweeps.engine.run import resume
 from trainables import train_epochs
 from trainables.checkpoints import load_latest_state
 from trainables.config import config_hash
@@ -360,7 +360,7 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
     """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
     script = (
         "import psutil, ray\n"
-        "from sweeps.engine.cluster import init_ray\n"
+        "from sweeps.engine.cluster.ray_start import init_ray\n"
         "init_ray(None, '127.0.0.1')\n"
         "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
         "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"

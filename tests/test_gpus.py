@@ -15,9 +15,11 @@ import pytest
 import torch
 
 from sweeps import noise_grid
-from sweeps.engine import flags, gpus
+from sweeps.engine import flags
+from sweeps.engine.cluster import gpus
 from sweeps.engine.flags import UsageError
-from trainables import gpu, records
+from trainables import gpu
+from trainables.experiment import records
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30

@@ -14,8 +14,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analysis.json_output import STATUS_SCHEMA, SUMMARY_SCHEMA, dumps, schema, status_document
 from analysis.status import read_status, watch
+from analysis.tables.json_output import STATUS_SCHEMA, SUMMARY_SCHEMA, dumps, schema, status_document
 from tests.analysis_fixtures import T0, paper_grid
 from tests.test_status import record, small_sweep
 
@@ -161,7 +161,7 @@ def test_the_schemas_ship_with_the_package():
 def test_status_json_imports_no_pandas():
     """`--status --json` stays as light as `--status` (it must answer in well under 2 s)."""
     code = (
-        "import sys; from analysis.json_output import status_document; "
+        "import sys; from analysis.tables.json_output import status_document; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'matplotlib', 'scipy', 'ray', 'torch'}))"
     )
     result = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60)

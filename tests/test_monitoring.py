@@ -21,7 +21,7 @@ import pytest
 
 from sweeps import noise_grid
 from sweeps.engine.flags import UsageError
-from sweeps.engine.monitoring import SweepProgress, format_duration, format_progress, sweep_status
+from sweeps.engine.run.monitoring import SweepProgress, format_duration, format_progress, sweep_status
 from trainables.logs import log_epoch, trial_logger
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -59,7 +59,7 @@ def test_command_trial_worker_is_titled_with_its_name_and_the_command_gets_it_in
     from ray import tune
     from ray.tune import RunConfig, TuneConfig, Tuner
 
-    from trainables.command import train_command
+    from trainables.command.runner import train_command
 
     script = tmp_path / "wait.py"
     script.write_text(WAITING_SCRIPT)
@@ -85,7 +85,7 @@ def test_command_trial_worker_is_titled_with_its_name_and_the_command_gets_it_in
         ), "the trial did not report its first epoch in time"
         command = psutil.Process(int((out / "pid").read_text()))
         assert command.environ()["RAYSWEEP_TRIAL_NAME"] == name
-        worker = command.parent().parent()  # the command's parent is the shim (trainables/command_shim.py)
+        worker = command.parent().parent()  # the command's parent is the shim (trainables/command/shim.py)
         # After the first report (Ray retitled the worker around it) the name is back.
         assert wait_until(lambda: title_of(worker.pid) == f"ray::{name}", 10), title_of(worker.pid)
     finally:

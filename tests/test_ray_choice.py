@@ -99,7 +99,10 @@ def test_a_new_local_token_is_one_informative_line(tmp_path):
         if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
     }
     env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
-    code = "from sweeps.engine.cluster import init_ray; import ray; init_ray('local', '127.0.0.1'); ray.shutdown()"
+    code = (
+        "from sweeps.engine.cluster.ray_start import init_ray; import ray; "
+        "init_ray('local', '127.0.0.1'); ray.shutdown()"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "token" in line.lower()]

@@ -1,4 +1,4 @@
-"""One owner of the experiment folder (`trainables/records.py`): no record file name or direct file write
+"""One owner of the experiment folder (`trainables/experiment/records.py`): no record file name or direct file write
 elsewhere, every record read back after a write, and a torn record skipped with a warning naming it, by
 the readers, by `--resume`'s planning and by `python -m analysis`."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.analysis_fixtures import noise_grid
-from trainables import records
+from trainables.experiment import records
 
 ROOT = Path(__file__).resolve().parents[1]
-OWNERS = {ROOT / "trainables" / "records.py", ROOT / "trainables" / "storage.py"}
+OWNERS = {ROOT / "trainables" / "experiment" / "records.py", ROOT / "trainables" / "experiment" / "storage.py"}
 FILE_NAMES = [
     records.SETTINGS_FILE,
     records.DRIVER_FILE,
@@ -64,7 +64,7 @@ def test_no_record_file_name_outside_the_owner():
         for node in _strings(ast.parse(path.read_text())):
             names = [n for n in FILE_NAMES if n in node.value] + [n for n in FOLDER_NAMES if node.value == n]
             found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n!r}" for n in names]
-    assert not found, "record file names belong in trainables/records.py:\n" + "\n".join(found)
+    assert not found, "record file names belong in trainables/experiment/records.py:\n" + "\n".join(found)
 
 
 def _direct_write(call: ast.Call) -> str | None:
@@ -87,7 +87,7 @@ def _direct_write(call: ast.Call) -> str | None:
 
 # Files that are no record, by (file, function): the command's own stdout and stderr, which the script
 # itself writes as a log (tailed; a torn last line is read when it is whole).
-NOT_RECORDS = {("trainables/command_process.py", "start_command")}
+NOT_RECORDS = {("trainables/command/process.py", "start_command")}
 
 
 def test_no_direct_file_writes_in_sweeps_and_trainables():
@@ -103,7 +103,7 @@ def test_no_direct_file_writes_in_sweeps_and_trainables():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and id(node) not in exempt and (what := _direct_write(node)):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {what}")
-    assert not found, "write through trainables/records.py (atomic):\n" + "\n".join(found)
+    assert not found, "write through trainables/experiment/records.py (atomic):\n" + "\n".join(found)
 
 
 def test_the_write_check_sees_a_direct_write():
@@ -152,7 +152,7 @@ def test_trial_confusion_survives_a_torn_file(tmp_path):
 
 
 def test_resume_plan_skips_a_torn_trial_config(tmp_path):
-    from sweeps.engine import resume
+    from sweeps.engine.run import resume
 
     experiment = noise_grid(tmp_path, seeds=(0,), rates=(0.0,))  # two trials, epochs 0..4 of 5
     whole, torn = sorted(p for p in experiment.iterdir() if p.is_dir())

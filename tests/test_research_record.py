@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis.load import load_trials
-from analysis.provenance import changed_files, format_provenance
-from sweeps.engine import estimate, notify, provenance
+from analysis.reading.load import load_trials
+from analysis.reading.provenance import changed_files, format_provenance
+from sweeps.engine import estimate
 from sweeps.engine.flags import UsageError, check_notify_urls
+from sweeps.engine.run import notify
+from sweeps.engine.sweep_records import provenance_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -84,9 +86,9 @@ def closed_port_url() -> str:
 
 def test_collect_records_commit_branch_diff_and_untracked_files_of_the_scripts_repo(tmp_path):
     repo = git_repo(tmp_path / "repo")
-    assert provenance.code_folder({"data": None}) == str(ROOT)  # a built-in sweep: this project
-    folder = provenance.code_folder({"template": [PY, "train.py", "--seed", "{seed}"], "cwd": str(repo)})
-    record, patch = provenance.collect(folder)
+    assert provenance_capture.code_folder({"data": None}) == str(ROOT)  # a built-in sweep: this project
+    folder = provenance_capture.code_folder({"template": [PY, "train.py", "--seed", "{seed}"], "cwd": str(repo)})
+    record, patch = provenance_capture.collect(folder)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     assert record["code"]["commit"] == head and record["code"]["branch"] == "main"
     assert list(record["code"]["diff_files"]) == ["train.py"] and record["code"]["untracked"] == ["notes.py"]
@@ -100,9 +102,9 @@ def test_collect_records_commit_branch_diff_and_untracked_files_of_the_scripts_r
 def test_record_run_writes_a_record_and_patch_that_provenance_prints(tmp_path, capsys):
     repo, experiment = git_repo(tmp_path / "repo"), str(tmp_path / "runs" / "exp")
     params = {"template": [PY, "train.py"], "cwd": str(repo)}
-    provenance.record_run(experiment, params)
+    provenance_capture.record_run(experiment, params)
     (repo / "train.py").write_text(SCRIPT)  # the change undone: train.py differs from the first run
-    second = provenance.record_run(experiment, params)
+    second = provenance_capture.record_run(experiment, params)
     assert "code changed since the previous run: train.py" in capsys.readouterr().out
     assert second["code"]["diff_files"] == {}
     text = format_provenance(experiment)
@@ -124,7 +126,7 @@ def test_a_bad_notify_url_is_a_usage_error_naming_it():
 
 
 def test_a_driver_crash_sends_one_stop_message_naming_the_exception(receiver, monkeypatch):
-    from sweeps.engine import process_exit
+    from sweeps.engine.run import process_exit
 
     def crash(argv):
         raise RuntimeError("the head node went away")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import driver_lock
+from sweeps.engine.sweep_records import driver_lock
 from tests.ray_cluster import free_port, wait_for
-from trainables import storage
+from trainables.experiment import storage
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
 

@@ -1,4 +1,4 @@
-"""F6 searches: lr_search (TPE + ASHA, seeds, resume), the seed-mean trainable, analysis/search.py."""
+"""F6 searches: lr_search (TPE + ASHA, seeds, resume), the seed-mean trainable, analysis/figures/search.py."""
 
 import copy
 import json
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from analysis.search import (
+from analysis.figures.search import (
     best_so_far,
     param_importance,
     plot_best_so_far,
@@ -26,7 +26,7 @@ from analysis.search import (
 from sweeps import lr_search
 from sweeps.engine.flags import UsageError
 from trainables import load_data, parse_config, train_epochs
-from trainables.seeds import apply_hyperparameters, seed_mean
+from trainables.seed_group import apply_hyperparameters, seed_mean
 
 
 def trial_results(experiment: Path) -> dict[str, list[dict]]:
@@ -204,7 +204,7 @@ def test_restored_state_takes_the_configs_new_lr_and_weight_decay(tiny_config):
     assert second_changed["lr"] == pytest.approx(4 * second_kept["lr"])  # same schedule position, 4x the peak
 
 
-# --- analysis/search.py on hand-made tables ----------------------------------------------------------------
+# --- analysis/figures/search.py on hand-made tables ----------------------------------------------------------------
 
 
 @pytest.fixture

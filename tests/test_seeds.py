@@ -1,4 +1,4 @@
-"""Tests of `analysis/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
+"""Tests of `analysis/statistics/seeds.py`: the `--seeds auto` decision rule on constructed paired samples."""
 
 from pathlib import Path
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import sequential
-from analysis.seeds import SeedRule, decide, decide_arrays, look_pvalues, look_weights, pair_pvalues, union_p
-from analysis.stats import holm
+from analysis.statistics import sequential
+from analysis.statistics.seeds import SeedRule, decide, decide_arrays, look_pvalues, look_weights, pair_pvalues, union_p
+from analysis.statistics.stats import holm
 
 
 def _by_seed(values):
@@ -181,8 +181,8 @@ def test_the_simulation_counts_clear_effects_as_power_and_saves_seeds():
 
 
 def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
-    from analysis.seed_marks import decision_mark
-    from analysis.seeds import seeds_frame
+    from analysis.statistics.seed_marks import decision_mark
+    from analysis.statistics.seeds import seeds_frame
 
     rng = np.random.default_rng(0)
     cell = '{"noise_rate": 0.5, "noise_type": "sym"}'
@@ -203,7 +203,7 @@ def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
 def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
     from ray.tune.search import Searcher
 
-    from sweeps.engine.seed_search import SeedSearcher
+    from sweeps.engine.seeds_auto.seed_search import SeedSearcher
 
     rule = SeedRule(min_seeds=3, max_seeds=6)
     searcher = SeedSearcher(
@@ -234,8 +234,8 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
 
 
 def test_the_flags_offer_the_rules_families_and_boundaries():
-    from analysis import seeds
-    from sweeps.engine import seed_flags
+    from analysis.statistics import seeds
+    from sweeps.engine.seeds_auto import seed_flags
 
     assert seed_flags.FAMILIES == seeds.FAMILIES and seed_flags.BOUNDARIES == seeds.BOUNDARIES
 
@@ -243,7 +243,7 @@ def test_the_flags_offer_the_rules_families_and_boundaries():
 def test_an_errored_seed_is_rerun_once_as_the_next_seed():
     from ray.tune.search import Searcher
 
-    from sweeps.engine.seed_search import SeedSearcher
+    from sweeps.engine.seeds_auto.seed_search import SeedSearcher
 
     rule = SeedRule(min_seeds=3, max_seeds=4)
     searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
@@ -265,10 +265,10 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     import jsonschema
 
     import analysis
-    from analysis.json_output import schema, summary_document
-    from analysis.seeds import seeds_frame
+    from analysis.statistics.seeds import seeds_frame
+    from analysis.tables.json_output import schema, summary_document
     from tests.analysis_fixtures import paper_grid
-    from trainables import records
+    from trainables.experiment import records
 
     experiment = paper_grid(tmp_path, losses=("ce", "gce"), types=("sym",), rates=(0.2, 0.4), seeds=(0, 1, 2, 3))
     cells = {
@@ -328,8 +328,8 @@ def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path,
 
 
 def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path):
-    from analysis.seed_marks import load_decisions
-    from trainables import records
+    from analysis.statistics.seed_marks import load_decisions
+    from trainables.experiment import records
 
     path = Path(records.seeds_table_path(str(tmp_path)))
     assert load_decisions(str(tmp_path)) is None  # no file: not an auto sweep, no warning

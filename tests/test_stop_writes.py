@@ -1,4 +1,4 @@
-"""A stop never tears a file: `trainables/watchdog.py:wait_for_writes` with real processes holding files open,
+"""A stop never tears a file: `trainables/command/watchdog.py:wait_for_writes` with real processes holding files open,
 the command shim, and a stand-in worker SIGKILLed mid-save as Ray kills a dying worker's children."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from trainables.watchdog import files_being_written, group_alive, wait_for_writes
+from trainables.command.watchdog import files_being_written, group_alive, wait_for_writes
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -81,7 +81,7 @@ def test_killed_worker_mid_save_the_shim_keeps_the_command_and_the_watchdog_lets
     target.parent.mkdir()
     worker_code = (
         "import sys, time\n"
-        "from trainables.command import start_command, start_watchdog\n"
+        "from trainables.command.runner import start_command, start_watchdog\n"
         "import os\n"
         f"proc = start_command([sys.executable, '-c', {WRITER!r}, {str(target)!r}, '40', '0.05'], dict(os.environ))\n"
         f"start_watchdog(proc.pid, 5.0, ([{str(target.parent)!r}], 60.0))\n"
@@ -110,7 +110,7 @@ def test_killed_worker_mid_save_the_shim_keeps_the_command_and_the_watchdog_lets
 
 
 def test_the_shim_exits_as_its_command_did(tmp_path):
-    from trainables.command_process import start_command
+    from trainables.command.process import start_command
 
     for argv, code in (
         (["sh", "-c", "exit 3"], 3),

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from analysis.__main__ import main
-from analysis.json_output import SUMMARY_SCHEMA, schema
+from analysis.tables.json_output import SUMMARY_SCHEMA, schema
 from tests.analysis_fixtures import trial_spec, write_experiment
 
 ARGV = ["sweeps/run_command.py", "--command", "python train.py --lr {lr} --seed {seed}", "--metric", "val_acc"]
@@ -77,7 +77,7 @@ def test_readers_take_the_test_metric_the_sweep_recorded(tmp_path, capsys):
 def test_the_sweep_records_its_test_metric_or_none():
     from ray.tune import TuneConfig
 
-    from sweeps.engine.launch import sweep_info
+    from sweeps.engine.run.launch import sweep_info
 
     tune_config = TuneConfig(metric="val_acc", mode="max", num_samples=2)
     grid = {"lr": {"grid_search": [0.1, 0.01]}}

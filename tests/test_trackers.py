@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import monitoring, run_flags
+from sweeps.engine import run_flags
 from sweeps.engine.flags import UsageError
+from sweeps.engine.run import monitoring
 
 needs_mlflow = pytest.mark.skipif(
     importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"

@@ -1,5 +1,5 @@
 """A command trial's working folder is the launch folder's copy in the launch folder's place
-(`trainables/workdir.py`): relative paths through `..` read and write what they would from the
+(`trainables/command/workdir.py`): relative paths through `..` read and write what they would from the
 launch folder, inside the repository and beside it. Repo-like layouts under tmp_path."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainables.workdir import MIRROR, MissingOnNode, fill_work_dir, keep_new_paths, mirror_top, snapshot_code
+from trainables.command.workdir import MIRROR, MissingOnNode, fill_work_dir, keep_new_paths, mirror_top, snapshot_code
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,10 +156,10 @@ def test_check_fetches_data_through_dotdot_once_for_the_sweep(tmp_path, monkeypa
 def test_without_a_shared_folder_the_snapshot_is_the_jobs_runtime_env_working_dir(
     tmp_path, monkeypatch, storage, shared_fs
 ):
-    from sweeps.engine.code_snapshot import take_snapshot
+    from sweeps.engine.command_sweep.code_snapshot import take_snapshot
     from sweeps.run_command import command_trial_function, parse_args
-    from trainables.records import CODE_MANIFEST as MANIFEST
-    from trainables.workdir import RUNTIME_ENV_CODE, code_folder
+    from trainables.command.workdir import RUNTIME_ENV_CODE, code_folder
+    from trainables.experiment.records import CODE_MANIFEST as MANIFEST
 
     launch = make_layout(tmp_path)
     monkeypatch.chdir(launch)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from trainables import records
+from trainables.experiment import records
 
 
 def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> bool:

@@ -5,7 +5,7 @@ from taking the whole card and crashing its neighbours (ray-project/ray#10640). 
 g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
 with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
 `GpuOutOfMemory`, which the sweep recognises and re-queues with a larger fraction
-(`sweeps/engine/gpus.py:next_fraction_after_oom`).
+(`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`).
 
 Every function here is a no-op or returns None on a machine without CUDA or without NVML.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from trainables import records
+from trainables.experiment import records
 
 
 class GpuOutOfMemory(RuntimeError):

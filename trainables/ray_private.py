@@ -14,7 +14,7 @@ from __future__ import annotations
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # the logger of Ray's token set-up
 
 
-# --- cluster start-up and authentication (sweeps/engine/cluster.py) ------------------------
+# --- cluster start-up and authentication (sweeps/engine/cluster/ray_start.py) ------------------------
 
 
 def auth_mode_env_var() -> str:
@@ -99,7 +99,7 @@ def train_session():
     return get_session()
 
 
-# --- Tune's trial bookkeeping (sweeps/engine/checkpoint_repair.py, no_retry.py, launch.py) ---
+# --- Tune's trial bookkeeping (sweeps/engine/run/checkpoint_repair.py, no_retry.py, launch.py) ---
 
 
 def trial_folder_path(trial) -> str:

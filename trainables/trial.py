@@ -31,10 +31,12 @@ import torch
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables import divergence, records
+from trainables import divergence
 from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
 from trainables.config import TrainConfig, config_hash, parse_config
 from trainables.data import data_key, load_data
+from trainables.experiment import records
+from trainables.experiment.storage import trial_folder, trial_storage_dir
 from trainables.gpu import (
     cap_gpu_memory,
     gpu_metrics,
@@ -46,8 +48,7 @@ from trainables.gpu import (
 from trainables.logs import log_epoch, trial_logger
 from trainables.noise import add_label_noise, transition_matrix
 from trainables.proctitle import report_then_refresh, titled_trial
-from trainables.seeds import apply_hyperparameters, seed_mean
-from trainables.storage import trial_folder, trial_storage_dir
+from trainables.seed_group import apply_hyperparameters, seed_mean
 from trainables.train import noise_seed, train_epochs
 
 
@@ -60,7 +61,7 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
         data: the dict from `trainables.data.load_data`, shared by the sweep through
             `tune.with_parameters`; None (or data for another split) loads it here.
         seeds: train these seeds side by side, epoch by epoch, and report their mean
-            (`trainables/seeds.py:seed_mean`); None trains `config["seed"]` alone.
+            (`trainables/seed_group.py:seed_mean`); None trains `config["seed"]` alone.
     Reports per epoch: epoch, train/loss, train/acc (against noisy labels), val/loss, val/acc,
         test/loss, test/acc (clean labels), lr, grad_norm, samples_per_s, noise/flip_rate,
         gpu_ids, wall_time, cuda/peak_memory_bytes on a GPU, and gpu/fraction, gpu/memory_cap,

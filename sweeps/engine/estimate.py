@@ -6,7 +6,7 @@ import heapq
 import os
 import time
 
-from trainables import records, storage
+from trainables.experiment import records, storage
 
 
 def estimate_lines(
@@ -74,7 +74,7 @@ def slots(
     gpus_per_trial, max_concurrent), at least 1; the reason in words). CPUs from `os.cpu_count`,
     GPUs from NVML, without starting Ray; with `address` (a cluster) this machine's count is a
     lower bound, and the words say so."""
-    from sweeps.engine.provenance import local_gpus
+    from sweeps.engine.sweep_records.provenance_capture import local_gpus
 
     cpus = os.cpu_count() or 1
     gpu_count = len(local_gpus()[0])
@@ -95,7 +95,7 @@ def trial_history(experiment_dir: str) -> tuple[dict, float] | None:
     the sweep's fixed overhead in seconds (its wall time, process start to driver exit, less the
     makespan of its trials as they ran: Ray's start-up, imports, the report). None when no trial
     finished."""
-    from analysis.load import load_trials
+    from analysis.reading.load import load_trials
 
     trials = load_trials(experiment_dir)
     done = trials[(trials["status"] == "TERMINATED") & (trials["iterations"] > 0)]
@@ -143,7 +143,7 @@ def concurrency(trials) -> int:
 def sweep_wall_s(experiment_dir: str) -> float | None:
     """Seconds the latest run of the sweep took: its process start (the newest provenance record,
     else driver.json's `since`) to the driver's exit (driver.json's `ended`); None when unknown."""
-    from analysis.provenance import read_records
+    from analysis.reading.provenance import read_records
 
     driver = records.read_driver(experiment_dir)
     if driver is None:

@@ -104,7 +104,7 @@ def parse_range(flag: str, text: str, low: float, high: float) -> tuple[float, f
 
 
 def seeds_value(text: str) -> int | str:
-    """`--seeds`: a whole number of seeds, or `auto` (seeds by significance, `analysis/seeds.py`)."""
+    """`--seeds`: a whole number of seeds, or `auto` (seeds by significance, `analysis/statistics/seeds.py`)."""
     if text == "auto":
         return text
     try:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from ray import tune
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import resume
 from sweeps.engine.flags import epochs_of
-from sweeps.engine.summary import print_summary
+from sweeps.engine.run import resume
+from sweeps.engine.run.sweep_end import print_summary
 from trainables.config import TrainConfig, config_hash
 
 # Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and

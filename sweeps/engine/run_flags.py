@@ -19,8 +19,8 @@ from sweeps.engine.flags import (
     parse_range,
     seeds_value,
 )
-from trainables import records
-from trainables.failure_gate import MAX_INITIAL_FAILURES
+from trainables.command.failure_gate import MAX_INITIAL_FAILURES
+from trainables.experiment import records
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
@@ -220,7 +220,7 @@ def check_run_args(args: argparse.Namespace) -> None:
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How a sweep runs: the flags of `add_run_args` (and a search's --time-budget-s), checked and
-    parsed by `check_run_args`. `run_options` builds it; `sweeps.engine.launch.start_sweep` takes it.
+    parsed by `check_run_args`. `run_options` builds it; `sweeps.engine.run.launch.start_sweep` takes it.
 
     Fields, with their units:
         name: the experiment, a folder under `storage_path`.
@@ -236,13 +236,13 @@ class RunOptions:
         storage_is_shared: trust that `storage_path` is reachable from every node.
         max_failures: retries of a failed trial (0 with `fail_fast`).
         max_initial_failures: command trials: attempts failing before any metric that stop the sweep
-            (0: never; `trainables/failure_gate.py`).
+            (0: never; `trainables/command/failure_gate.py`).
         fail_fast: the first trial error stops the sweep.
         resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
         quiet, progress_every: no progress blocks; seconds between them.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
-        notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.notify`).
+        notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.run.notify`).
         test_metric: the metric in the cells of the final table, at the epoch the sweep's metric selects.
     """
 

@@ -44,5 +44,5 @@ for epoch in range(start, args.epochs + 1):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command_shim.py's parent
+        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command/shim.py's parent
         time.sleep(30)  # the watchdog ends this process once the worker is gone

@@ -89,7 +89,7 @@ for epoch in range(first, args.epochs + 1):
     done.write_text(str(epoch))
     if epoch == args.kill_worker_at and not (out / "killed").exists():
         (out / "killed").touch()
-        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command_shim.py's parent
+        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command/shim.py's parent
         time.sleep(30)  # the watchdog ends this process once the worker is gone
     time.sleep(args.sleep)
 finish()

@@ -101,7 +101,7 @@ def main() -> int:
                 f.write(json.dumps(metrics) + "\n")
         else:
             sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-            from trainables.report import report
+            from trainables.command.user_metrics import report
 
             report(metrics)
         sys.stdout.flush()

@@ -1,0 +1,331 @@
+"""Any Ray Tune experiment as tidy pandas DataFrames: one row per trial, and the history.
+
+The files are read by :mod:`analysis.reading.tune_files` and shaped by :mod:`analysis.reading.trial_table`; this
+module leaves out repeated trials, stacks experiments and holds the helpers that find columns.
+
+A trial is identified by its config, seed included, whatever its folder name and whether or not a
+state file lists it: of the trials of one experiment with equal configs (a copied trial folder, runs
+merged from two machines, a second driver on the same folder, an errored or unfinished repeat of a
+finished cell) one is kept: the finished one, then the newest (:func:`analysis.reading.tune_state.repeats`),
+so a repeat never counts as another seed. ``df.attrs["duplicates"]`` lists the folders (or trial ids)
+left out, and :func:`duplicates_line` says so in one line. Experiments loaded together are never
+compared with each other this way.
+
+``start_time`` is Tune's float ``run_metadata.start_time`` and ``end_time`` the time of the last
+result (``last_result_time``); without a state file both are estimated from ``timestamp`` (int
+seconds) and ``time_total_s`` (float) of all rows, which bounds the start to within the 1 s rounding
+and usually much closer. Both are NaT when unknown (pending trials).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow.fs as pafs
+
+from analysis.reading.trial_table import assemble
+from analysis.reading.tune_files import read_experiment_files, resolve_source
+from analysis.reading.tune_state import describe_duplicates, repeats
+from trainables.experiment.errors import ExperimentError
+from trainables.experiment.rules import DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_TEST_METRIC, guess_mode  # noqa: F401  (re-exported)
+
+STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
+"""Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
+
+SEED_KEY = "seed"
+"""Config key of the seed axis. Only this key is dropped when grouping over seeds;
+`noise_seed`, `data_seed` and the like are kept (they change the data, not the repeat)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def load_experiment(
+    source: Any,
+    *,
+    modes: Mapping[str, str] | None = None,
+    filesystem: pafs.FileSystem | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read an experiment once and return ``(trials, history)``.
+
+    Same result as ``(load_trials(source), load_history(source))`` with one read of the files.
+    See those two functions for the columns, arguments and errors; ``source`` may be a list of
+    experiments (see :func:`load_trials`).
+    """
+    if isinstance(source, (list, tuple)):
+        return _load_many(source, modes, filesystem)
+    fs, root, prefix = resolve_source(source, filesystem)
+    trials, rows, sweep = read_experiment_files(fs, root, prefix)
+    trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
+    order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
+    trials_df, history = assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
+    metric = sweep.get("metric")
+    mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
+    test_metric = sweep.get("test_metric", DEFAULT_TEST_METRIC)  # older sweeps: the default, when reported
+    trials_df.attrs.update(
+        experiment=prefix + root, metric=metric, mode=mode, test_metric=test_metric, duplicates=duplicates
+    )
+    history.attrs.update(experiment=prefix + root)
+    return trials_df, history
+
+
+def load_trials(
+    source: Any,
+    *,
+    modes: Mapping[str, str] | None = None,
+    filesystem: pafs.FileSystem | None = None,
+) -> pd.DataFrame:
+    """One row per trial of a Ray Tune experiment.
+
+    Args:
+        source: experiment folder (local path, or a URI that ``pyarrow.fs`` or ``fsspec``
+            understand, e.g. ``s3://bucket/runs/noise_grid``, ``memory://x``), or a
+            ``ray.tune.ResultGrid``; or a list of these, to compare methods run as separate
+            sweeps: the tables are stacked, a first column ``experiment`` holds each
+            experiment's folder name (its full path when two names are equal), and with more
+            than one experiment ``trial_id`` becomes ``<experiment>/<trial_id>`` (Tune reuses
+            ids across experiments).
+        modes: ``{metric: "min" | "max"}`` used for the ``best/<metric>`` columns; metrics not
+            listed use :func:`guess_mode`.
+        filesystem: a ``pyarrow.fs.FileSystem`` to read ``source`` with (then ``source`` is a
+            path on it).
+
+    Returns:
+        DataFrame, one row per trial, in trial-id order, with columns
+
+        - ``trial_id`` (str), ``trial_name`` (str: custom name such as ``asym_0.375_seed1``, else
+          ``<trainable>_<trial_id>``, else the folder name),
+        - ``status``: TERMINATED / ERROR / RUNNING / PENDING (PAUSED) as Tune recorded it; without
+          a state file: ERROR if ``error.txt`` exists, TERMINATED if the last result has
+          ``done``, RUNNING if it has results, else PENDING,
+        - ``diverged`` (bool): a reported metric was NaN or ±inf at some iteration, or the trial
+          reported ``diverged=True``,
+        - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
+        - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
+          start time and the time of the last result (see the module docstring); NaT when unknown,
+        - ``iterations`` (int): last ``training_iteration`` (0 without results),
+        - ``node``: hostname of the last result,
+        - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
+          ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
+        - ``trial_dir`` (str): the trial folder, as a local path or URI,
+        - ``config/<key>``: the config, nested keys joined with ``/`` (lists become tuples),
+        - ``last/<metric>``: the last reported value of each metric (NaN for a diverged metric),
+        - ``best/<metric>``: the best finite value of each numeric metric over iterations.
+
+        ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
+        recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
+        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``).
+
+        Repeated trials (equal configs) are left out as the module docstring says;
+        ``df.attrs["duplicates"]`` lists them.
+
+    Raises:
+        ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;
+            an empty list; experiments that recorded different metrics or modes.
+
+    Warns:
+        UserWarning: for each unreadable ``result.json`` line (e.g. a half-written last line of
+        a running trial; the line is skipped) and for an unreadable state file (the folders
+        are scanned instead).
+    """
+    return load_experiment(source, modes=modes, filesystem=filesystem)[0]
+
+
+def load_history(
+    source: Any,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+) -> pd.DataFrame:
+    """Every reported result of every trial, in long form.
+
+    Args:
+        source: as for :func:`load_trials`.
+        filesystem: as for :func:`load_trials`.
+
+    Returns:
+        DataFrame with one row per (trial, reported iteration): ``trial_id``,
+        ``training_iteration`` (1-based count of reports), ``time_total_s`` (float seconds of
+        training so far), ``timestamp`` (int Unix seconds), then one column per reported metric,
+        named as reported (nested dicts joined with ``/``, e.g. ``val/acc``). A metric that a
+        trial did not report at an iteration is NaN. Rows repeated after a restore from a
+        checkpoint (same trial and iteration) keep the later report.
+
+    Raises:
+        ExperimentError: as for :func:`load_trials`.
+    """
+    return load_experiment(source, filesystem=filesystem)[1]
+
+
+def reported_metrics(trials: pd.DataFrame) -> list[str]:
+    """Names of the metrics in a :func:`load_trials` table (from its ``last/`` columns)."""
+    return [c[len("last/") :] for c in trials.columns if c.startswith("last/")]
+
+
+def metric_column(trials: pd.DataFrame, metric: str, scope: str = "last") -> str:
+    """Column of ``trials`` holding ``metric``: ``"<scope>/<metric>"``.
+
+    ``scope`` is ``"last"`` (last reported value), ``"best"`` (best over iterations) or
+    ``"select"`` (the value under a selection rule, added by :func:`analysis.add_selected`).
+
+    Raises:
+        ExperimentError: no trial reported ``metric`` (the message lists the metrics that
+            exist), or ``scope="select"`` and :func:`analysis.add_selected` did not add it.
+        ValueError: ``scope`` is not ``"last"``, ``"best"`` or ``"select"``.
+    """
+    if scope not in ("last", "best", "select"):
+        raise ValueError(f"scope must be 'last', 'best' or 'select', not {scope!r}")
+    column = f"{scope}/{metric}"
+    if scope == "select" and column not in trials.columns and f"last/{metric}" in trials.columns:
+        raise ExperimentError(f"no selected values of {metric!r}: call analysis.add_selected first")
+    if column not in trials.columns or trials[column].isna().all():
+        existing = ", ".join(reported_metrics(trials)) or "none"
+        raise ExperimentError(f"metric {metric!r} was not reported by any trial; reported metrics: {existing}")
+    return column
+
+
+def config_column(df: pd.DataFrame, name: str) -> str:
+    """Column of ``df`` for config key ``name`` (``"noise_rate"`` or ``"config/noise_rate"``).
+
+    Raises:
+        ExperimentError: no such config column; the message lists the config keys.
+    """
+    for column in (name, f"config/{name}"):
+        if column in df.columns:
+            return column
+    keys = ", ".join(c[len("config/") :] for c in df.columns if c.startswith("config/"))
+    raise ExperimentError(f"config key {name!r} not found; config keys: {keys or 'none'}")
+
+
+def varying_config_columns(trials: pd.DataFrame, seed: str | None = SEED_KEY) -> list[str]:
+    """``config/`` columns whose value differs between trials, without the seed column(s).
+
+    A column is a seed column when the last ``/`` part of its key equals ``seed``
+    (``config/seed``, ``config/train_loop_config/seed``). Pass ``seed=None`` to keep them.
+    """
+    columns = []
+    for column in trials.columns:
+        if not column.startswith("config/"):
+            continue
+        if seed is not None and column.rsplit("/", 1)[-1] == seed:
+            continue
+        values = trials[column].map(_hashable)
+        if values.nunique(dropna=False) > 1:
+            columns.append(column)
+    return columns
+
+
+def latest_experiment(root: str | os.PathLike = "runs") -> Path:
+    """The most recently updated experiment folder under ``root``.
+
+    ``root`` is looked up relative to the working directory and then its parents, so
+    ``"runs"`` also works from ``notebooks/``. An experiment folder is a direct subfolder with
+    an ``experiment_state-*.json`` file; "updated" is that file's modification time.
+
+    Raises:
+        ExperimentError: no ``root`` folder, or no experiment in it.
+    """
+    root = Path(root)
+    candidates = [root] if root.is_absolute() else [p / root for p in (Path.cwd(), *Path.cwd().parents)]
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is None:
+        raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
+    stamps = {state.parent: state.stat().st_mtime for state in folder.glob("*/experiment_state-*.json")}
+    if not stamps:
+        raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
+    return max(stamps, key=stamps.get)
+
+
+def duplicates_line(trials: pd.DataFrame) -> str | None:
+    """One line saying how many duplicate trials :func:`load_trials` left out and where, or
+    None when there were none (``trials.attrs["duplicates"]``)."""
+    return describe_duplicates(trials.attrs.get("duplicates") or [])
+
+
+def _drop_repeats(
+    trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
+) -> tuple[list[dict], pd.DataFrame, list[str]]:
+    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`).
+
+    Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
+    folders (or trial ids) left out, sorted."""
+    timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
+    dropped = set(repeats(timed))
+    left_out = sorted(
+        prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)
+    )
+    kept = [i for i in range(len(trials)) if i not in dropped]
+    if dropped:
+        renumber = np.full(len(trials), -1, dtype=np.int64)
+        renumber[kept] = np.arange(len(kept))
+        rows = rows[~rows["_trial"].isin(dropped)].copy()
+        rows["_trial"] = renumber[rows["_trial"].to_numpy(dtype=np.int64)]
+        trials = [trials[i] for i in kept]
+    seen: set[str] = set()
+    for trial in trials:  # a folder copied under another name keeps its trial id; rows are grouped by id
+        if trial["trial_id"] in seen:
+            trial["trial_id"] = f"{trial['trial_id']}@{trial['dir']}"
+        seen.add(trial["trial_id"])
+    return trials, rows.reset_index(drop=True), left_out
+
+
+def _load_many(
+    sources: list | tuple, modes: Mapping[str, str] | None, filesystem: pafs.FileSystem | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Several experiments stacked, with an ``experiment`` column (see :func:`load_trials`)."""
+    if not sources:
+        raise ExperimentError("no experiment given (an empty list)")
+    loaded = [load_experiment(source, modes=modes, filesystem=filesystem) for source in sources]
+    paths = [trials.attrs["experiment"] for trials, _ in loaded]
+    names = [path.rstrip("/").rsplit("/", 1)[-1] for path in paths]
+    if len(set(names)) < len(names):
+        names = paths
+    recorded = {(t.attrs["metric"], t.attrs["mode"]) for t, _ in loaded if t.attrs["metric"]}
+    if len(recorded) > 1:
+        sweeps = ", ".join(
+            f"{name}: {t.attrs['metric']} ({t.attrs['mode']})"
+            for name, (t, _) in zip(names, loaded)
+            if t.attrs["metric"]
+        )
+        raise ExperimentError(
+            f"the experiments record different metrics ({sweeps}); "
+            "compare experiments of the same metric, or pass the metric explicitly"
+        )
+    trial_parts, history_parts = [], []
+    for name, (trials, history) in zip(names, loaded):
+        trials, history = trials.copy(), history.copy()
+        if len(loaded) > 1:
+            trials["trial_id"] = name + "/" + trials["trial_id"]
+            history["trial_id"] = name + "/" + history["trial_id"]
+        trials.insert(0, "experiment", name)
+        history.insert(0, "experiment", name)
+        trial_parts.append(trials)
+        history_parts.append(history)
+    trials = pd.concat(trial_parts, ignore_index=True)
+    history = pd.concat(history_parts, ignore_index=True)
+    metric, mode = next(iter(recorded)) if recorded else (None, None)
+    tests = {t.attrs.get("test_metric") for t, _ in loaded}
+    trials.attrs.update(
+        experiment=", ".join(paths),
+        experiments=paths,
+        metric=metric,
+        mode=mode,
+        test_metric=tests.pop() if len(tests) == 1 else None,
+        duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
+    )
+    history.attrs.update(experiment=", ".join(paths), experiments=paths)
+    return trials, history
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)

@@ -1,0 +1,298 @@
+"""Ray Tune's on-disk experiment format, read directly (no Ray import).
+
+Ray 2.x layout::
+
+    <experiment>/experiment_state-<session>.json   trial list: status, config, resources,
+                                                   start time and time of the last result
+                                                   (one per driver session: all are read)
+    <experiment>/<trial dir>/result.json           one JSON object per reported result
+    <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent)
+    <experiment>/<trial dir>/params.json           the resolved config
+    <experiment>/<trial dir>/error.txt             traceback of an errored trial
+    <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
+
+The state file and ``raysweep.json`` are read by `analysis/reading/tune_state.py` (no pandas; the
+status command uses it alone). Trial folders that the state file does not list yet (an experiment
+still running, or a copied folder without its state file) are found by scanning for ``result.json`` / ``params.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import posixpath
+import re
+import warnings
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.json as pajson
+
+from analysis.reading.tune_state import folder_trial as _folder_trial
+from analysis.reading.tune_state import list_dir as _list_dir
+from analysis.reading.tune_state import listed_trials as _listed_trials
+from analysis.reading.tune_state import read_bytes as _read_bytes
+from analysis.reading.tune_state import resolve_source  # noqa: F401  (re-exported)
+from analysis.reading.tune_state import sweep_settings as _sweep_settings
+from trainables.experiment.errors import ExperimentError  # noqa: F401  (re-exported)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the files
+# --------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[list[dict], pd.DataFrame, dict]:
+    """Read every file of the experiment at ``root`` on ``fs``.
+
+    Returns:
+        ``(trials, rows, sweep)``: one dict per trial (``trial_id``, ``trial_name``, ``status``,
+        ``dir``, ``config``, ``start``/``end`` in Unix seconds or None, ``resources``, ``error``,
+        ``tail`` = last result row, ``merged`` and ``nonfinite`` for trials parsed row by row);
+        all result rows as one DataFrame with a ``_trial`` column indexing ``trials``; and the
+        sweep's recorded ``metric``/``mode`` (either may be missing).
+
+    Raises:
+        ExperimentError: ``root`` is not a folder, holds no Tune experiment, or has no trials.
+    """
+    display = prefix + root
+    entries = _list_dir(fs, root, display)
+    files = {e.base_name for e in entries if e.type == pafs.FileType.File}
+    dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
+    state, trials = _listed_trials(fs, root, files, dirs)  # every state file's trials
+
+    # Folders the state file does not list yet: trials of a running experiment, or a copied
+    # experiment without its state file.
+    claimed = {t["dir"] for t in trials}
+    unclaimed = [d for d in dirs if d not in claimed]
+    if unclaimed:
+        probes = [posixpath.join(root, d, name) for d in unclaimed for name in ("result.json", "params.json")]
+        found = {
+            posixpath.basename(posixpath.dirname(i.path))
+            for i in fs.get_file_info(probes)
+            if i.type == pafs.FileType.File
+        }
+        trials += [_folder_trial(d) for d in unclaimed if d in found]
+
+    if state is None and not trials:
+        raise ExperimentError(
+            f"{display} is not a Ray Tune experiment folder (no experiment_state-*.json and "
+            f"no trial folders with result.json){_experiment_hint(fs, root, dirs)}"
+        )
+    if not trials:
+        raise ExperimentError(f"experiment {display} has no trials")
+
+    for trial in trials:
+        _read_trial_files(fs, root, trial)
+    rows = _parse_results(trials, display)
+    for trial in trials:
+        _complete_trial(fs, root, trial)
+    return trials, rows, _sweep_settings(fs, root, files, state)
+
+
+def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
+    """'; it holds experiments: a, b' when ``root`` is a folder of experiments, else ''."""
+    inner = [
+        d
+        for d in dirs[:200]
+        if any(
+            i.base_name.startswith("experiment_state-")
+            for i in fs.get_file_info(pafs.FileSelector(posixpath.join(root, d), allow_not_found=True))
+        )
+    ]
+    return f"; it holds experiments: {', '.join(inner[:5])}" if inner else ""
+
+
+def _read_trial_files(fs, root: str, trial: dict) -> None:
+    """Read result.json (or progress.csv) and error.txt of one trial into ``trial``."""
+    folder = posixpath.join(root, trial["dir"]) if trial["dir"] else None
+    trial["result"] = trial["csv"] = None
+    if folder is None:
+        return
+    trial["result"] = _read_bytes(fs, posixpath.join(folder, "result.json"))
+    if trial["result"] is None:
+        trial["csv"] = _read_bytes(fs, posixpath.join(folder, "progress.csv"))
+    if trial["status"] in (None, "ERROR"):
+        text = _read_bytes(fs, posixpath.join(folder, "error.txt"))
+        if text is not None:
+            lines = [ln.strip() for ln in _ANSI.sub("", text.decode("utf-8", "replace")).splitlines()]
+            lines = [ln for ln in lines if ln]
+            trial["error"] = lines[-1] if lines else "error (empty error.txt)"
+
+
+def _complete_trial(fs, root: str, trial: dict) -> None:
+    """Fill what the state file did not give: id, status, config (from the parsed results)."""
+    tail = trial["tail"]
+    if trial["trial_id"] is None:
+        trial["trial_id"] = str(tail.get("trial_id") or trial["dir"])
+    if trial["status"] is None:
+        trial["status"] = (
+            "ERROR"
+            if trial["error"]
+            else "TERMINATED"
+            if tail.get("done") is True
+            else "RUNNING"
+            if tail
+            else "PENDING"
+        )
+    # Exact JSON first: the state file, else params.json. A result row's config comes last:
+    # pyarrow may have widened it (1 -> 1.0 when another trial has 0.5).
+    config = trial["config"]
+    if config is None and trial["dir"]:
+        params = _read_bytes(fs, posixpath.join(root, trial["dir"], "params.json"))
+        try:
+            config = json.loads(params) if params else None
+        except ValueError:
+            config = None
+    if not isinstance(config, dict):
+        config = tail.get("config")
+    trial["config"] = config if isinstance(config, dict) else {}
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing result files
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
+    """All result rows as one DataFrame with a ``_trial`` column (index into ``trials``).
+
+    Also sets, per trial, ``tail`` (its last row as a dict, config included), and for trials
+    parsed row by row ``merged`` (last reported value of each key) and ``nonfinite``.
+
+    Complete files without NaN/Infinity are parsed together by pyarrow's JSON reader (C++,
+    several times faster than the json module); the others (half-written lines, non-finite
+    values, progress.csv) row by row in Python, which skips bad lines with a warning. Any
+    surprise in the fast path (e.g. a config key that is a number in one trial and a string in
+    another) sends those files down the slow path too.
+    """
+    fast, slow = [], []
+    for i, trial in enumerate(trials):
+        trial.update(tail={}, merged=None, nonfinite=False)
+        data = trial["result"]
+        if (
+            data
+            and data.endswith(b"\n")
+            and not data.startswith(b"\n")
+            and b"\n\n" not in data
+            and b"NaN" not in data
+            and b"Infinity" not in data
+        ):
+            fast.append(i)
+        elif data or trial["csv"]:
+            slow.append(i)
+
+    parts = []
+    if fast:
+        try:
+            parts.append(_parse_fast(trials, fast))
+        except (pa.ArrowInvalid, ValueError):
+            slow = sorted(slow + fast)
+    for i in slow:
+        trial = trials[i]
+        if trial["result"] is not None:
+            rows = _parse_result_json(trial["result"], f"{where}/{trial['dir']}/result.json")
+        else:
+            rows = pd.read_csv(io.BytesIO(trial["csv"])).to_dict("records")
+        if not rows:
+            continue
+        trial["tail"] = dict(rows[-1])
+        for row in rows:
+            row.pop("config", None)
+        merged: dict = {}
+        for row in rows:
+            merged.update(row)
+        trial["merged"] = merged
+        trial["nonfinite"] = any(type(v) is float and not math.isfinite(v) for row in rows for v in row.values())
+        frame = pd.DataFrame.from_records(rows)
+        frame.insert(0, "_trial", i)
+        parts.append(frame)
+    for trial in trials:
+        del trial["result"], trial["csv"]
+    if not parts:
+        return pd.DataFrame({"_trial": pd.Series(dtype="int64")})
+    history = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return history.sort_values("_trial", kind="stable", ignore_index=True)
+
+
+def _parse_fast(trials: list[dict], indices: list[int]) -> pd.DataFrame:
+    blob = b"".join(trials[i]["result"] for i in indices)
+    counts = np.array([trials[i]["result"].count(b"\n") for i in indices])
+    table = pajson.read_json(io.BytesIO(blob))
+    if table.num_rows != counts.sum():
+        raise ValueError("row count mismatch")
+    for i, tail in zip(indices, table.take(np.cumsum(counts) - 1).to_pylist()):
+        trials[i]["tail"] = _flatten_except_config(tail)
+    table = _flatten_table(table.drop_columns([c for c in table.column_names if c == "config"]))
+    frame = table.to_pandas()
+    frame.insert(0, "_trial", np.repeat(np.array(indices), counts))
+    return frame
+
+
+def _flatten_table(table: pa.Table) -> pa.Table:
+    """Struct columns (nested dicts) become columns named ``parent/child``."""
+    while any(pa.types.is_struct(field.type) for field in table.schema):
+        names, columns = [], []
+        for name, column in zip(table.column_names, table.columns):
+            if pa.types.is_struct(column.type):
+                for field, child in zip(column.type, column.flatten()):
+                    names.append(f"{name}/{field.name}")
+                    columns.append(child)
+            else:
+                names.append(name)
+                columns.append(column)
+        table = pa.table(columns, names=names)
+    return table
+
+
+def _parse_result_json(data: bytes, where: str) -> list[dict]:
+    """Rows of a result.json as flat dicts (config kept nested); bad lines skipped with a warning."""
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return []
+    try:  # one json.loads for the whole file is much faster than one per line
+        rows = json.loads("[" + text.replace("\n", ",") + "]")
+    except ValueError:
+        rows = []
+        lines = text.split("\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                which = "last line (half written?)" if number == len(lines) else f"line {number}"
+                warnings.warn(f"{where}: skipped unreadable {which}", stacklevel=6)
+    return [_flatten_except_config(r) for r in rows if isinstance(r, dict)]
+
+
+def _flatten_except_config(row: dict) -> dict:
+    config = row.pop("config", None)
+    if dict in map(type, row.values()):
+        row = flatten(row)
+    if config is not None:
+        row["config"] = config
+    return row
+
+
+def flatten(d: Mapping, prefix: str = "") -> dict:
+    """Nested dicts become one dict with keys joined by ``/``; lists become tuples (hashable)."""
+    out = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "/"))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out

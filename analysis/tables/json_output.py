@@ -1,0 +1,196 @@
+"""A sweep's status and its summary table as versioned JSON documents (`--status --json`, `--json`).
+
+The documents are described by JSON Schema files shipped with the package, `analysis/schemas/status-1.json`
+and `summary-1.json` (docs/json-output.md). A change that a reader could trip over (a field removed or
+renamed, a unit changed) is a new version: `raysweep.status/2` with `status-2.json` beside the old file.
+No pandas at import: `--status --json` stays as light as `--status`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from typing import Any
+
+from analysis.progress import eta_seconds
+from analysis.reading.driver_record import exit_code, resume_command
+from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC
+
+STATUS_SCHEMA = "raysweep.status/1"
+SUMMARY_SCHEMA = "raysweep.summary/1"
+SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json"}
+
+
+def status_document(report: dict) -> dict:
+    """The ``raysweep.status/1`` document of a :func:`analysis.status.read_status` dict.
+
+    Times are seconds (``elapsed_s``, ``eta_s``) or Unix seconds (the driver's ``heartbeat``,
+    ``ended``); ``eta_s`` is None until an epoch has finished (:func:`analysis.progress.eta_seconds`).
+    Running trials come best first, as in the text block. See ``analysis/schemas/status-1.json``.
+    """
+    s = report["status"]
+    eta = eta_seconds(s, report["elapsed_s"])
+    return {
+        "schema": STATUS_SCHEMA,
+        "experiment": report["where"],
+        "metric": report["metric"],
+        "mode": report["mode"],
+        "counts": {k: s[k] for k in ("total", "running", "pending", "done", "errored", "diverged")},
+        "epochs": {"done": s["epochs_done"], "planned": s["epochs_planned"]},
+        "elapsed_s": report["elapsed_s"],
+        "eta_s": eta,
+        "best": {"value": s["best"][0], "trial": s["best"][1]} if s["best"] else None,
+        "running": [_running_trial(report, *trial) for trial in s["running_trials"]],
+        "driver": _driver(report),
+        "left": report["left"],
+        "resume_command": resume_command(report["argv"]) if report["argv"] else None,
+        "duplicates": list(report["duplicates"]),
+        "exit_code": exit_code(report),
+    }
+
+
+def summary_document(
+    trials,
+    history,
+    metric: str,
+    mode: str,
+    select: str = DEFAULT_SELECT,
+    *,
+    k: int = DEFAULT_K,
+    test_metric: str = DEFAULT_TEST_METRIC,
+    rows: list[str] | None = None,
+) -> dict:
+    """The ``raysweep.summary/1`` document: the summary table's cells and the best configuration.
+
+    Args:
+        trials, history: :func:`analysis.load_experiment` of one experiment or several.
+        metric, mode: the validation metric and its direction (the best configuration is chosen by
+            it, never by the test metric); select, k: the selection rule (:mod:`trainables.experiment.rules`);
+            test_metric: the metric in the cells (``metric`` for a sweep without a test metric: then
+            ``best.test`` is null); rows: as for :func:`analysis.paper_table`.
+    Returns:
+        dict, see ``analysis/schemas/summary-1.json``: one cell per (method, noise type, noise rate)
+        with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of ``test_metric`` in its own
+        units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
+    Raises:
+        ExperimentError: as :func:`analysis.paper_table` (a metric not reported, a bad rule).
+    """
+    from analysis.tables.paper import paper_table
+    from analysis.tables.summary import best_cell
+
+    common = dict(select=select, k=k, val_metric=metric, val_mode=mode, baseline=None)
+    test = paper_table(trials, history, test_metric, rows=rows, **common)
+    a = test.attrs
+    val = paper_table(trials, history, metric, mode=mode, rows=a["rows"], **common)
+    keys = a["rows"] + a["columns"]
+    cells = {tuple(_plain(row[c]) for c in keys): _cell(row) for _, row in test.iterrows()}
+    best = best_cell(val, mode)
+    best_key = tuple(_plain(best[c]) for c in keys) if best is not None else None
+    test_of_best = cells.get(best_key) if test_metric != metric else None  # None: no test metric, cells are metric's
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "experiment": trials.attrs.get("experiment"),
+        "metric": test_metric,
+        "val_metric": metric,
+        "val_mode": mode,
+        "selection": {"rule": select, "k": k if select == "last-k" else None, "description": a["rule"]},
+        "rows": a["rows"],
+        "columns": a["columns"],
+        "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
+        "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
+        "trials": {
+            "total": len(trials),
+            "errored": int((trials["status"] == "ERROR").sum()),
+            "diverged": int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum()),
+        },
+        "duplicates": list(trials.attrs.get("duplicates") or []),
+        "seed_rule": a.get("seed_rule"),
+    }
+
+
+def dumps(document: dict) -> str:
+    """One line of JSON; NaN and ±inf become null (JSON has no NaN), numpy numbers plain ones."""
+    return json.dumps(_finite(document), allow_nan=False, default=_plain)
+
+
+def schema(name: str) -> dict:
+    """The JSON Schema (a dict) of a document version, e.g. ``schema("raysweep.status/1")``.
+
+    Raises:
+        KeyError: an unknown version.
+    """
+    text = resources.files("analysis").joinpath("schemas", SCHEMA_FILES[name]).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _running_trial(report: dict, name: str, result: dict, planned: int) -> dict:
+    return {
+        "name": name,
+        "gpu_ids": _gpu_ids(result.get("gpu_ids")),
+        "step": int(result.get("epoch", result.get("training_iteration", 0)) or 0),
+        "steps_planned": planned,
+        "metric": _number(result.get(report["metric"])),
+        "train_loss": _number(result.get("train/loss")),
+        "log_line": report["log_lines"].get(name),
+    }
+
+
+def _driver(report: dict) -> dict:
+    """The driver's state, as `analysis.status.driver_line` words it, and its `driver.json` record."""
+    record = report["driver"]
+    if record is None:
+        return {"state": "unknown"}
+    state = "alive" if report["driver_alive"] else "finished" if record.get("ended") is not None else "gone"
+    fields = ("host", "pid", "since", "heartbeat", "ended", "exit_code")
+    return {"state": state, **{f: record.get(f) for f in fields}}
+
+
+def _gpu_ids(value: Any) -> list:
+    """GPU ids as a trial reports them (``"0,1"``, ``[0, 1]``, ``1``) -> ``[0, 1]``; [] on CPU."""
+    if value is None or value == "":
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [int(i) if str(i).strip().isdigit() else str(i).strip() for i in items]
+
+
+def _cell(row) -> dict:
+    cell = {
+        "n": int(row["n"]),
+        "n_failed": int(row["n_failed"]),
+        "n_diverged": int(row["n_diverged"]),
+        "mean": _number(row["mean"]),
+        "std": _number(row["std"]),
+        "ci95": _number(row["ci95"]),
+    }
+    if isinstance(row.get("decision"), str):  # --seeds auto: the seeds the rule ran and its decision
+        cell |= {"seeds_n": int(row["seeds_n"]), "decision": row["decision"]}
+    return cell
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, else None (missing, NaN, ±inf, not a number)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python ones, NaN as None (a key value of a cell)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return _plain(value) if hasattr(value, "item") else value

@@ -1,0 +1,204 @@
+"""`run_command.py --check`: run the first cell's command once, without Ray, and show what the sweep would read.
+
+The command runs as a trial would run it (same environment, `RAYSWEEP_*` variables, working
+folder: a copy of the code in `{trial_dir}` unless --in-place, metric parsing by
+`trainables/command/parse.py:StepContext`), but in this process, with `{trial_dir}` a temporary
+folder removed afterwards: nothing is written under --storage-path. `{gpu}` is empty (no Ray).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shlex
+import sys
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+
+from sweeps.engine import grid
+from sweeps.engine.command_sweep import command_template
+from sweeps.engine.flags import UsageError
+
+
+def check_command(args) -> int:
+    """Run `args.cells[0]`'s command, stream its output, print each metrics row read.
+
+    Args:
+        args: the parsed flags of `sweeps/run_command.py` (cells, template, step key, patterns,
+            --metrics-from, --metric, --test-metric).
+    Returns:
+        0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
+    """
+    import re
+
+    from trainables.command.runner import (
+        METRICS_FILE,
+        STREAMS_READ,
+        StepContext,
+        read_metrics_file,
+        start_command,
+        terminate_group,
+    )
+    from trainables.command.sources import candidate_keys, record_reader
+
+    cell = args.cells[0]
+    name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
+    patterns = [re.compile(p) for p in args.metric_pattern]
+    complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
+    streams = STREAMS_READ.get(args.metrics_from, ())
+    seen: set = set()
+    printed: dict = {"stdout": [], "stderr": []}
+    with tempfile.TemporaryDirectory(prefix="raysweep-check-") as folder:
+        work_dir, metrics_file = _prepare_folder(args, Path(folder), METRICS_FILE)
+        argv = command_template.render(args.template, cell, str(work_dir), name)
+        print(f"--check {name}: {shlex.join(argv)}", flush=True)
+        context = StepContext(args.step_key, patterns, complete)
+        events = record_reader(args.metrics_from, work_dir, args.step_key, complete, since=time.time() - 2.0)
+
+        def show(rows: list[dict]) -> None:
+            for row in rows:
+                seen.update(row)
+                print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+
+        env = _command_env(args, cell, work_dir, name, metrics_file)
+        proc = start_command(argv, env, None if args.in_place else str(work_dir))
+        try:
+            for label, line in _interleaved(proc):
+                print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
+                printed[label].append(line)
+                printed_rows = context.feed(line) if label in streams else []
+                show(printed_rows + (events.poll(printed_rows) if events else []))
+            code = proc.wait()
+        finally:
+            terminate_group(proc, 2.0)
+        _keep_new_paths(Path(folder), work_dir, code, args.in_place)
+        last = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
+        rows = last + read_metrics_file(metrics_file, 0, args.step_key)[0]
+        show(rows + (events.poll(rows) + events.close() if events else []))
+        held = _say_source(args, events, bool(seen), work_dir)
+    if code != 0:
+        return _crashed(code, printed["stderr"], os.getcwd() if args.in_place else f"{work_dir} {COPY_REMOVED}")
+    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
+
+
+def _command_env(args, cell: dict, work_dir: Path, name: str, metrics_file: Path) -> dict:
+    """The command's environment, as a trial's (`command_env`, no GPU share), with W&B and MLflow pointed
+    at `{trial_dir}` where the environment leaves them unset (`tracker_env`; each setting printed)."""
+    from trainables.command.runner import command_env
+    from trainables.command.trackers import tracker_env
+
+    env = command_env(cell, work_dir, name, metrics_file, 0.0)
+    for setting in tracker_env(env, work_dir, args.metrics_from):
+        print(f"  (set {setting}: unset in the environment)", flush=True)
+    return env
+
+
+def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
+    """Print the source the rows came from: the tracker `events` read (`wandb`, ...), else
+    --metrics-from; returns the keys each tracker record held (`describe_sources`), for `_verdict`."""
+    from trainables.command.trackers import describe_sources, sources_of
+
+    source, metrics_from = getattr(events, "source", None), args.metrics_from
+    if source:
+        found = "" if metrics_from == source else "; found by --metrics-from output: the command printed no metric"
+        print(f"metrics source: {source} (its records under {{trial_dir}}{found})", flush=True)
+    else:
+        print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
+    return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
+
+
+def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
+    """Make `folder`/work (a copy of the code, as in a sweep, unless --in-place) and an empty metrics
+    file; returns their paths. Raises UsageError when the code is too large to copy."""
+    from trainables.command.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
+    from trainables.experiment import records
+
+    work_dir, metrics_file = records.work_dir(folder), folder / metrics_name
+    metrics_file.touch()
+    if args.in_place:
+        work_dir.mkdir()
+        return work_dir, metrics_file
+    try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
+        snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
+    except SnapshotTooLarge as e:
+        raise UsageError(str(e)) from None
+    working = fill_work_dir(records.code_dir(folder), work_dir)
+    print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
+    return work_dir, metrics_file
+
+
+COPY_REMOVED = "(a copy of the launch folder, as each trial's; removed now)"
+
+
+def _crashed(code: int, stderr: list[str], folder: str) -> int:
+    """Say that the command crashed, not that a metric was missing: its exit, its exception line (or
+    last stderr line), the folder it ran in, and a hint fitting the cause. Returns 1."""
+    from trainables.command.failure_gate import exception_line
+    from trainables.command.initial_failures import hint
+    from trainables.command.process import exit_status
+
+    lines = [line for line in stderr if line.strip()]
+    error = exception_line(lines) or (lines[-1].strip() if lines else "(no stderr output)")
+    print(f"the command crashed ({exit_status(code)}) before --check could judge its metrics: {error}", flush=True)
+    print(f"it ran in {folder}", flush=True)
+    parts = {"tail": lines[-30:], "exception": error, "folder": folder.split(" (")[0], "exit": exit_status(code) + " "}
+    print(hint(parts), file=sys.stderr, flush=True)
+    return 1
+
+
+def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> None:
+    """After a command that exited 0, what it created through `..` moves to the real folders, as a
+    trial's does (`trainables/command/workdir.py:keep_new_paths`): data fetched by --check is there for the sweep."""
+    from trainables.command.workdir import keep_new_paths
+    from trainables.experiment import records
+
+    for path in keep_new_paths(records.code_dir(folder), work_dir) if code == 0 and not in_place else []:
+        print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
+
+
+def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: str = "") -> int:
+    """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
+    stream held candidate lines (`found`) and which tracker record what keys (`held`). Returns the
+    exit code of --check."""
+    from trainables.command.sources import describe_candidates
+
+    missing = [m for m in complete if m not in seen]
+    print(
+        f"exit code {code}; "
+        + "; ".join(
+            f"{flag} {m}: {'seen' if m in seen else 'NOT seen'}"
+            for flag, m in zip(("--metric", "--test-metric"), complete)
+        ),
+        flush=True,
+    )
+    if missing:
+        print(
+            f"{describe_candidates(found, streams)}{'; ' + held if held else ''}; "
+            "check --metric / --metric-pattern / --step-key / --metrics-from",
+            file=sys.stderr,
+        )
+    return 0 if code == 0 and not missing else 1
+
+
+def _interleaved(proc):
+    """`(stream, line)` of `proc`'s stdout and stderr, interleaved as read (as the trial reads them)."""
+    lines: queue.Queue = queue.Queue()
+    for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+        threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
+    open_streams = 2
+    while open_streams:
+        label, line = lines.get()
+        if line is None:
+            open_streams -= 1
+        else:
+            yield label, line
+
+
+def _queue_lines(stream, label: str, lines) -> None:
+    """Put `(label, line)` on `lines` for each line of `stream` (bytes), then `(label, None)` at its end."""
+    for raw in iter(stream.readline, b""):
+        lines.put((label, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    lines.put((label, None))

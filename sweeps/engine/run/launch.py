@@ -1,0 +1,397 @@
+"""The engine's shared pieces around each sweep script's own `Tuner`: every sweep (grid, search, PBT,
+data-parallel and command trials) runs through them.
+
+A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its search space, and runs
+its sweep in Ray Tune's words, as Ray's examples do:
+
+    sweep = start_sweep(options, trial_function, metric, mode)   # driver lock, Ray start-up, checks
+    tune_config = sweep.tune_config(TuneConfig(...), param_space)  # + the pieces every sweep shares
+    tuner = sweep.restore() if options.resume else Tuner(
+        sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
+    )
+    code, rounds = sweep.fit(tuner)  # fit -> OOM re-queue -> outcome -> summary table and report
+
+So every sweep gets the same per-trial log files, progress block, MLflow / W&B callbacks,
+retries, checkpoints kept, resume, memory caps and OOM re-queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+import ray
+from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
+from ray.tune.search import BasicVariantGenerator
+
+from sweeps.engine.cluster.gpus import (
+    check_shared_storage,
+    choose_local_gpus,
+    next_fraction_after_oom,
+    oom_trials,
+    requeued_trial_paths,
+)
+from sweeps.engine.cluster.ray_start import check_resources, init_ray
+from sweeps.engine.cluster.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
+from sweeps.engine.flags import UsageError
+from sweeps.engine.run import notify, resume
+from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
+from sweeps.engine.run.monitoring import monitoring_callbacks
+from sweeps.engine.run.no_retry import NoRetryOnMarkedError
+from sweeps.engine.run.sweep_end import print_summary
+from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
+from sweeps.engine.sweep_records import driver_lock, provenance_capture
+from trainables import ray_private
+from trainables.command.initial_failures import InitialFailures
+from trainables.config import METRIC, MODE
+from trainables.experiment import records
+
+# A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
+ARTIFACT_SYNC_PERIOD_S = 5
+
+
+@dataclasses.dataclass
+class Sweep:
+    """A started sweep (`start_sweep`): this driver holds the experiment folder and Ray is up.
+
+    The script builds its `Tuner` from `trainable` (the trial function in `tune.with_resources`),
+    `tune_config(...)` and `run_config` (`sweep_run_config` for the flags), or `restore()`s it, and
+    runs it with `fit`. `gpus` is the GPU share per trial; `tuned` the completed `TuneConfig` and
+    `param_space` the script's, kept for the record and the OOM re-queue rounds.
+    """
+
+    options: RunOptions
+    trial_function: TrialFunction
+    metric: str
+    mode: str
+    gpus: float
+    run_config: RunConfig
+    held: driver_lock.DriverHold
+    starts_ray: bool
+    settings: dict | None = None
+    tuned: TuneConfig | None = None
+    param_space: dict | None = None
+
+    @property
+    def trainable(self):
+        """The trial function with this sweep's resources per trial (`tune.with_resources`)."""
+        return self.trainable_for(self.gpus)
+
+    def trainable_for(self, share: float):
+        """The trial function with `share` GPUs per trial (the OOM re-queue rounds double it)."""
+        return with_resources(self.trial_function, share, self.options.cpus_per_trial, self.options.experiment_dir)
+
+    def tune_config(self, tune_config: TuneConfig, param_space: dict) -> TuneConfig:
+        """The script's `tune_config` with the pieces every sweep shares (`sweep_tune_config`: actors
+        reused, trials at once for the GPUs, --time-budget-s, trial folder names); prints the sweep's
+        first line and sets Tune's switches (`set_tune_environment`).
+
+        Args:
+            tune_config: the sweep's own (search_alg, scheduler, num_samples, metric, mode,
+                trial_name_creator, which also names the trial folders); its metric and mode are the sweep's.
+            param_space: the `Tuner`'s, as it is (counted in `raysweep.json`'s `total_trials`).
+        Raises:
+            ValueError: no trial_name_creator, or a metric or mode other than `start_sweep`'s.
+        """
+        if tune_config.trial_name_creator is None or (tune_config.metric, tune_config.mode) != (self.metric, self.mode):
+            raise ValueError(
+                f"the sweep's TuneConfig needs a trial_name_creator and metric={self.metric!r}, mode={self.mode!r} "
+                f"(got metric={tune_config.metric!r}, mode={tune_config.mode!r})"
+            )
+        at_once = max_concurrent_trials(self.options, self.gpus, self.trial_function, tune_config)
+        self.tuned, self.param_space = sweep_tune_config(tune_config, at_once, self.options), param_space
+        announce(self.options, self.gpus, self.tuned)
+        set_tune_environment(self.options.experiment_dir)
+        return self.tuned
+
+    def restore(self) -> Tuner:
+        """`Tuner.restore` of the sweep as it was killed (unfinished trials go on; errored ones with
+        --retry-errored); restore cannot change a search space (ray-project/ray#42221)."""
+        resume_errored = self.options.retry_errored
+        return Tuner.restore(
+            self.options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=resume_errored
+        )
+
+    def fit(self, tuner: Tuner, reused: dict | None = None) -> tuple[int, list]:
+        """Run `tuner` (a new sweep's `raysweep.json` written first), re-queue its GPU out-of-memory
+        trials (`rerun_oom_trials`), say the outcome, print the summary table and release the folder.
+
+        Args:
+            tuner: the script's `Tuner(...)` or `restore()`, after `tune_config`.
+            reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
+        Returns:
+            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
+            the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+        A Ray this sweep started is stopped at the end.
+        """
+        if self.tuned is None:
+            raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
+        experiment_dir = self.options.experiment_dir
+        if not self.options.resume:
+            records.write_settings(
+                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
+            )
+        rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
+        code = resume.report_outcome(rounds, reused or {}, self.metric, requeued_trial_paths(rounds))
+        notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
+        print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
+        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        self.held.release(code)
+        return code, rounds
+
+
+def start_sweep(
+    options: RunOptions,
+    trial_function: TrialFunction,
+    metric: str,
+    mode: str,
+    *,
+    checkpoint_config: CheckpointConfig | None = None,
+    settings: dict | None = None,
+) -> Sweep:
+    """Start a sweep: its `RunConfig`, this driver's hold on the experiment folder, Ray (local or a
+    cluster) with the GPU choice, the checks that fail fast, and its provenance record.
+
+    Args:
+        options: how the sweep runs (`run_flags.run_options` of the flags `check_run_args` checked).
+        trial_function: see `TrialFunction`. metric, mode: what the sweep ranks by (its TuneConfig's).
+        checkpoint_config: default: the best two by `metric` (and the latest).
+        settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
+    --max-initial-failures applies where the trial function uses the sweep's failure gate (command trials).
+    Returns:
+        the `Sweep`, for the script's `Tuner`.
+    Raises:
+        UsageError: a request no node can hold, a bad tracker, a cluster without shared storage,
+            another driver alive on `options.experiment_dir` (`sweeps.engine.sweep_records.driver_lock`).
+    """
+    gated = getattr(trial_function.function, "uses_failure_gate", False)  # command trials
+    callbacks = monitoring_callbacks(  # before Ray: a bad tracker is a usage error
+        options.name,
+        progress_every=options.progress_every,
+        quiet=options.quiet,
+        mlflow_uri=options.mlflow_uri,
+        wandb_project=options.wandb_project,
+        metric=metric,
+        mode=mode,
+    )
+    run_config = sweep_run_config(
+        options.name,
+        options.storage_path,
+        max_failures=options.max_failures,
+        fail_fast=options.fail_fast,
+        callbacks=callbacks,
+        metric=metric,
+        mode=mode,
+        checkpoint_config=checkpoint_config,
+        max_initial_failures=options.max_initial_failures if gated else None,
+    )
+    no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
+    starts_ray = not ray.is_initialized() and no_cluster
+    held, gpus = hold_and_start_ray(options, trial_function)
+    notify.watch(options.notify, options.name)
+    provenance_capture.record_run(
+        options.experiment_dir, trial_function.params
+    )  # every run: first, --resume, extension
+    return Sweep(options, trial_function, metric, mode, gpus, run_config, held, starts_ray, settings)
+
+
+def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
+    """The sweep's first line after Ray is up: starting or resuming, resources per trial, trials at once."""
+    at_once = tune_config.max_concurrent_trials
+    print(
+        f"{'resuming' if options.resume else 'starting'} {options.name}: {gpus:g} GPU and "
+        f"{options.cpus_per_trial:g} CPU per trial" + (f", {at_once} at once" if at_once else ""),
+        flush=True,
+    )
+
+
+def sweep_tune_config(
+    tune_config: TuneConfig, max_concurrent: int | None = None, options: RunOptions | None = None
+) -> TuneConfig:
+    """`tune_config` with the pieces every sweep shares: trial actors reused (no Python/torch start-up
+    per trial; benchmarks/sweep_efficiency.py) and `max_concurrent` trials at once (None: Tune's
+    default); with `options`, the sweep's --time-budget-s (seconds) and trial folders named by its
+    trial_name_creator (with a suffix where that folder exists already, `resume.fresh_dirname`).
+    """
+    shared = {"reuse_actors": True, "max_concurrent_trials": max_concurrent}
+    if options is not None:
+        shared |= {
+            "time_budget_s": options.time_budget_s,
+            "trial_dirname_creator": resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
+        }
+    return dataclasses.replace(tune_config, **shared)
+
+
+def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
+    """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
+    itself: a command that reports only its validation metric), command line, settings, start time and
+    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
+    return {
+        "metric": tune_config.metric,
+        "mode": tune_config.mode,
+        "test_metric": test_metric if test_metric != tune_config.metric else None,
+        "argv": sys.argv,
+        "settings": settings or {},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "total_trials": tune_config.num_samples * grid_size(param_space),
+    }
+
+
+def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
+    """Take the experiment folder for this driver, start or join Ray, and check what needs Ray up:
+    shared storage on a cluster, the resources per trial.
+
+    Returns:
+        (the `driver_lock` hold, released by the caller with the sweep's exit code; GPUs per trial).
+    Raises:
+        UsageError: another driver alive on the folder (`sweeps.engine.sweep_records.driver_lock`), or a check fails;
+            after the hold, the folder is then left as it was found (released with code 2).
+    """
+    try:  # one driver per experiment folder, refused before Ray starts (released at exit)
+        held = driver_lock.hold(options.experiment_dir)
+    except driver_lock.ExperimentHeld as e:
+        raise UsageError(str(e)) from None
+    try:
+        init_ray(
+            options.address,
+            options.dashboard_host,
+            num_gpus=choose_local_gpus(options.gpus, options.address),
+            runtime_env=trial_function.runtime_env,
+        )
+        nodes_alive = sum(node["Alive"] for node in ray.nodes())
+        check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)
+        gpus = gpus_per_trial(options.gpus_per_trial, options.cpus_per_trial, trial_function)
+        check_resources(gpus, options.cpus_per_trial)
+    except UsageError:
+        held.release(2)  # no trial started: the folder is left as it was found
+        raise
+    return held, gpus
+
+
+def set_tune_environment(experiment_dir: str) -> None:
+    """Tune's switches every sweep sets (environment variables, read when Tune runs; one failure per
+    dead worker), and one line saying where the results and TensorBoard files are."""
+    # Our progress callbacks report (verbose=0); Tune's own output engine would still print its
+    # "Configuration for experiment" box and a TensorBoard hint into Ray's temp folder: it is off
+    # (Ray's switch), and one line says where the results and TensorBoard files are.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    print(f"results and TensorBoard files: {experiment_dir} (tensorboard --logdir {experiment_dir})", flush=True)
+    # Tune logs every trial error with its traceback; each is in the trial's error.txt, the progress
+    # block names that file, and the outcome prints each error once (trainables/command/initial_failures.py).
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # A worker killed while Tune hands it the next trial (actor reuse) costs that trial one retry, not
+    # the trial: Tune counts that one death twice (trainables/ray_private.py).
+    ray_private.count_each_actor_death_once()
+
+
+def sweep_run_config(
+    name: str,
+    storage_path,
+    max_failures: int = MAX_FAILURES,
+    fail_fast: bool = False,
+    callbacks: list | None = None,
+    metric: str = METRIC,
+    mode: str = MODE,
+    checkpoint_config: CheckpointConfig | None = None,
+    max_initial_failures: int | None = None,
+    **overrides,
+) -> RunConfig:
+    """The `RunConfig` every sweep starts from.
+
+    Storage under `storage_path/name`; the best two checkpoints by `metric` (Ray also keeps the
+    latest, for resuming) unless `checkpoint_config` says otherwise; a failed trial retried
+    `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
+    sweep), never when its last report marks the error as not worth a retry (`NoRetryOnMarkedError`),
+    and restored from the newest checkpoint left when the recorded one is gone
+    (`RestoreFromSurvivingCheckpoint`; in the Tuner's `RunConfig`, so it acts on `--resume`): every
+    failure callback is added here, after `callbacks`. Files trials write (noise.json, logs) are
+    synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
+    `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
+    sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
+    repeats is not retried, and that many of them before any metric stop the sweep.
+
+    Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
+    when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
+    makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
+    critical path every epoch (benchmarks/trainable_overhead.py).
+    """
+    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
+    settings = {
+        "name": name,
+        "storage_path": str(storage_path),
+        "checkpoint_config": checkpoint_config
+        or CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
+        "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+        "sync_config": SyncConfig(
+            sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
+        ),
+        "log_to_file": True,
+        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "stop": initial[0] if initial else None,
+        "verbose": 0,
+    }
+    return RunConfig(**(settings | overrides))
+
+
+def rerun_oom_trials(
+    results, trainable_for, gpus_per_trial: float, run_config: RunConfig, tune_config: TuneConfig
+) -> list:
+    """Re-queue trials that ran out of GPU memory with a doubled share, until none do or a whole GPU fails.
+
+    Each round is a new `Tuner` over exactly the failed configs (`BasicVariantGenerator`'s
+    `points_to_evaluate`), written next to the first experiment as `<name>_oom_gpu<share>`; the
+    trials start afresh, Ray places them as usual.
+    Args:
+        results: the first `ResultGrid`.
+        trainable_for: share -> the trainable wrapped in `tune.with_resources` for that share.
+        gpus_per_trial: the share the first round ran with.
+        run_config: the first round's `RunConfig`; each round copies it under a new name.
+        tune_config: the first round's `TuneConfig`: each round keeps its metric, mode and trial names,
+            without its searcher, scheduler, concurrency limit or time budget.
+    Returns:
+        [results, round 1, round 2, ...]: every `ResultGrid`, first included.
+    """
+    rounds = [results]
+    share = gpus_per_trial
+    while (configs := oom_trials(rounds[-1])) and (share := next_fraction_after_oom(share)) is not None:
+        print(f"{len(configs)} trial(s) ran out of GPU memory: re-queued with {share:g} GPU each", flush=True)
+        rounds.append(
+            Tuner(
+                trainable_for(share),
+                param_space=dict(configs[0]),  # every point names the same keys; each point replaces one sample
+                tune_config=sweep_tune_config(
+                    TuneConfig(
+                        metric=tune_config.metric,
+                        mode=tune_config.mode,
+                        num_samples=len(configs),
+                        search_alg=BasicVariantGenerator(points_to_evaluate=configs),
+                        trial_name_creator=tune_config.trial_name_creator,
+                        trial_dirname_creator=tune_config.trial_name_creator,
+                    )
+                ),
+                run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
+            ).fit()
+        )
+    if configs := oom_trials(rounds[-1]):
+        print(
+            f"{len(configs)} trial(s) ran out of memory on a whole GPU: lower the batch size or use "
+            "--gpus-per-trial 2 (data-parallel)",
+            file=sys.stderr,
+        )
+    return rounds
+
+
+def grid_size(param_space: dict) -> int:
+    """Trials per sample of `param_space`: the product of the lengths of its `tune.grid_search` lists
+    (nested dicts included); 1 without a grid."""
+    size = 1
+    for value in param_space.values():
+        if isinstance(value, dict):
+            size *= len(value["grid_search"]) if set(value) == {"grid_search"} else grid_size(value)
+    return size

@@ -1,0 +1,211 @@
+"""Extend, skip existing and the final outcome of a sweep that lives in `<storage-path>/<name>/`.
+
+Three ways to run a sweep again under the same name:
+- `--resume`: the driver was killed (SIGKILL, Ctrl-C, reboot). `Tuner.restore` continues the sweep
+  as it was: finished trials stay finished, unfinished ones continue from their newest checkpoint,
+  errored ones stay errored unless `--retry-errored` (then they continue from their checkpoint too).
+- default (skip existing): the grid is planned cell by cell. A cell whose trial already finished in
+  this experiment folder (same `config_hash`, see `trainables.config`) is reused; only the other
+  cells run, in a new `Tuner` over an explicit list of configs. That is how a finished grid is
+  extended with more noise rates or seeds: Ray's restore cannot change a search space
+  (ray-project/ray#42221), so this is done here, on top of Tune's result files.
+- `--no-skip-existing`: every cell runs again; the old trial folders stay, new ones get a suffix.
+
+A trial is *finished* when its last result has `epoch == epochs` or `diverged`; its config hash is
+in `trial_config.json`, written by the trial runtime at its start. Tune's files are read by
+`analysis` (`load_trials`), the one reader of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import posixpath
+import warnings
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+import pandas as pd
+
+from analysis import ExperimentError, load_trials
+from trainables.command import initial_failures
+from trainables.config import config_hash
+from trainables.experiment import records, storage
+
+
+def command_hash(config: dict) -> str:
+    """The id of a command trial's config: sha1 of its sorted JSON (16 hex digits); a command
+    sweep has no `TrainConfig` defaults to fill in."""
+    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = config_hash) -> dict[str, str]:
+    """Finished trials of an experiment folder: config hash -> trial folder (the newest per hash).
+
+    A trial is finished when it diverged, or its last `epoch` is its config's `epochs`, or (a
+    command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error after
+    it reported a step (a sweep stopped before a trial reported, e.g. by --max-initial-failures, leaves it unfinished).
+    Its hash is the one in `trial_config.json` (the built-in trainable writes it), else
+    `hash_fn` of its config. The folder may be local or on object storage (s3://...): trial
+    folders are returned as strings, local paths or URIs, and read through pyarrow.
+    """
+    found: dict[str, tuple[float, str]] = {}
+    for row in _trials_of(experiment_dir).to_dict("records"):
+        trial_dir = row["trial_dir"]
+        saved = records.read_trial_config(trial_dir)  # a torn one: warned, then hashed from Tune's config
+        if saved is not None:  # the built-in trainable: its resolved config (epochs included) and hash
+            key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
+        else:
+            key = hash_fn(
+                {k[len("config/") :]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)}
+            )
+        if not _finished(row):
+            continue
+        mtime = storage.modified(storage.join(trial_dir, "result.json"))
+        if mtime is not None and (key not in found or mtime > found[key][0]):
+            found[key] = (mtime, trial_dir)
+    return {h: d for h, (_, d) in found.items()}
+
+
+def plan_cells(
+    cells: list[dict], experiment_dir: str | Path, skip_existing: bool, hash_fn: Callable[[dict], str] = config_hash
+) -> tuple[list[dict], dict[str, str]]:
+    """Split the grid into cells to run and finished trials to reuse.
+
+    Args:
+        cells: one full trial config per cell of the grid.
+        experiment_dir: `<storage-path>/<name>`.
+        skip_existing: False runs every cell.
+        hash_fn: a config's id (`config_hash` for the built-in trainable, `command_hash` for commands).
+    Returns:
+        (configs to run, {config hash: trial folder} of the reused cells).
+    """
+    done = finished_trials(experiment_dir, hash_fn) if skip_existing else {}
+    hashes = [hash_fn(c) for c in cells]
+    todo = [c for c, h in zip(cells, hashes) if h not in done]
+    reused = {h: done[h] for h in hashes if h in done}
+    return todo, reused
+
+
+def fresh_dirname(experiment_dir: str | Path, name: Callable) -> Callable:
+    """A `trial_dirname_creator`: `name(trial)`, plus `_<trial_id>` when that folder already exists
+    (a cell rerun next to its old, unfinished or errored, trial), locally or on object storage."""
+
+    def dirname(trial) -> str:
+        base = name(trial)
+        return f"{base}_{trial.trial_id}" if storage.exists(storage.join(str(experiment_dir), base)) else base
+
+    return dirname
+
+
+def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = config_hash) -> list[dict]:
+    """The cells whose config hash matches no trial of `results` (a `ResultGrid`)."""
+    ran = {hash_fn(r.config) for r in results}
+    return [c for c in cells if hash_fn(c) not in ran]
+
+
+def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset()) -> int:
+    """Print errored and diverged trials, and why no trial has a result if none has; return the exit code.
+
+    Args:
+        grids: the `ResultGrid`s of this run (restored or new, then any GPU out-of-memory
+            re-queue rounds); None when nothing ran.
+        reused: finished trials of earlier runs, from `plan_cells`.
+        metric: the sweep metric; a trial that never reported it has no result.
+        requeued: folders of trials that ran out of GPU memory and were re-run (not errors).
+    Returns:
+        0 when every trial finished; 1 when any trial of this run errored or diverged, or when no
+        trial (run now or reused) reported `metric`.
+    """
+    results = [r for grid in (grids or []) for r in grid if r.path not in requeued]
+    ran = {Path(r.path).name for r in results}
+    reused = {h: d for h, d in reused.items() if posixpath.basename(str(d)) not in ran}  # a resumed sweep holds some
+    if reused:
+        print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
+    diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
+    reused_diverged = _diverged_rows(reused)
+    diverged += [
+        (
+            Path(row["trial_dir"])
+            if "://" not in row["trial_dir"]
+            else PurePosixPath(row["trial_dir"].split("://", 1)[1]),
+            {
+                "epoch": row.get("last/epoch"),
+                "diverged/step": row.get("last/diverged/step"),
+                "diverged/seed": row.get("last/diverged/seed"),
+            },
+        )
+        for row in reused_diverged
+    ]
+    for folder, last in diverged:
+        seed = f", seed {last['diverged/seed']:g}" if isinstance(last.get("diverged/seed"), (int, float)) else ""
+        print(
+            f"diverged (not ranked): {folder.name} at epoch {last.get('epoch')}, "
+            f"step {last.get('diverged/step')}{seed}; "
+            f"dump: {records.record_path(folder, records.DIVERGENCE_FILE)}"
+        )
+    failed = [r for r in results if r.error is not None]
+    early = {r.path: r.error for r in failed if initial_failures.is_early(r.error)}  # before any metric
+    for r in (r for r in failed if r.path not in early):
+        error = str(r.error).strip().splitlines()
+        print(
+            f"error: trial {Path(r.path).name} failed: {error[-1] if error else type(r.error).__name__}; "
+            f"error file: {Path(r.path) / 'error.txt'}"
+        )
+    initial_failures.explain(early)  # each distinct error once, with a hint: a retry cannot fix it
+    if len(failed) > len(early):
+        print(
+            f"{len(failed) - len(early)} trial(s) ended in error; "
+            "`--resume --retry-errored` continues them from their checkpoints"
+        )
+    scored = [r for r in results if r.error is None and _reported(r, metric)]
+    if not scored and len(reused) == len(reused_diverged):
+        why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"
+        print(f"no result: no trial reported {metric} ({why})")
+        return 1
+    return 1 if failed or diverged else 0
+
+
+def _reported(result, metric: str) -> bool:
+    """Whether a trial's `Result` reported `metric`: in its last result, or (a command's final
+    result holds only what was printed after the last step) in any row of its history."""
+    if isinstance(result.metrics.get(metric), (int, float)):
+        return True
+    frame = result.metrics_dataframe
+    return frame is not None and metric in frame and frame[metric].notna().any()
+
+
+def _diverged_rows(reused: dict[str, str]) -> list[dict]:
+    """`load_trials` rows of the reused trials whose last result is a divergence."""
+    if not reused:
+        return []
+    rows = _trials_of(posixpath.dirname(str(next(iter(reused.values())))))
+    folders = {str(d) for d in reused.values()}
+    return [r for r in rows.to_dict("records") if r["trial_dir"] in folders and bool(r.get("diverged"))]
+
+
+def _finished(row: dict) -> bool:
+    """A trial row of `load_trials` that diverged, reached its `epochs`, or (no `epochs` in its
+    config: a command) ended TERMINATED without error."""
+    if bool(row.get("diverged")):
+        return True
+    if _missing(row.get("config/epochs")):  # a command: one that reported no step (stopped before) is not finished
+        return row.get("status") == "TERMINATED" and _missing(row.get("error")) and not _missing(row.get("last/epoch"))
+    return row.get("last/epoch") == row.get("config/epochs")
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _trials_of(experiment_dir: str | Path) -> pd.DataFrame:
+    """`analysis.load_trials` of an experiment folder (local or a URI); an empty frame when there is none."""
+    if not storage.exists(str(experiment_dir)):
+        return pd.DataFrame()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a half-written line of a killed trial: not finished anyway
+        try:
+            return load_trials(str(experiment_dir))
+        except ExperimentError:
+            return pd.DataFrame()

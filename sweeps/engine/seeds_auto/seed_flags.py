@@ -1,0 +1,79 @@
+"""The flags of `--seeds auto` (seeds by significance) and their checks; imports no Ray, torch or pandas."""
+
+from __future__ import annotations
+
+import argparse
+
+from sweeps.engine.flags import UsageError
+
+FAMILIES = (
+    "cell",
+    "sweep",
+)  # analysis.statistics.seeds.FAMILIES, written here so the flags load no scipy (test_seeds checks)
+BOUNDARIES = ("obf", "pocock", "union")  # analysis.statistics.seeds.BOUNDARIES, likewise
+
+
+def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) -> None:
+    """The flags that shape `--seeds auto`; they are refused without it."""
+    group = parser.add_argument_group("seeds by significance (--seeds auto; docs/seeds-auto.md)")
+    group.add_argument("--max-seeds", type=int, default=None, help="the cap on seeds per method (default: 10)")
+    group.add_argument("--min-seeds", type=int, default=None, help="seeds before the first look (default: 3)")
+    group.add_argument("--alpha", type=float, default=None, help="family-wise error of each family (default: 0.05)")
+    group.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default=None,
+        help="Holm over the comparisons of one cell (cell, the default: a table's claims per cell) or of the sweep",
+    )
+    group.add_argument(
+        "--boundary",
+        choices=BOUNDARIES,
+        default=None,
+        help="exact O'Brien-Fleming (obf, the default) or Pocock boundary over the looks, or the union bound",
+    )
+    group.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="equivalence margin in the metric's units: methods within it can be declared equivalent (TOST)",
+    )
+    group.add_argument(
+        "--compare",
+        default=compare_default,
+        metavar="AXIS",
+        help="the axis whose values are the compared methods"
+        + (f" (default: {compare_default})" if compare_default else " (needed with --seeds auto)"),
+    )
+
+
+def seed_rule_settings(args: argparse.Namespace, axes: dict) -> dict | None:
+    """Check the `--seeds auto` flags against the grid's `axes` (name -> values); None without auto.
+
+    Returns:
+        keyword arguments of `analysis.statistics.seeds.SeedRule` (alpha, min_seeds, max_seeds, min_effect, family,
+        boundary; unset ones take `SeedRule`'s defaults).
+    Raises:
+        UsageError: a flag of auto given without it, a value out of range, or --compare not an
+            axis of two or more values.
+    """
+    given = [
+        f
+        for f in ("max_seeds", "min_seeds", "alpha", "min_effect", "family", "boundary")
+        if getattr(args, f) is not None
+    ]
+    if args.seeds != "auto":
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} applies to --seeds auto only")
+        return None
+    rule = {"alpha": args.alpha or 0.05, "min_seeds": args.min_seeds or 3, "max_seeds": args.max_seeds or 10}
+    if not 2 <= rule["min_seeds"] <= rule["max_seeds"]:
+        raise UsageError(f"--min-seeds={rule['min_seeds']} --max-seeds={rule['max_seeds']}: need 2 <= min <= max")
+    if not 0 < rule["alpha"] < 1:
+        raise UsageError(f"--alpha={args.alpha} must be in (0, 1)")
+    if args.min_effect is not None and not args.min_effect > 0:
+        raise UsageError(f"--min-effect={args.min_effect} must be > 0 (in the metric's units)")
+    if not args.compare or len(axes.get(args.compare, [])) < 2:
+        found = ", ".join(str(k) for k, v in axes.items() if len(v) > 1) or "none"
+        raise UsageError(f"--compare={args.compare} must name an axis of 2 or more values (axes: {found})")
+    chosen = {f: getattr(args, f) for f in ("family", "boundary") if getattr(args, f) is not None}
+    return rule | {"min_effect": args.min_effect} | chosen

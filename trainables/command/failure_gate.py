@@ -1,0 +1,143 @@
+"""A failure that repeats explains itself once: the first trials of a sweep probe the command.
+
+Ray Tune retries every failed trial (`FailureConfig(max_failures)`) and starts as many trials as
+resources allow, so a script that crashes at start runs `trials x (1 + max_failures)` times. W&B's
+sweep agent instead stops after its first runs all fail (`WANDB_AGENT_MAX_INITIAL_FAILURES`, default
+3). This module does that for command trials, with one named Ray actor per sweep (`FailureGate`,
+created by the driver, `trainables/command/initial_failures.py`) that every trial of the sweep asks:
+- before its command starts (`enter`): until some trial has reported a result, at most `limit`
+  commands run or have failed (the other trials wait), so a command failing the same way in every
+  trial starts at most `limit` times; once a trial has reported, every trial starts at once;
+- when its command exited non-zero before reporting anything (`failed_early`): whether that error
+  (`signature`: exit status and exception line, the trial's own folder and name blanked) was seen
+  before in any trial, then the trial is not retried; and whether `limit` such failures came before
+  any result, then the sweep stops (the driver's `InitialFailures` stopper) and waiting trials do not start.
+Failures after a result keep Tune's retries. `limit` 0 turns the gate and the stop off.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+GATE_NAME = "raysweep_failure_gate"  # the named actor, in the sweep driver's namespace
+MAX_INITIAL_FAILURES = 3  # as WANDB_AGENT_MAX_INITIAL_FAILURES's default
+WAIT_POLL_S = 0.5  # how often a waiting trial asks the gate again
+EARLY_FAILURE = "before reporting any metric"  # in a failed command's first error line (`trainables/command/runner.py`)
+EARLY_FAILURE_METRIC = "command/failed_early"  # in the report that precedes such an error
+WORKING_FOLDER = "working folder: "  # the line of a command's error that names where it ran
+# `FileNotFoundError: [Errno 2] No such file or directory: '../data/train'`; `python: can't open file '/x.py'`
+_MISSING_PATH = re.compile(r"""(?:No such file or directory:?|can't open file)\s*(?P<q>['"])(?P<path>.+?)(?P=q)""")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|NotFound)\b(?::.*)?$")
+
+
+class FailureGate:
+    """The state of a sweep's first trials (run as a Ray actor: `ray.remote(FailureGate)`)."""
+
+    def __init__(self, limit: int):
+        """Args: limit: failures before any result that stop the sweep (>= 0; 0: never stop, no wait)."""
+        self.reset(limit)
+
+    def reset(self, limit: int) -> None:
+        """Start afresh: no trial ran yet."""
+        self.limit, self.opened, self.running, self.failures = limit, False, set(), []
+
+    def enter(self, attempt: str) -> str:
+        """`go` (start the command), `wait` (ask again soon) or `stop` (the sweep stops: do not start)."""
+        if self.opened or not self.limit:
+            return "go"
+        if len(self.failures) >= self.limit:
+            return "stop"
+        if len(self.running) + len(self.failures) < self.limit:
+            self.running.add(attempt)
+            return "go"
+        return "wait"
+
+    def reported(self, attempt: str) -> None:
+        """A trial reported a result: the command works, every trial may start."""
+        self.opened = True
+        self.running.discard(attempt)
+
+    def failed_early(self, attempt: str, signature: str) -> tuple[bool, bool]:
+        """Record a failure before any result; returns (the same error came before, the sweep stops)."""
+        self.running.discard(attempt)
+        seen = signature in self.failures
+        self.failures.append(signature)
+        return seen, self.stopping()
+
+    def left(self, attempt: str) -> None:
+        """The attempt ended some other way (a result-less exit 0, a stop)."""
+        self.running.discard(attempt)
+
+    def stopping(self) -> bool:
+        """Whether `limit` failures before any result came before any trial reported one."""
+        return bool(self.limit) and not self.opened and len(self.failures) >= self.limit
+
+
+def open_gate(limit: int):
+    """The sweep's gate actor, afresh: created if missing, else reset (the driver calls this when Tune
+    starts; its trials find it by name, in the driver's namespace). Returns the actor handle; not
+    waited for (a trial's first call waits for the actor to start)."""
+    import ray
+
+    actor = ray.remote(num_cpus=0)(FailureGate)
+    gate = actor.options(name=GATE_NAME, get_if_exists=True, max_concurrency=1).remote(limit)
+    gate.reset.remote(limit)  # an actor left by an earlier fit() of this driver
+    return gate
+
+
+class GateTicket:
+    """One attempt's place at the sweep's gate (`enter`), or a stand-in doing nothing without a gate."""
+
+    def __init__(self, actor=None):
+        self.actor, self.attempt = actor, uuid.uuid4().hex
+
+    @classmethod
+    def enter(cls, stop_requested) -> tuple[GateTicket, str]:
+        """Wait for this attempt's turn at the sweep's gate (none: not a sweep's trial, e.g. a bare Tuner).
+
+        Args:
+            stop_requested: () -> bool, whether Tune ended the trial meanwhile.
+        Returns:
+            (the ticket, `go`: start the command; `stop`: the sweep stops, do not start it;
+            `wait`: Tune ended the trial while it waited, do not start it).
+        """
+        import ray
+
+        try:
+            actor = ray.get_actor(GATE_NAME)
+        except ValueError:
+            return cls(), "go"
+        ticket = cls(actor)
+        while (turn := ray.get(actor.enter.remote(ticket.attempt))) == "wait" and not stop_requested():
+            time.sleep(WAIT_POLL_S)
+        return ticket, turn
+
+    def call(self, method: str, *args):
+        """`FailureGate.<method>(attempt, *args)` at the gate, waited for; None without a gate."""
+        import ray
+
+        return ray.get(getattr(self.actor, method).remote(self.attempt, *args)) if self.actor is not None else None
+
+
+def exception_line(stderr_tail) -> str | None:
+    """The last line of `stderr_tail` (lines) that reads like a raised exception
+    (`FileNotFoundError: [Errno 2] ...`, `torch.cuda.OutOfMemoryError: ...`), else None."""
+    return next((line.strip() for line in reversed(list(stderr_tail)) if _EXCEPTION.match(line.strip())), None)
+
+
+def signature(code: int, stderr_tail, blank: dict[str, str]) -> str:
+    """What makes two failures the same: the exit code and the exception line (or the last stderr
+    line), with each `blank` key (the trial's folder, its name) replaced by its value."""
+    lines = [line.strip() for line in stderr_tail if line.strip()]
+    text = exception_line(lines) or (lines[-1] if lines else "")
+    for old, new in blank.items():
+        text = text.replace(old, new) if old else text
+    return f"{code}: {text}"
+
+
+def missing_path(text: str) -> str | None:
+    """The path of a `No such file or directory: '...'` / `can't open file '...'` in `text`, else None."""
+    found = _MISSING_PATH.findall(text)
+    return found[-1][1] if found else None

@@ -1,0 +1,254 @@
+"""Pure helpers of the command trainable: fill a command template, read metrics from a line.
+
+No Ray, torch or pandas here: `sweeps/engine/command_sweep/command_template.py` re-exports these to check a command
+before Ray starts, and `trainables/command/runner.py` uses them inside each trial.
+
+A template is the user's command as an argv list whose items may hold `{name}` placeholders
+(Python `str.format` fields, `{{`/`}}` for literal braces, an optional format spec such as
+`{lr:.0e}`). Names are config keys of the trial (axes, `seed`) plus `trial_dir` and `trial_name`.
+
+Metrics come from printed lines (stdout and stderr). The default reading takes the common shapes of
+`trainables/command/output_shapes.py` (mnist's `Accuracy: 9894/10000 (99%)`, imagenet's meters) and `key=value`
+and `key: value` pairs
+whose value is a number (`epoch=3 val_acc=0.81 loss=0.52`, `epoch: 3, val/acc: 0.81`, `acc: 97.0%`);
+the step also in the forms `epoch 3`, `epoch 3/50`, `epoch [3/50]`, `[epoch 3]`. Custom patterns
+are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P<val_acc>[\\d.]+)`).
+`StepContext` groups the lines into one result per step (a final-result block included).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+
+from trainables.command import output_shapes
+from trainables.command.output_shapes import KEY, NUMBER
+
+BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
+# --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads
+# the JSON-lines file; `output` also the tracker records of a script that prints no metric
+# (`trainables/command/trackers.py`: wandb, mlflow, csv, hf, each also a source of its own).
+METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard", "wandb", "mlflow", "csv", "hf")
+STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
+NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
+# In a row that repeats the step of the row before it with a final block joined (`analysis/reading/load.py`
+# drops that earlier row).
+JOINS_STEP_METRIC = "command/joins_step"
+
+# A key starts with a letter or `_`, may hold `. / - @` (val/acc, train.loss, Acc@1); a value is an int,
+# a float (1e-3, .5) or nan/inf, and must end the token (so `10ms`, `v1.2.3`, `abc123` are not read).
+# `97.0%` is read as 97.0; `Elapsed: 0:00:03`, `total: 1,000` and `Accuracy: 9894/10000` are not
+# numbers (a `:`, `,` or `/` and a digit follow; the last is read by `output_shapes.fraction_percent`).
+# A key may be quoted, as Python dicts and JSON print it (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`).
+DEFAULT_METRIC_PATTERN = re.compile(
+    rf"(?<![\w./\-@])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,/]\d)"
+)
+_INT = re.compile(r"[-+]?\d+")
+
+
+def format_value(value) -> str:
+    """A config value as a command-line word: ints as ints, floats plainly, else `str`.
+
+    A float reads as Python prints it (0.4, 1.0, 1e-05) unless that shows binary noise, which 12
+    significant digits drop: a sampled 0.30000000000000004 reads `0.3`.
+    """
+    if isinstance(value, float):
+        short = f"{value:.12g}"
+        return repr(value) if float(short) == value else short
+    return str(value)
+
+
+def placeholders(template: list[str]) -> set[str]:
+    """The `{name}` placeholders used anywhere in `template`.
+
+    Raises:
+        ValueError: a malformed field (`{`, `{0}`, `{}`, `{a.b}`, `{a[0]}`), naming the word.
+    """
+    names = set()
+    for word in template:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None]
+        except ValueError as e:
+            raise ValueError(f"{word!r}: {e} (write {{{{ and }}}} for literal braces)") from None
+        for field in fields:
+            if not field.isidentifier():
+                raise ValueError(
+                    f"{word!r}: placeholder {{{field}}} is not a name; "
+                    "use {name} with a config key, trial_dir or trial_name"
+                )
+            names.add(field)
+    return names
+
+
+class _PlainFormatter(string.Formatter):
+    def format_field(self, value, format_spec: str) -> str:
+        return format(value, format_spec) if format_spec else format_value(value)
+
+
+def render(template: list[str], config: dict, trial_dir: str, trial_name: str, gpu: str = "") -> list[str]:
+    """Fill each word's placeholders from `config`, `trial_dir`, `trial_name` and `gpu`.
+
+    Args:
+        template: argv with `{name}` fields, e.g. ["python", "train.py", "--noise-rate", "{noise_rate}"].
+        config: the trial's config (flat dict).
+        trial_dir: folder the trial keeps across retries and `--resume` (absolute path).
+        trial_name: Tune's name of the trial.
+        gpu: the GPU ids Ray assigned to the trial as the machine numbers them (`3`, `2,3`; "" on CPU).
+    Returns:
+        The argv to run: ["python", "train.py", "--noise-rate", "0.4"].
+    Raises:
+        KeyError: a placeholder that is not a config key, `trial_dir` or `trial_name`.
+    """
+    values = {**config, "trial_dir": trial_dir, "trial_name": trial_name, "gpu": gpu}
+    return [_PlainFormatter().vformat(word, (), values) for word in template]
+
+
+def _number(text: str) -> int | float | None:
+    """`text` as an int (when it is one) or a float, a trailing `%` dropped (`97.0%` -> 97.0);
+    None when it is not a number."""
+    text = text.strip().removesuffix("%").rstrip()
+    if _INT.fullmatch(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def step_pattern(step_key: str) -> re.Pattern:
+    """The default forms of a step on a line, case-insensitive: `epoch=3`, `epoch: 3`, `epoch 3`,
+    `epoch 3/50`, `epoch [3/50]`, `[epoch 3]` (for step key `epoch`); group `step` holds the number."""
+    return re.compile(
+        rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?\s*\]?(?![\w.])",
+        re.IGNORECASE,
+    )
+
+
+def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict:
+    """The metrics one printed line holds, with the step when the line names one.
+
+    Args:
+        line: one line of the command's stdout or stderr (trailing newline allowed).
+        step_key: the metric counting progress (`epoch`, `step`); found in any form of
+            `step_pattern` (for `epoch` also `output_shapes.epoch_with_batch`), or as a named group
+            of a pattern.
+        patterns: None (or empty) for the default reading: the shapes of `trainables/command/output_shapes.py`
+            (`Accuracy: 9894/10000 (99%)`, `Acc@1  75.00 ( 71.20)`, ` * Acc@1 76.130`, a tqdm bar),
+            then `key=value` / `key: value` pairs; else compiled regexes, one per line shape, each
+            searched once per line: their named groups that took part and hold a number are
+            metrics (the first pattern to give a name wins).
+    Returns:
+        {metric: int | float}, `step_key` included when the line names the step; {} for a line
+        with no number in these forms, and for a configuration dump (`output_shapes.config_dump`).
+        `97.0%` reads 97.0; NaN and inf are kept (the trainable treats them as divergence).
+    """
+    return read_line(line, step_key, patterns)[0]
+
+
+def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
+    """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
+    if output_shapes.config_dump(line):
+        return {}, frozenset()
+    step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
+    metrics, running = {}, frozenset()
+    if not patterns:
+        metrics, running = output_shapes.shape_metrics(line)
+        for match in DEFAULT_METRIC_PATTERN.finditer(line):
+            metrics.setdefault(match["key"], _number(match["value"]))
+    for pattern in patterns or ():
+        match = pattern.search(line)
+        for key, text in (match.groupdict() if match else {}).items():
+            value = None if text is None else _number(text)
+            if value is not None:
+                metrics.setdefault(key, value)
+    if step is not None and step_key not in metrics:
+        metrics[step_key] = step
+    if step_key not in metrics and (match := step_pattern(step_key).search(line)):
+        metrics = {k: v for k, v in metrics.items() if k.lower() != step_key.lower()}  # `Epoch: 3` read as a key
+        metrics[step_key] = int(match["step"])
+    return metrics, running & metrics.keys()
+
+
+def parse_metrics_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> dict | None:
+    """`line_metrics` of a line that names the step (one result on its own), else None."""
+    metrics = line_metrics(line, step_key, patterns)
+    return metrics if step_key in metrics else None
+
+
+class StepContext:
+    """Turns printed lines into results, one per step, the way training scripts print them.
+
+    A line naming the step (`Epoch [3/50] ...`, `epoch=3 val_acc=0.8`) starts that step; metrics
+    on it and on later lines without a step belong to it (`* accuracy: 97.0%` under the epoch's
+    line). A step's result is complete, and returned, when a line names another step, when it
+    holds every metric of `complete_when` (so `epoch=3 val_acc=0.81` is reported at once, not an
+    epoch late), or at `close()` (the command exited). Metrics printed after the last step line,
+    or by a script that never prints a step, are a final result at the last step seen (or step 0),
+    reported once at `close()`.
+    Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
+    first step starts. Each step is returned once: metrics printed after its result was complete
+    are dropped, unless they are the final result. Running values (an AverageMeter's average, a
+    progress bar's postfix, redrawn every batch) never complete a step before it ends.
+
+        ctx = StepContext("epoch", complete_when={"val_acc"})
+        ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
+        ctx.feed("val_acc: 71.5%")                     # -> [{"val_acc": 71.5, "epoch": 1}]
+        ctx.feed("* test_acc: 70.2%")                  # -> []
+        ctx.close()                                    # -> [{"test_acc": 70.2, "epoch": 1}]
+    """
+
+    def __init__(self, step_key: str, patterns: list[re.Pattern] | None = None, complete_when=()):
+        """Args: step_key and patterns as for `line_metrics`; complete_when: metric names whose
+        presence completes a step's result (the sweep's `--metric` and `--test-metric`)."""
+        self.step_key, self.patterns, self.complete_when = step_key, patterns, frozenset(complete_when)
+        self.step = None  # the current step; None before the first step line
+        self.pending: dict = {}  # metrics of the current step not returned yet
+        self.completed = None  # the step last returned
+        self.settled: set = set()  # names in `pending` read from a line that is not a running value
+
+    def feed(self, line: str) -> list[dict]:
+        """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
+        bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
+
+    def add(self, metrics: dict, running=frozenset()) -> list[dict]:
+        """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step});
+        `running` names metrics that are running values (a meter's average, a progress bar's
+        postfix): they are kept, but only the step's end completes a result that needs them."""
+        metrics = dict(metrics)
+        done = []
+        if self.step_key in metrics:
+            step = metrics.pop(self.step_key)
+            if self.step is None:
+                self.pending, self.settled = {}, set()  # preamble
+            elif step != self.step:
+                done += self._flush()
+            self.step = step
+        self.pending.update(metrics)
+        self.settled |= metrics.keys() - running
+        if self.step is not None and self.complete_when and self.complete_when <= self.settled:
+            done += self._flush()
+        return done
+
+    def close(self, crashed: bool = False) -> list[dict]:
+        """The final result: metrics not returned yet, at the last step seen (0 if none); [] if none,
+        and [] when the command `crashed` (exited non-zero) before any step line: what it printed
+        was a preamble (a config dump such as `lr: 0.1` lines), not a result."""
+        if crashed and self.step is None:
+            self.pending, self.settled = {}, set()
+            return []
+        return self._flush(final=True)
+
+    def _flush(self, final: bool = False) -> list[dict]:
+        step = 0 if self.step is None else self.step
+        result, self.pending, self.settled = {**self.pending, self.step_key: step}, {}, set()
+        if len(result) == 1 or (step == self.completed and not final):
+            return []  # nothing but the step; or the rest of a step already returned (kept only as the final result)
+        self.completed = step
+        return [result]
+
+
+def non_finite(metrics: dict) -> list[str]:
+    """Names of the metrics whose value is a NaN or infinite float."""
+    return [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
