@@ -1,7 +1,8 @@
 """Tidy DataFrames, paper tables, best-run tables and plots for any Ray Tune experiment.
 
     trials, history = load_experiment("runs/noise_grid")     # or a list of experiments
-    table = paper_table(trials, history, "test/acc", select="best-val")  # methods × noise
+    table = paper_table(trials, history)                     # methods × noise, the sweep's objective
+    table = paper_table(trials, history, Objective(select="last"))  # or another one
     print(format_paper_table(table, "latex"))                # booktabs, best bold
     print(sweep_summary("runs/noise_grid"))                  # what a sweep prints at its end
     write_report("runs/noise_grid")                          # what `python -m analysis` does
@@ -11,16 +12,8 @@ Names are imported on first use (PEP 562), so ``import analysis`` and ``python -
 """
 
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import (
-    DEFAULT_K,
-    DEFAULT_METRIC,
-    DEFAULT_MODE,
-    DEFAULT_SELECT,
-    DEFAULT_TEST_METRIC,
-    SELECT_RULES,
-    check_select,
-    describe_select,
-)
+from trainables.experiment.objective import Objective
+from trainables.experiment.rules import SELECT_RULES, check_select, describe_select
 
 _WHERE = {
     "analysis.reading.load": (
@@ -34,6 +27,7 @@ _WHERE = {
         "load_trials",
         "metric_column",
         "reported_metrics",
+        "resolve_objective",
         "varying_config_columns",
     ),
     "analysis.statistics.select": ("add_selected", "select_values"),
@@ -45,7 +39,7 @@ _WHERE = {
     "analysis.figures.confusion": ("load_confusion", "per_class_accuracy"),
     "analysis.figures.curves": ("plot_learning_curves", "plot_metric_vs_noise_rate", "plot_paper_curves"),
     "analysis.figures.plots": ("plot_confusion", "plot_heatmap", "plot_timeline", "save_figure"),
-    "analysis.report": ("resolve_metric", "write_report"),
+    "analysis.report": ("write_report",),
     "analysis.tables.best_runs": ("best_runs", "failed", "format_table", "write_table"),
     "analysis.figures.packing": ("sweep_efficiency", "timeline"),
 }
@@ -54,11 +48,7 @@ _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names
 __all__ = sorted(
     [
         "ExperimentError",
-        "DEFAULT_K",
-        "DEFAULT_METRIC",
-        "DEFAULT_MODE",
-        "DEFAULT_SELECT",
-        "DEFAULT_TEST_METRIC",
+        "Objective",
         "SELECT_RULES",
         "check_select",
         "describe_select",

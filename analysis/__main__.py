@@ -18,7 +18,10 @@ import sys
 import warnings
 
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELECT_RULES, check_select
+from trainables.experiment.objective import add_objective_flags
+from trainables.experiment.rules import check_select
+
+OBJECTIVE_FLAGS = ("metric", "mode", "test_metric", "select", "k")  # the flags of the `Objective` to report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,23 +50,19 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         help="Ray Tune experiment folder(s) or URI(s) (s3://..., gs://...); several are compared",
     )
-    parser.add_argument("--metric", help="validation metric (default: the sweep's, else val/acc)")
-    parser.add_argument("--mode", choices=("max", "min"), help="max or min (default: the sweep's)")
+    add_objective_flags(
+        parser,
+        OBJECTIVE_FLAGS,
+        later={
+            "metric": "the sweep's, else val/acc",
+            "mode": "the sweep's, for its metric; else loss, err, nll, perplexity: min, others max",
+            "test_metric": "the sweep's, else test/acc when reported; a sweep without one: the tables show "
+            "the metric and say so",
+        },
+    )
     parser.add_argument("--out", help="report folder (default: EXPERIMENT/report; several: reports/A+B)")
     parser.add_argument("--svg", action="store_true", help="also write SVG figures")
     parser.add_argument("--paper", action="store_true", help="write only paper_table.md/.tex/.csv and print it")
-    parser.add_argument(
-        "--select",
-        default=DEFAULT_SELECT,
-        metavar="RULE",
-        help=f"value reported per trial: {', '.join(SELECT_RULES)} (default {DEFAULT_SELECT})",
-    )
-    parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"epochs averaged by last-k (default {DEFAULT_K})")
-    parser.add_argument(
-        "--test-metric",
-        help=f"metric of the paper table (default: the sweep's, else {DEFAULT_TEST_METRIC} when reported; "
-        "a sweep without one: the tables show the validation metric and say so)",
-    )
     parser.add_argument(
         "--rows",
         nargs="+",
@@ -116,12 +115,8 @@ def _report(args) -> int:
         out = write_report(
             source,
             args.out,
-            args.metric,
-            args.mode,
+            _asked(args),
             formats=("png", "svg") if args.svg else ("png",),
-            select=args.select,
-            k=args.k,
-            test_metric=args.test_metric,
             rows=args.rows,
             baseline=args.baseline,
             bootstrap=args.bootstrap,
@@ -154,15 +149,12 @@ def _status(parser: argparse.ArgumentParser, args) -> int:
 
 def _json_summary(source, args) -> int:
     """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/tables/json_output.py`)."""
-    from analysis.reading.load import load_experiment
-    from analysis.report import resolve_metric, resolve_test_metric
+    from analysis.reading.load import load_experiment, resolve_objective
     from analysis.tables.json_output import dumps, summary_document
 
     trials, history = load_experiment(source)
-    metric, mode = resolve_metric(trials, args.metric, args.mode)
-    test_metric = resolve_test_metric(trials, history, args.test_metric) or metric  # none: the cells are metric's
-    options = dict(k=args.k, test_metric=test_metric, rows=args.rows)
-    print(dumps(summary_document(trials, history, metric, mode, args.select, **options)))
+    objective = resolve_objective(trials, history, _asked(args))  # no test metric: the cells are the metric's
+    print(dumps(summary_document(trials, history, objective, rows=args.rows)))
     return 0
 
 
@@ -170,27 +162,14 @@ def _paper(source, args) -> int:
     """Only the paper table: written to --out (default: the report folder) and printed."""
     from pathlib import Path
 
-    from analysis.reading.load import duplicates_line, load_experiment
-    from analysis.report import report_folder, resolve_metric, resolve_test_metric
+    from analysis.reading.load import duplicates_line, load_experiment, resolve_objective
+    from analysis.report import report_folder
     from analysis.tables.paper import paper_table
     from analysis.tables.paper_format import format_paper_table, write_paper_table
 
     trials, history = load_experiment(source)
-    metric, mode = resolve_metric(trials, args.metric, args.mode)
-    test_metric = resolve_test_metric(trials, history, args.test_metric)
-    table = paper_table(
-        trials,
-        history,
-        test_metric or metric,  # no test metric: the validation metric's table, its caption says so
-        mode=None if test_metric else mode,
-        select=args.select,
-        k=args.k,
-        val_metric=metric,
-        val_mode=mode,
-        rows=args.rows,
-        baseline=args.baseline,
-        bootstrap=args.bootstrap,
-    )
+    objective = resolve_objective(trials, history, _asked(args))  # no test metric: the metric's table, as said
+    table = paper_table(trials, history, objective, rows=args.rows, baseline=args.baseline, bootstrap=args.bootstrap)
     out = Path(args.out) if args.out else report_folder(trials)
     written = write_paper_table(table, out / "paper_table")
     print(format_paper_table(table, "markdown"), end="")
@@ -198,6 +177,11 @@ def _paper(source, args) -> int:
         print(duplicates_line(trials))
     print("paper table: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _asked(args) -> dict:
+    """The objective's fields given on the command line (None: the sweep's; see `resolve_objective`)."""
+    return {name: getattr(args, name) for name in OBJECTIVE_FLAGS}
 
 
 if __name__ == "__main__":

@@ -15,20 +15,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from trainables.experiment.rules import DEFAULT_METRIC as METRIC
-from trainables.experiment.rules import DEFAULT_MODE as MODE
+from trainables.experiment.objective import Objective
 from trainables.experiment.rules import shown_as_percent
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
 
-def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE) -> dict:
+def sweep_status(trials: list, total_trials: int | None, objective: Objective = Objective()) -> dict:
     """Count trials by state and add up epochs done and planned.
 
     Args:
         trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
             and a `str()` name); the searcher may not have created all of them yet.
         total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
+        objective: what "best" means (its metric and mode).
     Returns:
         dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
         `diverged` (finished with `diverged: True` in the last result), `total`, `best`
@@ -36,6 +36,7 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
         epochs they ran, others as `_add_unplanned` says; None when unknown), and `running_trials`:
         (name, last result, planned epochs or None) per running trial, best first.
     """
+    metric, mode = objective.metric, objective.mode
     counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
     best, epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = None, 0, 0, [], [], [], []
     for trial in trials:
@@ -104,7 +105,7 @@ def format_progress(
     status: dict,
     elapsed_s: float,
     epochs_at_start: int = 0,
-    metric: str = METRIC,
+    metric: str = Objective.metric,
     log_lines: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The console block for a `sweep_status` dict: a summary line, then one line per running trial.

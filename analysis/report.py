@@ -2,14 +2,14 @@
 
 What :func:`write_report` writes:
 
-- ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of ``test_metric``, methods × noise
-  type × noise rate, Holm-corrected tests against ``baseline``) and ``summary.txt`` (the console
-  text of :func:`analysis.sweep_summary`, same numbers), when some trial reported ``test_metric``;
-- ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of ``metric`` under the rule;
+- ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of the objective's test metric, methods
+  × noise type × noise rate, Holm-corrected tests against ``baseline``) and ``summary.txt`` (the
+  console text of :func:`analysis.sweep_summary`, same numbers), when some trial reported it;
+- ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of the objective's metric under its rule;
   ``best_runs.txt`` is the console rendering the CLI prints), ``trials.csv``;
 - figures, in each of ``formats``: ``noise_rate_curves`` (the paper table vs noise rate, 95 % CI
   bands), ``confusion`` (clean-test confusion matrix summed over the seeds of the best
-  configuration by ``metric``, only when its trials saved ``confusion.json``),
+  configuration by the metric, only when its trials saved ``confusion.json``),
   ``learning_curves``, ``metric_vs_noise_rate`` (when the config has ``noise_rate``),
   ``heatmap`` (noise rate × noise type, or the first two varying config keys), ``timeline``;
 - ``report.md``, starting with the paper table, embedding the rest.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -31,10 +31,8 @@ from analysis.reading.load import (
     ExperimentError,
     config_column,
     duplicates_line,
-    guess_mode,
     load_experiment,
-    metric_column,
-    reported_metrics,
+    resolve_objective,
     varying_config_columns,
 )
 from analysis.reading.provenance import report_lines as provenance_lines
@@ -43,80 +41,22 @@ from analysis.tables.best_runs import best_runs, failed, format_table, write_tab
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.summary import best_cell, cell_trials, summary_text
-from trainables.experiment.rules import (
-    DEFAULT_K,
-    DEFAULT_METRIC,
-    DEFAULT_MODE,
-    DEFAULT_SELECT,
-    DEFAULT_TEST_METRIC,
-    check_select,
-)
-
-
-def resolve_metric(trials: pd.DataFrame, metric: str | None = None, mode: str | None = None) -> tuple[str, str]:
-    """The metric and mode to report: given ones, else the sweep's, else ``val/acc``/``max``.
-
-    The sweep's are those :func:`analysis.load_trials` found in ``raysweep.json`` or Tune's
-    state (``trials.attrs``). A given metric without a mode takes the recorded mode when it is
-    the recorded metric, else :func:`analysis.guess_mode`.
-
-    Raises:
-        ExperimentError: the metric was not reported (the message lists the reported ones), or
-            no metric was given or recorded and ``val/acc`` was not reported.
-        ValueError: ``mode`` is not ``"max"``/``"min"``.
-    """
-    recorded, recorded_mode = trials.attrs.get("metric"), trials.attrs.get("mode")
-    if metric is None:
-        if recorded:
-            metric = recorded
-        elif DEFAULT_METRIC in reported_metrics(trials):
-            metric, recorded_mode = DEFAULT_METRIC, DEFAULT_MODE
-            recorded = metric
-        else:
-            existing = ", ".join(reported_metrics(trials)) or "none"
-            raise ExperimentError(
-                f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})"
-            )
-    metric_column(trials, metric)
-    if mode is None:
-        mode = recorded_mode if metric == recorded and recorded_mode else guess_mode(metric)
-    if mode not in ("max", "min"):
-        raise ValueError(f"mode must be 'max' or 'min', not {mode!r}")
-    return metric, mode
-
-
-def resolve_test_metric(trials: pd.DataFrame, history: pd.DataFrame, test_metric: str | None = None) -> str | None:
-    """The test metric to report: the given one, else the one the sweep recorded when some trial
-    reported it, else None (the sweep has none: tables show the validation metric, or no paper table).
-
-    The sweep's is ``trials.attrs["test_metric"]`` (:func:`analysis.load_trials`: ``raysweep.json``;
-    ``test/acc`` for a sweep that recorded none). A given metric is returned as it is: the table that
-    uses it raises :class:`ExperimentError` when no trial reported it.
-    """
-    if test_metric is not None:
-        return test_metric
-    recorded = trials.attrs.get("test_metric", DEFAULT_TEST_METRIC)
-    reported = recorded is not None and recorded in history.columns and history[recorded].notna().any()
-    return recorded if reported else None
+from trainables.experiment.objective import Objective
 
 
 def write_report(
     source: Any,
     out_dir: str | os.PathLike | None = None,
-    metric: str | None = None,
-    mode: str | None = None,
+    objective: Objective | Mapping[str, Any] | None = None,
     *,
     formats: tuple[str, ...] = ("png",),
-    select: str = DEFAULT_SELECT,
-    k: int = DEFAULT_K,
-    test_metric: str | None = None,
     rows: Sequence[str] | None = None,
     baseline: str | None = "auto",
     bootstrap: bool = False,
 ) -> Path:
     """Write the report of an experiment (or of several, compared) and return its folder.
 
-    Every value per trial follows one selection rule (``select``, :mod:`trainables.experiment.rules`),
+    Every value per trial follows the objective's selection rule (:mod:`trainables.experiment.rules`),
     stated in each table, caption and axis label. The files are listed in this module's docstring.
 
     Args:
@@ -124,20 +64,18 @@ def write_report(
             :func:`analysis.load_trials`).
         out_dir: report folder; default ``<experiment>/report`` for one local experiment, else
             ``./reports/<experiment name(s) joined by +>``.
-        metric, mode: validation metric; see :func:`resolve_metric`.
+        objective: the validation metric and mode, the test metric of the paper table (none: no paper
+            table) and the selection rule: an `Objective`, or the fields asked for, the rest the sweep's
+            (:func:`analysis.reading.load.resolve_objective`).
         formats: figure formats, e.g. ``("png", "svg")``; PNG is always written for report.md.
-        select, k: selection rule and the ``last-k`` window.
-        test_metric: the metric of the paper table (default: :func:`resolve_test_metric`; none: no
-            paper table).
         rows, baseline, bootstrap: as for :func:`analysis.paper_table`.
 
     Raises:
-        ExperimentError: as :func:`analysis.load_trials`, :func:`resolve_metric` and
-            :func:`analysis.paper_table` (bad rule, row key or baseline).
+        ExperimentError: as :func:`analysis.load_trials`, :func:`analysis.reading.load.resolve_objective`
+            and :func:`analysis.paper_table` (bad rule, row key or baseline).
     """
-    check_select(select, k)
     trials, history = load_experiment(source)
-    metric, mode = resolve_metric(trials, metric, mode)
+    objective = resolve_objective(trials, history, objective)
     out = Path(out_dir if out_dir is not None else report_folder(trials))
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, str] = {}
@@ -146,31 +84,28 @@ def write_report(
         save_figure(fig, out / name, tuple(dict.fromkeys(("png", *formats))))
         figures[title] = f"{name}.png"
 
-    selected = add_selected(trials, history, [metric], select, k=k, val_metric=metric, val_mode=mode)
-    table, rule = _write_best_runs(trials, selected, metric, mode, out)
+    selected = add_selected(trials, history, [objective.metric], objective)
+    table, rule = _write_best_runs(trials, selected, objective, out)
     paper = summary = None
-    test_metric = resolve_test_metric(trials, history, test_metric)
+    test_metric = objective.test_metric  # a sweep without one: no paper table (`python -m analysis --paper` has one)
     if test_metric in history.columns and history[test_metric].notna().any():
-        rule_args = dict(select=select, k=k, val_metric=metric, val_mode=mode)
-        paper = paper_table(
-            trials, history, test_metric, rows=rows, baseline=baseline, bootstrap=bootstrap, **rule_args
-        )
-        summary = _write_paper(trials, history, paper, out, save, test_metric, **rule_args)
-    _figures(trials, history, selected, metric, mode, save)
-    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, figures))
+        paper = paper_table(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
+        summary = _write_paper(trials, history, paper, out, save, objective)
+    _figures(trials, history, selected, objective, save)
+    (out / "report.md").write_text(_markdown(trials, table, objective, rule, paper, summary, figures))
     return out
 
 
 def _write_best_runs(
-    trials: pd.DataFrame, selected: pd.DataFrame, metric: str, mode: str, out: Path
+    trials: pd.DataFrame, selected: pd.DataFrame, objective: Objective, out: Path
 ) -> tuple[pd.DataFrame, str]:
     """``best_runs.*``, ``best_runs.txt`` and ``trials.csv``; returns the table and the rule in words."""
-    table = best_runs(selected, metric, mode, scope="select")
+    table = best_runs(selected, objective, scope="select")
     write_table(table, out / "best_runs")
-    rule = selected.attrs["select_text"][metric]
+    rule = selected.attrs["select_text"][objective.metric]
     duplicates = duplicates_line(trials)
     (out / "best_runs.txt").write_text(
-        f"{metric} ({mode}; {rule}), mean over seeds ± 95% CI:\n"
+        f"{objective.metric} ({objective.mode}; {rule}), mean over seeds ± 95% CI:\n"
         + format_table(table)
         + (table.attrs["seed_rule"] + "\n" if table.attrs.get("seed_rule") else "")
         + (duplicates + "\n" if duplicates else "")
@@ -179,25 +114,26 @@ def _write_best_runs(
     return table, rule
 
 
-def _write_paper(trials, history, paper, out: Path, save, test_metric: str, *, select, k, val_metric, val_mode) -> str:
+def _write_paper(trials, history, paper, out: Path, save, objective: Objective) -> str:
     """``paper_table.*``, ``summary.txt``, the noise-rate curves and the confusion matrix; returns the summary."""
     write_paper_table(paper, out / "paper_table")
     rows = paper.attrs["rows"]
-    summary = summary_text(trials, history, val_metric, val_mode, select, k=k, test_metric=test_metric, rows=rows)
+    summary = summary_text(trials, history, objective, rows=rows)
     (out / "summary.txt").write_text(summary)
     if "noise_rate" in paper.attrs["columns"]:
-        save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
-    confusion = _best_confusion(trials, history, val_metric, val_mode, select, k, rows)
+        save("noise_rate_curves", f"{objective.test_metric} vs noise rate", plot_paper_curves(paper))
+    confusion = _best_confusion(trials, history, objective, rows)
     if confusion is not None:
         save("confusion", "Confusion matrix of the best configuration", confusion)
     return summary
 
 
-def _figures(trials, history, selected, metric: str, mode: str, save) -> None:
+def _figures(trials, history, selected, objective: Objective, save) -> None:
     """Learning curves, metric vs noise rate, heatmap and timeline."""
+    metric = objective.metric
     save("learning_curves", "Learning curves", plot_learning_curves(history, trials, metric))
     if _has(trials, "noise_rate"):
-        figure = plot_metric_vs_noise_rate(selected, metric, mode, scope="select")
+        figure = plot_metric_vs_noise_rate(selected, objective, scope="select")
         save("metric_vs_noise_rate", f"{metric} vs noise rate", figure)
     axes = _heatmap_axes(trials)
     if axes:
@@ -214,26 +150,14 @@ def report_folder(trials: pd.DataFrame) -> Path:
     return Path("reports") / "+".join(p.rstrip("/").rsplit("/", 1)[-1] for p in paths)
 
 
-def _best_confusion(
-    trials: pd.DataFrame, history: pd.DataFrame, metric: str, mode: str, select: str, k: int, rows: list[str]
-):
+def _best_confusion(trials: pd.DataFrame, history: pd.DataFrame, objective: Objective, rows: list[str]):
     """Confusion figure of the best configuration by the validation metric, summed over its
-    seeds; None when none of its trials saved ``confusion.json`` (or ``select`` is last-k)."""
+    seeds; None when none of its trials saved ``confusion.json`` (or the rule is last-k)."""
+    select = objective.select
     if select not in CONFUSION_SELECT:
         return None
-    val = paper_table(
-        trials,
-        history,
-        metric,
-        select=select,
-        k=k,
-        val_metric=metric,
-        val_mode=mode,
-        mode=mode,
-        rows=rows,
-        baseline=None,
-    )
-    best = best_cell(val, mode)
+    val = paper_table(trials, history, objective.validation(), rows=rows, baseline=None)
+    best = best_cell(val)
     if best is None:
         return None
     matrices = []
@@ -269,7 +193,7 @@ def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
     return (varying[0], varying[1]) if len(varying) >= 2 else None
 
 
-def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
+def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> list[str]:
     """The report's bullet list: experiment, trial counts by status, duplicates, metric, efficiency."""
     counts = trials["status"].value_counts()
     status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
@@ -279,7 +203,7 @@ def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> 
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({status}; {diverged} diverged)",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
-        f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
+        f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
         f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
         if efficiency == efficiency
         else "- sweep efficiency: n/a (no timed trials)",
@@ -290,8 +214,7 @@ def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> 
 def _markdown(
     trials: pd.DataFrame,
     table: pd.DataFrame,
-    metric: str,
-    mode: str,
+    objective: Objective,
     rule: str,
     paper: pd.DataFrame | None,
     summary: str | None,
@@ -310,7 +233,7 @@ def _markdown(
             "each difference to the baseline).",
             "",
         ]
-    lines += _overview_lines(trials, metric, mode, rule)
+    lines += _overview_lines(trials, objective, rule)
     if summary is not None:
         lines += [
             "## Sweep summary",
@@ -325,7 +248,7 @@ def _markdown(
     lines += [
         "## Best configurations",
         "",
-        f"{metric}: {rule}. Mean over seeds with a 95 % Student-t confidence interval; errored and diverged "
+        f"{objective.metric}: {rule}. Mean over seeds with a 95 % Student-t confidence interval; errored and diverged "
         "trials are counted under *failed* and left out of the statistics. Also as `best_runs.csv` and "
         "`best_runs.tex`." + (f" seeds, decision: {table.attrs['seed_rule']}" if table.attrs.get("seed_rule") else ""),
         "",

@@ -45,7 +45,7 @@ from analysis.reading.tune_state import (
 )
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import DEFAULT_METRIC, DEFAULT_MODE
+from trainables.experiment.objective import Objective
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -100,11 +100,11 @@ def read_status(source, now: float | None = None) -> dict:
         raise ExperimentError(f"{prefix + root} is not a Ray Tune experiment folder (no experiment_state-*.json)")
     info = (records.read_settings(prefix + root) if records.SETTINGS_FILE in files else None) or {}
     settings = sweep_settings(fs, root, files, state)
-    metric, mode = settings.get("metric") or DEFAULT_METRIC, settings.get("mode") or DEFAULT_MODE
+    objective = Objective(**{name: settings[name] for name in ("metric", "mode") if settings.get(name)})
 
-    trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, metric)
+    trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, objective.metric)
     total = max(int(info.get("total_trials") or 0), len(trials))
-    status = sweep_status(trials, total, metric, mode)
+    status = sweep_status(trials, total, objective)
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
     left = status["running"] + status["pending"]
@@ -112,8 +112,8 @@ def read_status(source, now: float | None = None) -> dict:
     until = now if left and alive is not False else max(ends, default=now)  # an ended sweep's clock stops
     return {
         "status": status,
-        "metric": metric,
-        "mode": mode,
+        "metric": objective.metric,
+        "mode": objective.mode,
         "where": prefix + root,
         "elapsed_s": max(0.0, until - min(starts)) if starts else 0.0,
         "log_lines": log_lines,

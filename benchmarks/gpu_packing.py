@@ -88,7 +88,7 @@ def run_packing(
     from sweeps.engine.cluster.trial_resources import with_resources
     from sweeps.engine.run.launch import TrialFunction, sweep_run_config, sweep_tune_config
     from trainables import train_classifier
-    from trainables.config import METRIC, MODE
+    from trainables.experiment.objective import Objective
 
     name = f"{model}_{amp}_{k}x"
     space = {
@@ -107,7 +107,7 @@ def run_packing(
     results = tune.Tuner(
         trainable,
         param_space=space,
-        tune_config=sweep_tune_config(tune.TuneConfig(metric=METRIC, mode=MODE)),
+        tune_config=sweep_tune_config(tune.TuneConfig(metric=Objective.metric, mode=Objective.mode)),
         run_config=sweep_run_config(name, storage, max_failures=0),
     ).fit()
     errors = [str(r.error) for r in results if r.error is not None]
@@ -134,7 +134,7 @@ def check_oom_requeue(
     from sweeps.engine.cluster.trial_resources import with_resources
     from sweeps.engine.run.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
     from trainables import train_classifier
-    from trainables.config import METRIC, MODE
+    from trainables.experiment.objective import Objective
     from trainables.gpu import is_gpu_oom
 
     share = 1.0 / max(TRIALS_PER_GPU)
@@ -153,7 +153,9 @@ def check_oom_requeue(
 
     run_config = sweep_run_config("oom", storage, max_failures=0)
     tune_config = sweep_tune_config(
-        tune.TuneConfig(metric=METRIC, mode=MODE, trial_name_creator=lambda trial: f"oom_{trial.trial_id}")
+        tune.TuneConfig(
+            metric=Objective.metric, mode=Objective.mode, trial_name_creator=lambda trial: f"oom_{trial.trial_id}"
+        )
     )
     first = tune.Tuner(trainable_for(share), param_space=space, tune_config=tune_config, run_config=run_config).fit()
     rounds = rerun_oom_trials(first, trainable_for, share, run_config, tune_config)

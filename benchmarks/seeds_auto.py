@@ -31,7 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.statistics.seeds import BOUNDARIES, FAMILIES, SeedRule, decide_arrays, holm_family, look_pvalues  # noqa: E402
+from analysis.statistics.seed_rule import BOUNDARIES, FAMILIES, SeedRule  # noqa: E402
+from analysis.statistics.seeds import decide_arrays, holm_family, look_pvalues  # noqa: E402
 
 CELLS, METHODS = 12, 3
 EFFECTS = (0.0, 0.5, 1.0, 2.0, 4.0)

@@ -48,7 +48,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
 
     from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
-    from trainables.config import METRIC, MODE
+    from trainables.experiment.objective import Objective
 
     path = folder / "data.npz"
     rng = np.random.default_rng(0)
@@ -82,7 +82,7 @@ def run(mode: str, images: int, trials: int, folder: Path) -> dict:
     tune.Tuner(
         trainable,
         param_space=config,
-        tune_config=sweep_tune_config(tune.TuneConfig(metric=METRIC, mode=MODE)),
+        tune_config=sweep_tune_config(tune.TuneConfig(metric=Objective.metric, mode=Objective.mode)),
         run_config=sweep_run_config("memory", str(folder / "runs"), verbose=0),
     ).fit()
     stop.set()

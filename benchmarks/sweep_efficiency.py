@@ -121,7 +121,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
 
     from sweeps.engine.grid_plan import longest_first
     from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
-    from trainables.config import METRIC, MODE
+    from trainables.experiment.objective import Objective
 
     ray.init(num_cpus=2, num_gpus=SLOTS, include_dashboard=False, log_to_driver=False)
     ray_up = time.time()
@@ -133,8 +133,8 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
             param_space={"duration": tune.choice(work)},
             tune_config=sweep_tune_config(
                 tune.TuneConfig(
-                    metric=METRIC,
-                    mode=MODE,
+                    metric=Objective.metric,
+                    mode=Objective.mode,
                     num_samples=len(points),
                     search_alg=BasicVariantGenerator(points_to_evaluate=points),
                 )

@@ -44,7 +44,7 @@ def in_tune(config: dict) -> float:
 
     from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables import load_data, parse_config, train_classifier
-    from trainables.config import METRIC, MODE
+    from trainables.experiment.objective import Objective
 
     data = load_data(parse_config(config))
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -53,7 +53,7 @@ def in_tune(config: dict) -> float:
         results = tune.Tuner(
             trainable,
             param_space=config,
-            tune_config=sweep_tune_config(tune.TuneConfig(metric=METRIC, mode=MODE)),
+            tune_config=sweep_tune_config(tune.TuneConfig(metric=Objective.metric, mode=Objective.mode)),
             run_config=sweep_run_config("overhead", storage, verbose=0),
         ).fit()
         stamps = results[0].metrics_dataframe["wall_time"]

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x
 from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
-from trainables.config import METRIC, MODE  # noqa: E402
+from trainables.command.parse import STEP_KEY  # noqa: E402
+from trainables.experiment.objective import COMMAND_METRIC, Objective, add_objective_flags  # noqa: E402
 
 NAME = "lr_search"
 SEARCHED = {
@@ -73,13 +74,14 @@ def parse_args(argv: list[str]):
         "--reduction-factor", type=float, default=3.0, help="ASHA keeps the top 1/F at each rung, F > 1 (default: 3)"
     )
     parser.add_argument("--search-seed", type=int, default=0, help="seed of the TPE sampler (default: 0)")
-    parser.add_argument(
-        "--metric",
-        default=None,
-        help="with a command after --: the metric it prints that TPE and "
-        "ASHA optimise (default: val_acc); the built-in trainable always uses val/acc",
+    add_objective_flags(
+        parser,
+        ("metric", "mode"),
+        later={
+            "metric": f"with a command after --, {COMMAND_METRIC}; the built-in trainable always uses "
+            f"{Objective.metric}"
+        },
     )
-    parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
     parser.add_argument(
         "--in-place",
         action="store_true",
@@ -142,17 +144,17 @@ def check_command(args) -> None:
         UsageError: one line naming the placeholder, the program or the flag.
     """
     if not args.template:
-        if args.metric not in (None, METRIC):
+        if args.metric not in (None, Objective.metric):
             raise UsageError(
-                f"--metric={args.metric}: the built-in trainable is ranked by {METRIC}; "
+                f"--metric={args.metric}: the built-in trainable is ranked by {Objective.metric}; "
                 "--metric names what a command after -- prints"
             )
-        args.metric, args.mode, args.test_metric = METRIC, MODE, "test/acc"
+        args.objective = Objective()  # the built-in trainable's metric, mode and test metric
         return
     from sweeps.engine.command_sweep import command_template
 
-    args.metric = args.metric or "val_acc"
-    args.test_metric = args.metric  # a command's table shows the metric it is ranked by
+    args.objective = Objective(args.metric or COMMAND_METRIC, args.mode, test_metric=None)  # a command's table
+    # shows the metric it is ranked by
     if args.repeat != 1:
         raise UsageError(
             "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
@@ -168,7 +170,7 @@ def check_command(args) -> None:
         )
     used = {k: [0] for k in command_template.placeholders(args.template) if k in known}
     command_template.check_template(args.template, used, seeds=False)
-    command_template.check_metric_producible(args.metric, None, "epoch")
+    command_template.check_metric_producible(args.objective, None, STEP_KEY)
 
 
 def search_space(trial: optuna.Trial, bounds: dict) -> None:
@@ -237,7 +239,7 @@ def search_bounds(args) -> tuple[dict, dict]:
     return bounds, settings
 
 
-def print_outcome(results, args, epochs: int) -> None:
+def print_outcome(results, args, objective: Objective, epochs: int) -> None:
     """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
     from analysis.figures.search import top_trials
 
@@ -247,7 +249,7 @@ def print_outcome(results, args, epochs: int) -> None:
         df["trial"] = df["trial_id"].map(names)
         stopped = int((df["training_iteration"] < epochs).sum())
         print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=epochs).to_string(index=False))
+        print(top_trials(df, k=10, objective=objective, epochs=epochs).to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
 
@@ -272,7 +274,7 @@ def choose_trial_function(args, options, cfg, data):
             "template": args.template,
             "cwd": os.getcwd(),
             "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
-            "complete_when": (args.metric,),  # each step reported as soon as it has it
+            "objective": options.objective,  # each step reported as soon as it has the metric
         },
         runtime_env=runtime_env or None,
     )
@@ -297,15 +299,14 @@ def main(argv: list[str]) -> int:
     )
     trial_function = choose_trial_function(args, options, cfg, data)
     checkpoint_config = CheckpointConfig(num_to_keep=2) if args.template else None
-    sweep = start_sweep(
-        options, trial_function, args.metric, args.mode, checkpoint_config=checkpoint_config, settings=settings
-    )
+    sweep = start_sweep(options, trial_function, checkpoint_config=checkpoint_config, settings=settings)
+    objective = options.objective
     tune_config = sweep.tune_config(
         TuneConfig(
-            search_alg=skip_results_without(OptunaSearch, args.metric)(
+            search_alg=skip_results_without(OptunaSearch, objective.metric)(
                 functools.partial(search_space, bounds=bounds),
-                metric=args.metric,
-                mode=args.mode,
+                metric=objective.metric,
+                mode=objective.mode,
                 seed=args.search_seed,
             ),
             scheduler=ASHAScheduler(
@@ -315,8 +316,8 @@ def main(argv: list[str]) -> int:
                 reduction_factor=args.reduction_factor,
             ),
             num_samples=args.num_samples,
-            metric=args.metric,
-            mode=args.mode,
+            metric=objective.metric,
+            mode=objective.mode,
             trial_name_creator=trial_name,
         ),
         args.fixed,
@@ -326,7 +327,7 @@ def main(argv: list[str]) -> int:
     else:  # what stays fixed is the param_space; the searched part is `search_space`
         tuner = Tuner(sweep.trainable, param_space=args.fixed, tune_config=tune_config, run_config=sweep.run_config)
     code, rounds = sweep.fit(tuner)
-    print_outcome(rounds[0], args, cfg.epochs)
+    print_outcome(rounds[0], args, objective, cfg.epochs)
     return code
 
 

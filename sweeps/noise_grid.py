@@ -52,7 +52,7 @@ def grid_axes(args) -> dict[str, list]:
     if args.seeds is not None and "seed" in axes:
         raise flags.UsageError("--seeds N (seeds 0..N-1) and --seed are both given; give one of them")
     if "seed" not in axes:
-        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else (args.seeds or 1)))
+        axes["seed"] = list(range(seed_flags.seed_count(args) or 1))
     if args.smoke_test and "epochs" not in axes:
         axes["epochs"] = [run_flags.SMOKE_TEST_EPOCHS]
     return axes
@@ -77,15 +77,14 @@ def fit_grid(options, trial_function, plan, axes) -> tuple[int, list]:
     from ray.tune import TuneConfig, Tuner
 
     from sweeps.engine.run.launch import start_sweep
-    from trainables.config import METRIC, MODE
 
-    sweep = start_sweep(options, trial_function, METRIC, MODE)
+    sweep = start_sweep(options, trial_function)
     tune_config = sweep.tune_config(
         TuneConfig(
             search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
             num_samples=plan.num_samples,
-            metric=METRIC,
-            mode=MODE,
+            metric=options.objective.metric,  # val/acc, max: the built-in trainable's
+            mode=options.objective.mode,
             trial_name_creator=grid.trial_namer(axes),
         ),
         plan.param_space,
@@ -119,13 +118,12 @@ def main(argv: list[str]) -> int:
     from sweeps.engine.run.launch import TrialFunction
     from sweeps.engine.seeds_auto import seed_search
     from trainables import train_classifier
-    from trainables.config import METRIC, MODE
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not plan.todo and not auto:
-        return report_finished(plan, options.experiment_dir, METRIC, MODE, options.test_metric)
+        return report_finished(plan, options.experiment_dir, options.objective)
     preflight.probe_storage(options.experiment_dir)
     print(
         f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
@@ -133,14 +131,14 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     if auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
-        plan, rule = seed_search.auto_plan(plan, cells, args.compare, auto, options.experiment_dir, METRIC, MODE)
+        plan, rule = seed_search.auto_plan(plan, cells, args.compare, auto, options.experiment_dir, options.objective)
     ddp = None
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trial_function = TrialFunction(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
     code, rounds = fit_grid(options, trial_function, plan, axes)
     if auto:
-        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, METRIC)
+        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
     elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):
         print(
             f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; "

@@ -120,7 +120,6 @@ def main(argv: list[str]) -> int:
 
     from sweeps.engine.run.launch import TrialFunction, start_sweep
     from trainables import train_classifier
-    from trainables.config import METRIC, MODE
 
     print(
         f"PBT: {args.num_samples} members x {args.repeat} seed(s), {cfg.epochs} epochs, perturbation every "
@@ -136,9 +135,7 @@ def main(argv: list[str]) -> int:
     # A member is restored from another's checkpoint some time after the exploit decision; with <= 2
     # kept, the source may already have deleted it (Ray warns). One checkpoint per perturbation
     # interval, four kept, as in Ray's PBT guide.
-    sweep = start_sweep(
-        options, trial_function, METRIC, MODE, checkpoint_config=CheckpointConfig(num_to_keep=4), settings=settings
-    )
+    sweep = start_sweep(options, trial_function, checkpoint_config=CheckpointConfig(num_to_keep=4), settings=settings)
     param_space = {**args.fixed, **mutations}  # each member starts from its own draw
     tune_config = sweep.tune_config(
         TuneConfig(
@@ -150,8 +147,8 @@ def main(argv: list[str]) -> int:
                 custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
             ),
             num_samples=args.num_samples,
-            metric=METRIC,
-            mode=MODE,
+            metric=options.objective.metric,  # val/acc, max: the built-in trainable's
+            mode=options.objective.mode,
             trial_name_creator=trial_name,
         ),
         param_space,

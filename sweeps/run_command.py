@@ -36,7 +36,9 @@ from sweeps.engine.command_sweep import code_snapshot, command_template
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
-from trainables.command.parse import METRICS_SOURCES, STREAMS_READ  # noqa: E402
+from trainables.command.parse import METRICS_FROM, METRICS_SOURCES, STEP_KEY, STREAMS_READ  # noqa: E402
+from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S  # noqa: E402
+from trainables.experiment.objective import COMMAND_METRIC, add_objective_flags, objective_of  # noqa: E402
 
 NAME = "command"
 
@@ -51,7 +53,6 @@ def parse_args(argv: list[str]):
     check_command_args(args)
     args.template, args.axes = template, axes
     args.cells = command_template.expand_cells(axes, tasks, args.max_trials)
-    args.test_metric = args.test_metric or args.metric
     return args
 
 
@@ -90,22 +91,19 @@ def add_grid_flags(parser) -> None:
 
 
 def add_metric_flags(parser) -> None:
-    """--metric, --test-metric, --mode and how metrics are read from the command (--step-key,
-    --metric-pattern, --metrics-from)."""
-    parser.add_argument(
-        "--metric", default="val_acc", help="the metric that ranks trials, as the script prints it (default: val_acc)"
+    """--metric, --test-metric, --mode (the `Objective`, as the script prints its metrics) and how
+    metrics are read from the command (--step-key, --metric-pattern, --metrics-from)."""
+    add_objective_flags(
+        parser,
+        ("metric", "mode", "test_metric"),
+        defaults={"metric": COMMAND_METRIC},
+        later={"test_metric": "--metric"},
     )
-    parser.add_argument(
-        "--test-metric",
-        default=None,
-        help="a metric shown in the tables at the step --metric selects, e.g. test_acc (default: --metric)",
-    )
-    parser.add_argument("--mode", choices=("max", "min"), default="max", help="max or min (default: max)")
     parser.add_argument(
         "--step-key",
-        default="epoch",
+        default=STEP_KEY,
         help="the metric counting progress: a line naming it starts a step, "
-        "read as epoch=3, epoch: 3, epoch 3, epoch 3/50, epoch [3/50] or [epoch 3] (default: epoch)",
+        f"read as epoch=3, epoch: 3, epoch 3, epoch 3/50, epoch [3/50] or [epoch 3] (default: {STEP_KEY})",
     )
     parser.add_argument(
         "--metric-pattern",
@@ -118,12 +116,12 @@ def add_metric_flags(parser) -> None:
     parser.add_argument(
         "--metrics-from",
         choices=METRICS_SOURCES,
-        default="output",
+        default=METRICS_FROM,
         help="output: lines printed to stdout and stderr (Python logging and tqdm write there), read in "
         "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
         "jsonl: that file only; tensorboard: event files the script writes under {trial_dir}; wandb, mlflow, csv, "
         "hf: the W&B run, MLflow store, metrics.csv or trainer_state.json the script writes under {trial_dir}, "
-        "which output also reads for a trial that prints no metric (default: output)",
+        f"which output also reads for a trial that prints no metric (default: {METRICS_FROM})",
     )
 
 
@@ -132,15 +130,15 @@ def add_command_flags(parser) -> None:
     parser.add_argument(
         "--grace-period-s",
         type=float,
-        default=10.0,
-        help="seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: 10)",
+        default=GRACE_PERIOD_S,
+        help=f"seconds between SIGTERM and SIGKILL when a trial's command is stopped (default: {GRACE_PERIOD_S:g})",
     )
     parser.add_argument(
         "--write-wait-s",
         type=float,
-        default=30.0,
+        default=WRITE_WAIT_S,
         help="when a trial's command is stopped, first wait up to this many seconds for the files it is "
-        "writing under its trial folder to be closed, so a stop never tears a checkpoint (default: 30)",
+        f"writing under its trial folder to be closed, so a stop never tears a checkpoint (default: {WRITE_WAIT_S:g})",
     )
     parser.add_argument(
         "--in-place",
@@ -185,7 +183,7 @@ def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
         template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
     )
     if args.seeds is not None:
-        axes["seed"] = list(range((args.max_seeds or 10) if args.seeds == "auto" else args.seeds))
+        axes["seed"] = list(range(seed_flags.seed_count(args)))
     args.auto = seed_flags.seed_rule_settings(args, {k: v for k, v in axes.items() if isinstance(k, str)})
     if args.auto and "seed" not in command_template.placeholders(template):
         raise UsageError("--seeds auto runs seed after seed of each cell: put {seed} in the command")
@@ -201,7 +199,8 @@ def check_command_args(args) -> None:
             f"--metric-pattern reads printed lines; --metrics-from {args.metrics_from} reads none "
             f"(use --metrics-from {' / '.join(STREAMS_READ)})"
         )
-    command_template.check_metric_producible(args.metric, patterns, args.step_key, args.metrics_from, args.test_metric)
+    args.objective = objective_of(args)  # made once: --check, the trials and Tune read it
+    command_template.check_metric_producible(args.objective, patterns, args.step_key, args.metrics_from)
     for flag in ("--grace-period-s", "--write-wait-s"):
         if not getattr(args, flag[2:].replace("-", "_")) >= 0:
             raise UsageError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))} must be >= 0 seconds")
@@ -252,7 +251,7 @@ def command_trial_function(args, snapshot: dict | None):
             "step_key": args.step_key,
             "metric_pattern": args.metric_pattern or None,
             "metrics_from": args.metrics_from,
-            "complete_when": tuple(dict.fromkeys([args.metric, args.test_metric])),
+            "objective": args.objective,
             "grace_period_s": args.grace_period_s,
             "write_wait_s": args.write_wait_s,
             "cwd": os.getcwd(),
@@ -272,8 +271,6 @@ def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
     sweep = start_sweep(
         options,
         command_trial_function(args, snapshot),
-        args.metric,
-        args.mode,
         # every result carries a small step checkpoint; keep the latest two, whatever the metric
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         settings={"code_snapshot": snapshot},
@@ -282,8 +279,8 @@ def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
         TuneConfig(
             search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
             num_samples=plan.num_samples,
-            metric=args.metric,
-            mode=args.mode,
+            metric=options.objective.metric,
+            mode=options.objective.mode,
             trial_name_creator=grid.trial_namer(command_template.cell_axes(args.cells)),
         ),
         plan.param_space,
@@ -321,7 +318,7 @@ def main(argv: list[str]) -> int:
         cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
     )
     if not args.resume and not plan.todo and not args.auto:
-        return report_finished(plan, options.experiment_dir, args.metric, args.mode, options.test_metric)
+        return report_finished(plan, options.experiment_dir, options.objective)
     preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
@@ -329,11 +326,11 @@ def main(argv: list[str]) -> int:
     print(command_template.launch_line(args.template, plan, args.metrics_from), flush=True)
     if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
         plan, rule = seed_search.auto_plan(
-            plan, cells, args.compare, args.auto, options.experiment_dir, args.metric, args.mode
+            plan, cells, args.compare, args.auto, options.experiment_dir, options.objective
         )
     code, _ = fit_grid(args, options, plan, snapshot)
     if args.auto:
-        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, args.metric)
+        seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
     return code
 
 

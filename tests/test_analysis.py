@@ -204,7 +204,7 @@ def test_folder_of_experiments_names_them(grid):
 def test_unknown_metric_lists_reported_metrics(grid):
     trials = analysis.load_trials(grid)
     with pytest.raises(analysis.ExperimentError, match=r"'top5' was not reported .*: epoch, val/acc, val/loss"):
-        analysis.best_runs(trials, "top5", "max")
+        analysis.best_runs(trials, analysis.Objective("top5", "max"))
 
 
 def test_latest_experiment(tmp_path, monkeypatch):
@@ -254,7 +254,7 @@ HAND = _trials(
 
 
 def test_best_runs_matches_hand_computation():
-    table = analysis.best_runs(HAND, "val/acc", "max")
+    table = analysis.best_runs(HAND, analysis.Objective("val/acc", "max"))
     assert list(table["noise_rate"]) == [0.2, 0.4, 0.6]  # best first; noise_type does not vary
     assert list(table.columns) == [
         "noise_rate",
@@ -282,29 +282,29 @@ def test_best_runs_matches_hand_computation():
 
 
 def test_best_runs_min_mode_and_explicit_by():
-    table = analysis.best_runs(HAND, "val/acc", "min", by=["noise_type"])
+    table = analysis.best_runs(HAND, analysis.Objective("val/acc", "min"), by=["noise_type"])
     assert list(table.columns[:1]) == ["noise_type"] and len(table) == 1
     assert table.loc[0, "n"] == 6 and table.loc[0, "n_failed"] == 2
     assert table.loc[0, "best"] == 0.5 and table.loc[0, "best_seed"] == 0
-    ranked = analysis.best_runs(HAND, "val/acc", "min")
+    ranked = analysis.best_runs(HAND, analysis.Objective("val/acc", "min"))
     assert list(ranked["noise_rate"]) == [0.6, 0.4, 0.2] and ranked.loc[1, "best"] == 0.6
 
 
 def test_best_runs_does_not_modify_input():
     before = HAND.copy()
-    analysis.best_runs(HAND, "val/acc", "max")
+    analysis.best_runs(HAND, analysis.Objective("val/acc", "max"))
     pd.testing.assert_frame_equal(HAND, before)
 
 
 def test_best_runs_bad_arguments():
     with pytest.raises(ValueError, match="mode"):
-        analysis.best_runs(HAND, "val/acc", "best")
+        analysis.best_runs(HAND, analysis.Objective("val/acc", "best"))
     with pytest.raises(analysis.ExperimentError, match="config key 'lr' not found; config keys: noise_type"):
-        analysis.best_runs(HAND, "val/acc", "max", by=["lr"])
+        analysis.best_runs(HAND, analysis.Objective("val/acc", "max"), by=["lr"])
 
 
 def test_format_and_write_table(tmp_path):
-    table = analysis.best_runs(HAND, "val/acc", "max")
+    table = analysis.best_runs(HAND, analysis.Objective("val/acc", "max"))
     text = analysis.format_table(table)
     assert text.splitlines()[0].split() == [
         "noise_rate",
@@ -425,7 +425,7 @@ def test_plot_learning_curves_leaves_out_failed_trials():
 
 def test_plot_metric_vs_noise_rate(loaded):
     trials, _ = loaded
-    fig = analysis.plot_metric_vs_noise_rate(trials, "val/acc")
+    fig = analysis.plot_metric_vs_noise_rate(trials, analysis.Objective("val/acc"))
     assert [ax.get_title() for ax in fig.axes] == ["noise_type = asym", "noise_type = sym"]
     for ax in fig.axes:
         assert len(ax.containers) == 1  # nothing else varies: one line per panel
@@ -448,7 +448,7 @@ def test_plot_metric_vs_noise_rate_one_line_per_loss(tmp_path):
         for s in (0, 1)
     ]
     trials = analysis.load_trials(write_experiment(tmp_path, "e", specs))
-    fig = analysis.plot_metric_vs_noise_rate(trials, "val/acc")
+    fig = analysis.plot_metric_vs_noise_rate(trials, analysis.Objective("val/acc"))
     assert len(fig.axes) == 2 and all(len(ax.containers) == 2 for ax in fig.axes)
     assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["loss=ce", "loss=gce"]
 
@@ -539,14 +539,17 @@ def test_write_report(grid):
 
 
 def test_resolve_metric_defaults(grid, tmp_path):
-    trials = analysis.load_trials(grid)
-    assert analysis.resolve_metric(trials) == ("val/acc", "max")
-    assert analysis.resolve_metric(trials, "val/loss") == ("val/loss", "min")
-    plain = analysis.load_trials(write_experiment(tmp_path, "p", [trial_spec("a", {}, [{"val/acc": 1}])], metric=None))
-    assert analysis.resolve_metric(plain) == ("val/acc", "max")
-    other = analysis.load_trials(write_experiment(tmp_path, "q", [trial_spec("a", {}, [{"reward": 1}])], metric=None))
+    def resolve_metric(experiment, metric=None):
+        objective = analysis.resolve_objective(*analysis.load_experiment(experiment), {"metric": metric})
+        return objective.metric, objective.mode
+
+    assert resolve_metric(grid) == ("val/acc", "max")
+    assert resolve_metric(grid, "val/loss") == ("val/loss", "min")
+    plain = write_experiment(tmp_path, "p", [trial_spec("a", {}, [{"val/acc": 1}])], metric=None)
+    assert resolve_metric(plain) == ("val/acc", "max")
+    other = write_experiment(tmp_path, "q", [trial_spec("a", {}, [{"reward": 1}])], metric=None)
     with pytest.raises(analysis.ExperimentError, match="recorded no metric; .*reported metrics: reward"):
-        analysis.resolve_metric(other)
+        resolve_metric(other)
 
 
 def _cli(*args):

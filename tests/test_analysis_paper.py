@@ -40,22 +40,26 @@ def test_best_val_reports_test_at_the_val_peak_ties_earliest():
         ],
         ignore_index=True,
     )
-    out = analysis.select_values(history, "test/acc", "best-val")
+    out = analysis.select_values(history, "test/acc", analysis.Objective(select="best-val"))
     assert out.loc["a", "value"] == 0.45 and out.loc["a", "iteration"] == 2  # not the 0.90 test peak
     assert out.loc["b", "value"] == 0.35 and out.loc["b", "iteration"] == 3
     low = analysis.select_values(
-        history.assign(**{"val/acc": -history["val/acc"]}), "test/acc", "best-val", val_mode="min"
+        history.assign(**{"val/acc": -history["val/acc"]}),
+        "test/acc",
+        analysis.Objective(mode="min", select="best-val"),
     )
     assert low.loc["a", "value"] == 0.45
 
 
 def test_last_and_last_k():
     history = _history([0.1] * 5, [0.1, 0.2, 0.3, 0.4, np.nan], "a")  # last epoch did not report test/acc
-    last = analysis.select_values(history, "test/acc", "last")
+    last = analysis.select_values(history, "test/acc", analysis.Objective(select="last"))
     assert last.loc["a", "value"] == 0.4 and last.loc["a", "iteration"] == 4
-    last2 = analysis.select_values(history, "test/acc", "last-k", k=2)
+    last2 = analysis.select_values(history, "test/acc", analysis.Objective(select="last-k", k=2))
     assert last2.loc["a", "value"] == pytest.approx(0.35) and last2.loc["a", "epochs"] == 2
-    all10 = analysis.select_values(history, "test/acc", "last-k")  # k = 10 > 4 reported: all of them
+    all10 = analysis.select_values(
+        history, "test/acc", analysis.Objective(select="last-k")
+    )  # k = 10 > 4 reported: all of them
     assert all10.loc["a", "value"] == pytest.approx(0.25) and all10.loc["a", "epochs"] == 4
 
 
@@ -71,8 +75,9 @@ def test_last_and_last_k():
 def test_selection_bad_input(kwargs, message):
     history = _history([0.1, 0.2], [0.3, 0.4])
     kwargs = {"metric": "test/acc", **kwargs}
+    rule = {"metric" if key == "val_metric" else key: value for key, value in kwargs.items() if key != "metric"}
     with pytest.raises(analysis.ExperimentError, match=re.escape(message)):
-        analysis.select_values(history, **kwargs)
+        analysis.select_values(history, kwargs["metric"], analysis.Objective(**rule))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +97,7 @@ def test_paper_table_cells_follow_the_rule(three_losses):
         ("last", TEST_BUMP[3]),
         ("last-k", (TEST_BUMP[2] + TEST_BUMP[3]) / 2),
     ):
-        table = analysis.paper_table(trials, history, select=select, k=2).set_index(
+        table = analysis.paper_table(trials, history, analysis.Objective(select=select, k=2)).set_index(
             ["loss", "noise_type", "noise_rate"]
         )
         expected = np.mean([paper_base("gce", "asym", 0.4, s) for s in (0, 1, 2)]) + bump
@@ -396,7 +401,8 @@ def test_cli_help_and_usage_errors_import_no_pandas():
 
 def test_analysis_imports_only_the_record_owner_from_trainables():
     """analysis reads records through their owner (trainables.experiment.records, .storage), takes the one
-    t-quantile from trainables.experiment.confidence and the selection rules and error from the same shared floor,
+    t-quantile from trainables.experiment.confidence and the objective, selection rules and error from the same
+    shared floor,
     and loads no training code, torch, Ray or sweep engine."""
     code = (
         "import sys, analysis.figures.search, analysis.report, analysis.status; "
@@ -408,6 +414,7 @@ def test_analysis_imports_only_the_record_owner_from_trainables():
         "trainables.experiment",
         "trainables.experiment.confidence",
         "trainables.experiment.errors",
+        "trainables.experiment.objective",
         "trainables.experiment.records",
         "trainables.experiment.rules",
         "trainables.experiment.storage",

@@ -111,8 +111,8 @@ def test_tables_and_paper_share_the_seed_statistics(tmp_path):
     ]
     trials, history = analysis.load_experiment(write_experiment(tmp_path, "same", specs))
     expected = seed_stats(list(values.values()))
-    paper = analysis.paper_table(trials, history, select="last").iloc[0]
-    best = analysis.best_runs(trials, "test/acc", "max", by=["loss"]).iloc[0]
+    paper = analysis.paper_table(trials, history, analysis.Objective(select="last")).iloc[0]
+    best = analysis.best_runs(trials, analysis.Objective("test/acc", "max"), by=["loss"]).iloc[0]
     for row in (paper, best):
         assert (row["n"], row["mean"], row["std"], row["ci95"]) == pytest.approx(
             (4, expected["mean"], expected["std"], expected["ci95"])

@@ -65,7 +65,7 @@ def test_trials_of_a_plain_tune_experiment(plain):
 
 def test_best_runs_count_failed_trials_but_leave_them_out(plain):
     path, _ = plain
-    table = analysis.best_runs(analysis.load_trials(path), "score", "max").set_index("kind")
+    table = analysis.best_runs(analysis.load_trials(path), analysis.Objective("score", "max")).set_index("kind")
     assert list(table.index) == ["ok", "crash", "nan"]  # best first, empty groups last
     assert table.loc["ok", "mean"] == 8.0 and table.loc["ok", "n"] == 1
     assert table.loc["crash", "n"] == 0 and table.loc["crash", "n_failed"] == 1

@@ -27,6 +27,7 @@ from sweeps.engine.command_sweep.command_template import (
 )
 from sweeps.engine.flags import UsageError
 from trainables.command.runner import read_metrics_file
+from trainables.experiment.objective import Objective
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with cwd=ROOT, like a user's sweep
@@ -130,21 +131,27 @@ def test_metric_pattern_and_metric_names_are_checked():
     with pytest.raises(UsageError, match="has no named group"):
         compile_metric_pattern(r"epoch (\d+)")
     pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+) .*acc (?P<val_acc>[\d.]+)")
-    check_metric_producible("val_acc", pattern, "epoch")
+    check_metric_producible(Objective("val_acc", test_metric=None), pattern, "epoch")
     with pytest.raises(
         UsageError, match=r"--metric='val/acc' is not a named group of --metric-pattern \(groups: epoch, val_acc\)"
     ):
-        check_metric_producible("val/acc", pattern, "epoch")
-    check_metric_producible("val_acc", pattern, "step")  # a step is read in its default forms too
-    with pytest.raises(UsageError, match="--test-metric='test_acc' is not a named group"):
-        check_metric_producible("val_acc", [pattern], "epoch", test_metric="test_acc")
+        check_metric_producible(Objective("val/acc", test_metric=None), pattern, "epoch")
     check_metric_producible(
-        "val_acc", [pattern, compile_metric_pattern(r"test (?P<test_acc>\S+)")], "epoch", test_metric="test_acc"
+        Objective("val_acc", test_metric=None), pattern, "step"
+    )  # a step is read in its default forms too
+    with pytest.raises(UsageError, match="--test-metric='test_acc' is not a named group"):
+        check_metric_producible(Objective("val_acc", test_metric="test_acc"), [pattern], "epoch")
+    check_metric_producible(
+        Objective("val_acc", test_metric="test_acc"),
+        [pattern, compile_metric_pattern(r"test (?P<test_acc>\S+)")],
+        "epoch",
     )
-    check_metric_producible("val acc", None, "epoch", metrics_from="tensorboard")  # tags are not checked
-    check_metric_producible("val/acc", None, "epoch")  # the default pattern reads any key
+    check_metric_producible(
+        Objective("val acc", test_metric=None), None, "epoch", metrics_from="tensorboard"
+    )  # tags are not checked
+    check_metric_producible(Objective("val/acc", test_metric=None), None, "epoch")  # the default pattern reads any key
     with pytest.raises(UsageError, match="--metric='val acc' cannot be read"):
-        check_metric_producible("val acc", None, "epoch")
+        check_metric_producible(Objective("val acc", test_metric=None), None, "epoch")
 
 
 def test_metrics_lines_default_and_custom_patterns():

@@ -13,6 +13,7 @@ from sweeps.engine.flags import UsageError
 from sweeps.engine.grid import short_forms, trial_namer
 from trainables.command.output_shapes import epoch_with_batch, fraction_percent, meters, progress_bar, summary
 from trainables.command.parse import StepContext, line_metrics
+from trainables.experiment.objective import Objective
 
 
 @pytest.mark.parametrize(
@@ -54,7 +55,7 @@ def test_several_patterns_one_per_line_shape_and_a_step_group():
 
 
 def test_step_context_dassl_style_lines_and_final_result_block():
-    ctx = StepContext("epoch", complete_when={"val_acc", "accuracy"})
+    ctx = StepContext("epoch", objective=Objective("val_acc", test_metric="accuracy"))
     lines = [
         "Loading dataset: caltech101, classes: 100",
         "epoch [1/2] batch [1/2] time 0.1 loss 0.9 acc 60.0 lr 2.0e-03 eta 0:00:02",
@@ -72,13 +73,13 @@ def test_step_context_dassl_style_lines_and_final_result_block():
     # it holds both metrics
     assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "accuracy": 72.5, "epoch": 2}]
     assert ctx.close() == []
-    ctx = StepContext("epoch", complete_when={"val_acc"})
+    ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
     out = [r for line in lines for r in ctx.feed(line)] + ctx.close()
     assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "epoch": 2}, {"accuracy": 72.5, "epoch": 2}]
 
 
 def test_step_complete_at_once_when_it_holds_the_sweep_metrics_and_each_step_once():
-    ctx = StepContext("epoch", complete_when={"val_acc"})
+    ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
     assert ctx.feed("epoch=1 val_acc=0.5 loss=2") == [{"val_acc": 0.5, "loss": 2, "epoch": 1}]
     assert ctx.feed("lr: 0.1") == []  # after the step was reported: dropped, unless it is the final result
     assert ctx.feed("epoch=2 val_acc=0.6") == [{"val_acc": 0.6, "epoch": 2}]
@@ -173,7 +174,7 @@ def test_quoted_keys_and_progress_bar_redraws():
     line = "{'eval_loss': 0.31, 'eval_accuracy': 0.912, 'epoch': 2.0}"
     assert line_metrics(line, "epoch") == {"eval_loss": 0.31, "eval_accuracy": 0.912, "epoch": 2.0}
     assert line_metrics('{"epoch": 3, "val/acc": 81.5}', "epoch") == {"epoch": 3, "val/acc": 81.5}
-    ctx = StepContext("epoch", complete_when={"val_acc"})
+    ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
     bar = (
         "Epoch 3:  50%|#####     | 5/10 [00:01<00:01, v_num=0, train_loss=0.9]\r"
         "Epoch 3: 100%|##########| 10/10 [00:02<00:00, v_num=0, train_loss=0.5, val_acc=0.812]"
@@ -275,7 +276,7 @@ def test_each_shape_function_alone():
 
 def test_imagenet_epoch_is_the_summary_not_a_training_meter():
     """`--metric Acc@1`: the epoch's train meters are running values, the ` * Acc@1` summary completes it."""
-    ctx = StepContext("epoch", complete_when={"Acc@1"})
+    ctx = StepContext("epoch", objective=Objective("Acc@1", test_metric=None))
     assert ctx.feed("Epoch: [0][  0/391]\tLoss 6.9e+00 (6.9e+00)\tAcc@1   0.00 (  0.00)") == []
     assert ctx.feed("Epoch: [0][390/391]\tLoss 5.1e+00 (5.5e+00)\tAcc@1  12.50 (  8.20)") == []
     assert ctx.feed("Test: [78/79]\tLoss 4.0e+00 (4.2e+00)\tAcc@1  20.00 ( 15.40)") == []
@@ -283,7 +284,7 @@ def test_imagenet_epoch_is_the_summary_not_a_training_meter():
 
 
 def test_mnist_accuracy_is_a_percentage_per_epoch():
-    ctx = StepContext("epoch", complete_when={"Accuracy"})
+    ctx = StepContext("epoch", objective=Objective("Accuracy", test_metric=None))
     assert ctx.feed("Train Epoch: 1 [59520/60000 (99%)]\tLoss: 0.010500") == []
     assert ctx.feed("") == []
     assert ctx.feed("Test set: Average loss: 0.0330, Accuracy: 9894/10000 (99%)") == [

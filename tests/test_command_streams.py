@@ -23,6 +23,7 @@ from trainables.command.sources import (
     recorded_steps,
     unreported_results,
 )
+from trainables.experiment.objective import Objective
 
 LOGGING = [PY, "tests/scripts/logging_style.py", "--lr", "{lr}", "--epochs", "3"]
 
@@ -101,10 +102,17 @@ def test_restart_recovers_every_printed_step_the_history_lacks(tmp_path):
     result_json.write_text('{"epoch": 1, "val_acc": 0.5}\n{"epoch": 3, "val_acc": 0.7}\n{"epoch": 4, "val_a')  # torn
     recorded = recorded_steps(result_json)
     assert recorded == {1, 3}
-    found = unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout", "stderr"), recorded)
+    found = unreported_results(
+        log, 3, "epoch", [], Objective("val_acc", test_metric=None), ("stdout", "stderr"), recorded
+    )
     assert found == [{"val_acc": 0.6, "epoch": 2}, {"val_acc": 0.8, "epoch": 4}]
-    assert unreported_results(log, 3, "epoch", [], ("val_acc",), ("stdout",), recorded) == []  # stderr not read
-    assert [r["epoch"] for r in unreported_results(log, 1, "epoch", [], ("val_acc",), ("stdout", "stderr"))] == [
+    assert (
+        unreported_results(log, 3, "epoch", [], Objective("val_acc", test_metric=None), ("stdout",), recorded) == []
+    )  # stderr not read
+    assert [
+        r["epoch"]
+        for r in unreported_results(log, 1, "epoch", [], Objective("val_acc", test_metric=None), ("stdout", "stderr"))
+    ] == [
         2,
         3,
         4,

@@ -18,6 +18,7 @@ from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
 from trainables.command import trackers
 from trainables.command.trackers import TrackerResults, csv_rows, hf_rows
 from trainables.command.wandb_reader import read_history
+from trainables.experiment.objective import Objective
 
 SCRIPT = "tests/scripts/tracker_only.py"
 
@@ -85,7 +86,7 @@ def test_csv_rows_merge_per_step_and_skip_a_line_being_written():
     rows = csv_rows(text, "epoch")
     assert rows[:2] == [{"epoch": 0, "step": 9, "train_loss": 0.9}, {"epoch": 0, "step": 9, "val_acc": 0.71}]
     reader = TrackerResults(
-        Path("."), "epoch", ("csv",), complete_when=("val_acc",)
+        Path("."), "epoch", ("csv",), objective=Objective("val_acc", test_metric=None)
     )  # a step ends when the next starts
     merged = [r for row in rows for r in reader.context.add(row)] + reader.context.close()
     assert merged == [
@@ -237,7 +238,7 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     csv_file = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
     csv_file.parent.mkdir(parents=True)
     csv_file.write_text("epoch,step,train_loss,val_acc\n1,9,0.9,\n1,9,,0.7\n2,19,0.5,")  # epoch 2: being written
-    reader = TrackerResults(tmp_path, "epoch", complete_when=("val_acc",), since=100.0, auto=True)
+    reader = TrackerResults(tmp_path, "epoch", objective=Objective("val_acc", test_metric=None), since=100.0, auto=True)
     assert reader.poll() == []  # epoch 1 may still get rows
     csv_file.write_text(csv_file.read_text() + "\n2,19,,0.8\n")
     reader.next_read = 0.0
@@ -259,7 +260,7 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
     reported = []
     monkeypatch.setattr(runner.tune, "report", reported.append)
     (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
-    events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
+    events = TrackerResults(tmp_path, "epoch", ("csv",), objective=Objective("val/acc", test_metric=None), since=0.0)
     rows = events.close()
     reporter = runner.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})

@@ -22,6 +22,7 @@ import pytest
 from sweeps import noise_grid
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run.monitoring import SweepProgress, format_duration, format_progress, sweep_status
+from trainables.experiment.objective import Objective
 from trainables.logs import log_epoch, trial_logger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,7 +386,7 @@ def test_command_trials_with_no_epoch_total_show_epoch_k_and_an_eta_from_finishe
 
 def test_progress_block_and_final_line_name_the_sweeps_metric():
     out = io.StringIO()
-    progress = SweepProgress(interval_s=0.0, stream=out, metric="val_accuracy", mode="max")
+    progress = SweepProgress(interval_s=0.0, stream=out, objective=Objective("val_accuracy", "max"))
     progress.setup(total_num_samples=1)
     trial = FakeTrial(
         name="lr0.1",

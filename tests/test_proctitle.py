@@ -12,6 +12,7 @@ import pytest
 
 from tests.test_command import wait_until
 from trainables import ray_private
+from trainables.experiment.objective import Objective
 from trainables.proctitle import refresh_title, report_then_refresh, trial_process_title
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,10 @@ def test_command_trial_worker_is_titled_with_its_name_and_the_command_gets_it_in
     out.mkdir()
     name = "asym_0.375_seed1"
     trainable = tune.with_parameters(
-        train_command, template=[sys.executable, str(script), str(out)], grace_period_s=2.0, complete_when=("val_acc",)
+        train_command,
+        template=[sys.executable, str(script), str(out)],
+        grace_period_s=2.0,
+        objective=Objective("val_acc", test_metric=None),
     )  # epoch 1 is reported at once, not when epoch 2 starts
     tuner = Tuner(
         tune.with_resources(trainable, {"cpu": 0.5}),

@@ -26,6 +26,7 @@ from analysis.figures.search import (
 from sweeps import lr_search
 from sweeps.engine.flags import UsageError
 from trainables import load_data, parse_config, train_epochs
+from trainables.experiment.objective import Objective
 from trainables.seed_group import apply_hyperparameters, seed_mean
 
 
@@ -239,7 +240,7 @@ def test_best_so_far_follows_finishing_order(trials_df):
     expected = trials_df.sort_values("timestamp")["val/acc"].cummax().to_numpy()
     np.testing.assert_allclose(curve["best"], expected)
     assert curve["elapsed_s"].iloc[0] == pytest.approx(5.0) and curve["elapsed_s"].iloc[-1] == pytest.approx(295.0)
-    assert (np.diff(best_so_far(trials_df, mode="min")["best"]) <= 0).all()
+    assert (np.diff(best_so_far(trials_df, Objective(mode="min"))["best"]) <= 0).all()
     fig = plot_best_so_far(trials_df, x="time")
     assert isinstance(fig, Figure)
     np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), curve["elapsed_s"])

@@ -9,6 +9,7 @@ import pytest
 from analysis.statistics import sequential
 from analysis.statistics.seeds import SeedRule, decide, decide_arrays, look_pvalues, look_weights, pair_pvalues, union_p
 from analysis.statistics.stats import holm
+from trainables.experiment.objective import Objective
 
 
 def _by_seed(values):
@@ -207,7 +208,13 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
 
     rule = SeedRule(min_seeds=3, max_seeds=6)
     searcher = SeedSearcher(
-        [{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {}, experiment_dir=str(tmp_path)
+        [{"noise_rate": 0.5}],
+        "loss",
+        ["ce", "gce"],
+        rule,
+        Objective("val/acc", "max"),
+        {},
+        experiment_dir=str(tmp_path),
     )
     rng = np.random.default_rng(0)
     running = {}
@@ -228,16 +235,24 @@ def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
     decisions = pd.read_csv(tmp_path / "report" / "seeds.csv").set_index("method")
     assert decisions.loc["gce", "decision"] == "worse" and decisions.loc["ce", "n"] == count // 2
     searcher.save(str(tmp_path / "s.pkl"))
-    again = SeedSearcher([], "loss", [], rule, "val/acc", "max", {})
+    again = SeedSearcher([], "loss", [], rule, Objective("val/acc", "max"), {})
     again.restore(str(tmp_path / "s.pkl"))
     assert again.values == searcher.values and again.suggest("next") == Searcher.FINISHED
 
 
-def test_the_flags_offer_the_rules_families_and_boundaries():
-    from analysis.statistics import seeds
+def test_the_flags_offer_the_rules_families_and_boundaries_and_default_to_the_rule():
+    import argparse
+
     from sweeps.engine.seeds_auto import seed_flags
 
-    assert seed_flags.FAMILIES == seeds.FAMILIES and seed_flags.BOUNDARIES == seeds.BOUNDARIES
+    parser = argparse.ArgumentParser()
+    seed_flags.add_seed_args(parser, compare_default="loss")
+    choices = {action.dest: action.choices for action in parser._actions}
+    assert choices["family"] == ("cell", "sweep") and choices["boundary"] == ("obf", "pocock", "union")
+    args = parser.parse_args([])
+    args.seeds = "auto"
+    settings = seed_flags.seed_rule_settings(args, {"loss": ["ce", "gce"]})
+    assert SeedRule(**settings) == SeedRule() and seed_flags.seed_count(args) == SeedRule().max_seeds == 10
 
 
 def test_an_errored_seed_is_rerun_once_as_the_next_seed():
@@ -246,7 +261,7 @@ def test_an_errored_seed_is_rerun_once_as_the_next_seed():
     from sweeps.engine.seeds_auto.seed_search import SeedSearcher
 
     rule = SeedRule(min_seeds=3, max_seeds=4)
-    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, "val/acc", "max", {})
+    searcher = SeedSearcher([{"noise_rate": 0.5}], "loss", ["ce", "gce"], rule, Objective("val/acc", "max"), {})
     first = searcher.suggest("t0")
     searcher.on_trial_complete("t0", error=True)
     again = searcher.suggest("t1")
@@ -281,20 +296,20 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     records.write_seeds_table(str(experiment), frame.to_csv(index=False))
     trials, history = analysis.load_experiment(experiment)
 
-    paper = analysis.paper_table(trials, history, "test/acc", select="last")
+    paper = analysis.paper_table(trials, history, analysis.Objective(select="last"))
     assert paper.attrs["seed_rule"] == rule.describe() and paper.attrs["baseline"] is None  # no fixed-n † test
     markdown, latex = (analysis.format_paper_table(paper, style) for style in ("markdown", "latex"))
     for text in (markdown, latex):
         assert "(n=3, worse)" in text and "(n=4, undecided)" in text and "(n=4, best)" in text
         assert "Holm-corrected over the comparisons of each cell" in text and "No significance test" not in text
-    summary = analysis.summary_text(trials, history, select="last")
+    summary = analysis.summary_text(trials, history, analysis.Objective(select="last"))
     assert "(n=3, worse)" in summary and rule.describe() in summary
 
-    best = analysis.best_runs(trials, "val/acc", "max")
+    best = analysis.best_runs(trials, analysis.Objective("val/acc", "max"))
     text = analysis.format_table(best)
     assert "seeds, decision" in text and "n=3, worse" in text and "n=4, undecided" in text
 
-    document = summary_document(trials, history, "val/acc", "max", "last")
+    document = summary_document(trials, history, analysis.Objective("val/acc", "max", select="last"))
     jsonschema.Draft202012Validator(schema("raysweep.summary/1")).validate(document)
     assert document["seed_rule"] == rule.describe()
     decisions = {(c["key"]["loss"], c["key"]["noise_rate"]): (c["seeds_n"], c["decision"]) for c in document["cells"]}

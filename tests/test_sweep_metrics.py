@@ -78,9 +78,11 @@ def test_the_sweep_records_its_test_metric_or_none():
     from ray.tune import TuneConfig
 
     from sweeps.engine.run.launch import sweep_info
+    from trainables.experiment.objective import Objective
 
     tune_config = TuneConfig(metric="val_acc", mode="max", num_samples=2)
     grid = {"lr": {"grid_search": [0.1, 0.01]}}
-    assert sweep_info(tune_config, grid, None, "val_acc")["test_metric"] is None  # run_command without --test-metric
-    info = sweep_info(tune_config, grid, None, "test_acc")
+    # run_command without --test-metric
+    assert sweep_info(Objective("val_acc", test_metric="val_acc"), tune_config, grid, None)["test_metric"] is None
+    info = sweep_info(Objective("val_acc", test_metric="test_acc"), tune_config, grid, None)
     assert (info["metric"], info["test_metric"], info["total_trials"]) == ("val_acc", "test_acc", 4)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "METRIC": "trainables.config",
-    "MODE": "trainables.config",
+    "Objective": "trainables.experiment.objective",
     "TrainConfig": "trainables.config",
     "parse_config": "trainables.config",
     "load_data": "trainables.data",

@@ -1,6 +1,7 @@
 """The trial configuration: one flat dict from Tune, parsed once into `TrainConfig`.
 
-The sweep metric and mode live here too, so `sweeps/` and `analysis/` agree on them.
+What a sweep ranks its trials by is its `trainables.experiment.objective.Objective`, shared by `sweeps/`
+and `analysis/`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-
-METRIC = "val/acc"  # the metric every sweep ranks trials by
-MODE = "max"
 
 DATASETS = ("digits", "cifar10", "npz")
 MODELS = ("mlp", "cnn", "resnet18")

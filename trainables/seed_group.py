@@ -23,8 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trainables.config import METRIC, TrainConfig
+from trainables.config import TrainConfig
 from trainables.experiment.confidence import t_half_width  # the one t-quantile, shared with every table
+from trainables.experiment.objective import Objective
+
+METRIC = Objective.metric  # the built-in trainable's validation metric, the one its sweeps rank by
 
 
 def seed_mean(per_seed: list[dict], seeds: Sequence[int]) -> dict:

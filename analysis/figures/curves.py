@@ -15,12 +15,12 @@ from analysis.reading.load import (
     SEED_KEY,
     ExperimentError,
     config_column,
-    guess_mode,
     metric_column,
     varying_config_columns,
 )
 from analysis.tables.best_runs import best_runs, failed
 from analysis.tables.formatting import bare, format_value, named_label, sort_key
+from trainables.experiment.objective import Objective
 
 
 def plot_learning_curves(
@@ -116,15 +116,14 @@ def _mean_std_lines(ax, rows: pd.DataFrame, line_keys: list[str], x: str, metric
 
 def plot_metric_vs_noise_rate(
     trials: pd.DataFrame,
-    metric: str,
-    mode: str | None = None,
+    objective: Objective,
     *,
     x: str = "noise_rate",
     panel: str = "noise_type",
     scope: str = "last",
     seed: str = SEED_KEY,
 ) -> Figure:
-    """``metric`` against noise rate: one panel per noise type, mean over seeds with 95 % CIs.
+    """``objective.metric`` against noise rate: one panel per noise type, mean over seeds with 95 % CIs.
 
     Inside a panel there is one line per combination of the other config keys that vary
     (loss, model, ...), so every panel compares like with like. Errored and diverged trials are
@@ -132,8 +131,7 @@ def plot_metric_vs_noise_rate(
 
     Args:
         trials: :func:`analysis.load_trials` table.
-        metric: a reported metric.
-        mode: ``"max"``/``"min"``, only used to pick best seeds; default :func:`guess_mode`.
+        objective: a reported metric and its mode (which only picks the best seeds).
         x: config key on the x axis.
         panel: config key with one panel per value; ignored when the trials lack it.
         scope: ``"last"`` or ``"best"`` value of each trial, or ``"select"`` (the value under
@@ -145,14 +143,15 @@ def plot_metric_vs_noise_rate(
         container (``ax.containers``) with one point per ``x`` value.
 
     Raises:
-        ExperimentError: ``metric`` was not reported, or ``x`` is not a config key.
+        ExperimentError: the metric was not reported, or ``x`` is not a config key.
     """
+    metric = objective.metric
     metric_column(trials, metric, scope)
     x_column = config_column(trials, x)
     panel_column = config_column(trials, panel) if _has_config(trials, panel) else None
     hue = [c for c in varying_config_columns(trials, seed) if c not in (x_column, panel_column)]
     by = [c for c in (panel_column, *hue, x_column) if c]
-    table = best_runs(trials, metric, mode or guess_mode(metric), by=by, scope=scope, seed=seed)
+    table = best_runs(trials, objective, by=by, scope=scope, seed=seed)
     x_name, hue_names = bare(x_column), [bare(c) for c in hue]
     panel_name = bare(panel_column) if panel_column else None
     panel_values = sorted(table[panel_name].dropna().unique()) if panel_column else [None]

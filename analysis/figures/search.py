@@ -10,8 +10,8 @@ Input: a pandas DataFrame with one row per trial, as `ResultGrid.get_dataframe()
       the search's start is taken;
     - optionally `training_iteration` (epochs the trial ran) and `trial` (its name; else `logdir` or
       `trial_id` is used).
-Inputs are never modified. Plots return a matplotlib `Figure`. The default metric and mode are
-analysis's own (`val/acc`, `max`, :mod:`trainables.experiment.rules`): analysis/ imports nothing from trainables/.
+Inputs are never modified. Plots return a matplotlib `Figure`. The metric and its mode come as one
+`Objective` (:mod:`trainables.experiment.objective`; default `val/acc`, `max`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.tables.formatting import bare
-from trainables.experiment.rules import DEFAULT_METRIC as METRIC
-from trainables.experiment.rules import DEFAULT_MODE as MODE
+from trainables.experiment.objective import Objective
 
 
 def param_column(df: pd.DataFrame, name: str) -> str:
@@ -46,21 +45,19 @@ def search_order(df: pd.DataFrame, time_col: str = "timestamp") -> pd.DataFrame:
     return df.sort_values(time_col, kind="stable") if time_col in df.columns else df
 
 
-def best_so_far(df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, time_col: str = "timestamp") -> pd.DataFrame:
-    """Best metric after each finished trial.
+def best_so_far(df: pd.DataFrame, objective: Objective = Objective(), time_col: str = "timestamp") -> pd.DataFrame:
+    """Best `objective.metric` (by its mode) after each finished trial.
 
     Returns:
         DataFrame with one row per trial in finishing order: `trials` (1, 2, ...), `value` (that
         trial's metric), `best` (best so far), and `elapsed_s` (seconds since the search started:
         the earliest `time_col - time_total_s`, or the earliest `time_col`) when `time_col` exists.
     Raises:
-        ValueError: mode not min/max. KeyError: no metric column.
+        KeyError: no metric column.
     """
-    if mode not in ("min", "max"):
-        raise ValueError(f"mode={mode!r} is not one of min, max")
     ordered = search_order(df, time_col)
-    values = ordered[metric].to_numpy(dtype=float)
-    best = np.fmax.accumulate(values) if mode == "max" else np.fmin.accumulate(values)
+    values = ordered[objective.metric].to_numpy(dtype=float)
+    best = np.fmax.accumulate(values) if objective.mode == "max" else np.fmin.accumulate(values)
     out = pd.DataFrame({"trials": np.arange(1, len(values) + 1), "value": values, "best": best})
     if time_col in ordered.columns:
         finish = ordered[time_col].to_numpy(dtype=float)
@@ -74,7 +71,7 @@ def best_so_far(df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, time_c
 
 
 def plot_best_so_far(
-    df: pd.DataFrame, metric: str = METRIC, mode: str = MODE, x: str = "trials", time_col: str = "timestamp"
+    df: pd.DataFrame, objective: Objective = Objective(), x: str = "trials", time_col: str = "timestamp"
 ) -> Figure:
     """Best-so-far curve against the number of finished trials (`x="trials"`) or time (`x="time"`).
 
@@ -84,7 +81,7 @@ def plot_best_so_far(
     """
     if x not in ("trials", "time"):
         raise ValueError(f"x={x!r} is not one of trials, time")
-    curve = best_so_far(df, metric, mode, time_col)
+    curve = best_so_far(df, objective, time_col)
     if x == "time" and "elapsed_s" not in curve:
         raise ValueError(f"x='time' needs a {time_col!r} column (finish time of each trial, seconds)")
     xs = curve["trials"] if x == "trials" else curve["elapsed_s"]
@@ -93,14 +90,15 @@ def plot_best_so_far(
     ax.scatter(xs, curve["value"], s=12, alpha=0.5, label="trial")
     ax.step(xs, curve["best"], where="post", label="best so far")
     ax.set_xlabel("finished trials" if x == "trials" else "seconds since the search started")
-    ax.set_ylabel(metric)
-    ax.legend(loc="lower right" if mode == "max" else "upper right")
+    ax.set_ylabel(objective.metric)
+    ax.legend(loc="lower right" if objective.mode == "max" else "upper right")
     fig.tight_layout()
     return fig
 
 
-def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE) -> optuna.Study:
-    """An in-memory Optuna study with one completed trial per row, for Optuna's importance and plots.
+def study_from_trials(df: pd.DataFrame, params: list[str], objective: Objective = Objective()) -> optuna.Study:
+    """An in-memory Optuna study with one completed trial per row (its value: `objective.metric`, the
+    study's direction: its mode), for Optuna's importance and plots.
 
     Distributions are inferred per parameter: strings, booleans, whole numbers with at most 8
     distinct values (batch sizes) and constants are categorical; other numbers are floats, on a log
@@ -109,12 +107,13 @@ def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC,
     Raises:
         KeyError: a parameter or the metric is missing. ValueError: no row has a metric.
     """
+    metric = objective.metric
     columns = {p: param_column(df, p) for p in params}
     rows = df[df[metric].notna()]
     if rows.empty:
         raise ValueError(f"no trial has a {metric!r} value")
     distributions = {p: _infer_distribution(rows[c].dropna()) for p, c in columns.items()}
-    study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
+    study = optuna.create_study(direction="maximize" if objective.mode == "max" else "minimize")
     for _, row in rows.iterrows():
         present = {p: _plain(row[c]) for p, c in columns.items() if not _is_missing(row[c])}
         study.add_trial(
@@ -126,7 +125,7 @@ def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC,
 
 
 def param_importance(
-    df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE, seed: int = 0
+    df: pd.DataFrame, params: list[str], objective: Objective = Objective(), seed: int = 0
 ) -> pd.Series:
     """fANOVA importance (Hutter et al. 2014, Optuna's `FanovaImportanceEvaluator`) of each parameter.
 
@@ -135,26 +134,29 @@ def param_importance(
     Returns:
         Series parameter -> share of the metric's variance it explains (sums to 1), largest first.
     """
-    study = study_from_trials(df, params, metric, mode)
+    study = study_from_trials(df, params, objective)
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
     importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
     return pd.Series(importances, name="importance", dtype=float)
 
 
-def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE) -> Figure:
-    """Parallel-coordinates plot of `params` coloured by `metric` (Optuna's matplotlib plot)."""
-    study = study_from_trials(df, params, metric, mode)
+def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], objective: Objective = Objective()) -> Figure:
+    """Parallel-coordinates plot of `params` coloured by `objective.metric` (Optuna's matplotlib plot)."""
+    study = study_from_trials(df, params, objective)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study, params=params, target_name=metric)
+        ax = optuna.visualization.matplotlib.plot_parallel_coordinate(
+            study, params=params, target_name=objective.metric
+        )
     ax.figure.set_size_inches(2.2 * (len(params) + 2), 5)
     return ax.figure
 
 
 def top_trials(
-    df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None
+    df: pd.DataFrame, k: int = 10, objective: Objective = Objective(), epochs: int | None = None
 ) -> pd.DataFrame:
-    """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
+    """The k best trials by `objective` as a table: name, searched parameters, epochs run, its metric as
+    mean ± 95% CI.
 
     Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per
     `config/` column that varies (prefix dropped), `epochs` (with
@@ -163,9 +165,10 @@ def top_trials(
     Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an
     empty table.
     """
+    metric = objective.metric
     if metric not in df:
         return pd.DataFrame(columns=["trial", metric])
-    ranked = df[df[metric].notna()].sort_values(metric, ascending=(mode == "min")).head(k)
+    ranked = df[df[metric].notna()].sort_values(metric, ascending=(objective.mode == "min")).head(k)
     out = pd.DataFrame(index=ranked.index)
     name_col = next((c for c in ("trial", "logdir", "trial_id") if c in ranked), None)
     if name_col == "logdir":

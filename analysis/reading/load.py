@@ -32,7 +32,8 @@ from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files, resolve_source
 from analysis.reading.tune_state import describe_duplicates, repeats
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import DEFAULT_METRIC, DEFAULT_MODE, DEFAULT_TEST_METRIC, guess_mode  # noqa: F401  (re-exported)
+from trainables.experiment.objective import Objective
+from trainables.experiment.rules import guess_mode
 
 STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
 """Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
@@ -68,7 +69,7 @@ def load_experiment(
     trials_df, history = assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
-    test_metric = sweep.get("test_metric", DEFAULT_TEST_METRIC)  # older sweeps: the default, when reported
+    test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
     trials_df.attrs.update(
         experiment=prefix + root, metric=metric, mode=mode, test_metric=test_metric, duplicates=duplicates
     )
@@ -161,6 +162,41 @@ def load_history(
         ExperimentError: as for :func:`load_trials`.
     """
     return load_experiment(source, filesystem=filesystem)[1]
+
+
+def resolve_objective(
+    trials: pd.DataFrame, history: pd.DataFrame, asked: Objective | Mapping[str, Any] | None = None
+) -> Objective:
+    """The objective to report: the one asked for, else the sweep's, else the defaults.
+
+    The sweep's is what :func:`load_experiment` found in ``raysweep.json`` or Tune's state
+    (``trials.attrs``: ``metric``, ``mode``, ``test_metric``). Of a metric asked without a mode, the mode is
+    the recorded one when it is the recorded metric, else :func:`guess_mode`'s. Without a test metric
+    asked, the sweep's when some trial reported it, else none (the tables show the metric itself).
+
+    Args:
+        asked: an `Objective` (returned as it is), or the fields given (field -> value; None or
+            missing: the sweep's), e.g. ``{"metric": "val/loss"}``.
+    Raises:
+        ExperimentError: the metric was not reported (the message lists the reported ones), or
+            no metric was asked or recorded and ``val/acc`` was not reported; a bad mode or rule.
+    """
+    if isinstance(asked, Objective):
+        return asked
+    asked = {name: value for name, value in (asked or {}).items() if value is not None}
+    recorded, recorded_mode = trials.attrs.get("metric"), trials.attrs.get("mode")
+    if not recorded and Objective.metric in reported_metrics(trials):
+        recorded, recorded_mode = Objective.metric, Objective.mode  # a sweep that recorded none
+    metric = asked.get("metric", recorded)
+    if metric is None:
+        existing = ", ".join(reported_metrics(trials)) or "none"
+        raise ExperimentError(f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})")
+    metric_column(trials, metric)
+    mode = recorded_mode if metric == recorded and recorded_mode else guess_mode(metric)
+    test_metric = trials.attrs.get("test_metric", Objective.test_metric)
+    if test_metric is None or test_metric not in history.columns or not history[test_metric].notna().any():
+        test_metric = None  # the sweep has none: tables show the metric itself
+    return Objective(**({"metric": metric, "mode": mode, "test_metric": test_metric} | asked))
 
 
 def reported_metrics(trials: pd.DataFrame) -> list[str]:

@@ -12,6 +12,7 @@ from analysis.reading.load import SEED_KEY, config_column, metric_column, varyin
 from analysis.statistics.seed_marks import attach_decisions, decision_mark
 from analysis.statistics.stats import CI_LEVEL, cell_stats  # noqa: F401  (CI_LEVEL: its old home)
 from analysis.tables.formatting import bare, format_number, latex_escape
+from trainables.experiment.objective import Objective
 
 
 def failed(trials: pd.DataFrame) -> pd.Series:
@@ -21,24 +22,24 @@ def failed(trials: pd.DataFrame) -> pd.Series:
 
 def best_runs(
     trials: pd.DataFrame,
-    metric: str,
-    mode: str,
+    objective: Objective,
     by: Sequence[str] | None = None,
     *,
     scope: str = "last",
     seed: str = SEED_KEY,
 ) -> pd.DataFrame:
-    """Statistics of ``metric`` over seeds, one row per configuration, best first.
+    """Statistics of ``objective.metric`` over seeds, one row per configuration, best first by
+    ``objective.mode``.
 
     Args:
         trials: a :func:`analysis.load_trials` table.
-        metric: reported metric name, e.g. ``"val/acc"``.
-        mode: ``"max"`` or ``"min"``: which direction is better.
+        objective: the reported metric (e.g. ``"val/acc"``) and its direction.
         by: columns that define a configuration (config keys with or without ``config/``, or
             any column of ``trials``). Default: every config key that varies between trials,
             except the seed key.
         scope: ``"last"`` uses each trial's last reported value; ``"best"`` its best value over
-            iterations (``best/<metric>``).
+            iterations (``best/<metric>``); ``"select"`` the value under the objective's selection
+            rule (:func:`analysis.add_selected`).
         seed: config key of the seed axis, reported in ``best_seed``.
 
     Returns:
@@ -55,11 +56,9 @@ def best_runs(
           the rule; :func:`analysis.statistics.seed_marks.attach_decisions`).
 
     Raises:
-        ExperimentError: no trial reported ``metric``, or a ``by`` column does not exist.
-        ValueError: ``mode`` is not ``"max"`` / ``"min"``.
+        ExperimentError: no trial reported the metric, or a ``by`` column does not exist.
     """
-    if mode not in ("max", "min"):
-        raise ValueError(f"mode must be 'max' or 'min', not {mode!r}")
+    metric, mode = objective.metric, objective.mode
     value_column = metric_column(trials, metric, scope)
     keys = (
         varying_config_columns(trials, seed)

@@ -15,7 +15,7 @@ from typing import Any
 
 from analysis.progress import eta_seconds
 from analysis.reading.driver_record import exit_code, resume_command
-from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC
+from trainables.experiment.objective import Objective
 
 STATUS_SCHEMA = "raysweep.status/1"
 SUMMARY_SCHEMA = "raysweep.summary/1"
@@ -50,28 +50,18 @@ def status_document(report: dict) -> dict:
     }
 
 
-def summary_document(
-    trials,
-    history,
-    metric: str,
-    mode: str,
-    select: str = DEFAULT_SELECT,
-    *,
-    k: int = DEFAULT_K,
-    test_metric: str = DEFAULT_TEST_METRIC,
-    rows: list[str] | None = None,
-) -> dict:
+def summary_document(trials, history, objective: Objective, *, rows: list[str] | None = None) -> dict:
     """The ``raysweep.summary/1`` document: the summary table's cells and the best configuration.
 
     Args:
         trials, history: :func:`analysis.load_experiment` of one experiment or several.
-        metric, mode: the validation metric and its direction (the best configuration is chosen by
-            it, never by the test metric); select, k: the selection rule (:mod:`trainables.experiment.rules`);
-            test_metric: the metric in the cells (``metric`` for a sweep without a test metric: then
-            ``best.test`` is null); rows: as for :func:`analysis.paper_table`.
+        objective: its metric and mode choose the best configuration (never the test metric), its
+            selection rule picks each trial's value, its table metric fills the cells (the metric
+            itself for a sweep without a test metric: then ``best.test`` is null).
+        rows: as for :func:`analysis.paper_table`.
     Returns:
         dict, see ``analysis/schemas/summary-1.json``: one cell per (method, noise type, noise rate)
-        with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of ``test_metric`` in its own
+        with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of the table metric in its own
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
     Raises:
         ExperimentError: as :func:`analysis.paper_table` (a metric not reported, a bad rule).
@@ -79,22 +69,22 @@ def summary_document(
     from analysis.tables.paper import paper_table
     from analysis.tables.summary import best_cell
 
-    common = dict(select=select, k=k, val_metric=metric, val_mode=mode, baseline=None)
-    test = paper_table(trials, history, test_metric, rows=rows, **common)
+    test = paper_table(trials, history, objective, rows=rows, baseline=None)
     a = test.attrs
-    val = paper_table(trials, history, metric, mode=mode, rows=a["rows"], **common)
+    val = paper_table(trials, history, objective.validation(), rows=a["rows"], baseline=None)
     keys = a["rows"] + a["columns"]
     cells = {tuple(_plain(row[c]) for c in keys): _cell(row) for _, row in test.iterrows()}
-    best = best_cell(val, mode)
+    best = best_cell(val)
     best_key = tuple(_plain(best[c]) for c in keys) if best is not None else None
-    test_of_best = cells.get(best_key) if test_metric != metric else None  # None: no test metric, cells are metric's
+    test_of_best = cells.get(best_key) if objective.test_metric else None  # None: no test metric, cells are metric's
+    select = objective.select
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment": trials.attrs.get("experiment"),
-        "metric": test_metric,
-        "val_metric": metric,
-        "val_mode": mode,
-        "selection": {"rule": select, "k": k if select == "last-k" else None, "description": a["rule"]},
+        "metric": objective.table_metric,
+        "val_metric": objective.metric,
+        "val_mode": objective.mode,
+        "selection": {"rule": select, "k": objective.k if select == "last-k" else None, "description": a["rule"]},
         "rows": a["rows"],
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],

@@ -13,20 +13,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.reading.load import SEED_KEY, config_column, guess_mode, varying_config_columns
+from analysis.reading.load import SEED_KEY, config_column, resolve_objective, varying_config_columns
 from analysis.statistics.seed_marks import attach_decisions, load_decisions
 from analysis.statistics.select import select_values
 from analysis.statistics.stats import BOOTSTRAP_METHOD, bootstrap_ci, cell_stats, holm, paired_test
 from analysis.tables.formatting import bare, format_value, label
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import (
-    DEFAULT_K,
-    DEFAULT_METRIC,
-    DEFAULT_SELECT,
-    DEFAULT_TEST_METRIC,
-    describe_select,
-    shown_as_percent,
-)
+from trainables.experiment.objective import Objective
+from trainables.experiment.rules import shown_as_percent
 
 NOISE_TYPE, NOISE_RATE = "config/noise_type", "config/noise_rate"
 """The column axes of the paper table (when the trials have them)."""
@@ -76,13 +70,8 @@ COLUMNS = [
 def paper_table(
     trials: pd.DataFrame,
     history: pd.DataFrame,
-    metric: str = DEFAULT_TEST_METRIC,
+    objective: Objective | None = None,
     *,
-    select: str = DEFAULT_SELECT,
-    k: int = DEFAULT_K,
-    val_metric: str | None = None,
-    val_mode: str | None = None,
-    mode: str | None = None,
     rows: Sequence[str] | None = None,
     baseline: str | None = "auto",
     seed: str = SEED_KEY,
@@ -90,14 +79,13 @@ def paper_table(
 ) -> pd.DataFrame:
     """The paper table in long form: one row per (method, noise type, noise rate) cell.
 
-    Each trial gives one value of ``metric`` by ``select`` (:func:`analysis.statistics.select.select_values`).
+    Each trial gives one value of ``objective.table_metric`` (its test metric; without one, its metric)
+    by the objective's selection rule (:func:`analysis.statistics.select.select_values`); the best
+    per column is by ``objective.table_mode``. ``objective.validation()`` gives the table of the
+    validation metric, the one the best configuration is chosen by.
     Args:
         trials, history: :func:`analysis.load_experiment` of one experiment or a list of them.
-        metric: the reported metric, e.g. ``"test/acc"``; ``mode`` its direction (default
-            :func:`guess_mode`).
-        select, k: selection rule (``"best-val"``, ``"last"``, ``"last-k"``) and its window.
-        val_metric, val_mode: validation metric for ``best-val``; default the sweep's recorded
-            metric and mode (``trials.attrs``), else ``val/acc``/``max``.
+        objective: default: the sweep's (:func:`analysis.reading.load.resolve_objective`).
         rows: config keys that make a method (``["loss", "lr"]``, ``"experiment"``); default every
             varying key but noise and seed (``experiment`` first when experiments share a cell).
         baseline: label (``"gce, 0.001"``) or a value of the row the others are tested against;
@@ -108,60 +96,54 @@ def paper_table(
     Returns:
         DataFrame with the row keys (``config/`` dropped), ``noise_type``, ``noise_rate`` (those
         present), then :data:`COLUMNS`; sorted by row keys, noise type and rate. ``attrs``:
-        ``metric``, ``mode``, ``select``, ``k``, ``val_metric``, ``rule`` (:func:`describe_select`), ``rows``,
+        ``objective``, ``metric`` and ``mode`` (its table metric and direction), ``select``, ``k``,
+        ``val_metric``, ``rule`` (``Objective.rule``), ``rows``,
         ``columns``, ``baseline`` (label or None), ``n_seeds``, ``percent`` (accuracy in [0, 1]: shown ×100),
         ``alpha``, ``correction``, ``n_comparisons``, ``bootstrap`` (method or None), ``seed_rule`` (``--seeds
         auto``, with ``seeds_n``, ``decision`` columns: :func:`analysis.statistics.seed_marks.attach_decisions`).
 
     Raises:
-        ExperimentError: bad rule or k, a metric, row key or baseline that does not exist.
+        ExperimentError: a metric, row key or baseline that does not exist.
     """
-    val_metric, val_mode, mode = _directions(trials, metric, val_metric, val_mode, mode)
-    values = select_values(history, metric, select, k=k, val_metric=val_metric, val_mode=val_mode)["value"]
+    objective = resolve_objective(trials, history, objective)
+    values = select_values(history, objective.table_metric, objective)["value"]
     columns = [c for c in (NOISE_TYPE, NOISE_RATE) if c in trials.columns]
     keys = _row_keys(trials, rows, columns, seed)
     seed_column = f"config/{seed}" if f"config/{seed}" in trials.columns else None
     table = _cells(_per_trial(trials, values, keys + columns, seed_column), keys, columns)
     column_of = table[columns].apply(tuple, axis=1) if columns else pd.Series([()] * len(table))
-    table["rank"] = _ranks(table, column_of, mode)
+    table["rank"] = _ranks(table, column_of, objective.table_mode)
     base_label = _resolve_baseline(baseline, table, keys, trials.attrs)
     table = _tests(table, base_label, column_of, paired=seed_column is not None)
     if bootstrap:
         table[["boot_low", "boot_high"]] = [bootstrap_ci(list(s.values())) for s in table["_seeds"]]
     table = _tidy(table, keys, columns, bootstrap)
     n_seeds = trials[seed_column].nunique() if seed_column else int(table[["n", "n_failed"]].sum(axis=1).max())
-    rule = dict(metric=metric, mode=mode, select=select, k=k, val_metric=val_metric)
-    table.attrs.update(_attrs(table, rule, keys, columns, base_label, int(n_seeds), bootstrap, trials.attrs))
+    table.attrs.update(_attrs(table, objective, keys, columns, base_label, int(n_seeds), bootstrap, trials.attrs))
     return attach_decisions(table, trials.attrs)
 
 
-def _attrs(table, rule: dict, keys, columns, base_label, n_seeds: int, bootstrap: bool, trial_attrs: dict) -> dict:
+def _attrs(table, objective, keys, columns, base_label, n_seeds: int, bootstrap: bool, trial_attrs: dict) -> dict:
     """The ``attrs`` of a paper table (listed in :func:`paper_table`)."""
     return dict(
-        **rule,
-        rule=describe_select(rule["select"], rule["metric"], rule["val_metric"], rule["k"]),
+        objective=objective,
+        metric=objective.table_metric,
+        mode=objective.table_mode,
+        select=objective.select,
+        k=objective.k,
+        val_metric=objective.metric,
+        rule=objective.rule,
         rows=[bare(c) for c in keys],
         columns=[bare(c) for c in columns],
         baseline=base_label,
         n_seeds=n_seeds,
-        percent=shown_as_percent(rule["metric"], table["mean"].dropna().tolist()),
+        percent=shown_as_percent(objective.table_metric, table["mean"].dropna().tolist()),
         experiment=trial_attrs.get("experiment"),
         alpha=ALPHA,
         correction="holm",
         n_comparisons=int(table["p_ttest"].notna().sum()),
         bootstrap=BOOTSTRAP_METHOD if bootstrap else None,
     )
-
-
-def _directions(trials, metric, val_metric, val_mode, mode) -> tuple[str, str, str]:
-    """The validation metric and mode (given, else the sweep's, else the defaults) and ``metric``'s mode."""
-    val_metric = val_metric or trials.attrs.get("metric") or DEFAULT_METRIC
-    val_mode = (
-        val_mode
-        or (trials.attrs.get("mode") if val_metric == trials.attrs.get("metric") else None)
-        or guess_mode(val_metric)
-    )
-    return val_metric, val_mode, mode or guess_mode(metric)
 
 
 def _per_trial(trials: pd.DataFrame, values: pd.Series, cell: list[str], seed_column: str | None) -> pd.DataFrame:

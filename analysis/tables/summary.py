@@ -14,84 +14,52 @@ from analysis.tables.formatting import format_value
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_cell
 from trainables.experiment.errors import ExperimentError
-from trainables.experiment.rules import (
-    DEFAULT_K,
-    DEFAULT_METRIC,
-    DEFAULT_MODE,
-    DEFAULT_SELECT,
-    DEFAULT_TEST_METRIC,
-    check_select,
-)
+from trainables.experiment.objective import Objective
 
 
-def sweep_summary(
-    experiment: Any,
-    metric: str = DEFAULT_METRIC,
-    mode: str = DEFAULT_MODE,
-    select: str = DEFAULT_SELECT,
-    test_metric: str = DEFAULT_TEST_METRIC,
-) -> str:
+def sweep_summary(experiment: Any, objective: Objective = Objective()) -> str:
     """The text printed at the end of a sweep (see :func:`summary_text`).
 
     Args:
         experiment: experiment folder, URI, ``ResultGrid``, or a list of them.
-        metric, mode: validation metric and direction; ``best-val`` selects on it and the best
-            configuration is chosen by it (never by the test metric).
-        select: selection rule, ``"best-val"``, ``"last"`` or ``"last-k"`` (k = 10).
-        test_metric: the metric in the cells.
+        objective: its metric and mode choose the best configuration (never the test metric), its
+            table metric fills the cells (the test metric; without one, the metric), its rule picks
+            each trial's value.
 
     Raises:
-        ExperimentError: nothing to show (no trial reported ``test_metric``; not an experiment),
-            or a bad rule.
+        ExperimentError: nothing to show (no trial reported the table metric; not an experiment).
     """
-    check_select(select)
     trials, history = load_experiment(experiment)
-    return summary_text(trials, history, metric, mode, select, test_metric=test_metric)
+    return summary_text(trials, history, objective)
 
 
 def summary_text(
     trials: pd.DataFrame,
     history: pd.DataFrame,
-    metric: str = DEFAULT_METRIC,
-    mode: str = DEFAULT_MODE,
-    select: str = DEFAULT_SELECT,
+    objective: Objective = Objective(),
     *,
-    k: int = DEFAULT_K,
-    test_metric: str = DEFAULT_TEST_METRIC,
     rows: list[str] | None = None,
 ) -> str:
     """Grid-shaped summary of one experiment (or several) as plain text.
 
     Lines: a header stating the selection rule; a table with one row per method × noise rate
     (every varying config key but noise type and seed) and one column per noise type, each
-    cell ``mean ± std (n)`` over seeds of ``test_metric`` under ``select`` (the numbers of
+    cell ``mean ± std (n)`` over seeds of the objective's table metric under its rule (the numbers of
     :func:`analysis.paper_table`, formatted the same way: accuracies in %); the count of
     errored and diverged trials; the duplicates left out (:func:`analysis.reading.load.duplicates_line`,
-    only when there were some); one line naming the best configuration by ``metric`` under
-    the same rule, with its ``metric`` and ``test_metric`` cells.
+    only when there were some); one line naming the best configuration by the objective's metric
+    under the same rule, with its metric and test metric cells.
 
     Raises:
-        ExperimentError: no trial reported ``test_metric`` (nothing to show), or as
+        ExperimentError: no trial reported the table metric (nothing to show), or as
             :func:`analysis.paper_table`.
     """
+    test_metric = objective.table_metric
     if test_metric not in history.columns or not history[test_metric].notna().any():
         raise ExperimentError(f"no trial reported {test_metric!r}: nothing to summarise")
-    test = paper_table(
-        trials, history, test_metric, select=select, k=k, val_metric=metric, val_mode=mode, rows=rows, baseline=None
-    )
+    test = paper_table(trials, history, objective, rows=rows, baseline=None)
     a = test.attrs
-    val = paper_table(
-        trials,
-        history,
-        metric,
-        select=select,
-        k=k,
-        val_metric=metric,
-        val_mode=mode,
-        mode=mode,
-        rows=a["rows"],
-        baseline=None,
-    )
+    val = paper_table(trials, history, objective.validation(), rows=a["rows"], baseline=None)
     wide = "noise_type" in a["columns"]
     errored = int((trials["status"] == "ERROR").sum())
     diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
@@ -104,7 +72,7 @@ def summary_text(
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
-    lines.append(_best_line(test, val, metric, mode, test_metric))
+    lines.append(_best_line(test, val))
     return "\n".join(lines) + "\n"
 
 
@@ -126,9 +94,10 @@ def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:
     return _aligned(header, body, len(keys))
 
 
-def _best_line(test: pd.DataFrame, val: pd.DataFrame, metric: str, mode: str, test_metric: str) -> str:
-    """The best configuration by the validation metric, with its validation and test cells."""
-    best = best_cell(val, mode)
+def _best_line(test: pd.DataFrame, val: pd.DataFrame) -> str:
+    """The best configuration by the validation metric (``val``: its table), with its validation and test cells."""
+    metric, test_metric = val.attrs["metric"], test.attrs["metric"]
+    best = best_cell(val)
     if best is None:
         return f"best configuration: none (no usable {metric} value)"
     a = test.attrs
@@ -151,13 +120,14 @@ def _aligned(header: list[str], body: list[list[str]], left: int) -> list[str]:
     return lines
 
 
-def best_cell(val: pd.DataFrame, mode: str) -> pd.Series | None:
-    """Row of a :func:`analysis.paper_table` of the validation metric with the best mean
-    (first on ties), or None when no cell has a usable value. Never pass a test-metric table."""
+def best_cell(val: pd.DataFrame) -> pd.Series | None:
+    """Row of a :func:`analysis.paper_table` of the validation metric (``objective.validation()``) with
+    the best mean by its mode (first on ties), or None when no cell has a usable value. Never pass a
+    test-metric table."""
     usable = val[val["n"] > 0]
     if usable.empty:
         return None
-    return usable.loc[usable["mean"].idxmax() if mode == "max" else usable["mean"].idxmin()]
+    return usable.loc[usable["mean"].idxmax() if val.attrs["mode"] == "max" else usable["mean"].idxmin()]
 
 
 def cell_trials(trials: pd.DataFrame, cell: pd.Series, table: pd.DataFrame) -> pd.DataFrame:

@@ -74,11 +74,12 @@ def slots(
     gpus_per_trial, max_concurrent), at least 1; the reason in words). CPUs from `os.cpu_count`,
     GPUs from NVML, without starting Ray; with `address` (a cluster) this machine's count is a
     lower bound, and the words say so."""
+    from sweeps.engine.run_flags import GPU_SHARE
     from sweeps.engine.sweep_records.provenance_capture import local_gpus
 
     cpus = os.cpu_count() or 1
     gpu_count = len(local_gpus()[0])
-    share = gpus_per_trial if isinstance(gpus_per_trial, (int, float)) else (0.25 if gpu_count else 0.0)
+    share = gpus_per_trial if isinstance(gpus_per_trial, (int, float)) else (GPU_SHARE if gpu_count else 0.0)
     counts = {f"{cpus} CPUs / {cpus_per_trial:g}": int(cpus // cpus_per_trial)}
     if share:
         counts[f"{gpu_count} GPUs / {share:g}"] = int(gpu_count // share) if share < 1 else gpu_count // int(share)

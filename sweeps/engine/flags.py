@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import ipaddress
 import math
 import os
-import re
 from pathlib import Path
 
 from trainables.config import TrainConfig, check_field
+from trainables.experiment.objective import field_comments
 
 
 class UsageError(ValueError):
@@ -219,10 +218,7 @@ class _Refused(argparse.Action):
 
 def field_help() -> dict[str, str]:
     """Field name -> its comment in `TrainConfig`'s source (the one-line help of its flag)."""
-    pattern = re.compile(r"^\s+(\w+): [^=]+=.*?#\s*(.+)$")
-    return {
-        m.group(1): m.group(2) for line in inspect.getsource(TrainConfig).splitlines() if (m := pattern.match(line))
-    }
+    return field_comments(TrainConfig)
 
 
 def add_config_flags(

@@ -12,6 +12,7 @@ from sweeps.engine.flags import epochs_of
 from sweeps.engine.run import resume
 from sweeps.engine.run.sweep_end import print_summary
 from trainables.config import TrainConfig, config_hash
+from trainables.experiment.objective import Objective
 
 # Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
 # cnn 0.51 s per digits epoch on one core (benchmarks/results/trainable_overhead.json); resnet18 is
@@ -94,9 +95,10 @@ def plan_grid(
     return GridPlan(todo, reused, space, BasicVariantGenerator(points_to_evaluate=todo), len(todo))
 
 
-def report_finished(plan: GridPlan, experiment_dir: str, metric: str, mode: str, test_metric: str) -> int:
+def report_finished(plan: GridPlan, experiment_dir: str, objective: Objective) -> int:
     """Every cell is finished already: say so, print the sweep's table and report, and return the
-    exit code of the reused trials (`resume.report_outcome`: 0 all done, 1 one diverged)."""
+    exit code of the reused trials (`resume.report_outcome`: 0 all done, 1 one diverged). `objective`:
+    the sweep's (`RunOptions.objective`)."""
     print(f"all {len(plan.reused)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-    print_summary(experiment_dir, metric, mode, test_metric=test_metric)
-    return resume.report_outcome(None, plan.reused, metric)
+    print_summary(experiment_dir, objective)
+    return resume.report_outcome(None, plan.reused, objective.metric)

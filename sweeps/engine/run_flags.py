@@ -21,10 +21,12 @@ from sweeps.engine.flags import (
 )
 from trainables.command.failure_gate import MAX_INITIAL_FAILURES
 from trainables.experiment import records
+from trainables.experiment.objective import Objective, objective_of
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
+GPU_SHARE = 0.25  # GPUs per trial when --gpus-per-trial is not given and the cluster has GPUs: four share one
 MLFLOW_DEFAULT_URI = (
     "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 )
@@ -53,10 +55,15 @@ def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool)
         "--gpus-per-trial",
         default=None,
         help="GPUs each trial gets: a fraction such as 0.25 (4 trials share a GPU), a whole number (2+: "
-        "data-parallel), 0 for CPU trials, or auto (probe the memory, pack densely) (default: 0.25 when "
-        "the cluster has GPUs, else 0)",
+        "data-parallel), 0 for CPU trials, or auto (probe the memory, pack densely) (default: "
+        f"{GPU_SHARE:g} when the cluster has GPUs, else 0)",
     )
-    res.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPU cores each trial gets (default: 1)")
+    res.add_argument(
+        "--cpus-per-trial",
+        type=float,
+        default=RunOptions.cpus_per_trial,
+        help=f"CPU cores each trial gets (default: {RunOptions.cpus_per_trial:g})",
+    )
     res.add_argument(
         "--max-concurrent",
         type=int,
@@ -76,7 +83,9 @@ def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool)
         "(default: join the cluster `ray start` runs on this machine, else start a local Ray)",
     )
     res.add_argument(
-        "--dashboard-host", default="127.0.0.1", help="interface the Ray dashboard listens on (default: 127.0.0.1)"
+        "--dashboard-host",
+        default=RunOptions.dashboard_host,
+        help=f"interface the Ray dashboard listens on (default: {RunOptions.dashboard_host})",
     )
     res.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
     res.add_argument(
@@ -119,10 +128,10 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
     faults.add_argument(
         "--max-initial-failures",
         type=int,
-        default=MAX_INITIAL_FAILURES,
+        default=RunOptions.max_initial_failures,
         help="command sweeps: stop when this many trial attempts failed before any trial reported a metric; "
         "until one has, no more start at once; 0: never (default: "
-        f"{MAX_INITIAL_FAILURES}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
+        f"{RunOptions.max_initial_failures}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
     )
     faults.add_argument(
         "--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)"
@@ -149,7 +158,10 @@ def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
         help="no progress blocks, only errors and the final lines (also: RAYSWEEP_QUIET=1)",
     )
     watch.add_argument(
-        "--progress-every", type=float, default=15.0, help="seconds between progress blocks (default: 15)"
+        "--progress-every",
+        type=float,
+        default=RunOptions.progress_every,
+        help=f"seconds between progress blocks (default: {RunOptions.progress_every:g})",
     )
     watch.add_argument(
         "--mlflow-uri",
@@ -226,7 +238,7 @@ class RunOptions:
         name: the experiment, a folder under `storage_path`.
         storage_path: a local folder (made absolute) or a URI (s3://...).
         gpus_per_trial: GPUs per trial: a fraction of a GPU in (0, 1], whole GPUs (2+: data-parallel),
-            0.0 (CPU trials), "auto" (probe the memory, pack densely) or None (0.25 with GPUs, else 0).
+            0.0 (CPU trials), "auto" (probe the memory, pack densely) or None (`GPU_SHARE` with GPUs, else 0).
         cpus_per_trial: CPU cores per trial (> 0).
         gpus: the GPUs a local Ray may use: None (every idle one), "all", or indices.
         max_concurrent: at most this many trials at once (None: as resources allow).
@@ -243,7 +255,8 @@ class RunOptions:
         quiet, progress_every: no progress blocks; seconds between them.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
         notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.run.notify`).
-        test_metric: the metric in the cells of the final table, at the epoch the sweep's metric selects.
+        objective: what the sweep ranks its trials by (Tune's metric and mode) and what its final
+            table shows (the test metric, at the epoch the metric selects).
     """
 
     name: str
@@ -266,7 +279,7 @@ class RunOptions:
     mlflow_uri: str | None = None
     wandb_project: str | None = None
     notify: tuple[str, ...] = ()
-    test_metric: str = "test/acc"
+    objective: Objective = Objective()
 
     @property
     def experiment_dir(self) -> str:
@@ -276,10 +289,11 @@ class RunOptions:
 
 def run_options(args: argparse.Namespace) -> RunOptions:
     """The `RunOptions` of flags parsed and checked by `check_run_args` (flags a script does not
-    have, such as --retry-errored or --time-budget-s, keep the field's default)."""
-    return RunOptions(
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions) if hasattr(args, f.name)}
-    )
+    have, such as --retry-errored or --time-budget-s, keep the field's default), with the sweep's
+    `Objective` made once from its flags (`--metric`, `--mode`, `--test-metric`; a script without
+    them: the defaults), unless the script made it already (`args.objective`)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions) if hasattr(args, f.name)}
+    return RunOptions(**({"objective": objective_of(args)} | given))  # `args.objective`: made by the script
 
 
 # --- searches (sweeps/lr_search.py, sweeps/pbt.py) ----------------------------------------

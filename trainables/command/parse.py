@@ -24,11 +24,14 @@ import string
 
 from trainables.command import output_shapes
 from trainables.command.output_shapes import KEY, NUMBER
+from trainables.experiment.objective import Objective
 
 BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the trainable, not from the config
 # --metrics-from: `output` (the default) reads both streams, `stdout` / `stderr` one; each also reads
 # the JSON-lines file; `output` also the tracker records of a script that prints no metric
 # (`trainables/command/trackers.py`: wandb, mlflow, csv, hf, each also a source of its own).
+STEP_KEY = "epoch"  # the metric counting a command's progress unless --step-key names another
+METRICS_FROM = "output"  # where a command's results are read unless --metrics-from says otherwise
 METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard", "wandb", "mlflow", "csv", "hf")
 STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
@@ -182,7 +185,7 @@ class StepContext:
     A line naming the step (`Epoch [3/50] ...`, `epoch=3 val_acc=0.8`) starts that step; metrics
     on it and on later lines without a step belong to it (`* accuracy: 97.0%` under the epoch's
     line). A step's result is complete, and returned, when a line names another step, when it
-    holds every metric of `complete_when` (so `epoch=3 val_acc=0.81` is reported at once, not an
+    holds the objective's metrics (`Objective.step_metrics`: so `epoch=3 val_acc=0.81` is reported at once, not an
     epoch late), or at `close()` (the command exited). Metrics printed after the last step line,
     or by a script that never prints a step, are a final result at the last step seen (or step 0),
     reported once at `close()`.
@@ -191,17 +194,18 @@ class StepContext:
     are dropped, unless they are the final result. Running values (an AverageMeter's average, a
     progress bar's postfix, redrawn every batch) never complete a step before it ends.
 
-        ctx = StepContext("epoch", complete_when={"val_acc"})
+        ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
         ctx.feed("val_acc: 71.5%")                     # -> [{"val_acc": 71.5, "epoch": 1}]
         ctx.feed("* test_acc: 70.2%")                  # -> []
         ctx.close()                                    # -> [{"test_acc": 70.2, "epoch": 1}]
     """
 
-    def __init__(self, step_key: str, patterns: list[re.Pattern] | None = None, complete_when=()):
-        """Args: step_key and patterns as for `line_metrics`; complete_when: metric names whose
-        presence completes a step's result (the sweep's `--metric` and `--test-metric`)."""
-        self.step_key, self.patterns, self.complete_when = step_key, patterns, frozenset(complete_when)
+    def __init__(self, step_key: str, patterns: list[re.Pattern] | None = None, objective: Objective | None = None):
+        """Args: step_key and patterns as for `line_metrics`; objective: the sweep's, whose metrics'
+        presence completes a step's result (its `--metric` and `--test-metric`; None: only the next step does)."""
+        self.step_key, self.patterns = step_key, patterns
+        self.completes = frozenset(objective.step_metrics if objective else ())
         self.step = None  # the current step; None before the first step line
         self.pending: dict = {}  # metrics of the current step not returned yet
         self.completed = None  # the step last returned
@@ -227,7 +231,7 @@ class StepContext:
             self.step = step
         self.pending.update(metrics)
         self.settled |= metrics.keys() - running
-        if self.step is not None and self.complete_when and self.complete_when <= self.settled:
+        if self.step is not None and self.completes and self.completes <= self.settled:
             done += self._flush()
         return done
 

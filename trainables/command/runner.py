@@ -26,7 +26,16 @@ from ray.tune import Checkpoint
 from trainables import divergence
 from trainables.command.failure import CommandFailed, _failed, _take_turn, _verdict  # noqa: F401
 from trainables.command.failure_gate import GateTicket
-from trainables.command.parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
+from trainables.command.parse import (
+    JOINS_STEP_METRIC,
+    METRICS_FROM,
+    NO_RETRY_METRIC,
+    STEP_KEY,
+    STREAMS_READ,
+    StepContext,
+    non_finite,
+    render,
+)
 from trainables.command.process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
     command_env,
@@ -52,9 +61,10 @@ from trainables.command.sources import (  # noqa: F401  (read_metrics_file: also
     unreported_tracker_rows,
 )
 from trainables.command.trackers import TRACKERS, sources_of, tracker_env
-from trainables.command.watchdog import start_watchdog, terminate_group
+from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, start_watchdog, terminate_group
 from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
+from trainables.experiment.objective import Objective
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 
@@ -68,12 +78,12 @@ def train_command(
     config: dict,
     *,
     template: list[str],
-    step_key: str = "epoch",
+    step_key: str = STEP_KEY,
     metric_pattern: str | list[str] | None = None,
-    metrics_from: str = "output",
-    complete_when: tuple = (),
-    grace_period_s: float = 10.0,
-    write_wait_s: float = 30.0,
+    metrics_from: str = METRICS_FROM,
+    objective: Objective | None = None,
+    grace_period_s: float = GRACE_PERIOD_S,
+    write_wait_s: float = WRITE_WAIT_S,
     cwd: str | None = None,
     code_dir: str | None = None,
 ) -> None:
@@ -88,8 +98,8 @@ def train_command(
             None: `key=value` / `key: value` pairs.
         metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv` or
             `hf`: where results are read (docs/command-trial-internals.md).
-        complete_when: metric names whose presence completes a step's result at once (the sweep's
-            metric and test metric); otherwise a step is reported when the next one starts.
+        objective: the sweep's: the presence of its metric and test metric completes a step's result
+            at once (`Objective.step_metrics`); otherwise a step is reported when the next one starts.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         write_wait_s: before that SIGTERM, the longest wait for its writes to finish (`watchdog.wait_for_writes`).
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
@@ -108,12 +118,12 @@ def train_command(
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    recovered = _report_recovered(reporter, trial_name, patterns, complete_when, (metrics_from, work_dir))
+    recovered = _report_recovered(reporter, trial_name, patterns, objective, (metrics_from, work_dir))
     if recovered or not _take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
     argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
+    reading = (step_key, patterns, objective, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
@@ -191,7 +201,7 @@ def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
     return work_dir, metrics_file
 
 
-def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complete_when, reading: tuple) -> bool:
+def _report_recovered(reporter: StepReporter, trial_name: str, patterns, objective, reading: tuple) -> bool:
     """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
     lines a killed worker never read: `catch_up`), or else written to the tracker records
     --metrics-from reads (`reading`: it and `{trial_dir}`), but never reported, before the command
@@ -207,7 +217,7 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
             last_step if last_step is not None else -math.inf,
             key,
             patterns,
-            complete_when,
+            objective,
             streams,
             reporter.recorded,
         )
@@ -216,9 +226,9 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     )
     origin = stdout_log.name
     if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
-        printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams)
+        printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, objective, streams)
         if not printing:  # `output` reads the trackers of a script that prints no metric only
-            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), complete_when)
+            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), objective)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
@@ -267,9 +277,9 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     `reading`: the step key, patterns, metrics that complete a step, --metrics-from and the metrics
     file (its folder, the trial's, holds the output files); TensorBoard events are read under
     `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
-    step_key, patterns, complete_when, metrics_from, metrics_file = reading
+    step_key, patterns, objective, metrics_from, metrics_file = reading
     work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
-    records_read = record_reader(metrics_from, work_dir, step_key, complete_when, since=time.time() - 2.0)
+    records_read = record_reader(metrics_from, work_dir, step_key, objective, since=time.time() - 2.0)
     log = StreamLog(metrics_file.parent / STDOUT_LOG)
     outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
     try:
@@ -282,7 +292,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         start_readers(proc, log, outputs),
         {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
         echo,
-        StepContext(step_key, patterns, complete_when),
+        StepContext(step_key, patterns, objective),
         STREAMS_READ.get(metrics_from, ()),
         None if metrics_from == "tensorboard" or metrics_from in TRACKERS else metrics_file,
         records_read,

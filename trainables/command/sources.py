@@ -23,6 +23,7 @@ from trainables.command.parse import STREAMS_READ, StepContext, line_metrics
 from trainables.command.trackers import TRACKERS, TrackerResults, describe_sources, sources_of
 from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.experiment import records
+from trainables.experiment.objective import Objective
 
 STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's lines, every attempt
 ATTEMPT_LINE = "# raysweep: command started "  # first line of each attempt in STDOUT_LOG
@@ -37,7 +38,7 @@ def unreported_results(
     last_step,
     step_key: str,
     patterns: list[re.Pattern],
-    complete_when=(),
+    objective: Objective | None = None,
     streams=("stdout",),
     recorded: set | None = None,
 ) -> list[dict]:
@@ -61,7 +62,7 @@ def unreported_results(
         return []
     found = {}
     for attempt in text.split(ATTEMPT_LINE)[1:]:
-        context = StepContext(step_key, patterns, complete_when)
+        context = StepContext(step_key, patterns, objective)
         lines = [line for _, line in stream_lines(attempt.splitlines()[1:], streams)]
         for result in [r for line in lines for r in context.feed(line)] + context.close():
             if not_reported(result[step_key], last_step, recorded):
@@ -75,15 +76,15 @@ def not_reported(step, last_step, recorded: set | None) -> bool:
     return (step not in recorded) if recorded is not None else step > last_step
 
 
-def record_reader(metrics_from: str, work_dir: Path, step_key: str, complete_when=(), since=None):
+def record_reader(metrics_from: str, work_dir: Path, step_key: str, objective: Objective | None = None, since=None):
     """What reads the records a command writes under `work_dir` for `metrics_from` while it runs:
     `TensorBoardResults` (tensorboard), `TrackerResults` of that tracker, of every tracker for a
     command that prints nothing (`output`, `auto`), or None (the streams and the metrics file only)."""
     if metrics_from == "tensorboard":
-        return TensorBoardResults(work_dir, step_key, complete_when)
+        return TensorBoardResults(work_dir, step_key, objective)
     if metrics_from in TRACKERS or metrics_from == "output":
         sources = sources_of(metrics_from)
-        return TrackerResults(work_dir, step_key, sources, complete_when, since, auto=metrics_from == "output")
+        return TrackerResults(work_dir, step_key, sources, objective, since, auto=metrics_from == "output")
     return None
 
 
@@ -161,9 +162,9 @@ class TensorBoardResults:
     written and continues from there at the next `poll`.
     """
 
-    def __init__(self, folder: Path, step_key: str, complete_when=()):
+    def __init__(self, folder: Path, step_key: str, objective: Objective | None = None):
         self.folder, self.step_key = folder, step_key
-        self.context = StepContext(step_key, None, complete_when)
+        self.context = StepContext(step_key, None, objective)
         self.loaders: dict = {}  # event file -> its EventFileLoader
 
     def poll(self, printed=()) -> list[dict]:
@@ -303,12 +304,14 @@ def no_metrics_message(
     )
 
 
-def unreported_tracker_rows(work_dir: Path, reporter, sources: tuple, complete_when=()) -> tuple[list[dict], str]:
+def unreported_tracker_rows(
+    work_dir: Path, reporter, sources: tuple, objective: Objective | None = None
+) -> tuple[list[dict], str]:
     """The rows in the tracker records under `work_dir` (every attempt's) that a restarted trial's
     history lacks (`reporter`: its step key, last step and recorded steps, `command.StepReporter`), in
     step order, and where they came from (`csv records`)."""
     key = reporter.step_key
-    reader = TrackerResults(work_dir, key, sources, complete_when)
+    reader = TrackerResults(work_dir, key, sources, objective)
     last = reporter.last_step if reporter.last_step is not None else -math.inf
     found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
     return [found[step] for step in sorted(found)], f"{reader.source} records"

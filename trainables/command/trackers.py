@@ -23,6 +23,7 @@ from pathlib import Path
 
 from trainables.command.parse import StepContext
 from trainables.command.wandb_reader import RUN_GLOB, read_history
+from trainables.experiment.objective import Objective
 from trainables.experiment.records import MLFLOW_STORE
 
 TRACKERS = ("wandb", "mlflow", "csv", "hf")  # in the order auto-detection tries them
@@ -157,17 +158,25 @@ class TrackerResults:
     Every `READ_EVERY_S` the records are read again; rows not seen before (W&B: records past the
     byte offset read; CSV, Hugging Face, MLflow: rows past the count read, their logs only grow) are
     grouped per step by a `StepContext`: a step is complete when a later step appears, or at `close`
-    (not as soon as it holds `complete_when`: MLflow and Lightning write a step's keys in several rows).
+    (not as soon as it holds the objective's metrics: MLflow and Lightning write a step's keys in several rows).
     Of `sources`, the first that holds a row is read from then on (`source`). With `auto` (the
     default `--metrics-from output`) nothing is read once the command printed a result first.
     """
 
-    def __init__(self, work_dir: Path, step_key: str, sources=TRACKERS, complete_when=(), since=None, auto=False):
+    def __init__(
+        self,
+        work_dir: Path,
+        step_key: str,
+        sources=TRACKERS,
+        objective: Objective | None = None,
+        since=None,
+        auto=False,
+    ):
         """Args: since: only records written since then (epoch seconds; None: all, for a restart's
-        recovery); complete_when: the sweep's --metric first (its error names it when no row held it)."""
+        recovery); objective: the sweep's (its error names the metric when no row held it)."""
         self.work_dir, self.step_key, self.sources, self.since, self.auto = work_dir, step_key, sources, since, auto
-        self.context = StepContext(step_key)  # not complete_when: a step's keys may come in rows read apart
-        self.metric = next(iter(complete_when), None)
+        self.context = StepContext(step_key)  # no objective: a step's keys may come in rows read apart
+        self.metric = objective.metric if objective else None
         self.source: str | None = None  # the source read, once one held a row
         self.seen: dict = {}  # file or store -> rows read (W&B: bytes)
         self.held: dict = {}  # metric names in the rows read, in order of appearance

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+GRACE_PERIOD_S = 10.0  # seconds between SIGTERM and SIGKILL when a trial's command is stopped (--grace-period-s)
+WRITE_WAIT_S = 30.0  # before that SIGTERM, the longest wait for the command's writes to finish (--write-wait-s)
 WRITE_QUIET_S = 1.0  # a stop waits until no file under the trial's folders was opened or written for this long
 WRITE_POLL_S = 0.1  # how often `wait_for_writes` looks at the group's open files
 

@@ -1,7 +1,8 @@
 """Selection rules: which value of a trial's history a table reports, named once.
 
 Light on purpose (no pandas): the CLI checks ``--select``/``--k`` before importing anything.
-The values themselves are computed by :func:`analysis.statistics.select.select_values`.
+A sweep's rule travels in its :class:`trainables.experiment.objective.Objective` (``select``, ``k``);
+the values themselves are computed by :func:`analysis.statistics.select.select_values`.
 
 Rules, as papers on learning with noisy labels report test accuracy:
 
@@ -19,18 +20,9 @@ from __future__ import annotations
 from trainables.experiment.errors import ExperimentError
 
 SELECT_RULES = ("best-val", "last", "last-k")
-DEFAULT_SELECT = "best-val"
-DEFAULT_K = 10
-"""Epochs averaged by ``last-k`` (Co-teaching's 10)."""
-
-DEFAULT_METRIC, DEFAULT_MODE = "val/acc", "max"
-"""Validation metric and mode when the sweep recorded none (``raysweep.json`` or TuneConfig)."""
-
-DEFAULT_TEST_METRIC = "test/acc"
-"""The metric a paper table reports (accuracy on the clean test set)."""
 
 
-def check_select(select: str, k: int = DEFAULT_K) -> None:
+def check_select(select: str, k: int) -> None:
     """Raise :class:`ExperimentError` (one line) for an unknown rule or ``last-k`` with k < 1."""
     if select not in SELECT_RULES:
         raise ExperimentError(f"unknown selection rule {select!r}; choose one of {', '.join(SELECT_RULES)}")
@@ -38,10 +30,10 @@ def check_select(select: str, k: int = DEFAULT_K) -> None:
         raise ExperimentError(f"last-k needs k >= 1 (an integer number of epochs), not {k!r}")
 
 
-def describe_select(select: str, metric: str, val_metric: str = DEFAULT_METRIC, k: int = DEFAULT_K) -> str:
+def describe_select(select: str, metric: str, val_metric: str, k: int) -> str:
     """The rule in words, for table captions, plot titles and console headers.
 
-    ``describe_select("best-val", "test/acc")`` ->
+    ``describe_select("best-val", "test/acc", "val/acc", 10)`` ->
     ``"test/acc at the epoch of best val/acc (ties: earliest)"``.
     """
     check_select(select, k)

@@ -19,6 +19,7 @@ import time
 import ray
 
 from sweeps.engine.flags import UsageError, check_dashboard_host
+from sweeps.engine.run_flags import GPU_SHARE
 from trainables import ray_private
 
 CONNECT_TIMEOUT_S = 5.0  # the TCP probe of HOST:PORT, and again the GCS handshake: <= 10 s in all
@@ -331,8 +332,8 @@ def _stderr_silenced():
 
 
 def default_gpus_per_trial() -> float:
-    """0.25 GPU per trial (four small trials share a GPU) when the cluster has GPUs, else 0 (CPU)."""
-    return 0.25 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    """`run_flags.GPU_SHARE` (0.25: four small trials share a GPU) when the cluster has GPUs, else 0 (CPU)."""
+    return GPU_SHARE if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
 def check_resources(gpus_per_trial: float, cpus_per_trial: float) -> None:

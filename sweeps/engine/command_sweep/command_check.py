@@ -47,7 +47,6 @@ def check_command(args) -> int:
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
     patterns = [re.compile(p) for p in args.metric_pattern]
-    complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
     streams = STREAMS_READ.get(args.metrics_from, ())
     seen: set = set()
     printed: dict = {"stdout": [], "stderr": []}
@@ -55,8 +54,8 @@ def check_command(args) -> int:
         work_dir, metrics_file = _prepare_folder(args, Path(folder), METRICS_FILE)
         argv = command_template.render(args.template, cell, str(work_dir), name)
         print(f"--check {name}: {shlex.join(argv)}", flush=True)
-        context = StepContext(args.step_key, patterns, complete)
-        events = record_reader(args.metrics_from, work_dir, args.step_key, complete, since=time.time() - 2.0)
+        context = StepContext(args.step_key, patterns, args.objective)
+        events = record_reader(args.metrics_from, work_dir, args.step_key, args.objective, since=time.time() - 2.0)
 
         def show(rows: list[dict]) -> None:
             for row in rows:
@@ -81,7 +80,9 @@ def check_command(args) -> int:
         held = _say_source(args, events, bool(seen), work_dir)
     if code != 0:
         return _crashed(code, printed["stderr"], os.getcwd() if args.in_place else f"{work_dir} {COPY_REMOVED}")
-    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
+    return _verdict(
+        code, args.objective.step_metrics, seen, candidate_keys(printed, args.step_key, patterns), streams, held
+    )
 
 
 def _command_env(args, cell: dict, work_dir: Path, name: str, metrics_file: Path) -> dict:

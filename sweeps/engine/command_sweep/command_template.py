@@ -18,12 +18,14 @@ from trainables.command.parse import (
     BUILTIN_PLACEHOLDERS,
     DEFAULT_METRIC_PATTERN,
     KEY,
+    METRICS_FROM,
     METRICS_SOURCES,
     STREAMS_READ,
     parse_metrics_line,
     render,
 )
 from trainables.command.parse import placeholders as _placeholders
+from trainables.experiment.objective import Objective
 
 __all__ = [
     "parse_axis",
@@ -322,16 +324,16 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
 
 
 def check_metric_producible(
-    metric: str,
+    objective: Objective,
     patterns: list[re.Pattern] | re.Pattern | None,
     step_key: str,
-    metrics_from: str = "output",
-    test_metric: str | None = None,
+    metrics_from: str = METRICS_FROM,
 ) -> None:
     """Refuse a `--metric` / `--test-metric` / `--step-key` that no result of this sweep can hold.
 
     Args:
-        metric: the metric the sweep ranks (and ASHA / Optuna read), e.g. `val_acc`.
+        objective: the sweep's: its metric (ranks trials; ASHA / Optuna read it, e.g. `val_acc`) and
+            test metric (none: the metric).
         patterns: the compiled `--metric-pattern`s (one or a list), or None for the default
             `key=value` pattern.
         step_key: the metric counting progress (`epoch`); read in any default step form, so it
@@ -339,14 +341,14 @@ def check_metric_producible(
         metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv`
             or `hf` (JSON keys, TensorBoard tags and tracker keys may be any name, so only printed
             lines are checked).
-        test_metric: `--test-metric`, or None.
     Raises:
         UsageError: with custom patterns, a metric that is none of their named groups; with the
             default pattern, a name that cannot be a key (spaces, leading digit, ...).
     """
     patterns = [patterns] if isinstance(patterns, re.Pattern) else list(patterns or [])
     groups = [g for p in patterns for g in p.groupindex]
-    flags = [("--metric", metric), ("--step-key", step_key)] + ([("--test-metric", test_metric)] if test_metric else [])
+    flags = [("--metric", objective.metric), ("--step-key", step_key)]
+    flags += [("--test-metric", objective.test_metric)] if objective.test_metric else []
     for flag, name in flags if metrics_from in STREAMS_READ else ():
         if not re.fullmatch(KEY, name) and not (patterns and flag != "--step-key" and name in groups):
             raise UsageError(

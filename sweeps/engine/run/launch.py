@@ -4,7 +4,7 @@ data-parallel and command trials) runs through them.
 A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its search space, and runs
 its sweep in Ray Tune's words, as Ray's examples do:
 
-    sweep = start_sweep(options, trial_function, metric, mode)   # driver lock, Ray start-up, checks
+    sweep = start_sweep(options, trial_function)   # driver lock, Ray start-up, checks
     tune_config = sweep.tune_config(TuneConfig(...), param_space)  # + the pieces every sweep shares
     tuner = sweep.restore() if options.resume else Tuner(
         sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
@@ -45,8 +45,8 @@ from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
 from trainables import ray_private
 from trainables.command.initial_failures import InitialFailures
-from trainables.config import METRIC, MODE
 from trainables.experiment import records
+from trainables.experiment.objective import Objective
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
 ARTIFACT_SYNC_PERIOD_S = 5
@@ -59,13 +59,12 @@ class Sweep:
     The script builds its `Tuner` from `trainable` (the trial function in `tune.with_resources`),
     `tune_config(...)` and `run_config` (`sweep_run_config` for the flags), or `restore()`s it, and
     runs it with `fit`. `gpus` is the GPU share per trial; `tuned` the completed `TuneConfig` and
-    `param_space` the script's, kept for the record and the OOM re-queue rounds.
+    `param_space` the script's, kept for the record and the OOM re-queue rounds. What the sweep
+    ranks by is `options.objective`.
     """
 
     options: RunOptions
     trial_function: TrialFunction
-    metric: str
-    mode: str
     gpus: float
     run_config: RunConfig
     held: driver_lock.DriverHold
@@ -89,17 +88,14 @@ class Sweep:
         first line and sets Tune's switches (`set_tune_environment`).
 
         Args:
-            tune_config: the sweep's own (search_alg, scheduler, num_samples, metric, mode,
-                trial_name_creator, which also names the trial folders); its metric and mode are the sweep's.
+            tune_config: the sweep's own (search_alg, scheduler, num_samples, metric and mode of
+                `options.objective`, trial_name_creator, which also names the trial folders).
             param_space: the `Tuner`'s, as it is (counted in `raysweep.json`'s `total_trials`).
         Raises:
-            ValueError: no trial_name_creator, or a metric or mode other than `start_sweep`'s.
+            ValueError: no trial_name_creator.
         """
-        if tune_config.trial_name_creator is None or (tune_config.metric, tune_config.mode) != (self.metric, self.mode):
-            raise ValueError(
-                f"the sweep's TuneConfig needs a trial_name_creator and metric={self.metric!r}, mode={self.mode!r} "
-                f"(got metric={tune_config.metric!r}, mode={tune_config.mode!r})"
-            )
+        if tune_config.trial_name_creator is None:
+            raise ValueError("the sweep's TuneConfig needs a trial_name_creator (it also names the trial folders)")
         at_once = max_concurrent_trials(self.options, self.gpus, self.trial_function, tune_config)
         self.tuned, self.param_space = sweep_tune_config(tune_config, at_once, self.options), param_space
         announce(self.options, self.gpus, self.tuned)
@@ -122,21 +118,19 @@ class Sweep:
             tuner: the script's `Tuner(...)` or `restore()`, after `tune_config`.
             reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
         Returns:
-            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported `metric`;
-            the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported the objective's
+            metric; the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
         A Ray this sweep started is stopped at the end.
         """
         if self.tuned is None:
             raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
-        experiment_dir = self.options.experiment_dir
+        experiment_dir, objective = self.options.experiment_dir, self.options.objective
         if not self.options.resume:
-            records.write_settings(
-                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
-            )
+            records.write_settings(experiment_dir, sweep_info(objective, self.tuned, self.param_space, self.settings))
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
-        code = resume.report_outcome(rounds, reused or {}, self.metric, requeued_trial_paths(rounds))
-        notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
-        print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
+        code = resume.report_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
+        notify.sweep_ended(code, rounds, objective, reused)
+        print_summary(experiment_dir, objective, shutdown_ray=self.starts_ray)
         print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
         self.held.release(code)
         return code, rounds
@@ -145,8 +139,6 @@ class Sweep:
 def start_sweep(
     options: RunOptions,
     trial_function: TrialFunction,
-    metric: str,
-    mode: str,
     *,
     checkpoint_config: CheckpointConfig | None = None,
     settings: dict | None = None,
@@ -155,9 +147,10 @@ def start_sweep(
     cluster) with the GPU choice, the checks that fail fast, and its provenance record.
 
     Args:
-        options: how the sweep runs (`run_flags.run_options` of the flags `check_run_args` checked).
-        trial_function: see `TrialFunction`. metric, mode: what the sweep ranks by (its TuneConfig's).
-        checkpoint_config: default: the best two by `metric` (and the latest).
+        options: how the sweep runs and what it ranks by (`options.objective`; `run_flags.run_options`
+            of the flags `check_run_args` checked).
+        trial_function: see `TrialFunction`.
+        checkpoint_config: default: the best two by the objective's metric (and the latest).
         settings: the sweep's settings, recorded in `raysweep.json` (a resumed search must match).
     --max-initial-failures applies where the trial function uses the sweep's failure gate (command trials).
     Returns:
@@ -173,8 +166,7 @@ def start_sweep(
         quiet=options.quiet,
         mlflow_uri=options.mlflow_uri,
         wandb_project=options.wandb_project,
-        metric=metric,
-        mode=mode,
+        objective=options.objective,
     )
     run_config = sweep_run_config(
         options.name,
@@ -182,8 +174,7 @@ def start_sweep(
         max_failures=options.max_failures,
         fail_fast=options.fail_fast,
         callbacks=callbacks,
-        metric=metric,
-        mode=mode,
+        objective=options.objective,
         checkpoint_config=checkpoint_config,
         max_initial_failures=options.max_initial_failures if gated else None,
     )
@@ -194,7 +185,7 @@ def start_sweep(
     provenance_capture.record_run(
         options.experiment_dir, trial_function.params
     )  # every run: first, --resume, extension
-    return Sweep(options, trial_function, metric, mode, gpus, run_config, held, starts_ray, settings)
+    return Sweep(options, trial_function, gpus, run_config, held, starts_ray, settings)
 
 
 def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
@@ -224,14 +215,14 @@ def sweep_tune_config(
     return dataclasses.replace(tune_config, **shared)
 
 
-def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
-    """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
-    itself: a command that reports only its validation metric), command line, settings, start time and
+def sweep_info(objective: Objective, tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
+    """The `raysweep.json` record of a new sweep: its objective's metric, mode and test metric (None: a
+    command that reports only its validation metric), command line, settings, start time and
     `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
     return {
-        "metric": tune_config.metric,
-        "mode": tune_config.mode,
-        "test_metric": test_metric if test_metric != tune_config.metric else None,
+        "metric": objective.metric,
+        "mode": objective.mode,
+        "test_metric": objective.test_metric,
         "argv": sys.argv,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -296,15 +287,14 @@ def sweep_run_config(
     max_failures: int = MAX_FAILURES,
     fail_fast: bool = False,
     callbacks: list | None = None,
-    metric: str = METRIC,
-    mode: str = MODE,
+    objective: Objective = Objective(),
     checkpoint_config: CheckpointConfig | None = None,
     max_initial_failures: int | None = None,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
 
-    Storage under `storage_path/name`; the best two checkpoints by `metric` (Ray also keeps the
+    Storage under `storage_path/name`; the best two checkpoints by the objective's metric (Ray also keeps the
     latest, for resuming) unless `checkpoint_config` says otherwise; a failed trial retried
     `max_failures` times from its latest checkpoint (`fail_fast`: the first error stops the
     sweep), never when its last report marks the error as not worth a retry (`NoRetryOnMarkedError`),
@@ -326,7 +316,9 @@ def sweep_run_config(
         "name": name,
         "storage_path": str(storage_path),
         "checkpoint_config": checkpoint_config
-        or CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric, checkpoint_score_order=mode),
+        or CheckpointConfig(
+            num_to_keep=2, checkpoint_score_attribute=objective.metric, checkpoint_score_order=objective.mode
+        ),
         "failure_config": FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
         "sync_config": SyncConfig(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S

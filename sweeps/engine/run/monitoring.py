@@ -29,8 +29,8 @@ from ray import tune
 
 from analysis.progress import format_duration, format_progress, sweep_status  # noqa: F401  (the block, shared with `--status`)
 from sweeps.engine.flags import UsageError
-from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI
-from trainables.config import METRIC, MODE
+from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI, RunOptions
+from trainables.experiment.objective import Objective
 
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
 
@@ -41,15 +41,14 @@ TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
 def monitoring_callbacks(
     name: str,
     *,
-    progress_every: float = 15.0,
+    progress_every: float = RunOptions.progress_every,
     quiet: bool = False,
     mlflow_uri: str | None = None,
     wandb_project: str | None = None,
-    metric: str = METRIC,
-    mode: str = MODE,
+    objective: Objective = Objective(),
 ) -> list[tune.Callback]:
-    """The console progress callback (best `metric` by `mode`), plus Ray's own MLflow / W&B logger
-    callbacks when asked for (flags of `sweeps/cli.py:add_run_args`).
+    """The console progress callback (best by `objective`), plus Ray's own MLflow / W&B logger
+    callbacks when asked for (flags of `sweeps/engine/run_flags.py:add_run_args`).
 
     Call before Ray starts: each tracker is set up here once (`check_mlflow`, `check_wandb`), so a
     tracker that cannot work is one line and exit 2, not a traceback per trial.
@@ -63,7 +62,7 @@ def monitoring_callbacks(
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
-    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, metric=metric, mode=mode)]
+    callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, objective=objective)]
     if mlflow_uri:
         check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -75,8 +74,8 @@ def monitoring_callbacks(
 
         # The logging actors run in Ray workers, whose environment is the cluster's, not this shell's:
         # pass this shell's WANDB_MODE (offline, ...) to their `wandb.init` explicitly.
-        mode = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
-        callbacks.append(WandbLoggerCallback(project=wandb_project, group=name, **mode))
+        wandb_mode = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
+        callbacks.append(WandbLoggerCallback(project=wandb_project, group=name, **wandb_mode))
     return callbacks
 
 
@@ -141,19 +140,18 @@ class SweepProgress(tune.Callback):
     Args:
         interval_s: seconds between blocks (the first block is printed at the first step).
         quiet: print only trial errors and the final line.
-        metric, mode: what "best" means (default: the sweeps' METRIC, MODE).
+        objective: what "best" means (its metric and mode).
         stream: where to print (default: sys.stdout at print time).
     """
 
     def __init__(
         self,
-        interval_s: float = 15.0,
+        interval_s: float = RunOptions.progress_every,
         quiet: bool = False,
-        metric: str = METRIC,
-        mode: str = MODE,
+        objective: Objective = Objective(),
         stream: TextIO | None = None,
     ):
-        self.interval_s, self.quiet, self.metric, self.mode, self.stream = interval_s, quiet, metric, mode, stream
+        self.interval_s, self.quiet, self.objective, self.stream = interval_s, quiet, objective, stream
         self.total_trials: int | None = None
         self.started = time.monotonic()
         self.last_print = -math.inf
@@ -167,15 +165,15 @@ class SweepProgress(tune.Callback):
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()
         if self.epochs_at_start is None:
-            self.epochs_at_start = sweep_status(trials, self.total_trials, self.metric, self.mode)["epochs_done"]
+            self.epochs_at_start = sweep_status(trials, self.total_trials, self.objective)["epochs_done"]
         if self.quiet or now - self.last_print < self.interval_s:
             return
-        status = sweep_status(trials, self.total_trials, self.metric, self.mode)
+        status = sweep_status(trials, self.total_trials, self.objective)
         key = tuple(status[k] for k in ("running", "pending", "done", "errored", "diverged", "epochs_done", "best"))
         if key == self.last_key and now - self.last_print < HEARTBEAT_S:
             return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
         self.last_print, self.last_key = now, key
-        self._print(format_progress(status, now - self.started, self.epochs_at_start, self.metric))
+        self._print(format_progress(status, now - self.started, self.epochs_at_start, self.objective.metric))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
@@ -185,8 +183,10 @@ class SweepProgress(tune.Callback):
         # every trial finished: the planned ones never created were not needed (a searcher such as
         # --seeds auto's said FINISHED), so the line counts only the trials that ran and says how many were saved
         complete = all(t.status in ("TERMINATED", "ERROR") for t in trials)
-        status = sweep_status(trials, None if complete else self.total_trials, self.metric, self.mode)
-        lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0, self.metric)
+        status = sweep_status(trials, None if complete else self.total_trials, self.objective)
+        lines = format_progress(
+            status, time.monotonic() - self.started, self.epochs_at_start or 0, self.objective.metric
+        )
         saved = (self.total_trials or 0) - len(trials) if complete else 0
         line = lines[0].replace("] ", "] sweep finished: ", 1)
         self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])

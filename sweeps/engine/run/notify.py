@@ -6,6 +6,8 @@ import logging
 import sys
 import time
 
+from trainables.experiment.objective import Objective
+
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
 
 
@@ -18,9 +20,9 @@ def watch(urls: tuple[str, ...], name: str) -> None:
         _WATCHED.update(urls=urls, name=name, started=process_start_time())
 
 
-def sweep_ended(code: int, rounds: list, metric: str, mode: str, reused: dict | None = None) -> None:
+def sweep_ended(code: int, rounds: list, objective: Objective, reused: dict | None = None) -> None:
     """Send the end message: the sweep's name, exit code, outcome counts (finished, errored, reused),
-    the best configuration by `metric` and the wall time (seconds since the process started)."""
+    the best configuration by `objective` and the wall time (seconds since the process started)."""
     if not _WATCHED:
         return
     finished = sum(r.num_terminated for r in rounds)
@@ -28,7 +30,7 @@ def sweep_ended(code: int, rounds: list, metric: str, mode: str, reused: dict | 
     errored = sum(r.num_errors for r in rounds) - sum(len(r) for r in rounds[1:])
     counts = f"{finished} finished, {errored} errored" + (f", {len(reused)} reused" if reused else "")
     title = f"sweep {_WATCHED['name']} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
-    body = f"{counts}\n{best_line(rounds[0], metric, mode)}\nwall time: {wall_time()}"
+    body = f"{counts}\n{best_line(rounds[0], objective)}\nwall time: {wall_time()}"
     send(title, body, "success" if code == 0 else "warning")
 
 
@@ -63,11 +65,12 @@ def send(title: str, body: str, kind: str) -> bool:
     return delivered
 
 
-def best_line(results, metric: str, mode: str) -> str:
-    """`best: key=value ... (metric value)` of a `ResultGrid`: the keys that vary between its
-    trials (all when one trial); "best: none" when no trial reported `metric`."""
+def best_line(results, objective: Objective) -> str:
+    """`best: key=value ... (metric value)` of a `ResultGrid`, best by `objective`: the keys that vary
+    between its trials (all when one trial); "best: none" when no trial reported its metric."""
+    metric = objective.metric
     try:
-        best = results.get_best_result(metric, mode, scope="all", filter_nan_and_inf=True)
+        best = results.get_best_result(metric, objective.mode, scope="all", filter_nan_and_inf=True)
     except (RuntimeError, ValueError, KeyError):
         return f"best: none (no trial reported {metric})"
     configs = [r.config or {} for r in results]

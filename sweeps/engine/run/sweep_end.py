@@ -7,18 +7,12 @@ import threading
 import ray
 
 import analysis
-from trainables.config import METRIC, MODE
+from trainables.experiment.objective import Objective
 
 
-def print_summary(
-    experiment_dir: str,
-    metric: str = METRIC,
-    mode: str = MODE,
-    test_metric: str = "test/acc",
-    shutdown_ray: bool = False,
-) -> None:
-    """Print the sweep's table (laid out as the grid, mean ± std over seeds, its selection rule
-    stated, the best configuration by `metric` named below) and then write the analysis report
+def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
+    """Print the sweep's table (laid out as the grid, mean ± std over seeds of the objective's test metric,
+    its selection rule stated, the best configuration by its metric named below) and then write the analysis report
     (paper table, plots, report.md, with the same rule) next to the results.
 
     With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the report is
@@ -28,10 +22,10 @@ def print_summary(
     """
     stopper = threading.Thread(target=ray.shutdown, name="ray-shutdown") if shutdown_ray else None
     try:
-        print("\n" + analysis.sweep_summary(experiment_dir, metric, mode, test_metric=test_metric), flush=True)
+        print("\n" + analysis.sweep_summary(experiment_dir, objective), flush=True)
         if stopper:
             stopper.start()
-        report = analysis.write_report(experiment_dir, metric=metric, mode=mode, test_metric=test_metric)
+        report = analysis.write_report(experiment_dir, objective=objective)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
         return

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from analysis.statistics.seed_rule import BOUNDARIES, FAMILIES, SeedRule
 from sweeps.engine.flags import UsageError
-
-FAMILIES = (
-    "cell",
-    "sweep",
-)  # analysis.statistics.seeds.FAMILIES, written here so the flags load no scipy (test_seeds checks)
-BOUNDARIES = ("obf", "pocock", "union")  # analysis.statistics.seeds.BOUNDARIES, likewise
 
 
 def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) -> None:
     """The flags that shape `--seeds auto`; they are refused without it."""
     group = parser.add_argument_group("seeds by significance (--seeds auto; docs/seeds-auto.md)")
-    group.add_argument("--max-seeds", type=int, default=None, help="the cap on seeds per method (default: 10)")
-    group.add_argument("--min-seeds", type=int, default=None, help="seeds before the first look (default: 3)")
-    group.add_argument("--alpha", type=float, default=None, help="family-wise error of each family (default: 0.05)")
+    group.add_argument(
+        "--max-seeds", type=int, default=None, help=f"the cap on seeds per method (default: {SeedRule.max_seeds})"
+    )
+    group.add_argument(
+        "--min-seeds", type=int, default=None, help=f"seeds before the first look (default: {SeedRule.min_seeds})"
+    )
+    group.add_argument(
+        "--alpha", type=float, default=None, help=f"family-wise error of each family (default: {SeedRule.alpha:g})"
+    )
     group.add_argument(
         "--family",
         choices=FAMILIES,
@@ -46,6 +47,11 @@ def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) 
     )
 
 
+def seed_count(args: argparse.Namespace) -> int:
+    """Seeds per configuration of the grid: `--seeds N`; with `--seeds auto`, its cap (`--max-seeds`)."""
+    return (args.max_seeds or SeedRule.max_seeds) if args.seeds == "auto" else args.seeds
+
+
 def seed_rule_settings(args: argparse.Namespace, axes: dict) -> dict | None:
     """Check the `--seeds auto` flags against the grid's `axes` (name -> values); None without auto.
 
@@ -65,7 +71,7 @@ def seed_rule_settings(args: argparse.Namespace, axes: dict) -> dict | None:
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} applies to --seeds auto only")
         return None
-    rule = {"alpha": args.alpha or 0.05, "min_seeds": args.min_seeds or 3, "max_seeds": args.max_seeds or 10}
+    rule = {name: getattr(args, name) or getattr(SeedRule, name) for name in ("alpha", "min_seeds", "max_seeds")}
     if not 2 <= rule["min_seeds"] <= rule["max_seeds"]:
         raise UsageError(f"--min-seeds={rule['min_seeds']} --max-seeds={rule['max_seeds']}: need 2 <= min <= max")
     if not 0 < rule["alpha"] < 1:

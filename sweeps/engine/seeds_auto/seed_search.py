@@ -21,6 +21,7 @@ from ray.tune.search import Searcher
 
 from analysis.statistics.seeds import SeedRule, decide
 from trainables.experiment import records, storage
+from trainables.experiment.objective import Objective
 
 
 def cell_key(config: dict, keys: list[str]) -> str:
@@ -80,7 +81,7 @@ class SeedSearcher(Searcher):
         cells: one config per cell (the grid's axes without seed and `compare`).
         compare: the compared axis; methods: its values.
         rule: the `analysis.statistics.seeds.SeedRule`.
-        metric, mode: the sweep's metric (its last reported value is the one compared) and mode.
+        objective: the sweep's (its metric's last reported value is the one compared, by its mode).
         known: {(cell key, method, seed): metric} of finished trials reused from earlier runs.
         experiment_dir: where the decisions are written (`write_decisions`) once the searcher says
             FINISHED, before the sweep's summary and report are made, so the tables show them.
@@ -92,12 +93,11 @@ class SeedSearcher(Searcher):
         compare: str,
         methods: list,
         rule: SeedRule,
-        metric: str,
-        mode: str,
+        objective: Objective,
         known,
         experiment_dir: str | None = None,
     ):
-        super().__init__(metric=metric, mode=mode)
+        super().__init__(metric=objective.metric, mode=objective.mode)
         self.experiment_dir = experiment_dir
         self.keys = sorted(cells[0]) if cells else []
         self.cells = {cell_key(c, self.keys): c for c in cells}
@@ -168,7 +168,9 @@ def split_grid(cells: list[dict], compare: str) -> tuple[list[dict], list]:
     return list(base.values()), list(dict.fromkeys(c[compare] for c in cells))
 
 
-def auto_search(cells: list[dict], compare: str, rule: SeedRule, experiment_dir: str, reused: dict, metric: str):
+def auto_search(
+    cells: list[dict], compare: str, rule: SeedRule, experiment_dir: str, reused: dict, objective: Objective
+):
     """The searcher of a `--seeds auto` sweep over the fixed grid `cells` (seeds 0..max_seeds-1).
 
     The finished trials in `reused` ({config hash: trial folder}, `resume.plan_cells`) are its known
@@ -183,25 +185,24 @@ def auto_search(cells: list[dict], compare: str, rule: SeedRule, experiment_dir:
     keys = sorted(base[0]) if base else []
     rows = load_trials(experiment_dir).to_dict("records") if reused else []
     folders = set(reused.values())
-    known = known_results([r for r in rows if r["trial_dir"] in folders], compare, keys, metric)
-    mode = "max" if rule.mode == "max" else "min"
-    searcher = SeedSearcher(base, compare, methods, rule, metric, mode, known, experiment_dir=experiment_dir)
+    known = known_results([r for r in rows if r["trial_dir"] in folders], compare, keys, objective.metric)
+    searcher = SeedSearcher(base, compare, methods, rule, objective, known, experiment_dir=experiment_dir)
     print(f"--seeds auto: {len(known)} finished trial(s) reused; {rule.describe()}", flush=True)
     return searcher, max(1, len(cells) - len(known))
 
 
-def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_dir: str, metric: str, mode: str):
+def auto_plan(plan, cells: list[dict], compare: str, settings: dict, experiment_dir: str, objective: Objective):
     """`plan` (`grid_plan.GridPlan`) for a `--seeds auto` sweep: the `SeedSearcher` of `auto_search`
     hands out the next seed of the undecided methods, for at most the trials not yet run.
 
     Args:
         settings: `seed_flags.seed_rule_settings` of the flags (`SeedRule`'s fields but mode).
-        mode: "max" or "min", the sweep's metric's.
+        objective: the sweep's; its metric is compared, by its mode.
     Returns:
         (the plan with that searcher, an empty param_space and `num_samples`; the `SeedRule`).
     """
-    rule = SeedRule(**settings, mode=mode)
-    searcher, num_samples = auto_search(cells, compare, rule, experiment_dir, plan.reused, metric)
+    rule = SeedRule(**settings, mode=objective.mode)
+    searcher, num_samples = auto_search(cells, compare, rule, experiment_dir, plan.reused, objective)
     planned = dataclasses.replace(
         plan, param_space={}, search_alg=searcher, num_samples=num_samples, todo=[None] * num_samples
     )
