@@ -21,13 +21,14 @@ import numpy as np
 from analysis.reading.tune_files import _read_bytes, resolve_source
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
+from trainables.experiment.objective import Objective
 
 CONFUSION_FILE = records.CONFUSION_FILE
 CONFUSION_SELECT = ("best-val", "last")
 """Rules a saved matrix exists for (``last-k`` has no single epoch)."""
 
 
-def load_confusion(trial_dir: Any, select: str = "best-val") -> np.ndarray:
+def load_confusion(trial_dir: Any, select: str = Objective.select) -> np.ndarray:
     """The clean-test confusion matrix a trial saved, at the epoch chosen by ``select``.
 
     Args:
