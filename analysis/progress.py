@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 
 from trainables.experiment.objective import Objective
-from trainables.experiment.rules import shown_as_percent
+from trainables.experiment.rules import show_value
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
@@ -169,7 +169,7 @@ def _num(value, metric: str = "") -> str:
     """`value` with 4 decimals; an accuracy held as a fraction as the tables show it, `83.40%`."""
     if not isinstance(value, (int, float)):
         return "-"
-    return f"{100 * value:.2f}%" if shown_as_percent(metric, [value]) else f"{value:.4f}"
+    return show_value(metric, value)
 
 
 def _finite(value, default: float) -> float:

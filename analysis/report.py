@@ -38,9 +38,8 @@ from analysis.reading.load import (
 from analysis.reading.provenance import report_lines as provenance_lines
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
-from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
-from analysis.tables.summary import best_cell, cell_trials, summary_text
+from analysis.tables.summary import SweepTables, cell_trials, format_summary, sweep_tables
 from trainables.experiment.objective import Objective
 
 
@@ -89,8 +88,8 @@ def write_report(
     paper = summary = None
     test_metric = objective.test_metric  # a sweep without one: no paper table (`python -m analysis --paper` has one)
     if test_metric in history.columns and history[test_metric].notna().any():
-        paper = paper_table(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
-        summary = _write_paper(trials, history, paper, out, save, objective)
+        tables = sweep_tables(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
+        paper, summary = tables.test, _write_paper(trials, tables, out, save)
     _figures(trials, history, selected, objective, save)
     (out / "report.md").write_text(_markdown(trials, table, objective, rule, paper, summary, figures))
     return out
@@ -114,15 +113,15 @@ def _write_best_runs(
     return table, rule
 
 
-def _write_paper(trials, history, paper, out: Path, save, objective: Objective) -> str:
+def _write_paper(trials: pd.DataFrame, tables: SweepTables, out: Path, save) -> str:
     """``paper_table.*``, ``summary.txt``, the noise-rate curves and the confusion matrix; returns the summary."""
+    paper = tables.test
     write_paper_table(paper, out / "paper_table")
-    rows = paper.attrs["rows"]
-    summary = summary_text(trials, history, objective, rows=rows)
+    summary = format_summary(trials, tables)
     (out / "summary.txt").write_text(summary)
     if "noise_rate" in paper.attrs["columns"]:
-        save("noise_rate_curves", f"{objective.test_metric} vs noise rate", plot_paper_curves(paper))
-    confusion = _best_confusion(trials, history, objective, rows)
+        save("noise_rate_curves", f"{paper.attrs['metric']} vs noise rate", plot_paper_curves(paper))
+    confusion = _best_confusion(trials, tables)
     if confusion is not None:
         save("confusion", "Confusion matrix of the best configuration", confusion)
     return summary
@@ -150,15 +149,11 @@ def report_folder(trials: pd.DataFrame) -> Path:
     return Path("reports") / "+".join(p.rstrip("/").rsplit("/", 1)[-1] for p in paths)
 
 
-def _best_confusion(trials: pd.DataFrame, history: pd.DataFrame, objective: Objective, rows: list[str]):
+def _best_confusion(trials: pd.DataFrame, tables: SweepTables):
     """Confusion figure of the best configuration by the validation metric, summed over its
     seeds; None when none of its trials saved ``confusion.json`` (or the rule is last-k)."""
-    select = objective.select
-    if select not in CONFUSION_SELECT:
-        return None
-    val = paper_table(trials, history, objective.validation(), rows=rows, baseline=None)
-    best = best_cell(val)
-    if best is None:
+    val, best, select = tables.val, tables.best, tables.val.attrs["select"]
+    if select not in CONFUSION_SELECT or best is None:
         return None
     matrices = []
     for trial_dir in cell_trials(trials[~failed(trials)], best, val)["trial_dir"].dropna():

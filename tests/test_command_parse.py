@@ -290,3 +290,28 @@ def test_mnist_accuracy_is_a_percentage_per_epoch():
     assert ctx.feed("Test set: Average loss: 0.0330, Accuracy: 9894/10000 (99%)") == [
         {"Loss": 0.0105, "loss": 0.033, "Accuracy": 98.94, "epoch": 1}
     ]
+
+
+def test_one_number_parser_for_printed_values_tracker_cells_and_axis_values():
+    from sweeps.engine.command_sweep.command_template import parse_axis
+    from trainables.command.parse import parse_number
+    from trainables.command.trackers import csv_rows
+
+    assert [parse_number(t) for t in ("3", " -2 ", "0.81", "1e-3", ".5", "97.0%", "nan", "-inf", "ce", "")] == [
+        3,
+        -2,
+        0.81,
+        0.001,
+        0.5,
+        97.0,
+        pytest.approx(float("nan"), nan_ok=True),
+        float("-inf"),
+        None,
+        None,
+    ]
+    assert [parse_number(t, printed=False) for t in ("3", "0.5", "50%", "nan", "inf")] == [3, 0.5, None, None, None]
+    # the same rule in a CSV logger's cells (a `%` cell was text) and in an axis (`nan` stays a string)
+    assert csv_rows("epoch,val_acc,note\n1,97.0%,-nan\n", "epoch") == [
+        {"epoch": 1, "val_acc": 97.0, "note": pytest.approx(float("nan"), nan_ok=True)}
+    ]
+    assert parse_axis("x=3,0.5,nan,50%") == ("x", [3, 0.5, "nan", "50%"])

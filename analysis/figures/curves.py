@@ -21,6 +21,7 @@ from analysis.reading.load import (
 from analysis.tables.best_runs import best_runs, failed
 from analysis.tables.formatting import bare, format_value, named_label, sort_key
 from trainables.experiment.objective import Objective
+from trainables.experiment.rules import percent_scale
 
 
 def plot_learning_curves(
@@ -207,7 +208,7 @@ def plot_paper_curves(table: pd.DataFrame) -> Figure:
     a = table.attrs
     if "noise_rate" not in a["columns"]:
         raise ExperimentError("the paper table has no noise_rate column: nothing to plot against noise rate")
-    scale = 100.0 if a["percent"] else 1.0
+    scale = percent_scale(a["percent"])
     types = sorted(table["noise_type"].unique(), key=str) if "noise_type" in a["columns"] else [None]
     methods = list(dict.fromkeys(table["_label"]))
     method_colors = dict(zip(methods, colors(len(methods))))

@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.reading.load import SEED_KEY, config_column, metric_column, varying_config_columns
 from analysis.statistics.seed_marks import attach_decisions, decision_mark
 from analysis.statistics.stats import CI_LEVEL, cell_stats  # noqa: F401  (CI_LEVEL: its old home)
-from analysis.tables.formatting import bare, format_number, latex_escape
+from analysis.tables.formatting import aligned_text, bare, format_number, latex_escape, latex_tabular, markdown_table
 from trainables.experiment.objective import Objective
 
 
@@ -147,12 +147,12 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
             ]
         )
     if style == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(cells) + " |" for cells in body]
-        return "\n".join(lines) + "\n"
-    if style == "latex":
-        return _latex_tabular(header, body, len(keys))
-    return _aligned_text(header, body, len(keys))
+        lines = markdown_table(header, body)
+    elif style == "latex":
+        lines = latex_tabular(header, body, len(keys))
+    else:
+        lines = aligned_text(header, body, len(keys))
+    return "\n".join(lines) + "\n"
 
 
 def table_caption(table: pd.DataFrame) -> str:
@@ -161,30 +161,6 @@ def table_caption(table: pd.DataFrame) -> str:
     rule = table.attrs.get("seed_rule")
     text = "Mean over seeds with a 95 % Student-t confidence interval; failed trials are left out."
     return text + (f" seeds, decision: {rule}" if rule else " No significance test.")
-
-
-def _latex_tabular(header: list[str], body: list[list[str]], n_keys: int) -> str:
-    """A booktabs ``tabular``: key columns left-aligned, statistics right-aligned, text escaped."""
-    lines = [
-        r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}",
-        r"\toprule",
-        " & ".join(latex_escape(h) for h in header) + r" \\",
-        r"\midrule",
-    ]
-    lines += [" & ".join(latex_escape(c) for c in cells) + r" \\" for cells in body]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
-
-
-def _aligned_text(header: list[str], body: list[list[str]], n_keys: int) -> str:
-    """Columns padded to their widest cell: keys left-aligned, numbers right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += [
-        "  ".join(c.rjust(w) if i >= n_keys else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-        for cells in body
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:

@@ -1,4 +1,10 @@
-"""How analysis/ writes names, numbers and LaTeX, and sorts mixed-type keys: one home for each."""
+"""How analysis/ writes names, numbers, LaTeX and tables, and sorts mixed-type keys: one home for each.
+
+The one table writer: a header and rows of cells already formatted, the first `n_keys` columns the
+configuration (left-aligned) and the rest statistics (right-aligned), as Markdown (`markdown_table`), a
+booktabs LaTeX tabular (`latex_tabular`) or aligned text for a terminal (`aligned_text`). The best-run tables
+(`analysis.tables.best_runs`), the paper tables (`analysis.tables.paper_format`) and the console summary
+(`analysis.tables.summary`) all write through it."""
 
 from __future__ import annotations
 
@@ -81,6 +87,45 @@ def latex_escape(text: str) -> str:
     list in the LaTeX Project's "LaTeX2e for authors", §2.4), and ``– … ± † α < >`` written as
     LaTeX so they print under any font encoding. Apply it to plain text only, once."""
     return str(text).translate(_LATEX)
+
+
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]], n_keys: int | None = None) -> list[str]:
+    """A pipe table's lines: the header, the alignment row, one line per row of `body`. With `n_keys`, the
+    first `n_keys` columns are left-aligned (`:--`) and the others right-aligned (`--:`); without, none is."""
+    rule = ["---"] * len(header) if n_keys is None else [":--"] * n_keys + ["--:"] * (len(header) - n_keys)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def latex_tabular(
+    header: Sequence[str],
+    body: Sequence[Sequence[str]],
+    n_keys: int,
+    *,
+    align: str = "r",
+    above: Sequence[str] = (),
+    latex_values: bool = False,
+) -> list[str]:
+    """A booktabs ``tabular``'s lines (``\\toprule``/``\\midrule``/``\\bottomrule``): key columns `l`, the
+    others `align`; `above`: lines between ``\\toprule`` and the header (a ``\\multicolumn`` row). The header
+    and key cells are escaped (`latex_escape`); the other cells too, unless `latex_values` (they are LaTeX already)."""
+    lines = [r"\begin{tabular}{" + "l" * n_keys + align * (len(header) - n_keys) + "}", r"\toprule", *above]
+    lines.append(" & ".join(latex_escape(h) for h in header) + r" \\")
+    lines.append(r"\midrule")
+    for cells in body:
+        values = cells[n_keys:] if latex_values else [latex_escape(c) for c in cells[n_keys:]]
+        lines.append(" & ".join([latex_escape(c) for c in cells[:n_keys]] + list(values)) + r" \\")
+    return lines + [r"\bottomrule", r"\end{tabular}"]
+
+
+def aligned_text(header: Sequence[str], body: Sequence[Sequence[str]], n_keys: int) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, for a terminal: the header and the first `n_keys`
+    columns left-aligned, the other cells right-aligned; no trailing spaces."""
+    widths = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    for cells in body:
+        lines.append("  ".join(c.ljust(w) if i < n_keys else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+    return [line.rstrip() for line in lines]
 
 
 def _missing(value) -> bool:

@@ -64,17 +64,15 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of the table metric in its own
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
     Raises:
-        ExperimentError: as :func:`analysis.paper_table` (a metric not reported, a bad rule).
+        ExperimentError: as :func:`analysis.tables.summary.sweep_tables` (a metric not reported).
     """
-    from analysis.tables.paper import paper_table
-    from analysis.tables.summary import best_cell
+    from analysis.tables.summary import sweep_tables
 
-    test = paper_table(trials, history, objective, rows=rows, baseline=None)
+    tables = sweep_tables(trials, history, objective, rows=rows)
+    test, best = tables.test, tables.best
     a = test.attrs
-    val = paper_table(trials, history, objective.validation(), rows=a["rows"], baseline=None)
     keys = a["rows"] + a["columns"]
     cells = {tuple(_plain(row[c]) for c in keys): _cell(row) for _, row in test.iterrows()}
-    best = best_cell(val)
     best_key = tuple(_plain(best[c]) for c in keys) if best is not None else None
     test_of_best = cells.get(best_key) if objective.test_metric else None  # None: no test metric, cells are metric's
     select = objective.select
@@ -89,11 +87,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
         "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
-        "trials": {
-            "total": len(trials),
-            "errored": int((trials["status"] == "ERROR").sum()),
-            "diverged": int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum()),
-        },
+        "trials": {"total": len(trials), "errored": tables.errored, "diverged": tables.diverged},
         "duplicates": list(trials.attrs.get("duplicates") or []),
         "seed_rule": a.get("seed_rule"),
     }

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.statistics.seed_marks import decision_mark
-from analysis.tables.formatting import format_value, latex_escape, sort_key
+from analysis.tables.formatting import format_value, latex_escape, latex_tabular, markdown_table, sort_key
+from trainables.experiment.rules import format_metric
 
 
 def paper_caption(table: pd.DataFrame, style: str = "markdown") -> str:
@@ -86,36 +87,18 @@ def _body(table: pd.DataFrame, column_values: list[tuple], style: str) -> list[l
 def _markdown(table: pd.DataFrame, column_values: list[tuple], body: list[list[str]]) -> str:
     header_keys = table.attrs["rows"] or [""]
     names = [_column_name(table.attrs["columns"], v) for v in column_values]
-    lines = [
-        paper_caption(table, "markdown"),
-        "",
-        "| " + " | ".join(header_keys + names) + " |",
-        "|" + "|".join([":--"] * len(header_keys) + ["--:"] * len(names)) + "|",
-    ]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines = [paper_caption(table, "markdown"), "", *markdown_table(header_keys + names, body, len(header_keys))]
     return "\n".join(lines) + "\n"
 
 
 def _latex(table: pd.DataFrame, column_values: list[tuple], body: list[list[str]]) -> str:
     columns, header_keys = table.attrs["columns"], table.attrs["rows"] or [""]
     nk = len(header_keys)
-    lines = [
-        r"\begin{table}[t]",
-        r"\centering",
-        r"\caption{" + latex_escape(paper_caption(table, "latex")) + "}",
-        r"\begin{tabular}{" + "l" * nk + "c" * len(column_values) + "}",
-        r"\toprule",
-    ]
-    if len(columns) == 2:  # noise type over its rates
-        lines += _latex_spans(column_values, nk)
-        names = [format_value(v[1]) for v in column_values]
-    else:
-        names = [_column_name(columns, v) for v in column_values]
-    lines.append(" & ".join(latex_escape(h) for h in header_keys + names) + r" \\")
-    lines.append(r"\midrule")
-    lines += [" & ".join([latex_escape(c) for c in cells[:nk]] + cells[nk:]) + r" \\" for cells in body]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    spans = _latex_spans(column_values, nk) if len(columns) == 2 else []  # noise type over its rates
+    names = [format_value(v[1]) if spans else _column_name(columns, v) for v in column_values]
+    lines = [r"\begin{table}[t]", r"\centering", r"\caption{" + latex_escape(paper_caption(table, "latex")) + "}"]
+    lines += latex_tabular(header_keys + names, body, nk, align="c", above=spans, latex_values=True)
+    return "\n".join(lines + [r"\end{table}"]) + "\n"
 
 
 def _latex_spans(column_values: list[tuple], nk: int) -> list[str]:
@@ -134,19 +117,19 @@ def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
     """One cell: ``mean ± std``, ``[low, high]`` when the table has bootstrap intervals,
     ``(n=…)`` below ``attrs["n_seeds"]``, best/second marks in ``"markdown"``/``"latex"``, †
     when significant after Holm's correction; ``failed``/``diverged``/``error`` when no seed
-    is usable; ``(n)`` always in ``"console"`` style (no marks). A ``--seeds auto`` cell shows
+    is usable; ``(n)`` always in ``"console"`` style (no marks, no intervals). A ``--seeds auto`` cell shows
     ``(n=3, worse)`` instead of ``(n=…)`` (:func:`analysis.statistics.seed_marks.decision_mark`), in every style."""
     if row["n"] == 0:
         if row["n_failed"] == 0:
             return "--" if style == "latex" else "–"
         return "diverged" if row["n_diverged"] == row["n_failed"] else ("error" if row["n_diverged"] == 0 else "failed")
-    scale, spec = (100.0, ".2f") if attrs["percent"] else (1.0, ".4f")
+    percent = attrs["percent"]
     pm = r" $\pm$ " if style == "latex" else " ± "
-    text = format(row["mean"] * scale, spec)
+    text = format_metric(row["mean"], percent)
     if not pd.isna(row["std"]):
-        text += pm + format(row["std"] * scale, spec)
-    if attrs.get("bootstrap") and not pd.isna(row.get("boot_low")):
-        text += f" [{row['boot_low'] * scale:{spec}}, {row['boot_high'] * scale:{spec}}]"
+        text += pm + format_metric(row["std"], percent)
+    if attrs.get("bootstrap") and style != "console" and not pd.isna(row.get("boot_low")):
+        text += f" [{format_metric(row['boot_low'], percent)}, {format_metric(row['boot_high'], percent)}]"
     mark = decision_mark(row)  # --seeds auto: n and the decision against the cell's best
     if style == "console":
         return f"{text} ({mark or row['n']})"

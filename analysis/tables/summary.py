@@ -1,16 +1,19 @@
-"""The console summary printed at the end of a sweep, shaped like the grid (not ranked).
+"""The console summary printed at the end of a sweep, shaped like the grid (not ranked), and the tables it
+reads (`sweep_tables`): the paper table of the test metric and the one of the validation metric the best
+configuration is chosen on, computed once and read by the summary, the report and ``--json``.
 
 ``report.md`` embeds the same text, so the console and the report cannot disagree.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pandas as pd
 
 from analysis.reading.load import duplicates_line, load_experiment
-from analysis.tables.formatting import format_value
+from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_cell
 from trainables.experiment.errors import ExperimentError
@@ -54,25 +57,71 @@ def summary_text(
         ExperimentError: no trial reported the table metric (nothing to show), or as
             :func:`analysis.paper_table`.
     """
-    test_metric = objective.table_metric
-    if test_metric not in history.columns or not history[test_metric].notna().any():
-        raise ExperimentError(f"no trial reported {test_metric!r}: nothing to summarise")
-    test = paper_table(trials, history, objective, rows=rows, baseline=None)
-    a = test.attrs
-    val = paper_table(trials, history, objective.validation(), rows=a["rows"], baseline=None)
-    wide = "noise_type" in a["columns"]
+    return format_summary(trials, sweep_tables(trials, history, objective, rows=rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepTables:
+    """The tables a sweep's summary, report and ``--json`` read (`sweep_tables`).
+
+    Fields:
+        test: the paper table of the objective's table metric (:func:`analysis.paper_table`): the cells.
+        val: the paper table of its validation metric on the same rows: the best configuration is
+            chosen on it, never on the test metric.
+        best: that configuration, its row of `val` (`best_cell`); None when no cell has a usable value.
+        errored, diverged: trials left out of the cells (one that diverged and errored counts as errored).
+    """
+
+    test: pd.DataFrame
+    val: pd.DataFrame
+    best: pd.Series | None
+    errored: int
+    diverged: int
+
+
+def sweep_tables(
+    trials: pd.DataFrame,
+    history: pd.DataFrame,
+    objective: Objective,
+    *,
+    rows: list[str] | None = None,
+    baseline: str | None = None,
+    bootstrap: bool = False,
+) -> SweepTables:
+    """The test and validation tables of a sweep and its best configuration, computed once.
+
+    Args:
+        trials, history: :func:`analysis.load_experiment` of one experiment or several.
+        objective: what the tables show and the best configuration is chosen by.
+        rows, baseline, bootstrap: as for :func:`analysis.paper_table` (of `test`; `val` has no tests).
+    Raises:
+        ExperimentError: no trial reported the objective's table metric (nothing to show), or as
+            :func:`analysis.paper_table`.
+    """
+    metric = objective.table_metric
+    if metric not in history.columns or not history[metric].notna().any():
+        raise ExperimentError(f"no trial reported {metric!r}: nothing to summarise")
+    test = paper_table(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
+    val = paper_table(trials, history, objective.validation(), rows=test.attrs["rows"], baseline=None)
     errored = int((trials["status"] == "ERROR").sum())
     diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
+    return SweepTables(test, val, best_cell(val), errored, diverged)
+
+
+def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
+    """The text of :func:`summary_text`, of tables already computed (`sweep_tables`)."""
+    test, a = tables.test, tables.test.attrs
+    wide = "noise_type" in a["columns"]
     lines = [
-        f"{test_metric}{' (%)' if a['percent'] else ''}: {a['rule']}; mean ± std (n seeds) over seeds"
+        f"{a['metric']}{' (%)' if a['percent'] else ''}: {a['rule']}; mean ± std (n seeds) over seeds"
         + (", columns: noise type" if wide else ""),
         *([f"(n=…, decision), decided on {a['val_metric']}: {a['seed_rule']}"] if a.get("seed_rule") else []),
-        *_grid_lines(test, test_metric),
-        f"failed trials (left out of the cells): {errored} errored, {diverged} diverged",
+        *_grid_lines(test, a["metric"]),
+        f"failed trials (left out of the cells): {tables.errored} errored, {tables.diverged} diverged",
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
-    lines.append(_best_line(test, val))
+    lines.append(_best_line(tables))
     return "\n".join(lines) + "\n"
 
 
@@ -91,13 +140,13 @@ def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:
             match = group[group["noise_type"] == t] if wide else group
             cells.append(format_cell(match.iloc[0], a, "console") if len(match) else "–")
         body.append(cells)
-    return _aligned(header, body, len(keys))
+    return aligned_text(header, body, len(keys))
 
 
-def _best_line(test: pd.DataFrame, val: pd.DataFrame) -> str:
-    """The best configuration by the validation metric (``val``: its table), with its validation and test cells."""
+def _best_line(tables: SweepTables) -> str:
+    """The best configuration by the validation metric, with its validation and test cells."""
+    test, val, best = tables.test, tables.val, tables.best
     metric, test_metric = val.attrs["metric"], test.attrs["metric"]
-    best = best_cell(val)
     if best is None:
         return f"best configuration: none (no usable {metric} value)"
     a = test.attrs
@@ -108,16 +157,6 @@ def _best_line(test: pd.DataFrame, val: pd.DataFrame) -> str:
         f"{metric} {format_cell(best, val.attrs, 'console')}"
         + (f", {test_metric} {format_cell(same.iloc[0], a, 'console')}" if test_metric != metric else "")
     )
-
-
-def _aligned(header: list[str], body: list[list[str]], left: int) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += [
-        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-        for cells in body
-    ]
-    return lines
 
 
 def best_cell(val: pd.DataFrame) -> pd.Series | None:

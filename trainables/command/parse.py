@@ -48,6 +48,8 @@ DEFAULT_METRIC_PATTERN = re.compile(
     rf"(?<![\w./\-@])(?P<q>['\"]?)(?P<key>{KEY})(?P=q)\s*[=:]\s*(?P<value>{NUMBER})%?(?![\w.%]|[:,/]\d)"
 )
 _INT = re.compile(r"[-+]?\d+")
+_FLOAT = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_NON_FINITE = re.compile(r"[-+]?(?:nan|inf(?:inity)?)", re.IGNORECASE)
 
 
 def format_value(value) -> str:
@@ -107,16 +109,20 @@ def render(template: list[str], config: dict, trial_dir: str, trial_name: str, g
     return [_PlainFormatter().vformat(word, (), values) for word in template]
 
 
-def _number(text: str) -> int | float | None:
-    """`text` as an int (when it is one) or a float, a trailing `%` dropped (`97.0%` -> 97.0);
-    None when it is not a number."""
-    text = text.strip().removesuffix("%").rstrip()
+def parse_number(text: str, *, printed: bool = True) -> int | float | None:
+    """`text` as an int when it is one (`3`), else a float (`0.81`, `1e-3`, `.5`); None when it is not a number.
+
+    The one number parser of the command runtime and its flags. `printed`: a value a script printed or
+    logged (a line, a CSV cell): a trailing `%` is dropped (`97.0%` -> 97.0) and `nan`, `inf` are numbers
+    (a diverged metric). False: a value the user wrote for an axis, where `50%`, `nan` and `inf` stay text.
+    """
+    text = text.strip()
+    text = text.removesuffix("%").rstrip() if printed else text
     if _INT.fullmatch(text):
         return int(text)
-    try:
+    if _FLOAT.fullmatch(text) or (printed and _NON_FINITE.fullmatch(text)):
         return float(text)
-    except ValueError:
-        return None
+    return None
 
 
 def step_pattern(step_key: str) -> re.Pattern:
@@ -158,11 +164,11 @@ def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None
     if not patterns:
         metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
-            metrics.setdefault(match["key"], _number(match["value"]))
+            metrics.setdefault(match["key"], parse_number(match["value"]))
     for pattern in patterns or ():
         match = pattern.search(line)
         for key, text in (match.groupdict() if match else {}).items():
-            value = None if text is None else _number(text)
+            value = None if text is None else parse_number(text)
             if value is not None:
                 metrics.setdefault(key, value)
     if step is not None and step_key not in metrics:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import time
 from pathlib import Path
 
-from trainables.command.parse import StepContext
+from trainables.command.parse import StepContext, parse_number
 from trainables.command.wandb_reader import RUN_GLOB, read_history
 from trainables.experiment.objective import Objective
 from trainables.experiment.records import MLFLOW_STORE
@@ -99,7 +98,7 @@ def csv_rows(text: str, step_key: str) -> list[dict]:
     text = text[: text.rfind("\n") + 1]
     rows = []
     for raw in csv.DictReader(io.StringIO(text)):
-        row = {k: _number(v) for k, v in raw.items() if k is not None and v not in (None, "")}
+        row = {k: parse_number(v) for k, v in raw.items() if k is not None and v not in (None, "")}
         row = {k: v for k, v in row.items() if v is not None}
         rows += _with_step(row, step_key)
     return rows
@@ -138,18 +137,6 @@ def _with_step(row: dict, step_key: str) -> list[dict]:
         if isinstance(row.get(column), (int, float)):
             return [{**row, step_key: row[column]}]
     return []
-
-
-def _number(text: str):
-    """`text` as an int or float; None when it is not a number."""
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            value = float(text)
-        except ValueError:
-            return None
-        return value if not math.isnan(value) or text.strip().lower() == "nan" else None
 
 
 class TrackerResults:

@@ -57,6 +57,17 @@ def guess_mode(metric: str) -> str:
     return "min" if any(word in leaf for word in ("loss", "err", "nll", "perplexity")) else "max"
 
 
+def percent_scale(percent: bool) -> float:
+    """What a value is multiplied by where it is shown: 100 for a percentage (`shown_as_percent`), else 1."""
+    return 100.0 if percent else 1.0
+
+
+def format_metric(value: float, percent: bool) -> str:
+    """A metric's value as every table, plot label and progress block shows it: x100 with two decimals
+    when `percent` (`shown_as_percent`: `83.40`), else four decimals (`0.8340`)."""
+    return f"{value * percent_scale(percent):.{2 if percent else 4}f}"
+
+
 def shown_as_percent(metric: str, values) -> bool:
     """Whether tables and the progress block show `metric` as a percentage (x100, unit `%`).
 
@@ -69,3 +80,10 @@ def shown_as_percent(metric: str, values) -> bool:
     """
     finite = [v for v in values if isinstance(v, (int, float)) and v == v and abs(v) != float("inf")]
     return "acc" in metric.rsplit("/", 1)[-1].lower() and bool(finite) and all(0 <= v <= 1 for v in finite)
+
+
+def show_value(metric: str, value: float) -> str:
+    """One value of `metric` on its own (the progress block, a notification): `83.40%` for an accuracy held
+    as a fraction, else `0.8340` (`format_metric`)."""
+    percent = shown_as_percent(metric, [value])
+    return format_metric(value, percent) + ("%" if percent else "")

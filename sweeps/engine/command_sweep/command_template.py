@@ -22,6 +22,7 @@ from trainables.command.parse import (
     METRICS_SOURCES,
     STREAMS_READ,
     parse_metrics_line,
+    parse_number,
     render,
 )
 from trainables.command.parse import placeholders as _placeholders
@@ -43,8 +44,6 @@ __all__ = [
     "METRICS_SOURCES",
 ]
 
-_INT = re.compile(r"[-+]?\d+")
-_FLOAT = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 EXAMPLE = "-- python train.py --noise-rate {noise_rate} --seed {seed} --out {trial_dir}"
 
 
@@ -208,11 +207,9 @@ def cell_axes(cells: list[dict]) -> dict[str, list]:
 
 
 def _value(text: str) -> int | float | str:
-    if _INT.fullmatch(text):
-        return int(text)
-    if _FLOAT.fullmatch(text):
-        return float(text)
-    return text
+    """An axis or task value as the user wrote it: a number when it reads as one (`parse_number`), else the text."""
+    number = parse_number(text, printed=False)
+    return text if number is None else number
 
 
 def placeholders(template: list[str]) -> set[str]:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from trainables.experiment.objective import Objective
+from trainables.experiment.rules import show_value
 
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
 
@@ -77,7 +78,7 @@ def best_line(results, objective: Objective) -> str:
     keys = [k for k in best.config if len({repr(c.get(k)) for c in configs}) > 1] or list(best.config)
     value = best.metrics.get(metric) if best.metrics else None
     shown = " ".join(f"{k}={best.config[k]}" for k in keys)
-    return f"best: {shown}" + (f" ({metric} {value:.4g})" if isinstance(value, (int, float)) else "")
+    return f"best: {shown}" + (f" ({metric} {show_value(metric, value)})" if isinstance(value, (int, float)) else "")
 
 
 def wall_time() -> str:
