@@ -301,32 +301,32 @@ def main(argv: list[str]) -> int:
     checkpoint_config = CheckpointConfig(num_to_keep=2) if args.template else None
     sweep = start_sweep(options, trial_function, checkpoint_config=checkpoint_config, settings=settings)
     objective = options.objective
-    tune_config = sweep.tune_config(
-        TuneConfig(
-            search_alg=skip_results_without(OptunaSearch, objective.metric)(
-                functools.partial(search_space, bounds=bounds),
-                metric=objective.metric,
-                mode=objective.mode,
-                seed=args.search_seed,
-            ),
-            scheduler=ASHAScheduler(
-                time_attr="training_iteration",
-                max_t=cfg.epochs,
-                grace_period=args.grace_period,
-                reduction_factor=args.reduction_factor,
-            ),
-            num_samples=args.num_samples,
+    tune_config = TuneConfig(
+        search_alg=skip_results_without(OptunaSearch, objective.metric)(
+            functools.partial(search_space, bounds=bounds),
             metric=objective.metric,
             mode=objective.mode,
-            trial_name_creator=trial_name,
+            seed=args.search_seed,
         ),
-        args.fixed,
+        scheduler=ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=cfg.epochs,
+            grace_period=args.grace_period,
+            reduction_factor=args.reduction_factor,
+        ),
+        num_samples=args.num_samples,
+        metric=objective.metric,
+        mode=objective.mode,
+        trial_name_creator=trial_name,
     )
-    if options.resume:  # the sweep as it was killed, its searcher's state included
-        tuner = sweep.restore()
-    else:  # what stays fixed is the param_space; the searched part is `search_space`
-        tuner = Tuner(sweep.trainable, param_space=args.fixed, tune_config=tune_config, run_config=sweep.run_config)
-    code, rounds = sweep.fit(tuner)
+    # what stays fixed is the param_space; the searched part is `search_space` (a resumed search: its searcher's state)
+    code, rounds = sweep.fit(
+        tune_config,
+        args.fixed,
+        lambda tune_config: Tuner(
+            sweep.trainable, param_space=args.fixed, tune_config=tune_config, run_config=sweep.run_config
+        ),
+    )
     print_outcome(rounds[0], args, objective, cfg.epochs)
     return code
 

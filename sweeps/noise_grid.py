@@ -71,33 +71,6 @@ def check_and_load(cells: list[dict]) -> tuple[list, dict]:
         raise flags.UsageError(str(e)) from None
 
 
-def fit_grid(options, trial_function, plan, axes) -> tuple[int, list]:
-    """Run the planned grid (`grid_plan.plan_grid`) with Ray Tune, or resume it: `start_sweep`'s
-    shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
-    from ray.tune import TuneConfig, Tuner
-
-    from sweeps.engine.run.launch import start_sweep
-
-    sweep = start_sweep(options, trial_function)
-    tune_config = sweep.tune_config(
-        TuneConfig(
-            search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
-            num_samples=plan.num_samples,
-            metric=options.objective.metric,  # val/acc, max: the built-in trainable's
-            mode=options.objective.mode,
-            trial_name_creator=grid.trial_namer(axes),
-        ),
-        plan.param_space,
-    )
-    if options.resume:  # the sweep as it was killed
-        tuner = sweep.restore()
-    else:
-        tuner = Tuner(
-            sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
-        )
-    return sweep.fit(tuner, reused=plan.reused)
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     options = run_flags.run_options(args)
@@ -113,9 +86,11 @@ def main(argv: list[str]) -> int:
 
     configs, data = check_and_load(cells)
 
-    from sweeps.engine.grid_plan import plan_grid, report_finished
+    from ray.tune import Tuner
+
+    from sweeps.engine.grid_plan import fit_grid, plan_grid, report_finished
     from sweeps.engine.run import resume
-    from sweeps.engine.run.launch import TrialFunction
+    from sweeps.engine.run.launch import TrialFunction, start_sweep
     from sweeps.engine.seeds_auto import seed_search
     from trainables import train_classifier
 
@@ -136,7 +111,15 @@ def main(argv: list[str]) -> int:
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:
         from trainables.ddp import train_classifier_ddp as ddp  # Ray Train's import is left out otherwise
     trial_function = TrialFunction(train_classifier, {"data": data}, ddp=ddp, probe_config=configs[0])
-    code, rounds = fit_grid(options, trial_function, plan, axes)
+    sweep = start_sweep(options, trial_function)
+    code, rounds = fit_grid(
+        sweep,
+        plan,
+        grid.trial_namer(axes),
+        lambda tune_config: Tuner(
+            sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
+        ),
+    )
     if auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
     elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):

@@ -137,27 +137,26 @@ def main(argv: list[str]) -> int:
     # interval, four kept, as in Ray's PBT guide.
     sweep = start_sweep(options, trial_function, checkpoint_config=CheckpointConfig(num_to_keep=4), settings=settings)
     param_space = {**args.fixed, **mutations}  # each member starts from its own draw
-    tune_config = sweep.tune_config(
-        TuneConfig(
-            scheduler=PopulationBasedTraining(
-                time_attr="training_iteration",
-                perturbation_interval=args.perturbation_interval,
-                hyperparam_mutations=mutations,
-                quantile_fraction=args.quantile_fraction,
-                custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
-            ),
-            num_samples=args.num_samples,
-            metric=options.objective.metric,  # val/acc, max: the built-in trainable's
-            mode=options.objective.mode,
-            trial_name_creator=trial_name,
+    tune_config = TuneConfig(
+        scheduler=PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=args.perturbation_interval,
+            hyperparam_mutations=mutations,
+            quantile_fraction=args.quantile_fraction,
+            custom_explore_fn=functools.partial(clip_to_bounds, bounds=bounds),
         ),
-        param_space,
+        num_samples=args.num_samples,
+        metric=options.objective.metric,  # val/acc, max: the built-in trainable's
+        mode=options.objective.mode,
+        trial_name_creator=trial_name,
     )
-    if options.resume:  # the sweep as it was killed
-        tuner = sweep.restore()
-    else:
-        tuner = Tuner(sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config)
-    code, rounds = sweep.fit(tuner)
+    code, rounds = sweep.fit(
+        tune_config,
+        param_space,
+        lambda tune_config: Tuner(
+            sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
+        ),
+    )
     print_outcome(rounds[0])
     return code
 

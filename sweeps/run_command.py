@@ -261,11 +261,12 @@ def command_trial_function(args, snapshot: dict | None):
     )
 
 
-def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
-    """Run the planned grid of commands (`grid_plan.plan_grid`) with Ray Tune, or resume it:
-    `start_sweep`'s shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
-    from ray.tune import CheckpointConfig, TuneConfig, Tuner
+def run_grid(args, options, plan, snapshot: dict | None) -> int:
+    """Run the planned grid of commands (`grid_plan.plan_grid`) with Ray Tune, or resume it
+    (`grid_plan.fit_grid` around this script's `Tuner`); returns the exit code."""
+    from ray.tune import CheckpointConfig, Tuner
 
+    from sweeps.engine.grid_plan import fit_grid
     from sweeps.engine.run.launch import start_sweep
 
     sweep = start_sweep(
@@ -275,23 +276,15 @@ def fit_grid(args, options, plan, snapshot: dict | None) -> tuple[int, list]:
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         settings={"code_snapshot": snapshot},
     )
-    tune_config = sweep.tune_config(
-        TuneConfig(
-            search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
-            num_samples=plan.num_samples,
-            metric=options.objective.metric,
-            mode=options.objective.mode,
-            trial_name_creator=grid.trial_namer(command_template.cell_axes(args.cells)),
-        ),
-        plan.param_space,
-    )
-    if options.resume:  # the sweep as it was killed
-        tuner = sweep.restore()
-    else:
-        tuner = Tuner(
+    code, _ = fit_grid(
+        sweep,
+        plan,
+        grid.trial_namer(command_template.cell_axes(args.cells)),
+        lambda tune_config: Tuner(
             sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
-        )
-    return sweep.fit(tuner, reused=plan.reused)
+        ),
+    )
+    return code
 
 
 def main(argv: list[str]) -> int:
@@ -328,7 +321,7 @@ def main(argv: list[str]) -> int:
         plan, rule = seed_search.auto_plan(
             plan, cells, args.compare, args.auto, options.experiment_dir, options.objective
         )
-    code, _ = fit_grid(args, options, plan, snapshot)
+    code = run_grid(args, options, plan, snapshot)
     if args.auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
     return code

@@ -163,3 +163,10 @@ def test_no_function_takes_a_metric_and_its_mode_apart():
 
 def test_each_default_is_written_once_where_its_field_is_declared():
     assert defaults_written_again() == []
+
+
+def test_one_fit_path_and_each_script_shows_its_own_tuner():
+    """Every entry script runs through `Sweep.fit` (resume included) and builds its own `Tuner(...)`."""
+    for script in ("noise_grid", "lr_search", "pbt", "run_command"):
+        source = (ROOT / "sweeps" / f"{script}.py").read_text()
+        assert source.count("Tuner(") == 1 and ".restore(" not in source and "options.resume" not in source, script

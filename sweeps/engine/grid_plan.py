@@ -1,4 +1,5 @@
-"""The one grid planner of `noise_grid.py` and `run_command.py`: the cells to run as Tune search space."""
+"""The one grid planner of `noise_grid.py` and `run_command.py`: the cells to run as Tune search space, and
+the grid's run (`fit_grid`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import dataclasses
 from collections.abc import Callable
 
 from ray import tune
+from ray.tune import TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
 from sweeps.engine.flags import epochs_of
 from sweeps.engine.run import resume
+from sweeps.engine.run.launch import Sweep
 from sweeps.engine.run.sweep_end import print_summary
 from trainables.config import TrainConfig, config_hash
 from trainables.experiment.objective import Objective
@@ -102,3 +105,20 @@ def report_finished(plan: GridPlan, experiment_dir: str, objective: Objective) -
     print(f"all {len(plan.reused)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
     print_summary(experiment_dir, objective)
     return resume.report_outcome(None, plan.reused, objective.metric)
+
+
+def fit_grid(
+    sweep: Sweep, plan: GridPlan, trial_name_creator: Callable, new_tuner: Callable[[TuneConfig], Tuner]
+) -> tuple[int, list]:
+    """Run the planned grid (`plan_grid`) with Ray Tune, or resume it: `Sweep.fit` of the grid's `TuneConfig`
+    (Tune's grid, or exactly the cells or seeds to run) and the script's own `new_tuner` (its `Tuner(...)`).
+    Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
+    objective = sweep.options.objective
+    tune_config = TuneConfig(
+        search_alg=plan.search_alg,  # None: Tune's grid; else exactly the cells (or seeds) to run
+        num_samples=plan.num_samples,
+        metric=objective.metric,
+        mode=objective.mode,
+        trial_name_creator=trial_name_creator,  # also names the trial folders
+    )
+    return sweep.fit(tune_config, plan.param_space, new_tuner, reused=plan.reused)

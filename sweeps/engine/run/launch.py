@@ -5,11 +5,13 @@ A sweep script parses its flags (`sweeps/engine/run_flags.py`), builds its searc
 its sweep in Ray Tune's words, as Ray's examples do:
 
     sweep = start_sweep(options, trial_function)   # driver lock, Ray start-up, checks
-    tune_config = sweep.tune_config(TuneConfig(...), param_space)  # + the pieces every sweep shares
-    tuner = sweep.restore() if options.resume else Tuner(
-        sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
-    )
-    code, rounds = sweep.fit(tuner)  # fit -> OOM re-queue -> outcome -> summary table and report
+    code, rounds = sweep.fit(
+        TuneConfig(..., metric=options.objective.metric, mode=options.objective.mode),
+        param_space,
+        lambda tune_config: Tuner(
+            sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
+        ),
+    )  # + the pieces every sweep shares -> Tuner (or Tuner.restore) -> fit -> OOM re-queue -> outcome, table, report
 
 So every sweep gets the same per-trial log files, progress block, MLflow / W&B callbacks,
 retries, checkpoints kept, resume, memory caps and OOM re-queue.
@@ -21,6 +23,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
@@ -56,11 +59,10 @@ ARTIFACT_SYNC_PERIOD_S = 5
 class Sweep:
     """A started sweep (`start_sweep`): this driver holds the experiment folder and Ray is up.
 
-    The script builds its `Tuner` from `trainable` (the trial function in `tune.with_resources`),
-    `tune_config(...)` and `run_config` (`sweep_run_config` for the flags), or `restore()`s it, and
-    runs it with `fit`. `gpus` is the GPU share per trial; `tuned` the completed `TuneConfig` and
-    `param_space` the script's, kept for the record and the OOM re-queue rounds. What the sweep
-    ranks by is `options.objective`.
+    The script runs it with `fit`, giving its own `TuneConfig`, its search space and its own `Tuner(...)`
+    built from `trainable` (the trial function in `tune.with_resources`), the completed config and
+    `run_config` (`sweep_run_config` for the flags). `gpus` is the GPU share per trial. What the sweep ranks
+    by is `options.objective`.
     """
 
     options: RunOptions
@@ -70,8 +72,6 @@ class Sweep:
     held: driver_lock.DriverHold
     starts_ray: bool
     settings: dict | None = None
-    tuned: TuneConfig | None = None
-    param_space: dict | None = None
 
     @property
     def trainable(self):
@@ -82,56 +82,57 @@ class Sweep:
         """The trial function with `share` GPUs per trial (the OOM re-queue rounds double it)."""
         return with_resources(self.trial_function, share, self.options.cpus_per_trial, self.options.experiment_dir)
 
-    def tune_config(self, tune_config: TuneConfig, param_space: dict) -> TuneConfig:
-        """The script's `tune_config` with the pieces every sweep shares (`sweep_tune_config`: actors
-        reused, trials at once for the GPUs, --time-budget-s, trial folder names); prints the sweep's
-        first line and sets Tune's switches (`set_tune_environment`).
+    def fit(
+        self,
+        tune_config: TuneConfig,
+        param_space: dict,
+        new_tuner: Callable[[TuneConfig], Tuner],
+        reused: dict | None = None,
+    ) -> tuple[int, list]:
+        """Run the sweep: the one path of every script from its `TuneConfig` to its exit code.
+
+        `tune_config` gets the pieces every sweep shares (`sweep_tune_config`: actors reused, trials at
+        once for the GPUs, --time-budget-s, trial folder names); the sweep's first line is printed and
+        Tune's switches set (`set_tune_environment`). Then the script's `new_tuner(tune_config)` (its
+        `Tuner(...)`) runs, a new sweep's `raysweep.json` written first; a resumed sweep (--resume) runs
+        `Tuner.restore` of the sweep as it was killed instead (unfinished trials go on; errored ones with
+        --retry-errored; restore cannot change a search space, ray-project/ray#42221). GPU out-of-memory
+        trials are re-queued (`rerun_oom_trials`), the outcome said, the summary table printed, the
+        folder released, and a Ray this sweep started stopped.
 
         Args:
-            tune_config: the sweep's own (search_alg, scheduler, num_samples, metric and mode of
+            tune_config: the script's own (search_alg, scheduler, num_samples, metric and mode of
                 `options.objective`, trial_name_creator, which also names the trial folders).
             param_space: the `Tuner`'s, as it is (counted in `raysweep.json`'s `total_trials`).
+            new_tuner: the completed `TuneConfig` -> the script's `Tuner(self.trainable, param_space=...,
+                tune_config=..., run_config=self.run_config)`.
+            reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
+        Returns:
+            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported the objective's
+            metric; the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
         Raises:
             ValueError: no trial_name_creator.
         """
         if tune_config.trial_name_creator is None:
             raise ValueError("the sweep's TuneConfig needs a trial_name_creator (it also names the trial folders)")
-        at_once = max_concurrent_trials(self.options, self.gpus, self.trial_function, tune_config)
-        self.tuned, self.param_space = sweep_tune_config(tune_config, at_once, self.options), param_space
-        announce(self.options, self.gpus, self.tuned)
-        set_tune_environment(self.options.experiment_dir)
-        return self.tuned
-
-    def restore(self) -> Tuner:
-        """`Tuner.restore` of the sweep as it was killed (unfinished trials go on; errored ones with
-        --retry-errored); restore cannot change a search space (ray-project/ray#42221)."""
-        resume_errored = self.options.retry_errored
-        return Tuner.restore(
-            self.options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=resume_errored
-        )
-
-    def fit(self, tuner: Tuner, reused: dict | None = None) -> tuple[int, list]:
-        """Run `tuner` (a new sweep's `raysweep.json` written first), re-queue its GPU out-of-memory
-        trials (`rerun_oom_trials`), say the outcome, print the summary table and release the folder.
-
-        Args:
-            tuner: the script's `Tuner(...)` or `restore()`, after `tune_config`.
-            reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
-        Returns:
-            (exit code: 0 all done, 1 a trial errored or diverged or no trial reported the objective's
-            metric; the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
-        A Ray this sweep started is stopped at the end.
-        """
-        if self.tuned is None:
-            raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
-        experiment_dir, objective = self.options.experiment_dir, self.options.objective
-        if not self.options.resume:
-            records.write_settings(experiment_dir, sweep_info(objective, self.tuned, self.param_space, self.settings))
-        rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
+        options, objective = self.options, self.options.objective
+        at_once = max_concurrent_trials(options, self.gpus, self.trial_function, tune_config)
+        tune_config = sweep_tune_config(tune_config, at_once, options)
+        announce(options, self.gpus, tune_config)
+        set_tune_environment(options.experiment_dir)
+        if options.resume:
+            tuner = Tuner.restore(
+                options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=options.retry_errored
+            )
+        else:
+            tuner = new_tuner(tune_config)
+            info = sweep_info(objective, tune_config, param_space, self.settings)
+            records.write_settings(options.experiment_dir, info)
+        rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, tune_config)
         code = resume.report_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, objective, reused)
-        print_summary(experiment_dir, objective, shutdown_ray=self.starts_ray)
-        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
+        print(f"results: {options.experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
         self.held.release(code)
         return code, rounds
 
