@@ -170,3 +170,63 @@ def test_one_fit_path_and_each_script_shows_its_own_tuner():
     for script in ("noise_grid", "lr_search", "pbt", "run_command"):
         source = (ROOT / "sweeps" / f"{script}.py").read_text()
         assert source.count("Tuner(") == 1 and ".restore(" not in source and "options.resume" not in source, script
+
+
+# --- honest size and names (issue 39, items 5 and 6) --------------------------------------------------------
+
+MAX_MODULES_PER_FOLDER = 20  # a folder is one concern a newcomer can name
+
+
+def private_cross_imports(root: Path = ROOT) -> list[str]:
+    """`path:line module.name` of each `_name` imported from another module of the product."""
+    found = []
+    for path in product_files(root):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PRODUCT:
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.module}.{alias.name}")
+    return found
+
+
+def module_names_used_twice(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module name -> its files, for names that more than one module of the product has (packages'
+    `__init__` and `__main__` aside): a traceback naming one must say which."""
+    files: dict[str, list[str]] = {}
+    for path in product_files(root):
+        if path.name not in ("__init__.py", "__main__.py"):
+            files.setdefault(path.stem, []).append(path.relative_to(root).as_posix())
+    return {name: paths for name, paths in files.items() if len(paths) > 1}
+
+
+def crowded_folders(root: Path = ROOT) -> dict[str, int]:
+    """Folder -> its modules (`__init__` aside), for folders of more than MAX_MODULES_PER_FOLDER."""
+    counts: dict[str, int] = {}
+    for path in product_files(root):
+        if path.name != "__init__.py":
+            folder = path.parent.relative_to(root).as_posix()
+            counts[folder] = counts.get(folder, 0) + 1
+    return {folder: n for folder, n in counts.items() if n > MAX_MODULES_PER_FOLDER}
+
+
+def test_the_checks_find_private_imports_twice_used_names_and_crowded_folders(tmp_path):
+    for folder, files in {"trainables": ["a", "report"], "analysis": ["report"], "analysis/many": range(21)}.items():
+        (tmp_path / folder).mkdir(parents=True)
+        for name in files:
+            (tmp_path / folder / f"m{name}.py" if isinstance(name, int) else tmp_path / folder / f"{name}.py").touch()
+    (tmp_path / "trainables" / "a.py").write_text("from analysis.report import _helper, __version__, public\n")
+    assert private_cross_imports(tmp_path) == ["trainables/a.py:1 analysis.report._helper"]
+    assert module_names_used_twice(tmp_path) == {"report": ["analysis/report.py", "trainables/report.py"]}
+    assert crowded_folders(tmp_path) == {"analysis/many": 21}
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert private_cross_imports() == []
+
+
+def test_no_module_name_is_used_twice():
+    assert module_names_used_twice() == {}
+
+
+def test_each_folder_holds_at_most_about_twenty_modules():
+    assert crowded_folders() == {}

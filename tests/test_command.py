@@ -26,7 +26,7 @@ from sweeps.engine.command_sweep.command_template import (
     render,
 )
 from sweeps.engine.flags import UsageError
-from trainables.command.runner import read_metrics_file
+from trainables.command.sources import read_metrics_file
 from trainables.experiment.objective import Objective
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,7 +232,8 @@ def test_killed_worker_takes_the_command_and_its_grandchildren_with_it(tmp_path)
     worker and its direct children are SIGKILLed, as Ray does when a worker exits."""
     worker_code = (
         "import sys, time\n"
-        "from trainables.command.runner import start_command, start_watchdog\n"
+        "from trainables.command.process import start_command\n"
+        "from trainables.command.watchdog import start_watchdog\n"
         "proc = start_command(['sh', '-c', 'sleep 600 & sleep 600'], {'PATH': '/usr/bin:/bin'})\n"
         "start_watchdog(proc.pid, 1.0)\n"
         "print(proc.pid, flush=True)\n"

@@ -166,13 +166,13 @@ def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_re
 
 
 def test_explain_prints_each_distinct_early_error_once(capsys):
+    from trainables.command.failure import command_failed
     from trainables.command.failure_gate import EARLY_FAILURE, WORKING_FOLDER
     from trainables.command.initial_failures import explain, is_early
-    from trainables.command.runner import _failed
 
     line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
     errors = {
-        f"/runs/command/t{i}": _failed(
+        f"/runs/command/t{i}": command_failed(
             f"command exited with exit code 1 {EARLY_FAILURE}: python x.py\n{WORKING_FOLDER}/runs/command/t{i}/work",
             ["=> loading", "Traceback (most recent call last):", line],
             "stderr",

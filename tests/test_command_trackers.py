@@ -256,6 +256,8 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
     from types import SimpleNamespace
 
     from trainables.command import runner
+    from trainables.command.failure import verdict
+    from trainables.command.process import Reading
 
     reported = []
     monkeypatch.setattr(runner.tune, "report", reported.append)
@@ -264,8 +266,9 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
     rows = events.close()
     reporter = runner.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
+    reading = Reading("epoch", [], None, "csv", tmp_path / "m.jsonl", tmp_path)
     with pytest.raises(
         runner.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
     ):
-        runner._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path, None))
+        verdict(0, ["python", "x.py"], reporter, output, reading, None)
     assert reported == [{runner.NO_RETRY_METRIC: 1}]  # not retried: it would log the same

@@ -81,10 +81,11 @@ def test_killed_worker_mid_save_the_shim_keeps_the_command_and_the_watchdog_lets
     target.parent.mkdir()
     worker_code = (
         "import sys, time\n"
-        "from trainables.command.runner import start_command, start_watchdog\n"
+        "from trainables.command.process import start_command\n"
+        "from trainables.command.watchdog import Writes, start_watchdog\n"
         "import os\n"
         f"proc = start_command([sys.executable, '-c', {WRITER!r}, {str(target)!r}, '40', '0.05'], dict(os.environ))\n"
-        f"start_watchdog(proc.pid, 5.0, ([{str(target.parent)!r}], 60.0))\n"
+        f"start_watchdog(proc.pid, 5.0, Writes([{str(target.parent)!r}], 60.0))\n"
         "print(proc.pid, flush=True)\n"
         "print(proc.stdout.readline().decode().strip(), flush=True)\n"
         "time.sleep(600)\n"

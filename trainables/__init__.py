@@ -1,4 +1,7 @@
-"""The shared training function of raysweep trials (Ray Tune Function API).
+"""What raysweep trials run: the built-in trainable (`train_classifier`, Ray Tune's Function API: config,
+data, label noise, models, losses and the training loop), the command-trial runtime that runs your own
+script (`trainables/command/`), and the floor every layer shares (`trainables/experiment/`: the
+experiment folder's records, storage, the objective and selection rules, confidence over seeds).
 
 `trainables.config` imports nothing heavy, so the command line can read `TrainConfig` (flags,
 defaults, checks) before torch and Ray load; the names below load their modules on first use.

@@ -1,7 +1,8 @@
-"""The one trial runtime: what every raysweep trial does around the training loop.
+"""The built-in trainable's trial: what a trial of `noise_grid.py`, `lr_search.py` or `pbt.py` does around the
+training loop. (A trial of your own command is `trainables/command/runner.py:train_command`.)
 
-`train_classifier(config, data, seeds=None)` is the Tune trainable (Function API) of every sweep:
-the grid (one seed per trial), the searches' `--repeat N` (N seeds side by side in one trial,
+`train_classifier(config, data, seeds=None)` is the Tune trainable (Function API) of the built-in
+sweeps: the grid (one seed per trial), the searches' `--repeat N` (N seeds side by side in one trial,
 reported as their mean) and, through `trainables/ddp.py`, each rank of a data-parallel trial.
 Around `train_epochs` it does, once for all of them:
 

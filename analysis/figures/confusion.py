@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.reading.tune_files import _read_bytes, resolve_source
+from analysis.reading.tune_state import read_bytes, resolve_source
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
@@ -47,7 +47,7 @@ def load_confusion(trial_dir: Any, select: str = Objective.select) -> np.ndarray
     if select not in CONFUSION_SELECT:
         raise ExperimentError(f"confusion matrices are saved for {', '.join(CONFUSION_SELECT)}, not {select!r}")
     fs, root, prefix = resolve_source(trial_dir, None)
-    data = _read_bytes(fs, posixpath.join(root, CONFUSION_FILE))
+    data = read_bytes(fs, posixpath.join(root, CONFUSION_FILE))
     if data is None:
         raise FileNotFoundError(f"{prefix}{root}/{CONFUSION_FILE} does not exist")
     try:

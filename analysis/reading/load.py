@@ -29,14 +29,11 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from analysis.reading.trial_table import assemble
-from analysis.reading.tune_files import read_experiment_files, resolve_source
-from analysis.reading.tune_state import describe_duplicates, repeats
+from analysis.reading.tune_files import read_experiment_files
+from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.rules import guess_mode
-
-STATUSES = ("TERMINATED", "ERROR", "RUNNING", "PENDING", "PAUSED")
-"""Trial statuses as Tune writes them (PAUSED only with PBT-like schedulers)."""
 
 SEED_KEY = "seed"
 """Config key of the seed axis. Only this key is dropped when grouping over seeds;

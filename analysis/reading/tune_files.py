@@ -32,13 +32,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
-from analysis.reading.tune_state import folder_trial as _folder_trial
-from analysis.reading.tune_state import list_dir as _list_dir
-from analysis.reading.tune_state import listed_trials as _listed_trials
-from analysis.reading.tune_state import read_bytes as _read_bytes
-from analysis.reading.tune_state import resolve_source  # noqa: F401  (re-exported)
-from analysis.reading.tune_state import sweep_settings as _sweep_settings
-from trainables.experiment.errors import ExperimentError  # noqa: F401  (re-exported)
+from analysis.reading.tune_state import folder_trial, list_dir, listed_trials, read_bytes, sweep_settings
+from trainables.experiment.errors import ExperimentError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -67,10 +62,10 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
         ExperimentError: ``root`` is not a folder, holds no Tune experiment, or has no trials.
     """
     display = prefix + root
-    entries = _list_dir(fs, root, display)
+    entries = list_dir(fs, root, display)
     files = {e.base_name for e in entries if e.type == pafs.FileType.File}
     dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
-    state, trials = _listed_trials(fs, root, files, dirs)  # every state file's trials
+    state, trials = listed_trials(fs, root, files, dirs)  # every state file's trials
 
     # Folders the state file does not list yet: trials of a running experiment, or a copied
     # experiment without its state file.
@@ -83,7 +78,7 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
             for i in fs.get_file_info(probes)
             if i.type == pafs.FileType.File
         }
-        trials += [_folder_trial(d) for d in unclaimed if d in found]
+        trials += [folder_trial(d) for d in unclaimed if d in found]
 
     if state is None and not trials:
         raise ExperimentError(
@@ -98,7 +93,7 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     rows = _parse_results(trials, display)
     for trial in trials:
         _complete_trial(fs, root, trial)
-    return trials, rows, _sweep_settings(fs, root, files, state)
+    return trials, rows, sweep_settings(fs, root, files, state)
 
 
 def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
@@ -120,11 +115,11 @@ def _read_trial_files(fs, root: str, trial: dict) -> None:
     trial["result"] = trial["csv"] = None
     if folder is None:
         return
-    trial["result"] = _read_bytes(fs, posixpath.join(folder, "result.json"))
+    trial["result"] = read_bytes(fs, posixpath.join(folder, "result.json"))
     if trial["result"] is None:
-        trial["csv"] = _read_bytes(fs, posixpath.join(folder, "progress.csv"))
+        trial["csv"] = read_bytes(fs, posixpath.join(folder, "progress.csv"))
     if trial["status"] in (None, "ERROR"):
-        text = _read_bytes(fs, posixpath.join(folder, "error.txt"))
+        text = read_bytes(fs, posixpath.join(folder, "error.txt"))
         if text is not None:
             lines = [ln.strip() for ln in _ANSI.sub("", text.decode("utf-8", "replace")).splitlines()]
             lines = [ln for ln in lines if ln]
@@ -150,7 +145,7 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     # pyarrow may have widened it (1 -> 1.0 when another trial has 0.5).
     config = trial["config"]
     if config is None and trial["dir"]:
-        params = _read_bytes(fs, posixpath.join(root, trial["dir"], "params.json"))
+        params = read_bytes(fs, posixpath.join(root, trial["dir"], "params.json"))
         try:
             config = json.loads(params) if params else None
         except ValueError:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis.reading.load import SEED_KEY, config_column, metric_column, varying_config_columns
 from analysis.statistics.seed_marks import attach_decisions, decision_mark
-from analysis.statistics.stats import CI_LEVEL, cell_stats  # noqa: F401  (CI_LEVEL: its old home)
+from analysis.statistics.stats import cell_stats
 from analysis.tables.formatting import aligned_text, bare, format_number, latex_escape, latex_tabular, markdown_table
 from trainables.experiment.objective import Objective
 

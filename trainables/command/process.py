@@ -26,6 +26,7 @@ from trainables.command.trackers import TrackerResults
 from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.command.watchdog import group_alive
 from trainables.config import TrainConfig
+from trainables.experiment.objective import Objective
 from trainables.gpu import memory_fraction_for
 
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
@@ -114,6 +115,19 @@ def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:
     line the command printed: stream `OUT` or `ERR`, the GPU ids Ray gave (`CPU` when none), its pid."""
     where = f"GPU {gpu_ids}" if gpu_ids else "CPU"
     return f"{trial_name}:{stream} | [{where} | pid {pid}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How one command trial's results are read: the flags of `trainables/command/runner.py:train_command`
+    and the trial's files, given once to what starts, watches, recovers and judges the command."""
+
+    step_key: str  # the metric counting progress (`--step-key`)
+    patterns: list[re.Pattern]  # the compiled `--metric-pattern`s; []: `key=value` / `key: value` pairs
+    objective: Objective | None  # the sweep's: its metrics complete a step (`Objective.step_metrics`)
+    metrics_from: str  # `--metrics-from`: output, stdout, stderr, jsonl, tensorboard or a tracker
+    metrics_file: Path  # $RAYSWEEP_METRICS_FILE, in the trial folder beside the output files
+    work_dir: Path  # `{trial_dir}`, where TensorBoard events and tracker records are read
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence
-from trainables.command.failure import CommandFailed, _failed, _take_turn, _verdict  # noqa: F401
+from trainables.command.failure import CommandFailed, take_turn, verdict
 from trainables.command.failure_gate import GateTicket
 from trainables.command.parse import (
     JOINS_STEP_METRIC,
@@ -36,32 +36,29 @@ from trainables.command.parse import (
     non_finite,
     render,
 )
-from trainables.command.process import (  # noqa: F401  (command_env: also for --check)
+from trainables.command.process import (
     CommandOutput,
+    Reading,
     command_env,
     command_pid,
     exit_code_soon,
-    exit_status,
     log_prefix,
     start_command,
     start_readers,
 )
-from trainables.command.sources import (  # noqa: F401  (read_metrics_file: also for --check and tests)
+from trainables.command.sources import (
     OUTPUT_FILES,
     STDOUT_LOG,
     StreamLog,
-    TensorBoardResults,
     catch_up,
     last_reported_step,
-    no_metrics_message,
-    read_metrics_file,
     record_reader,
     recorded_steps,
     unreported_results,
     unreported_tracker_rows,
 )
 from trainables.command.trackers import TRACKERS, sources_of, tracker_env
-from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, start_watchdog, terminate_group
+from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
 from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
@@ -69,7 +66,6 @@ from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
-QUOTED_LINES = 3  # of which the error's last line quotes this many
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
 
 
@@ -112,28 +108,28 @@ def train_command(
     Raises:
         CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
             exited 0 without any result; exit code 2, "no result" and a failure before any metric
-            that repeats (`trainables/command/failure_gate.py`) are not retried (`_failed`).
+            that repeats (`trainables/command/failure_gate.py`) are not retried (`failure.command_failed`).
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
     work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
+    reading = Reading(step_key, patterns, objective, metrics_from, metrics_file, work_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    recovered = _report_recovered(reporter, trial_name, patterns, objective, (metrics_from, work_dir))
-    if recovered or not _take_turn(reporter, _stop_requested):
+    recovered = _report_recovered(reporter, trial_name, reading)
+    if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
     argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    reading = (step_key, patterns, objective, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
-    writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
+    writes = Writes([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         if not _read_and_report(proc, output, reporter, grace_period_s):
-            _verdict(proc.wait(), argv, reporter, output, (patterns, metrics_from, metrics_file, work_dir, cwd))
+            verdict(proc.wait(), argv, reporter, output, reading, cwd)
             _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
-        _end_command(proc, output, reporter, (grace_period_s, writes, watchdog))
+        _end_command(proc, output, reporter, grace_period_s, writes, watchdog)
 
 
 train_command.uses_failure_gate = True  # the sweep opens its failure gate (trainables/command/initial_failures.py)
@@ -201,12 +197,12 @@ def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
     return work_dir, metrics_file
 
 
-def _report_recovered(reporter: StepReporter, trial_name: str, patterns, objective, reading: tuple) -> bool:
+def _report_recovered(reporter: StepReporter, trial_name: str, reading: Reading) -> bool:
     """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
     lines a killed worker never read: `catch_up`), or else written to the tracker records
-    --metrics-from reads (`reading`: it and `{trial_dir}`), but never reported, before the command
-    starts again; True when one diverged (the trial then ends)."""
-    metrics_from, work_dir = reading
+    --metrics-from reads under `{trial_dir}`, but never reported, before the command starts again;
+    True when one diverged (the trial then ends)."""
+    metrics_from, patterns, objective = reading.metrics_from, reading.patterns, reading.objective
     streams = STREAMS_READ.get(metrics_from, ())
     catch_up(reporter.trial_folder)
     stdout_log = reporter.trial_folder / STDOUT_LOG
@@ -228,7 +224,7 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, objecti
     if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
         printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, objective, streams)
         if not printing:  # `output` reads the trackers of a script that prints no metric only
-            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), objective)
+            recovered, origin = unreported_tracker_rows(reading.work_dir, reporter, sources_of(metrics_from), objective)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
@@ -274,12 +270,10 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     """Start the command, its stdout and stderr going to the trial folder's `OUTPUT_FILES`, and read
     them into `command_stdout.txt` (both streams, in the order read, for a retry and --resume; this
     attempt's first line is written before the command starts) and into a `CommandOutput`;
-    `reading`: the step key, patterns, metrics that complete a step, --metrics-from and the metrics
-    file (its folder, the trial's, holds the output files); TensorBoard events are read under
-    `$RAYSWEEP_TRIAL_DIR` (`{trial_dir}`). Returns (the process, its output)."""
-    step_key, patterns, objective, metrics_from, metrics_file = reading
-    work_dir = Path(env["RAYSWEEP_TRIAL_DIR"])
-    records_read = record_reader(metrics_from, work_dir, step_key, objective, since=time.time() - 2.0)
+    `reading`: how the results are read (the metrics file's folder, the trial's, holds the output files;
+    TensorBoard events and tracker records are read under `{trial_dir}`). Returns (the process, its output)."""
+    step_key, metrics_from, metrics_file = reading.step_key, reading.metrics_from, reading.metrics_file
+    records_read = record_reader(metrics_from, reading.work_dir, step_key, reading.objective, since=time.time() - 2.0)
     log = StreamLog(metrics_file.parent / STDOUT_LOG)
     outputs = {name: metrics_file.parent / file for name, file in OUTPUT_FILES.items()}
     try:
@@ -292,7 +286,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         start_readers(proc, log, outputs),
         {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
         echo,
-        StepContext(step_key, patterns, objective),
+        StepContext(step_key, reading.patterns, reading.objective),
         STREAMS_READ.get(metrics_from, ()),
         None if metrics_from == "tensorboard" or metrics_from in TRACKERS else metrics_file,
         records_read,
@@ -322,10 +316,11 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     return reporter.report_new(last + (events.poll(last) + events.close() if events else []), final=True)
 
 
-def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:
-    """End what is left of the command's group (`stop`: grace period, writes waited for, the watchdog's
-    pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
-    grace_period_s, writes, watchdog = stop
+def _end_command(
+    proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes: Writes, watchdog: int | None
+) -> None:
+    """End what is left of the command's group (after its writes, within the grace period; `watchdog`: the
+    watchdog's pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
     terminate_group(proc, grace_period_s, writes)
     reporter.ticket.call("left")
     output.log.close()

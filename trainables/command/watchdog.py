@@ -13,6 +13,7 @@ in the middle of `torch.save` would leave a torn file (docs/fault-tolerance.md, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -25,6 +26,14 @@ GRACE_PERIOD_S = 10.0  # seconds between SIGTERM and SIGKILL when a trial's comm
 WRITE_WAIT_S = 30.0  # before that SIGTERM, the longest wait for the command's writes to finish (--write-wait-s)
 WRITE_QUIET_S = 1.0  # a stop waits until no file under the trial's folders was opened or written for this long
 WRITE_POLL_S = 0.1  # how often `wait_for_writes` looks at the group's open files
+
+
+@dataclasses.dataclass(frozen=True)
+class Writes:
+    """The writes a stop waits for before its SIGTERM (`wait_for_writes`); none by default."""
+
+    folders: Sequence[str] = ()  # files being written under these folders are waited for
+    wait_s: float = 0.0  # at most this many seconds
 
 
 def group_alive(pgid: int) -> bool:
@@ -103,7 +112,7 @@ def wait_for_writes(
 
 
 def end_group(
-    pgid: int, grace_period_s: float, reap: Callable[[], object] | None = None, writes: tuple = ((), 0.0)
+    pgid: int, grace_period_s: float, reap: Callable[[], object] | None = None, writes: Writes = Writes()
 ) -> None:
     """Let group `pgid` finish its writes, SIGTERM it, and SIGKILL it if a member is left after
     `grace_period_s` seconds.
@@ -111,11 +120,10 @@ def end_group(
     Args:
         reap: called while waiting (e.g. `Popen.poll` of the leader, when this process is its
             parent), so an exited leader does not keep the group alive as a zombie.
-        writes: (folders, seconds): first `wait_for_writes` under those folders, at most that long.
+        writes: first `wait_for_writes` under its folders, at most its `wait_s`.
     """
-    folders, write_wait_s = writes
-    if folders and write_wait_s > 0:
-        wait_for_writes(pgid, folders, write_wait_s, reap=reap)
+    if writes.folders and writes.wait_s > 0:
+        wait_for_writes(pgid, writes.folders, writes.wait_s, reap=reap)
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -133,7 +141,7 @@ def end_group(
         pass
 
 
-def start_watchdog(pgid: int, grace_period_s: float, writes: tuple = ((), 0.0)) -> int:
+def start_watchdog(pgid: int, grace_period_s: float, writes: Writes = Writes()) -> int:
     """Start a detached process that ends group `pgid` (`end_group`: the writes in progress under
     `writes`' folders, then SIGTERM, then SIGKILL after the grace period) as soon as this process
     dies or closes the returned file descriptor.
@@ -152,8 +160,8 @@ def start_watchdog(pgid: int, grace_period_s: float, writes: tuple = ((), 0.0)) 
                 str(read_end),
                 str(pgid),
                 str(grace_period_s),
-                str(writes[1]),
-                *map(str, writes[0]),
+                str(writes.wait_s),
+                *map(str, writes.folders),
             ],
             pass_fds=(read_end,),
             env={**os.environ, "PYTHONPATH": _psutil_path()},
@@ -168,7 +176,7 @@ def start_watchdog(pgid: int, grace_period_s: float, writes: tuple = ((), 0.0)) 
     return write_end
 
 
-def terminate_group(proc: subprocess.Popen, grace_period_s: float, writes: tuple = ((), 0.0)) -> None:
+def terminate_group(proc: subprocess.Popen, grace_period_s: float, writes: Writes = Writes()) -> None:
     """`end_group` of the process group led by `proc` (writes in progress first, see `end_group`'s
     `writes`), then reap `proc`. Safe to call twice."""
     end_group(proc.pid, grace_period_s, reap=proc.poll, writes=writes)
@@ -188,7 +196,7 @@ def main(argv: list[str]) -> None:
     """Watch: `argv` = [read end of the worker's pipe, process group id, grace period in seconds,
     longest wait for writes in seconds, folders whose writes are waited for...]."""
     fd, pgid, grace_period_s = int(argv[0]), int(argv[1]), float(argv[2])
-    writes = (argv[4:], float(argv[3])) if len(argv) > 3 else ((), 0.0)
+    writes = Writes(argv[4:], float(argv[3])) if len(argv) > 3 else Writes()
     if os.fork():
         os._exit(0)  # the launcher exits; the watchdog is re-parented away from the worker
     try:

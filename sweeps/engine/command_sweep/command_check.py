@@ -34,15 +34,11 @@ def check_command(args) -> int:
     """
     import re
 
-    from trainables.command.runner import (
-        METRICS_FILE,
-        STREAMS_READ,
-        StepContext,
-        read_metrics_file,
-        start_command,
-        terminate_group,
-    )
-    from trainables.command.sources import candidate_keys, record_reader
+    from trainables.command.parse import STREAMS_READ, StepContext
+    from trainables.command.process import start_command
+    from trainables.command.runner import METRICS_FILE
+    from trainables.command.sources import candidate_keys, read_metrics_file, record_reader
+    from trainables.command.watchdog import terminate_group
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -88,7 +84,7 @@ def check_command(args) -> int:
 def _command_env(args, cell: dict, work_dir: Path, name: str, metrics_file: Path) -> dict:
     """The command's environment, as a trial's (`command_env`, no GPU share), with W&B and MLflow pointed
     at `{trial_dir}` where the environment leaves them unset (`tracker_env`; each setting printed)."""
-    from trainables.command.runner import command_env
+    from trainables.command.process import command_env
     from trainables.command.trackers import tracker_env
 
     env = command_env(cell, work_dir, name, metrics_file, 0.0)

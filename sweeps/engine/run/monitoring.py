@@ -27,7 +27,7 @@ from typing import TextIO
 
 from ray import tune
 
-from analysis.progress import format_duration, format_progress, sweep_status  # noqa: F401  (the block, shared with `--status`)
+from analysis.progress import format_duration, format_progress, sweep_status
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI, RunOptions
 from trainables.experiment.objective import Objective

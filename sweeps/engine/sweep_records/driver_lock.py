@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 
-from analysis.reading.driver_record import HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder  # noqa: F401
+from analysis.reading.driver_record import HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder
 from trainables.experiment import records, storage
 
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
