@@ -5,7 +5,7 @@
     table = paper_table(trials, history, Objective(select="last"))  # or another one
     print(format_paper_table(table, "latex"))                # booktabs, best bold
     print(sweep_summary("runs/noise_grid"))                  # what a sweep prints at its end
-    write_report("runs/noise_grid")                          # what `python -m analysis` does
+    write_up("runs/noise_grid")                              # what `python -m analysis` does (runs/noise_grid/report)
 
 Names are imported on first use (PEP 562), so ``import analysis`` and ``python -m analysis
 --help`` stay fast: pandas, matplotlib and scipy load only when a function needs them.
@@ -39,7 +39,7 @@ _WHERE = {
     "analysis.figures.confusion": ("load_confusion", "per_class_accuracy"),
     "analysis.figures.curves": ("plot_learning_curves", "plot_metric_vs_noise_rate", "plot_paper_curves"),
     "analysis.figures.plots": ("plot_confusion", "plot_heatmap", "plot_timeline", "save_figure"),
-    "analysis.report": ("write_report",),
+    "analysis.writeup": ("write_up", "write_report"),
     "analysis.tables.best_runs": ("best_runs", "failed", "format_table", "write_table"),
     "analysis.figures.packing": ("sweep_efficiency", "timeline"),
 }

@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _report(args) -> int:
-    """The report (or with --paper only the paper table): written, its summary printed."""
+    """The write-up in the report folder (or with --paper only the paper table): written, its summary printed."""
     warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"
     import matplotlib
 
@@ -110,9 +110,9 @@ def _report(args) -> int:
             return _json_summary(source, args)
         if args.paper:
             return _paper(source, args)
-        from analysis.report import write_report
+        from analysis.writeup import write_up
 
-        out = write_report(
+        out = write_up(
             source,
             args.out,
             _asked(args),
@@ -163,14 +163,14 @@ def _paper(source, args) -> int:
     from pathlib import Path
 
     from analysis.reading.load import duplicates_line, load_experiment, resolve_objective
-    from analysis.report import report_folder
     from analysis.tables.paper import paper_table
     from analysis.tables.paper_format import format_paper_table, write_paper_table
+    from analysis.writeup import writeup_folder
 
     trials, history = load_experiment(source)
     objective = resolve_objective(trials, history, _asked(args))  # no test metric: the metric's table, as said
     table = paper_table(trials, history, objective, rows=args.rows, baseline=args.baseline, bootstrap=args.bootstrap)
-    out = Path(args.out) if args.out else report_folder(trials)
+    out = Path(args.out) if args.out else writeup_folder(trials)
     written = write_paper_table(table, out / "paper_table")
     print(format_paper_table(table, "markdown"), end="")
     if duplicates_line(trials):

@@ -126,22 +126,20 @@ def read_status(source, now: float | None = None) -> dict:
     }
 
 
-def format_status(report: dict, now: float | None = None) -> list[str]:
+def format_status(state: dict, now: float | None = None) -> list[str]:
     """The status block of a `read_status` dict: the progress block, then the driver's line (and,
     when the driver is gone with trials left, how to resume)."""
-    lines = format_progress(
-        report["status"], report["elapsed_s"], metric=report["metric"], log_lines=report["log_lines"]
-    )
-    if describe_duplicates(report["duplicates"]):
-        lines.append(describe_duplicates(report["duplicates"]))
-    lines.append(driver_line(report, time.time() if now is None else now))
-    if report["driver_alive"] is False and report["left"]:
-        if report["resumable"]:
-            lines.append(f"  {report['left']} trial(s) left: continue the sweep with {_quoted(report['argv'])}")
+    lines = format_progress(state["status"], state["elapsed_s"], metric=state["metric"], log_lines=state["log_lines"])
+    if describe_duplicates(state["duplicates"]):
+        lines.append(describe_duplicates(state["duplicates"]))
+    lines.append(driver_line(state, time.time() if now is None else now))
+    if state["driver_alive"] is False and state["left"]:
+        if state["resumable"]:
+            lines.append(f"  {state['left']} trial(s) left: continue the sweep with {_quoted(state['argv'])}")
         else:  # killed before Tune saved the sweep: nothing to restore yet
             lines.append(
-                f"  {report['left']} trial(s) left, none saved yet: start the sweep again with "
-                f"{_quoted(report['argv'], resume=False)}"
+                f"  {state['left']} trial(s) left, none saved yet: start the sweep again with "
+                f"{_quoted(state['argv'], resume=False)}"
             )
     return lines
 
@@ -152,16 +150,16 @@ def _quoted(argv: list | None, resume: bool = True) -> str:
     return f"`{command}`" if argv else command
 
 
-def driver_line(report: dict, now: float) -> str:
+def driver_line(state: dict, now: float) -> str:
     """`driver: alive on HOST, pid N, since ...`, `driver: finished ...`, `driver: gone ...` or unknown."""
-    record = report["driver"]
+    record = state["driver"]
     if record is None:
         missing = f"no {records.DRIVER_FILE} in the experiment folder"
         return f"driver: unknown ({missing}: a sweep started by an older raysweep)"
     where = f"{record.get('host', '?')}, pid {record.get('pid')}"
     beat = record.get("heartbeat")
     ago = f"last heartbeat {format_duration(now - beat)} ago" if isinstance(beat, (int, float)) else "no heartbeat"
-    if report["driver_alive"]:
+    if state["driver_alive"]:
         return f"driver: alive on {where}, since {record.get('since', '?')} ({ago})"
     if record.get("ended") is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["ended"]))
@@ -175,17 +173,17 @@ def watch(source, every_s: float | None, stream: TextIO | None = None, as_json: 
     `as_json`: each time one line, the `raysweep.status/1` document (`analysis/tables/json_output.py`)."""
     stream = stream or sys.stdout
     while True:
-        report = read_status(source)
+        state = read_status(source)
         if as_json:
             from analysis.tables.json_output import dumps, status_document  # imports this module: not at the top
 
-            stream.write(dumps(status_document(report)) + "\n")
+            stream.write(dumps(status_document(state)) + "\n")
         else:
-            stream.write("\n".join(format_status(report)) + "\n")
+            stream.write("\n".join(format_status(state)) + "\n")
         stream.flush()
-        over = report["driver_alive"] is False or (report["driver"] is None and not report["left"])
+        over = state["driver_alive"] is False or (state["driver"] is None and not state["left"])
         if not every_s or over:
-            return exit_code(report)
+            return exit_code(state)
         time.sleep(every_s)
         if not as_json:
             stream.write("\n")

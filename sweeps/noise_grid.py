@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
 
     from ray.tune import Tuner
 
-    from sweeps.engine.grid_plan import fit_grid, plan_grid, report_finished
+    from sweeps.engine.grid_plan import fit_grid, plan_grid, say_all_finished
     from sweeps.engine.run import resume
     from sweeps.engine.run.launch import TrialFunction, start_sweep
     from sweeps.engine.seeds_auto import seed_search
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
     if not args.resume and not plan.todo and not auto:
-        return report_finished(plan, options.experiment_dir, options.objective)
+        return say_all_finished(plan, options.experiment_dir, options.objective)
     preflight.probe_storage(options.experiment_dir)
     print(
         f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "

@@ -301,7 +301,7 @@ def main(argv: list[str]) -> int:
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
 
-    from sweeps.engine.grid_plan import plan_grid, report_finished
+    from sweeps.engine.grid_plan import plan_grid, say_all_finished
     from sweeps.engine.run import resume
     from sweeps.engine.seeds_auto import seed_search
 
@@ -311,7 +311,7 @@ def main(argv: list[str]) -> int:
         cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
     )
     if not args.resume and not plan.todo and not args.auto:
-        return report_finished(plan, options.experiment_dir, options.objective)
+        return say_all_finished(plan, options.experiment_dir, options.objective)
     preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs

@@ -514,7 +514,7 @@ def test_save_figure_png_and_svg(loaded, tmp_path):
 
 
 def test_write_report(grid):
-    out = analysis.write_report(grid, formats=("svg",))
+    out = analysis.write_up(grid, formats=("svg",))
     assert out == grid / "report"
     names = {p.name for p in out.iterdir()}
     assert {
@@ -632,7 +632,7 @@ def test_public_names_stay_functions_whatever_was_imported_first():
     # `analysis.timeline` was also a submodule's name: once `analysis.figures.plots` imported that module,
     # the package attribute was the module and `analysis.timeline(rows)` failed, depending on test order
     code = (
-        "import analysis.figures.plots, analysis.report, analysis; "
+        "import analysis.figures.plots, analysis.writeup, analysis; "
         "assert all(callable(getattr(analysis, n)) for n in analysis.__all__ if n.islower()), "
         "[n for n in analysis.__all__ if n.islower() and not callable(getattr(analysis, n))]"
     )

@@ -314,7 +314,7 @@ def test_console_summary_and_report_agree(tmp_path):
         "val/acc 89.00 ± 1.00 (3), test/acc 85.00 ± 1.00 (3)"
     )
 
-    out = analysis.write_report(path)
+    out = analysis.write_up(path)
     report = (out / "report.md").read_text()
     assert report.splitlines()[2] == "## Paper table"
     assert (out / "summary.txt").read_text() == summary
@@ -405,7 +405,7 @@ def test_analysis_imports_only_the_record_owner_from_trainables():
     shared floor,
     and loads no training code, torch, Ray or sweep engine."""
     code = (
-        "import sys, analysis.figures.search, analysis.report, analysis.status; "
+        "import sys, analysis.figures.search, analysis.writeup, analysis.status; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'trainables', 'sweeps', 'torch', 'ray'}))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -488,7 +488,7 @@ def test_report_includes_confusion_of_best_configuration(tmp_path):
     ]
     for trial_dir in best["trial_dir"]:
         write_confusion(Path(trial_dir), last=_digits_confusion(0.4), best=_digits_confusion(0.2))
-    out = analysis.write_report(path)
+    out = analysis.write_up(path)
     assert (out / "confusion.png").stat().st_size > 0
     assert "![Confusion matrix of the best configuration](confusion.png)" in (out / "report.md").read_text()
 
@@ -527,7 +527,7 @@ def test_duplicate_trials_count_once_and_are_reported(tmp_path):
     summary = analysis.sweep_summary(str(path))
     line = next(line for line in summary.splitlines() if line.startswith("duplicates left out: 2 trial(s)"))
     assert str(folder) in line and "copied_by_hand" in line
-    report = (analysis.write_report(path) / "report.md").read_text()
+    report = (analysis.write_up(path) / "report.md").read_text()
     assert "- duplicates left out: 2 trial(s) with the same config (seed included)" in report
     # a different seed is another trial, not a duplicate; an unfinished repeat is not dropped either
     assert analysis.load_trials(paper_grid(tmp_path, "plain")).attrs["duplicates"] == []

@@ -650,3 +650,12 @@ def test_lr_search_sweeps_a_command_with_optuna_and_asha(ray_gpus, tmp_path, cap
         )  # ... in the command
         assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)) and all("val_acc" in r for r in rows)
     assert "of 3 trials ran; ASHA stopped" in out
+
+
+def test_the_helper_is_log_metrics_and_report_is_its_old_name(tmp_path, monkeypatch):
+    from trainables.command import user_metrics
+
+    assert user_metrics.report is user_metrics.log_metrics
+    monkeypatch.setenv("RAYSWEEP_METRICS_FILE", str(tmp_path / "m.jsonl"))
+    user_metrics.log_metrics({"val/acc": 0.5}, epoch=1)
+    assert read_metrics_file(tmp_path / "m.jsonl", 0, "epoch")[0] == [{"val/acc": 0.5, "epoch": 1}]

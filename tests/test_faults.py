@@ -144,11 +144,11 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
     assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
     assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
     assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
-    assert resume.report_outcome(None, reused, "val/acc") == 1  # a diverged trial: exit code 1
+    assert resume.say_outcome(None, reused, "val/acc") == 1  # a diverged trial: exit code 1
     assert "diverged (not ranked): sym_0.3_seed0 at epoch 1" in capsys.readouterr().out
     del reused[config_hash(cells[2])]
-    assert resume.report_outcome(None, reused, "val/acc") == 0
-    assert resume.report_outcome(None, {}, "val/acc") == 1  # nothing reported val/acc
+    assert resume.say_outcome(None, reused, "val/acc") == 0
+    assert resume.say_outcome(None, {}, "val/acc") == 1  # nothing reported val/acc
 
 
 # --- bad input: refused before Ray starts, nothing written --------------------------------------

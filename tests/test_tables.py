@@ -58,8 +58,9 @@ def test_the_report_computes_each_table_once_and_the_summary_and_json_read_the_s
     made = []
     paper_table = summary.paper_table
     monkeypatch.setattr(summary, "paper_table", lambda *a, **k: made.append(a[2].table_metric) or paper_table(*a, **k))
-    out = analysis.write_report(path)
+    out = analysis.write_up(path)
     assert made == ["test/acc", "val/acc"]  # the paper table, then the validation table: once each
+    assert analysis.write_report is analysis.write_up  # the first name of the write-up still works
     assert main([str(path), "--json"]) == 0 and made[2:] == ["test/acc", "val/acc"]
     document = json.loads(capsys.readouterr().out)
     text = (out / "summary.txt").read_text()

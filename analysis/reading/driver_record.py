@@ -80,6 +80,6 @@ def resume_command(argv: list | None, resume: bool = True) -> str:
     return "python " + " ".join(shlex.quote(str(a)) for a in args)
 
 
-def exit_code(report: dict) -> int:
+def exit_code(state: dict) -> int:
     """0 while the sweep runs or when it finished; 1 when its driver is gone with trials left."""
-    return 1 if report["driver_alive"] is False and report["left"] else 0
+    return 1 if state["driver_alive"] is False and state["left"] else 0

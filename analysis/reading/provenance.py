@@ -112,8 +112,8 @@ def print_provenance(experiments: list[str]) -> int:
     return 0
 
 
-def report_lines(experiment_dir: str) -> list[str]:
-    """The report's "Provenance" section (markdown lines): per run, its command, commit and
+def writeup_lines(experiment_dir: str) -> list[str]:
+    """The write-up's "Provenance" section (markdown lines): per run, its command, commit and
     uncommitted files, versions and nodes; [] when the experiment has no records."""
     try:
         records = read_records(experiment_dir)

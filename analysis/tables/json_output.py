@@ -22,31 +22,31 @@ SUMMARY_SCHEMA = "raysweep.summary/1"
 SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json"}
 
 
-def status_document(report: dict) -> dict:
+def status_document(state: dict) -> dict:
     """The ``raysweep.status/1`` document of a :func:`analysis.status.read_status` dict.
 
     Times are seconds (``elapsed_s``, ``eta_s``) or Unix seconds (the driver's ``heartbeat``,
     ``ended``); ``eta_s`` is None until an epoch has finished (:func:`analysis.progress.eta_seconds`).
     Running trials come best first, as in the text block. See ``analysis/schemas/status-1.json``.
     """
-    s = report["status"]
-    eta = eta_seconds(s, report["elapsed_s"])
+    s = state["status"]
+    eta = eta_seconds(s, state["elapsed_s"])
     return {
         "schema": STATUS_SCHEMA,
-        "experiment": report["where"],
-        "metric": report["metric"],
-        "mode": report["mode"],
+        "experiment": state["where"],
+        "metric": state["metric"],
+        "mode": state["mode"],
         "counts": {k: s[k] for k in ("total", "running", "pending", "done", "errored", "diverged")},
         "epochs": {"done": s["epochs_done"], "planned": s["epochs_planned"]},
-        "elapsed_s": report["elapsed_s"],
+        "elapsed_s": state["elapsed_s"],
         "eta_s": eta,
         "best": {"value": s["best"][0], "trial": s["best"][1]} if s["best"] else None,
-        "running": [_running_trial(report, *trial) for trial in s["running_trials"]],
-        "driver": _driver(report),
-        "left": report["left"],
-        "resume_command": resume_command(report["argv"]) if report["argv"] else None,
-        "duplicates": list(report["duplicates"]),
-        "exit_code": exit_code(report),
+        "running": [_running_trial(state, *trial) for trial in s["running_trials"]],
+        "driver": _driver(state),
+        "left": state["left"],
+        "resume_command": resume_command(state["argv"]) if state["argv"] else None,
+        "duplicates": list(state["duplicates"]),
+        "exit_code": exit_code(state),
     }
 
 
@@ -108,26 +108,26 @@ def schema(name: str) -> dict:
     return json.loads(text)
 
 
-def _running_trial(report: dict, name: str, result: dict, planned: int) -> dict:
+def _running_trial(state: dict, name: str, result: dict, planned: int) -> dict:
     return {
         "name": name,
         "gpu_ids": _gpu_ids(result.get("gpu_ids")),
         "step": int(result.get("epoch", result.get("training_iteration", 0)) or 0),
         "steps_planned": planned,
-        "metric": _number(result.get(report["metric"])),
+        "metric": _number(result.get(state["metric"])),
         "train_loss": _number(result.get("train/loss")),
-        "log_line": report["log_lines"].get(name),
+        "log_line": state["log_lines"].get(name),
     }
 
 
-def _driver(report: dict) -> dict:
+def _driver(state: dict) -> dict:
     """The driver's state, as `analysis.status.driver_line` words it, and its `driver.json` record."""
-    record = report["driver"]
+    record = state["driver"]
     if record is None:
         return {"state": "unknown"}
-    state = "alive" if report["driver_alive"] else "finished" if record.get("ended") is not None else "gone"
+    alive = "alive" if state["driver_alive"] else "finished" if record.get("ended") is not None else "gone"
     fields = ("host", "pid", "since", "heartbeat", "ended", "exit_code")
-    return {"state": state, **{f: record.get(f) for f in fields}}
+    return {"state": alive, **{f: record.get(f) for f in fields}}
 
 
 def _gpu_ids(value: Any) -> list:

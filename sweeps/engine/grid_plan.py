@@ -98,13 +98,13 @@ def plan_grid(
     return GridPlan(todo, reused, space, BasicVariantGenerator(points_to_evaluate=todo), len(todo))
 
 
-def report_finished(plan: GridPlan, experiment_dir: str, objective: Objective) -> int:
+def say_all_finished(plan: GridPlan, experiment_dir: str, objective: Objective) -> int:
     """Every cell is finished already: say so, print the sweep's table and report, and return the
-    exit code of the reused trials (`resume.report_outcome`: 0 all done, 1 one diverged). `objective`:
+    exit code of the reused trials (`resume.say_outcome`: 0 all done, 1 one diverged). `objective`:
     the sweep's (`RunOptions.objective`)."""
     print(f"all {len(plan.reused)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
     print_summary(experiment_dir, objective)
-    return resume.report_outcome(None, plan.reused, objective.metric)
+    return resume.say_outcome(None, plan.reused, objective.metric)
 
 
 def fit_grid(

@@ -101,9 +101,9 @@ def main() -> int:
                 f.write(json.dumps(metrics) + "\n")
         else:
             sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-            from trainables.command.user_metrics import report
+            from trainables.command.user_metrics import log_metrics
 
-            report(metrics)
+            log_metrics(metrics)
         sys.stdout.flush()
         marker = out / "killed_once"
         if epoch == args.kill_self_at_epoch and not marker.exists():

@@ -1,8 +1,11 @@
-"""`report(**metrics)`: hand one result of your own training script to a raysweep command sweep.
+"""`log_metrics(**metrics)`: hand one result of your own training script to a raysweep command sweep.
 
-    from trainables.command.user_metrics import report      # or copy this file next to your script
-    report(epoch=3, val_acc=0.81, loss=0.52)
-    report({"epoch": 3, "val/acc": 0.81})     # names that are not Python identifiers
+    from trainables.command.user_metrics import log_metrics      # or copy this file next to your script
+    log_metrics(epoch=3, val_acc=0.81, loss=0.52)
+    log_metrics({"epoch": 3, "val/acc": 0.81})     # names that are not Python identifiers
+
+`report` is the same function under its first name, kept so that scripts written with it keep working;
+in raysweep "report" is Tune's `tune.report`, which this is not.
 
 Under `sweeps/run_command.py` (the `train_command` trainable) the environment variable
 `RAYSWEEP_METRICS_FILE` names a JSON-lines file of the trial; each call appends one line, which
@@ -20,7 +23,7 @@ import os
 METRICS_FILE_ENV = "RAYSWEEP_METRICS_FILE"
 
 
-def report(metrics: dict | None = None, /, **more) -> None:
+def log_metrics(metrics: dict | None = None, /, **more) -> None:
     """Append one result (`metrics` and keyword metrics) to `$RAYSWEEP_METRICS_FILE`, or print it.
 
     Args:
@@ -37,3 +40,6 @@ def report(metrics: dict | None = None, /, **more) -> None:
     # One write of one line in append mode: a concurrent reader sees whole lines or nothing new.
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(result) + "\n")
+
+
+report = log_metrics  # the helper's first name: scripts that import it keep working

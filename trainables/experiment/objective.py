@@ -3,8 +3,8 @@ metric its tables report, and the selection rule that picks each trial's value.
 
 Optuna's `Study` carries its `direction`; a sweep carries its `Objective`. A sweep script makes it once from
 its flags (`add_objective_flags`, then `sweeps/engine/run_flags.py:run_options`) and passes it whole: Tune
-gets `objective.metric` and `objective.mode`, the tables and the report the rest. `python -m analysis`
-makes it from its own flags and the sweep's record (`analysis/report.py:resolve_objective`).
+gets `objective.metric` and `objective.mode`, the tables and the write-up the rest. `python -m analysis`
+makes it from its own flags and the sweep's record (`analysis/reading/load.py:resolve_objective`).
 
 Each default is written once, on its field below; the flags are generated from the fields, as the trial
 options are from `trainables.config.TrainConfig`. Light on purpose (no pandas): the command lines build

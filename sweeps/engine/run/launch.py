@@ -129,7 +129,7 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             records.write_settings(options.experiment_dir, info)
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, tune_config)
-        code = resume.report_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
+        code = resume.say_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, objective, reused)
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
         print(f"results: {options.experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))

@@ -105,7 +105,7 @@ def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = co
     return [c for c in cells if hash_fn(c) not in ran]
 
 
-def report_outcome(grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset()) -> int:
+def say_outcome(grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset()) -> int:
     """Print errored and diverged trials, and why no trial has a result if none has; return the exit code.
 
     Args:

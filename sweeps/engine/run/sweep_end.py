@@ -1,4 +1,4 @@
-"""The end of a sweep: its table on the console and the analysis report beside its results."""
+"""The end of a sweep: its table on the console and its write-up (`analysis.write_up`) in its report folder."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from trainables.experiment.objective import Objective
 
 def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
     """Print the sweep's table (laid out as the grid, mean ± std over seeds of the objective's test metric,
-    its selection rule stated, the best configuration by its metric named below) and then write the analysis report
-    (paper table, plots, report.md, with the same rule) next to the results.
+    its selection rule stated, the best configuration by its metric named below) and then write its write-up
+    (paper table, plots, report.md, with the same rule) into the report folder beside the results.
 
-    With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the report is
+    With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the write-up is
     written: both take seconds (plots; stopping Ray's processes, about 1 s each), neither needs
     the other, so the sweep exits after the slower of the two instead of their sum
     (benchmarks/startup.py).
@@ -25,11 +25,11 @@ def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool 
         print("\n" + analysis.sweep_summary(experiment_dir, objective), flush=True)
         if stopper:
             stopper.start()
-        report = analysis.write_report(experiment_dir, objective=objective)
+        folder = analysis.write_up(experiment_dir, objective=objective)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
         return
     finally:
         if stopper and stopper.is_alive():
             stopper.join()
-    print(f"report: {report / 'report.md'}")
+    print(f"report: {folder / 'report.md'}")

@@ -1,6 +1,8 @@
-"""A report folder for one experiment: tables, figures and a report.md that embeds them.
+"""The write-up of an experiment: its tables, its figures and a ``report.md`` that embeds them, in its
+report folder (``<experiment>/report``: the folder and ``report.md`` keep their names, users' paths
+depend on them; in the code, "report" is only Tune's ``tune.report``).
 
-What :func:`write_report` writes:
+What :func:`write_up` writes:
 
 - ``paper_table.md/.tex/.csv`` (:func:`analysis.paper_table` of the objective's test metric, methods
   × noise type × noise rate, Holm-corrected tests against ``baseline``) and ``summary.txt`` (the
@@ -35,7 +37,7 @@ from analysis.reading.load import (
     resolve_objective,
     varying_config_columns,
 )
-from analysis.reading.provenance import report_lines as provenance_lines
+from analysis.reading.provenance import writeup_lines as provenance_lines
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
@@ -43,7 +45,7 @@ from analysis.tables.summary import SweepTables, cell_trials, format_summary, sw
 from trainables.experiment.objective import Objective
 
 
-def write_report(
+def write_up(
     source: Any,
     out_dir: str | os.PathLike | None = None,
     objective: Objective | Mapping[str, Any] | None = None,
@@ -53,7 +55,7 @@ def write_report(
     baseline: str | None = "auto",
     bootstrap: bool = False,
 ) -> Path:
-    """Write the report of an experiment (or of several, compared) and return its folder.
+    """Write the write-up of an experiment (or of several, compared) into its report folder and return the folder.
 
     Every value per trial follows the objective's selection rule (:mod:`trainables.experiment.rules`),
     stated in each table, caption and axis label. The files are listed in this module's docstring.
@@ -61,7 +63,7 @@ def write_report(
     Args:
         source: experiment folder, URI, ``ResultGrid``, or a list of them (as for
             :func:`analysis.load_trials`).
-        out_dir: report folder; default ``<experiment>/report`` for one local experiment, else
+        out_dir: the report folder; default ``<experiment>/report`` for one local experiment, else
             ``./reports/<experiment name(s) joined by +>``.
         objective: the validation metric and mode, the test metric of the paper table (none: no paper
             table) and the selection rule: an `Objective`, or the fields asked for, the rest the sweep's
@@ -75,7 +77,7 @@ def write_report(
     """
     trials, history = load_experiment(source)
     objective = resolve_objective(trials, history, objective)
-    out = Path(out_dir if out_dir is not None else report_folder(trials))
+    out = Path(out_dir if out_dir is not None else writeup_folder(trials))
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, str] = {}
 
@@ -140,8 +142,8 @@ def _figures(trials, history, selected, objective: Objective, save) -> None:
     save("timeline", "Trial timeline", plot_timeline(trials))
 
 
-def report_folder(trials: pd.DataFrame) -> Path:
-    """Default report folder: ``<experiment>/report`` for one local experiment, else
+def writeup_folder(trials: pd.DataFrame) -> Path:
+    """The default report folder: ``<experiment>/report`` for one local experiment, else
     ``./reports/<experiment names joined by +>``."""
     paths = trials.attrs.get("experiments") or [trials.attrs["experiment"]]
     if len(paths) == 1 and "://" not in paths[0]:
@@ -189,7 +191,7 @@ def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
 
 
 def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> list[str]:
-    """The report's bullet list: experiment, trial counts by status, duplicates, metric, efficiency."""
+    """The write-up's bullet list: experiment, trial counts by status, duplicates, metric, efficiency."""
     counts = trials["status"].value_counts()
     status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
     diverged = int(trials["diverged"].sum())
@@ -253,3 +255,6 @@ def _markdown(
         lines += [f"## {title}", "", f"![{title}]({file})", ""]
     lines += provenance_lines(trials.attrs["experiment"])
     return "\n".join(lines)
+
+
+write_report = write_up  # its first name, kept for notebooks and scripts that call it
