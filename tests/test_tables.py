@@ -54,7 +54,7 @@ def test_one_percent_rule_for_tables_the_progress_block_and_notifications():
 
 
 def test_the_report_computes_each_table_once_and_the_summary_and_json_read_the_same(tmp_path, monkeypatch, capsys):
-    path = paper_grid(tmp_path)
+    path = paper_grid(tmp_path, types=("sym",), rates=(0.2,), seeds=(0, 1))  # small: figures take the time
     made = []
     paper_table = summary.paper_table
     monkeypatch.setattr(summary, "paper_table", lambda *a, **k: made.append(a[2].table_metric) or paper_table(*a, **k))
