@@ -140,7 +140,8 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
             metrics (the first pattern to give a name wins).
     Returns:
         {metric: int | float}, `step_key` included when the line names the step; {} for a line
-        with no number in these forms, and for a configuration dump (`output_shapes.config_dump`).
+        with no number in these forms, for a configuration dump (`output_shapes.config_dump`) and for
+        an end-of-run summary naming an earlier epoch (`output_shapes.end_of_run`).
         `97.0%` reads 97.0; NaN and inf are kept (the trainable treats them as divergence).
     """
     return read_line(line, step_key, patterns)[0]
@@ -148,14 +149,15 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
 
 def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
     """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
-    if output_shapes.config_dump(line):
+    if output_shapes.config_dump(line) or output_shapes.end_of_run(line):
         return {}, frozenset()
     step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
     metrics, running = {}, frozenset()
     if not patterns:
         metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
-            metrics.setdefault(match["key"], _number(match["value"]))
+            if match["key"] not in output_shapes.NOT_METRICS:
+                metrics.setdefault(match["key"], _number(match["value"]))
     for pattern in patterns or ():
         match = pattern.search(line)
         for key, text in (match.groupdict() if match else {}).items():
@@ -189,7 +191,9 @@ class StepContext:
     Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
     first step starts. Each step is returned once: metrics printed after its result was complete
     are dropped, unless they are the final result. Running values (an AverageMeter's average, a
-    progress bar's postfix, redrawn every batch) never complete a step before it ends.
+    progress bar's postfix, redrawn every batch) never complete a step before it ends. A JSON dump
+    printed over several lines after a step (timm's `--result` list of its best epochs) sums up
+    results already read: its lines are skipped.
 
         ctx = StepContext("epoch", complete_when={"val_acc"})
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
@@ -206,11 +210,24 @@ class StepContext:
         self.pending: dict = {}  # metrics of the current step not returned yet
         self.completed = None  # the step last returned
         self.settled: set = set()  # names in `pending` read from a line that is not a running value
+        self.dump_depth = 0  # brackets open in a multi-line JSON dump being skipped
 
     def feed(self, line: str) -> list[dict]:
         """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        if self._in_json_dump(line):
+            return []
         return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
+
+    def _in_json_dump(self, line: str) -> bool:
+        """Whether `line` is part of a JSON dump printed over several lines after a step: one that starts
+        with a lone `[` or `{`, up to the line that closes it (brackets counted, strings not parsed)."""
+        text = line.strip()
+        if not self.dump_depth and (self.step is None or text not in ("[", "{")):
+            return False
+        self.dump_depth += text.count("[") + text.count("{") - text.count("]") - text.count("}")
+        self.dump_depth = max(self.dump_depth, 0)
+        return True
 
     def add(self, metrics: dict, running=frozenset()) -> list[dict]:
         """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step});
