@@ -168,7 +168,7 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric" in proc.stdout
+    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric" in proc.stdout
     found = trials(tmp_path / "runs" / "command")
     assert len(found) == 8, sorted(found)
     for name, trial in found.items():
