@@ -413,6 +413,8 @@ def test_epochs_done_count_reports_not_the_step_a_script_logged():
                       last_result={"epoch": 400, "step": 400, "training_iteration": 2})  # fmt: skip
     failed = FakeTrial(name="c", status="ERROR", config={}, metric_analysis={},
                        last_result={"command/no_retry": 1, "training_iteration": 3})  # fmt: skip
-    s = sweep_status([from_zero, steps, failed], total_trials=3)
-    assert (s["epochs_done"], s["epochs_planned"]) == (2 + 2 + 2, 6)
-    assert format_progress(s, 10.0)[0].split(" | ")[2] == "epochs 6/6"
+    joined = FakeTrial(name="d", status="TERMINATED", config={}, metric_analysis={},  # a final block: epoch 2 again
+                       last_result={"epoch": 2, "command/joins_step": 1, "training_iteration": 3})  # fmt: skip
+    s = sweep_status([from_zero, steps, failed, joined], total_trials=4)
+    assert (s["epochs_done"], s["epochs_planned"]) == (2 + 2 + 2 + 2, 8)
+    assert format_progress(s, 10.0)[0].split(" | ")[2] == "epochs 8/8"

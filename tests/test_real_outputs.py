@@ -21,8 +21,9 @@ import pytest
 
 from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
 from trainables.command.output_shapes import pipe_pairs
-from trainables.command.parse import JOINS_STEP_METRIC, StepContext
+from trainables.command.parse import StepContext
 from trainables.command.trackers import TrackerResults
+from trainables.experiment.records import JOINS_STEP_METRIC
 
 RECORDED = ROOT / "tests" / "recorded"
 

@@ -32,9 +32,6 @@ BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the train
 METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard", "wandb", "mlflow", "csv", "hf")
 STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
-# In a row that repeats the step of the row before it with a final block joined (`analysis/reading/load.py`
-# drops that earlier row).
-JOINS_STEP_METRIC = "command/joins_step"
 
 # A key starts with a letter or `_`, may hold `. / - @` (val/acc, train.loss, Acc@1); a value is an int,
 # a float (1e-3, .5) or nan/inf, and must end the token (so `10ms`, `v1.2.3`, `abc123` are not read).

@@ -26,7 +26,7 @@ from ray.tune import Checkpoint
 from trainables import divergence
 from trainables.command.failure import CommandFailed, _failed, _take_turn, _verdict  # noqa: F401
 from trainables.command.failure_gate import GateTicket
-from trainables.command.parse import JOINS_STEP_METRIC, NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
+from trainables.command.parse import NO_RETRY_METRIC, STREAMS_READ, StepContext, non_finite, render
 from trainables.command.process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
     command_env,
@@ -157,7 +157,7 @@ class StepReporter:
     def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
         """Report the results not reported before; True when one diverged (the trial then ends).
         A final result (printed after the last step line) may share the last reported step: it is
-        then reported joined to that step's row, marked `JOINS_STEP_METRIC` (the tables keep only
+        then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
         the joined row); `missing` results are rows the history lacks, reported whatever their step."""
         key = self.step_key
         for result in results:
@@ -169,7 +169,7 @@ class StepReporter:
             if not missing and last is not None and (result[key] < last or (result[key] == last and not final)):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             if final and self.last_result is not None and self.last_result[key] == result[key]:
-                result = {**self.last_result, **result, JOINS_STEP_METRIC: 1}
+                result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
             _report(result, key)
             if self.last_result is None:
                 self.ticket.call("reported")  # the command works: the sweep's other trials may start
