@@ -302,6 +302,10 @@ def test_end_of_run_summaries_and_a_result_dump_are_not_epochs():
     dump = ["[", "    {", '        "epoch": 0,', '        "validation": {"acc": 0.5, "loss": 2}', "    }", "]"]
     out += [r for line in dump for r in ctx.feed(line)] + ctx.feed("epoch=2 acc=0.7") + ctx.close()
     assert out == [{"acc": 0.5, "epoch": 0}, {"acc": 0.6, "epoch": 1}, {"acc": 0.7, "epoch": 2}]
+    ctx = StepContext("epoch", complete_when={"acc"})  # one object of numbers, pretty-printed: a final result
+    out = ctx.feed("epoch=1 acc=0.6") + [r for line in ["{", '  "test_acc": 0.9,', '  "test_loss": 0.3', "}"]
+                                         for r in ctx.feed(line)]  # fmt: skip
+    assert out + ctx.close() == [{"acc": 0.6, "epoch": 1}, {"test_acc": 0.9, "test_loss": 0.3, "epoch": 1}]
 
 
 def test_a_missing_metric_names_the_nearest_keys_and_the_lines_not_read():

@@ -18,6 +18,7 @@ are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import string
@@ -190,7 +191,7 @@ class StepContext:
     are dropped, unless they are the final result. Running values (an AverageMeter's average, a
     progress bar's postfix, redrawn every batch) never complete a step before it ends. A JSON dump
     printed over several lines after a step (timm's `--result` list of its best epochs) sums up
-    results already read: its lines are skipped.
+    results already read: its lines are skipped, unless it is one object of numbers (a final result).
 
         ctx = StepContext("epoch", complete_when={"val_acc"})
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
@@ -207,24 +208,35 @@ class StepContext:
         self.pending: dict = {}  # metrics of the current step not returned yet
         self.completed = None  # the step last returned
         self.settled: set = set()  # names in `pending` read from a line that is not a running value
-        self.dump_depth = 0  # brackets open in a multi-line JSON dump being skipped
+        self.dump: list = []  # the lines of a multi-line JSON dump being read (`_json_dump`)
 
     def feed(self, line: str) -> list[dict]:
         """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
-        if self._in_json_dump(line):
-            return []
+        dump = self._json_dump(line)
+        if dump is not None:
+            return self.add(dump)
         return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
 
-    def _in_json_dump(self, line: str) -> bool:
-        """Whether `line` is part of a JSON dump printed over several lines after a step: one that starts
-        with a lone `[` or `{`, up to the line that closes it (brackets counted, strings not parsed)."""
+    def _json_dump(self, line: str) -> dict | None:
+        """None for a line outside a JSON dump printed over several lines after a step (from a lone `[` or
+        `{` to the line closing it, brackets counted); for a line in one, {} until its last line, which
+        gives the dump's metrics when it is one object of numbers without the step (`json.dumps(
+        {"test_acc": 0.9}, indent=2)`: a final result), else {} (timm's list of its best epochs)."""
         text = line.strip()
-        if not self.dump_depth and (self.step is None or text not in ("[", "{")):
-            return False
-        self.dump_depth += text.count("[") + text.count("{") - text.count("]") - text.count("}")
-        self.dump_depth = max(self.dump_depth, 0)
-        return True
+        if not self.dump and (self.step is None or text not in ("[", "{")):
+            return None
+        self.dump.append(line)
+        opened = sum(t.count("[") + t.count("{") - t.count("]") - t.count("}") for t in self.dump)
+        if opened > 0:
+            return {}
+        text, self.dump = "\n".join(self.dump), []
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return {}
+        numbers = isinstance(value, dict) and all(type(v) in (int, float) for v in value.values())
+        return value if numbers and self.step_key not in value else {}
 
     def add(self, metrics: dict, running=frozenset()) -> list[dict]:
         """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step});
