@@ -351,8 +351,8 @@ class TrackerResults:
         """Say in the trial's log where a tracker's --metric differs from the printed one at a step."""
         if not self.values:
             return
-        records = TrackerResults(self.work_dir, self.step_key, self.sources, (self.metric,), self.since)
-        records.existing, records.announce = self.existing, False
+        records = TrackerResults(self.work_dir, self.step_key, self.sources, (self.metric,))  # says nothing
+        records.since, records.existing = self.since, self.existing  # this attempt's records only
         rows = [r for r in records.close() if self.metric in r]
         differ = [
             (step, value, row[self.metric])
