@@ -301,8 +301,10 @@ def compile_metric_pattern(text: str) -> re.Pattern:
 
 
 def launch_line(template: list[str], plan, metrics_from: str) -> str:
-    """The sweep's launch line: the command, how many cells run and are reused (`plan`: `todo`,
-    `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
+    """The sweep's launch line: the command and the program its name resolves to on this shell's
+    PATH (which the trials get: `sweeps/engine/cluster/job_env.py`), e.g. `python = /repo/.venv/bin/python`,
+    how many cells run and are reused (`plan`: `todo`, `reused`), and `--metrics-from` in words,
+    e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
         "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
         "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
@@ -315,8 +317,10 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
         "csv": "csv (metrics.csv under {trial_dir})",
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
+    program = template[0] if template and os.sep not in template[0] and not _placeholders(template[:1]) else None
+    resolved = f" ({program} = {shutil.which(program)})" if program and shutil.which(program) else ""
     return (
-        f"command: {shlex.join(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"command: {shlex.join(template)}{resolved}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
         f"metrics from {words[metrics_from]}"
     )
 

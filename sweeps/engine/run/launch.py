@@ -259,6 +259,7 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
             options.dashboard_host,
             num_gpus=choose_local_gpus(options.gpus, options.address),
             runtime_env=trial_function.runtime_env,
+            carry_env=options.carry_env,
         )
         nodes_alive = sum(node["Alive"] for node in ray.nodes())
         check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)

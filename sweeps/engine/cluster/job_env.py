@@ -1,0 +1,167 @@
+"""The sweep's Ray job environment: the launching shell's variables, and raysweep's own packages first.
+
+Why: a trial runs in a Ray worker, and on a cluster that `ray start` began (hours earlier, or as
+another user) that worker has the environment of `ray start`, not of the shell that launched the
+sweep. A variable the user exported (`DATA_DIR`, `HF_HOME`, `WANDB_API_KEY`, `CUDA_HOME`) would be
+missing, or someone else's used, and even `PATH`, so which `python` runs the command could change.
+So the sweep's `ray.init` gets a `runtime_env` (docs.ray.io/en/latest/ray-core/handling-dependencies.html)
+whose `env_vars` are the shell's (`carried_env`), on a private Ray and a joined cluster alike;
+`--no-env` leaves them out, for clusters whose nodes differ.
+
+Second, Ray puts the driver's current folder first on every worker's `sys.path` (the job's
+`py_driver_sys_path`), so a user's repository with its own `analysis/`, `sweeps/` or `trainables/`
+package would shadow ours in the workers. The job's `worker_process_setup_hook`
+(`packages_first_hook`) puts a finder first on each worker's `sys.meta_path` that resolves those three
+names in raysweep's own folder (`our_packages_first`); the `raysweep` command installs the same
+finder in the driver. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+PACKAGES = ("sweeps", "trainables", "analysis")  # raysweep's import names
+ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding them: a checkout or site-packages
+
+# Not carried (by name or prefix), each with why:
+NOT_CARRIED = {
+    "HOSTNAME": "identifies the launching machine",
+    "HOST": "identifies the launching machine",
+    "PWD": "the shell's own folder: each trial runs in its own",
+    "OLDPWD": "the shell's own bookkeeping",
+    "SHLVL": "the shell's own bookkeeping",
+    "_": "the shell's own bookkeeping",
+    "TUNE_ORIG_WORKING_DIR": "Tune sets it per trial",
+}
+NOT_CARRIED_PREFIXES = {
+    "RAY_": "Ray's own settings: the cluster's, set where each node started",
+    "TUNE_": "Tune's switches: read by the driver, which has them",
+    "RAYSWEEP_": "raysweep sets them per trial (the trial's config, folder, metrics file)",
+    "SLURM_": "the launching job step's identity; each node's Ray has its own",
+    "PMI_": "the launching MPI/PMI step's identity",
+    "PMIX_": "the launching MPI/PMI step's identity",
+    "BASH_FUNC_": "the shell's exported functions",
+}
+# What Ray sets per trial: the accelerators it assigned (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES,
+# NEURON_RT_VISIBLE_CORES, TPU_VISIBLE_CHIPS, HABANA_VISIBLE_MODULES, ...).
+RAY_SETS_PER_TRIAL = re.compile(r"^[A-Z0-9_]*_VISIBLE_(DEVICES|CORES|CHIPS|MODULES)$")
+# raysweep points these at each trial's folder where they are unset (trainables/command/trackers.py:
+# tracker_env), so that each trial's tracker records stay in it.
+TRIAL_FOLDERS = ("WANDB_DIR", "MLFLOW_TRACKING_URI")
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a driver that `ray job submit` started
+RAY_EXPANDS = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars replaces (posixpath._varprog)
+
+
+@dataclasses.dataclass(frozen=True)
+class CarriedEnv:
+    """The launching shell's variables that reach every trial (`env_vars`: {name: value}, sorted by
+    name) and the names left out because Ray would rewrite their values (`rewritten`, see `carried_env`)."""
+
+    env_vars: dict[str, str]
+    rewritten: list[str]
+
+
+def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
+    """The variables of `environ` (the launching shell's, `os.environ`) that reach every trial.
+
+    Carried: everything the user set, `PATH` included (the command's `python` is the one the shell
+    finds), values as they are (secrets included: they reach the trials through Ray's job config,
+    never the experiment's records). Not carried: `NOT_CARRIED` and `NOT_CARRIED_PREFIXES` (machine
+    and shell identity, Ray's, Tune's and raysweep's own), what Ray sets per trial
+    (`RAY_SETS_PER_TRIAL`), the tracker folders raysweep sets per trial (`TRIAL_FOLDERS`), the
+    variables of a `ray job submit` job's own `runtime_env` (Ray refuses a second value for them),
+    and a value holding `$NAME` or `${NAME}`: Ray expands those in `env_vars` with the node's
+    variables (`os.path.expandvars` in ray._private.utils.update_envs), so it would not arrive as written.
+    """
+    submitted = _submitted_job_env_vars(environ)
+    wanted = {
+        name: value
+        for name, value in sorted(environ.items())
+        if name not in NOT_CARRIED
+        and not name.startswith(tuple(NOT_CARRIED_PREFIXES))
+        and not RAY_SETS_PER_TRIAL.match(name)
+        and name not in TRIAL_FOLDERS
+        and name not in submitted
+    }
+    rewritten = [name for name, value in wanted.items() if RAY_EXPANDS.search(value)]
+    return CarriedEnv({k: v for k, v in wanted.items() if k not in rewritten}, rewritten)
+
+
+def _submitted_job_env_vars(environ: Mapping[str, str]) -> set[str]:
+    """Names in the `env_vars` of the job `ray job submit` started this driver as (none otherwise).
+
+    Ray merges those with the driver's `ray.init(runtime_env=...)` and refuses a name set in both
+    (ray/_private/worker.py, "Failed to merge the Job's runtime env")."""
+    try:
+        job = json.loads(environ.get(JOB_CONFIG_ENV) or "{}")
+        return set(((job.get("runtime_env") or {}).get("env_vars") or {}))
+    except (ValueError, AttributeError):
+        return set()
+
+
+def job_runtime_env(
+    runtime_env: dict | None, carry_env: bool, address: str | None, environ: Mapping[str, str] = os.environ
+) -> dict:
+    """The sweep's `ray.init(runtime_env=...)`: `runtime_env` (a code snapshot's `working_dir`, or None)
+    plus `env_vars` (`carried_env(environ)`, unless `carry_env` is False: --no-env) and the
+    `worker_process_setup_hook` that puts raysweep's packages first in every worker.
+
+    `address`: the cluster joined (None: a private Ray, whose workers inherit this process's whole
+    environment anyway). Joining one, the variables Ray would rewrite are named on stderr. Through Ray
+    Client (`ray://`) there is no hook: its driver runs on the head, in the client server's folder.
+    """
+    job = dict(runtime_env or {})
+    if carry_env:
+        carried = carried_env(environ)
+        job["env_vars"] = carried.env_vars
+        if carried.rewritten and address:
+            print(
+                f"warning: not carried to the trials: {', '.join(carried.rewritten)} (a value holding $NAME or "
+                "${NAME}, which Ray's runtime_env would expand; export it before `ray start`, or pass it in "
+                "the command)",
+                file=sys.stderr,
+            )
+    if not (address and "://" in address):
+        job["worker_process_setup_hook"] = packages_first_hook(ROOT)
+    return job
+
+
+def our_packages_first(root: str = ROOT) -> None:
+    """Make `import sweeps`, `trainables` and `analysis` (and their submodules) load from `root`,
+    whatever folder comes first on `sys.path`: a finder first on `sys.meta_path` (PEP 451) that
+    looks those three names up in `root` only. Installed once per process."""
+    packages_first_hook(root)()
+
+
+def packages_first_hook(root: str, packages: tuple[str, ...] = PACKAGES):
+    """A function of no arguments that installs `our_packages_first`'s finder: Ray's
+    `worker_process_setup_hook`, run in each worker before it imports any task.
+
+    Defined inside this function so that Ray pickles it by value: the worker unpickles it without
+    importing a module of ours (which is what it must not import from the wrong folder)."""
+
+    def install() -> None:
+        import importlib.machinery
+        import sys
+
+        class RaysweepPackages:
+            """Resolves raysweep's top-level package names in raysweep's own folder."""
+
+            wanted, folder = packages, root
+
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                if name not in cls.wanted:
+                    return None
+                return importlib.machinery.PathFinder.find_spec(name, [cls.folder])
+
+        if not any(getattr(f, "__name__", "") == "RaysweepPackages" for f in sys.meta_path):
+            sys.meta_path.insert(0, RaysweepPackages)
+
+    return install
