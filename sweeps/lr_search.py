@@ -304,7 +304,8 @@ def print_outcome(results, args) -> None:
 def launch_line(args, cfg) -> str:
     """The search's first line: what is searched, how many trials, and (a command's) ASHA's max_t."""
     if args.template:
-        return search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs)
+        searched = search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs)
+        return f"{searched}; command: {command_template.command_text(args.template)}"
     return (
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
         f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}"

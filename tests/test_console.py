@@ -256,3 +256,25 @@ def test_wheel_installed_raysweep_runs_from_a_clashing_repo_with_the_shells_envi
         [raysweep, "status", "runs/command"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
     )
     assert status.returncode == 0 and "2 done, 0 errored" in status.stdout, status.stdout + status.stderr
+
+
+def test_launch_lines_of_a_command_name_the_program_this_shells_path_resolves(tmp_path, monkeypatch):
+    """`raysweep run`'s and `raysweep search`'s first line say which `python` the trials will run (the
+    shell's PATH reaches them); a program given by path is shown as it is."""
+    import types
+
+    from sweeps import lr_search
+    from sweeps.engine.command_sweep import command_template
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    plan = types.SimpleNamespace(todo=[{}, {}], reused={})
+    line = command_template.launch_line(["python", "train.py", "--lr", "{lr}"], plan, "output")
+    assert line.startswith(f"command: python train.py --lr '{{lr}}' (python = {bin_dir / 'python'}); 2 to run")
+    assert command_template.command_text(["./train.sh", "{lr}"]) == "./train.sh '{lr}'"
+    args = lr_search.parse_args(["--num-samples", "2", "--", "python", "train.py", "--lr", "{lr}"])
+    assert lr_search.launch_line(args, None).endswith(
+        f"; command: python train.py --lr '{{lr}}' (python = {bin_dir / 'python'})"
+    )

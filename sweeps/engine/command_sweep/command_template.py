@@ -300,9 +300,17 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
+def command_text(template: list[str]) -> str:
+    """The command as typed and the program its name resolves to on this shell's PATH, which the trials
+    get (`sweeps/engine/cluster/job_env.py`): `python train.py --lr '{lr}' (python = /repo/.venv/bin/python)`;
+    a program given by path, or chosen per trial by a placeholder, as it is."""
+    program = template[0] if template and os.sep not in template[0] and not _placeholders(template[:1]) else None
+    resolved = shutil.which(program) if program else None
+    return shlex.join(template) + (f" ({program} = {resolved})" if resolved else "")
+
+
 def launch_line(template: list[str], plan, metrics_from: str) -> str:
-    """The sweep's launch line: the command and the program its name resolves to on this shell's
-    PATH (which the trials get: `sweeps/engine/cluster/job_env.py`), e.g. `python = /repo/.venv/bin/python`,
+    """The sweep's launch line: the command (`command_text`: with the program its name resolves to),
     how many cells run and are reused (`plan`: `todo`, `reused`), and `--metrics-from` in words,
     e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
@@ -317,10 +325,8 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
         "csv": "csv (metrics.csv under {trial_dir})",
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
-    program = template[0] if template and os.sep not in template[0] and not _placeholders(template[:1]) else None
-    resolved = f" ({program} = {shutil.which(program)})" if program and shutil.which(program) else ""
     return (
-        f"command: {shlex.join(template)}{resolved}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"command: {command_text(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
         f"metrics from {words[metrics_from]}"
     )
 
