@@ -273,7 +273,8 @@ def test_launch_lines_of_a_command_name_the_program_this_shells_path_resolves(tm
     plan = types.SimpleNamespace(todo=[{}, {}], reused={})
     line = command_template.launch_line(["python", "train.py", "--lr", "{lr}"], plan, "output")
     assert line.startswith(f"command: python train.py --lr '{{lr}}' (python = {bin_dir / 'python'}); 2 to run")
-    assert command_template.command_text(["./train.sh", "{lr}"]) == "./train.sh '{lr}'"
+    assert job_env.command_text(["./train.sh", "{lr}"]) == "./train.sh '{lr}'"  # by path: as it is
+    assert job_env.command_text(["{program}", "x"]) == "'{program}' x"  # chosen per trial
     args = lr_search.parse_args(["--num-samples", "2", "--", "python", "train.py", "--lr", "{lr}"])
     assert lr_search.launch_line(args, None).endswith(
         f"; command: python train.py --lr '{{lr}}' (python = {bin_dir / 'python'})"

@@ -22,6 +22,8 @@ import dataclasses
 import json
 import os
 import re
+import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -130,6 +132,15 @@ def job_runtime_env(
     if not (address and "://" in address):
         job["worker_process_setup_hook"] = packages_first_hook(ROOT)
     return job
+
+
+def command_text(template: list[str]) -> str:
+    """The command as typed, and the program its name resolves to on this shell's PATH, which the trials
+    get: `python train.py --lr '{lr}' (python = /repo/.venv/bin/python)`; a program given by its path, or
+    chosen per trial by a placeholder, as it is. Said in a command sweep's launch line."""
+    program = template[0] if template and os.sep not in template[0] and "{" not in template[0] else None
+    resolved = shutil.which(program) if program else None
+    return shlex.join(template) + (f" ({program} = {resolved})" if resolved else "")
 
 
 def our_packages_first(root: str = ROOT) -> None:

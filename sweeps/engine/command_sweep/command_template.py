@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 
+from sweeps.engine.cluster import job_env
 from sweeps.engine.flags import UsageError
 from trainables.command.parse import (
     BUILTIN_PLACEHOLDERS,
@@ -300,19 +300,9 @@ def compile_metric_pattern(text: str) -> re.Pattern:
     return pattern
 
 
-def command_text(template: list[str]) -> str:
-    """The command as typed and the program its name resolves to on this shell's PATH, which the trials
-    get (`sweeps/engine/cluster/job_env.py`): `python train.py --lr '{lr}' (python = /repo/.venv/bin/python)`;
-    a program given by path, or chosen per trial by a placeholder, as it is."""
-    program = template[0] if template and os.sep not in template[0] and not _placeholders(template[:1]) else None
-    resolved = shutil.which(program) if program else None
-    return shlex.join(template) + (f" ({program} = {resolved})" if resolved else "")
-
-
 def launch_line(template: list[str], plan, metrics_from: str) -> str:
-    """The sweep's launch line: the command (`command_text`: with the program its name resolves to),
-    how many cells run and are reused (`plan`: `todo`, `reused`), and `--metrics-from` in words,
-    e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
+    """The sweep's launch line: the command (`job_env.command_text`), how many cells run and are reused
+    (`plan`: `todo`, `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
         "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
         "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
@@ -326,7 +316,7 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
     return (
-        f"command: {command_text(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"command: {job_env.command_text(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
         f"metrics from {words[metrics_from]}"
     )
 
