@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import site
@@ -40,7 +41,7 @@ def test_help_of_every_subcommand_answers_before_ray_torch_pandas_matplotlib(tmp
     command or an unknown one exits 2; none of it imports Ray, torch, pandas or matplotlib."""
     code = (
         "import sys\nfrom sweeps.cli import main, SUBCOMMANDS\n"
-        "for argv in ([], ['gird'], ['--help'], *([name, '--help'] for name in SUBCOMMANDS)):\n"
+        "for argv in ([], ['gird'], ['--version'], ['--help'], *([name, '--help'] for name in SUBCOMMANDS)):\n"
         "    try:\n        main(argv)\n    except SystemExit as e:\n        print('exit', *argv[:1], e.code)\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)})))"
     )
@@ -56,7 +57,14 @@ def test_help_of_every_subcommand_answers_before_ray_torch_pandas_matplotlib(tmp
     lines = proc.stdout.splitlines()
     assert lines[-1] == "[]", lines[-1]
     exits = [line for line in lines if line.startswith("exit")]
-    assert exits == ["exit 2", "exit gird 2", "exit --help 0", *(f"exit {name} 0" for name in cli.SUBCOMMANDS)]
+    assert exits == [
+        "exit 2",
+        "exit gird 2",
+        "exit --version 0",
+        "exit --help 0",
+        *(f"exit {name} 0" for name in cli.SUBCOMMANDS),
+    ]
+    assert re.search(r"^raysweep (\d+\.\d+\.\d+|unknown)$", proc.stdout, re.M)
     assert "invalid choice: 'gird'" in proc.stderr
     for name in cli.SUBCOMMANDS:
         assert f"usage: raysweep {name} " in proc.stdout, name
