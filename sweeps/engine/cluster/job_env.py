@@ -13,7 +13,8 @@ Second, Ray puts the driver's current folder first on every worker's `sys.path` 
 package would shadow ours in the workers. The job's `worker_process_setup_hook`
 (`packages_first_hook`) puts a finder first on each worker's `sys.meta_path` that resolves those three
 names in raysweep's own folder (`our_packages_first`); the `raysweep` command installs the same
-finder in the driver. Nothing here imports Ray.
+finder in the driver. And since the trials get this shell's PATH, `command_text` names the program a
+command sweep's command resolves to, in its launch line. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ NOT_CARRIED = {
     "OLDPWD": "the shell's own bookkeeping",
     "SHLVL": "the shell's own bookkeeping",
     "_": "the shell's own bookkeeping",
-    "TUNE_ORIG_WORKING_DIR": "Tune sets it per trial",
 }
 NOT_CARRIED_PREFIXES = {
     "RAY_": "Ray's own settings: the cluster's, set where each node started",
-    "TUNE_": "Tune's switches: read by the driver, which has them",
+    "TUNE_": "Tune's switches, read by the driver, and what it sets per trial (TUNE_ORIG_WORKING_DIR)",
     "RAYSWEEP_": "raysweep sets them per trial (the trial's config, folder, metrics file)",
     "SLURM_": "the launching job step's identity; each node's Ray has its own",
     "PMI_": "the launching MPI/PMI step's identity",
