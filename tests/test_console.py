@@ -115,18 +115,28 @@ def test_carried_env_keeps_the_users_variables_and_path_and_leaves_out_the_machi
     assert "DATA_DIR" not in job_env.carried_env({**environ, **submitted}).env_vars  # `ray job submit` set it
 
 
-def test_job_runtime_env_adds_the_shells_variables_unless_no_env_and_the_hook_unless_ray_client(capsys):
+def test_job_runtime_env_holds_the_shells_variables_on_a_cluster_and_the_hook_where_a_folder_shadows_ours(
+    tmp_path, capsys
+):
+    """Only what the job needs (a runtime_env costs the first trials their prestarted workers): the shell's
+    variables when joining a cluster (a private Ray's workers inherit them), unless --no-env; the hook when a
+    folder Ray puts first on the workers' sys.path holds a package or module named like ours."""
     environ = {"DATA_DIR": "/data", "PASSWORD": "pa$HOME"}
+    plain, clashing = tmp_path / "plain", clashing_repo(tmp_path / "repo")
+    plain.mkdir()
     snapshot = {"working_dir": "/runs/x/code/1"}
-    private = job_env.job_runtime_env(snapshot, True, None, environ)
-    assert private["working_dir"] == "/runs/x/code/1" and private["env_vars"] == {"DATA_DIR": "/data"}
-    assert callable(private["worker_process_setup_hook"])
-    assert capsys.readouterr().err == ""  # a private Ray's workers inherit PASSWORD anyway
-    joined = job_env.job_runtime_env(None, True, "10.0.0.1:6379", environ)
-    assert joined["env_vars"] == {"DATA_DIR": "/data"}
+    assert job_env.job_runtime_env(snapshot, True, None, environ, [str(plain)]) == snapshot
+    assert job_env.job_runtime_env(None, True, None, environ, [str(plain), str(ROOT)]) is None
+    private = job_env.job_runtime_env(None, True, None, environ, [str(clashing)])
+    assert set(private) == {"worker_process_setup_hook"} and callable(private["worker_process_setup_hook"])
+    assert capsys.readouterr().err == ""
+    joined = job_env.job_runtime_env(None, True, "10.0.0.1:6379", environ, [str(plain)])
+    assert joined == {"env_vars": {"DATA_DIR": "/data"}}
     assert "not carried to the trials: PASSWORD" in capsys.readouterr().err
-    assert set(job_env.job_runtime_env(None, False, "10.0.0.1:6379", environ)) == {"worker_process_setup_hook"}
-    assert job_env.job_runtime_env(None, False, "ray://10.0.0.1:10001", environ) == {}
+    assert job_env.job_runtime_env(None, False, "10.0.0.1:6379", environ, [str(plain)]) is None  # --no-env
+    assert job_env.job_runtime_env(None, False, "ray://10.0.0.1:10001", environ, [str(clashing)]) is None
+    (plain / "analysis.py").write_text("")  # a module shadows as a package does
+    assert job_env.shadowing([str(plain), str(clashing), str(ROOT)]) == [str(plain), str(clashing)]
 
 
 def test_no_env_flag_reaches_the_run_options():

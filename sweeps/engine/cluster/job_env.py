@@ -4,17 +4,19 @@ Why: a trial runs in a Ray worker, and on a cluster that `ray start` began (hour
 another user) that worker has the environment of `ray start`, not of the shell that launched the
 sweep. A variable the user exported (`DATA_DIR`, `HF_HOME`, `WANDB_API_KEY`, `CUDA_HOME`) would be
 missing, or someone else's used, and even `PATH`, so which `python` runs the command could change.
-So the sweep's `ray.init` gets a `runtime_env` (docs.ray.io/en/latest/ray-core/handling-dependencies.html)
-whose `env_vars` are the shell's (`carried_env`), on a private Ray and a joined cluster alike;
-`--no-env` leaves them out, for clusters whose nodes differ.
+So a sweep that joins a cluster passes the shell's variables (`carried_env`) as its `ray.init`'s
+`runtime_env` `env_vars` (docs.ray.io/en/latest/ray-core/handling-dependencies.html); a private
+Ray's workers are this process's children and have them already. `--no-env` leaves them out, for
+clusters whose nodes differ.
 
 Second, Ray puts the driver's current folder first on every worker's `sys.path` (the job's
 `py_driver_sys_path`), so a user's repository with its own `analysis/`, `sweeps/` or `trainables/`
-package would shadow ours in the workers. The job's `worker_process_setup_hook`
-(`packages_first_hook`) puts a finder first on each worker's `sys.meta_path` that resolves those three
-names in raysweep's own folder (`our_packages_first`); the `raysweep` command installs the same
-finder in the driver. And since the trials get this shell's PATH, `command_text` names the program a
-command sweep's command resolves to, in its launch line. Nothing here imports Ray.
+package would shadow ours in the workers. Where one does (`shadowing`), the job's
+`worker_process_setup_hook` (`packages_first_hook`) puts a finder first on each worker's
+`sys.meta_path` that resolves those three names in raysweep's own folder (`our_packages_first`); the
+`raysweep` command installs the same finder in the driver. And since the trials get this shell's
+PATH, `command_text` names the program a command sweep's command resolves to, in its launch line.
+Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -108,30 +110,60 @@ def _submitted_job_env_vars(environ: Mapping[str, str]) -> set[str]:
 
 
 def job_runtime_env(
-    runtime_env: dict | None, carry_env: bool, address: str | None, environ: Mapping[str, str] = os.environ
-) -> dict:
+    runtime_env: dict | None,
+    carry_env: bool,
+    address: str | None,
+    environ: Mapping[str, str] = os.environ,
+    driver_folders: list[str] | None = None,
+) -> dict | None:
     """The sweep's `ray.init(runtime_env=...)`: `runtime_env` (a code snapshot's `working_dir`, or None)
-    plus `env_vars` (`carried_env(environ)`, unless `carry_env` is False: --no-env) and the
-    `worker_process_setup_hook` that puts raysweep's packages first in every worker.
+    plus what this job needs, only where it needs it: a job with a `runtime_env` gets no prestarted
+    workers, so its first trials start later (about 5 s on 2 busy cores, docs/performance.md).
 
-    `address`: the cluster joined (None: a private Ray, whose workers inherit this process's whole
-    environment anyway). Joining one, the variables Ray would rewrite are named on stderr. Through Ray
-    Client (`ray://`) there is no hook: its driver runs on the head, in the client server's folder.
+    - `env_vars` (`carried_env(environ)`) when joining a cluster at `address`, unless `carry_env` is
+      False (--no-env); a private Ray's workers are this process's children and inherit its whole
+      environment anyway. Joining, the variables Ray would rewrite are named on stderr.
+    - the `worker_process_setup_hook` that puts raysweep's packages first in every worker, when one of
+      the folders Ray puts first on the workers' `sys.path` (`driver_folders`, default
+      `ray_driver_folders()`) holds a package or module named like ours; not through Ray Client
+      (`ray://`), whose driver runs on the head, in the client server's folder.
+    Returns:
+        The runtime_env, or None when the job needs none.
     """
     job = dict(runtime_env or {})
-    if carry_env:
+    if carry_env and address:
         carried = carried_env(environ)
         job["env_vars"] = carried.env_vars
-        if carried.rewritten and address:
+        if carried.rewritten:
             print(
                 f"warning: not carried to the trials: {', '.join(carried.rewritten)} (a value holding $NAME or "
                 "${NAME}, which Ray's runtime_env would expand; export it before `ray start`, or pass it in "
                 "the command)",
                 file=sys.stderr,
             )
-    if not (address and "://" in address):
+    if not (address and "://" in address) and shadowing(
+        ray_driver_folders() if driver_folders is None else driver_folders
+    ):
         job["worker_process_setup_hook"] = packages_first_hook(ROOT)
-    return job
+    return job or None
+
+
+def ray_driver_folders() -> list[str]:
+    """The folders Ray puts first on every worker's `sys.path` for this driver (`py_driver_sys_path`,
+    ray/_private/worker.py `connect`): the current folder, and the script's when it is on `sys.path`."""
+    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    return [os.path.abspath(os.curdir)] + ([script] if script in sys.path else [])
+
+
+def shadowing(folders: list[str]) -> list[str]:
+    """The `folders` (other than raysweep's own) holding a package or module named like one of ours
+    (`analysis/`, `sweeps.py`, ...), which would shadow ours when first on `sys.path`."""
+    return [
+        folder
+        for folder in folders
+        if os.path.realpath(folder) != os.path.realpath(ROOT)
+        and any(os.path.exists(os.path.join(folder, name + end)) for name in PACKAGES for end in ("", ".py"))
+    ]
 
 
 def command_text(template: list[str]) -> str:

@@ -86,8 +86,9 @@ def init_ray(
     copied to this console unless `log_to_driver`: it goes to each trial's `stdout` / `stderr`
     files (`RunConfig(log_to_file=True)`) and the dashboard's logs. `runtime_env`: the sweep's own
     (a code snapshot's `working_dir`: Ray uploads it once and unpacks it on each node), to which
-    `job_env.job_runtime_env` adds this shell's environment (unless not `carry_env`: --no-env) and
-    raysweep's packages first in every worker; a Ray this process already runs keeps its own.
+    `job_env.job_runtime_env` adds, where needed, this shell's environment on a joined cluster (unless
+    not `carry_env`: --no-env) and raysweep's packages first in every worker; a Ray this process
+    already runs keeps its own.
     Raises:
         UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token; a
             `working_dir` asked for while this process already runs Ray (it cannot take one then).
