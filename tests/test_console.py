@@ -228,7 +228,7 @@ def test_wheel_installed_raysweep_runs_from_a_clashing_repo_with_the_shells_envi
     `raysweep` and its environment's `python` on PATH: `raysweep run` on the session's `ray start` cluster (started
     before DATA_DIR and MY_API_KEY were exported here) gives every trial its right values and this shell's
     variables; the experiment's records hold no secret; `raysweep analyze --json` and `status` work from there.
-    About 60 s."""
+    77-120 s at load 23-40 on 2 cores (the wheel build: about 30 s more, in its fixture)."""
     repo = clashing_repo(tmp_path / "repo")
     (repo / "train.py").write_text(TRAIN_PY)
     (tmp_path / "data").mkdir()
