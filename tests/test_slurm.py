@@ -40,7 +40,7 @@ def slurm(tmp_path):
 @pytest.mark.slow
 def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_job(slurm, tmp_path):
     """sbatch --wait of docs/slurm.sbatch: a Ray head in an srun step, the grid's driver joined to it, the
-    trials' results in $HOME/runs, and no process of the job left once sbatch returns. 76-138 s at load 11-23."""
+    trials' results in $HOME/runs, and no process of the job left once sbatch returns. 76-300 s at load 11-40."""
     home, submit = tmp_path / "home", tmp_path / "submit"
     submit.mkdir()
     home.mkdir()
