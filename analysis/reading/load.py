@@ -110,8 +110,11 @@ def load_trials(
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
         - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
           start time and the time of the last result (see the module docstring); NaT when unknown,
-        - ``iterations`` (int): last ``training_iteration`` (0 without results),
+        - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later),
         - ``node``: hostname of the last result,
+        - ``ended`` (str): why the trial ended, :func:`analysis.reading.trial_end.end_reason`:
+          ``finished``, ``pruned`` (its scheduler stopped it), ``budget`` (stopped with the sweep),
+          ``errored``, ``diverged``, ``running``, ``pending`` or ``paused``,
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
           ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
         - ``trial_dir`` (str): the trial folder, as a local path or URI,
