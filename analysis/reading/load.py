@@ -70,7 +70,12 @@ def load_experiment(
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", DEFAULT_TEST_METRIC)  # older sweeps: the default, when reported
     trials_df.attrs.update(
-        experiment=prefix + root, metric=metric, mode=mode, test_metric=test_metric, duplicates=duplicates
+        experiment=prefix + root,
+        metric=metric,
+        mode=mode,
+        test_metric=test_metric,
+        duplicates=duplicates,
+        search=sweep.get("search"),
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
@@ -124,7 +129,10 @@ def load_trials(
 
         ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
         recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
-        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``).
+        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``)
+        and ``search``: the :class:`analysis.reading.search_record.SearchRecord` of a search or
+        PBT experiment (searcher, scheduler, search space, PBT's exploit steps), None for a grid
+        and for several experiments loaded together.
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them.
@@ -321,6 +329,7 @@ def _load_many(
         mode=mode,
         test_metric=tests.pop() if len(tests) == 1 else None,
         duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
+        search=loaded[0][0].attrs.get("search") if len(loaded) == 1 else None,
     )
     history.attrs.update(experiment=", ".join(paths), experiments=paths)
     return trials, history

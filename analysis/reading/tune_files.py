@@ -10,6 +10,7 @@ Ray 2.x layout::
     <experiment>/<trial dir>/params.json           the resolved config
     <experiment>/<trial dir>/error.txt             traceback of an errored trial
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
+    <experiment>/searcher-state-*.pkl, pbt_global.txt   a search's own record (`analysis/reading/search_record.py`)
 
 The state file and ``raysweep.json`` are read by `analysis/reading/tune_state.py` (no pandas; the
 status command uses it alone). Trial folders that the state file does not list yet (an experiment
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
+from analysis.reading.search_record import read_search_record
 from analysis.reading.tune_state import folder_trial as _folder_trial
 from analysis.reading.tune_state import list_dir as _list_dir
 from analysis.reading.tune_state import listed_trials as _listed_trials
@@ -61,7 +63,8 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
         ``dir``, ``config``, ``start``/``end`` in Unix seconds or None, ``resources``, ``error``,
         ``tail`` = last result row, ``merged`` and ``nonfinite`` for trials parsed row by row);
         all result rows as one DataFrame with a ``_trial`` column indexing ``trials``; and the
-        sweep's recorded ``metric``/``mode`` (either may be missing).
+        sweep's recorded ``metric``/``mode`` (either may be missing) with ``search``, its
+        :class:`analysis.reading.search_record.SearchRecord` (None for a grid).
 
     Raises:
         ExperimentError: ``root`` is not a folder, holds no Tune experiment, or has no trials.
@@ -98,7 +101,9 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     rows = _parse_results(trials, display)
     for trial in trials:
         _complete_trial(fs, root, trial)
-    return trials, rows, _sweep_settings(fs, root, files, state)
+    sweep = _sweep_settings(fs, root, files, state)
+    sweep["search"] = read_search_record(fs, root, files, sweep, trials)
+    return trials, rows, sweep
 
 
 def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
