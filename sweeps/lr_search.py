@@ -238,16 +238,21 @@ def search_bounds(args) -> tuple[dict, dict]:
 
 
 def print_outcome(results, args, epochs: int) -> None:
-    """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
+    """After the search: how many trials ran and ASHA stopped early (`analysis.reading.trial_end`: only
+    the trials its decision stopped), the ten best, and how to continue."""
     from analysis.figures.search import top_trials
+    from analysis.reading.trial_end import end_reasons
 
     df = results.get_dataframe()
     if len(df):
         names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        errored = {r.metrics["trial_id"] for r in results if r.metrics and r.error}
         df["trial"] = df["trial_id"].map(names)
-        stopped = int((df["training_iteration"] < epochs).sum())
-        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=epochs).to_string(index=False))
+        df["status"] = df["trial_id"].map(lambda t: "ERROR" if t in errored else "TERMINATED")
+        df["ended"] = end_reasons(df, epochs)
+        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {int((df['ended'] == 'pruned').sum())} early")
+        table = top_trials(df, k=10, metric=args.metric, mode=args.mode, scheduler="ASHA")
+        print(table.to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
 

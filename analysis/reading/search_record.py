@@ -21,6 +21,7 @@ import dataclasses
 import io
 import json
 import posixpath
+import warnings
 from typing import Any
 
 from analysis.reading.tune_state import StubUnpickler, read_bytes
@@ -129,10 +130,20 @@ def _optuna_or_data(module: str, name: str) -> bool:
     return module.split(".", 1)[0] in _REAL_MODULES or (module == "builtins" and name in _SAFE_BUILTINS)
 
 
+def import_optuna():
+    """``import optuna`` without the warning tqdm gives in a notebook without ipywidgets (Optuna imports
+    ``tqdm.auto``, which warns "IProgress not found" there; Optuna shows no progress bar of ours)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna
+    return optuna
+
+
 def _optuna_study(data: bytes | None):
     """The Optuna study in a pickled ``OptunaSearch`` state (its ``_ot_study``), or None."""
     if not data:
         return None
+    import_optuna()
     try:
         state = StubUnpickler(io.BytesIO(data), real=_optuna_or_data).load()
     except Exception:  # another searcher's state, another Optuna version: the distributions are unknown

@@ -226,10 +226,9 @@ def sweep_tune_config(
 
 def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
     """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
-    itself: a command that reports only its validation metric), the class names of its searcher and
-    scheduler (None: Tune's grid / random variants, FIFO), command line, settings, start time and
-    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`:
-    a search's report draws the search, `analysis/reading/search_record.py`)."""
+    itself: a command that reports only its validation metric), its searcher's and scheduler's class names
+    (None: grid, FIFO; a search's report reads them), command line, settings, start time and `total_trials`
+    (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
     return {
         "metric": tune_config.metric,
         "mode": tune_config.mode,
