@@ -38,7 +38,8 @@ SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_histo
         ("TERMINATED", False, 2, 4, False, True, "finished"),  # returned early by itself: not stopped
         ("TERMINATED", False, 1, 4, None, True, "pruned"),  # ResultGrid: Tune's done stands for the STOP
         ("TERMINATED", False, 1, 4, None, False, "budget"),
-        ("TERMINATED", False, 1, None, True, True, "finished"),  # no planned end: nothing was cut short
+        ("TERMINATED", False, 1, None, True, True, "pruned"),  # no planned end: any STOP is the scheduler's
+        ("TERMINATED", False, 1, 4, False, None, "finished"),  # ended by itself; nothing says Tune stopped it
         ("ERROR", False, 1, 4, False, False, "errored"),
         ("TERMINATED", True, 2, 4, False, True, "diverged"),
         ("RUNNING", False, 2, 4, False, False, "running"),

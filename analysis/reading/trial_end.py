@@ -1,15 +1,17 @@
 """Why each trial ended: it finished, its scheduler pruned it, the sweep's time budget stopped it, ...
 
 One rule for the search's console table (`sweeps/lr_search.py`), the report's search table and
-``--json``: **a trial was stopped early only when its scheduler stopped it.** Tune records that
-decision on the result it was made at: a scheduler's (or a stopper's) ``STOP`` sets ``done: True`` on
-that result before the loggers write it to ``result.json`` (Ray's ``TuneController._process_trial_result``).
-A trainable that returns gets ``done`` only in the experiment state's last result (Tune does not log
-the repeated final result), and a trial that Tune stops with the whole sweep (``TuneConfig(time_budget_s=...)``:
-``TimeoutStopper.stop_all``) gets ``done`` nowhere. No Ray import; pandas only in :func:`end_reasons`.
+``--json``. A trial was pruned only when its scheduler stopped it, as
+:func:`analysis.reading.scheduler_stop.stopped_by_scheduler` decides from the ``done`` Tune puts on the
+result a STOP was made at (``result.json``). Beyond that rule: a trainable that returns gets ``done``
+only in the experiment state's last result (Tune does not log the repeated final result), and a trial
+that Tune stops with the whole sweep (``TuneConfig(time_budget_s=...)``: ``TimeoutStopper.stop_all``)
+gets ``done`` nowhere: stopped by the time budget. No Ray import; pandas only in :func:`end_reasons`.
 """
 
 from __future__ import annotations
+
+from analysis.reading.scheduler_stop import STOPPED, stopped_by_scheduler
 
 END_REASONS = {
     "finished": "finished",
@@ -48,8 +50,9 @@ def end_reason(
             returned); None when unknown.
     Returns:
         ``errored`` / ``diverged`` / ``running`` / ``pending`` / ``paused`` from the status; a
-        terminated trial is ``pruned`` when a STOP came before its planned end, ``budget`` when
-        Tune stopped it without a decision of its own before that end, else ``finished``.
+        terminated trial is ``pruned`` when its scheduler stopped it (``stopped_by_scheduler``: a STOP
+        before its planned end, or any STOP when that end is unknown), ``budget`` when Tune stopped it
+        without ever marking it done before that end, else ``finished``.
     """
     if status == "ERROR":
         return "errored"
@@ -57,12 +60,12 @@ def end_reason(
         return "diverged"
     if status in _LIVE:
         return _LIVE[status]
-    early = planned is not None and iterations < planned
     if stopped is None:  # no logged result to tell: Tune's own `done` stands for a STOP
-        stopped, done = done, None
-    if stopped:
-        return "pruned" if early else "finished"
-    return "budget" if early and not done else "finished"
+        stopped = done
+    if stopped_by_scheduler({"done": stopped, "training_iteration": iterations}, planned):
+        return "pruned"
+    early = planned is None or iterations < planned
+    return "budget" if done is False and early else "finished"
 
 
 def end_reasons(trials, planned: int | None = None):
@@ -73,8 +76,8 @@ def end_reasons(trials, planned: int | None = None):
             ``stopped``, ``done``, ``config/epochs``) or ``ResultGrid.get_dataframe()``
             (``training_iteration``, ``done``, ``config/epochs``); a column that is absent counts
             as unknown (a status as ``TERMINATED``).
-        planned: iterations of a full trial; default each trial's ``config/epochs``, else the
-            most iterations any trial of the table ran.
+        planned: iterations of a full trial (ASHA's max_t); default each trial's ``config/epochs``,
+            else unknown.
     """
     import pandas as pd
 
@@ -86,7 +89,7 @@ def end_reasons(trials, planned: int | None = None):
     elif "config/epochs" in trials:
         plan = pd.to_numeric(trials["config/epochs"], errors="coerce")
     else:
-        plan = pd.Series(iterations.max() if len(iterations) else None, index=trials.index)
+        plan = pd.Series(None, index=trials.index, dtype=object)
 
     def column(name):
         return trials[name] if name in trials else pd.Series(None, index=trials.index, dtype=object)
@@ -101,7 +104,7 @@ def end_reasons(trials, planned: int | None = None):
             _flag(done),
         )
         for status, diverged, n, p, stopped, done in zip(
-            column("status"), column("diverged"), iterations, plan, column("stopped"), column("done")
+            column("status"), column("diverged"), iterations, plan, column(STOPPED), column("done")
         )
     ]
     return pd.Series(reasons, index=trials.index, name="ended", dtype=object)

@@ -9,6 +9,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.reading.scheduler_stop import STOPPED
 from analysis.reading.trial_end import end_reasons
 from analysis.reading.tune_files import flatten
 from trainables.experiment.rules import guess_mode
@@ -146,7 +147,7 @@ def _trial_columns(trials: list[dict], history: pd.DataFrame, ids: np.ndarray, p
     )
     flags = pd.DataFrame(
         {
-            "stopped": [t["tail"].get("done") if t["tail"] else None for t in trials],
+            STOPPED: [t["tail"].get("done") if t["tail"] else None for t in trials],
             "done": [(t.get("last_result") or {}).get("done") for t in trials],
             "config/epochs": [t["config"].get("epochs") for t in trials],
         },
