@@ -8,11 +8,12 @@ The study comes from :func:`analysis.figures.search.study_from_trials`; its COMP
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis.reading.search_record import import_optuna
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
@@ -97,9 +98,20 @@ def _detached(axes, size: tuple[float, float]) -> Figure:
 
     fig = np.ravel(axes)[0].figure
     fig.set_size_inches(*size)
-    for ax in fig.axes:  # a log axis spanning less than a decade labels its minor ticks, one over another
+    for ax in fig.axes:
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
             if scale == "log":
-                axis.set_minor_formatter(NullFormatter())
+                _log_labels(axis)
     plt.close(fig)
     return fig
+
+
+def _log_labels(axis) -> None:
+    """Readable labels on a log axis: powers of ten where one is in view, else 2 and 5 times them
+    (matplotlib labels every minor tick of a span under a decade, one over another in a narrow panel)."""
+    low, high = sorted(axis.get_view_interval())
+    if low > 0 and math.floor(math.log10(high)) < math.ceil(math.log10(low)):
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    else:
+        axis.set_minor_formatter(NullFormatter())
