@@ -12,11 +12,8 @@ import pandas as pd
 from analysis.reading.scheduler_stop import STOPPED
 from analysis.reading.trial_end import end_reasons
 from analysis.reading.tune_files import flatten
+from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
-
-JOINS_STEP_METRIC = (
-    "command/joins_step"  # the marker `trainables/command/parse.py` writes (analysis imports no trainables)
-)
 
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
 # ones in _HISTORY_KEEP, which locate a row in time.
