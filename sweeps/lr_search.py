@@ -280,24 +280,27 @@ def search_bounds(args) -> tuple[dict, dict]:
 
 
 def print_outcome(results, args) -> None:
-    """After the search: how many trials ran and how many ASHA stopped early (`stopped_by_scheduler`:
-    a trial that ended by itself is finished), the ten best, and how to continue."""
+    """After the search: how many trials ran and how many ASHA stopped early (`stopped_by_scheduler`: a trial
+    that ended by itself is finished), the ten best with why each ended, as in the report, and how to continue."""
     from analysis.figures.search import top_trials
     from analysis.reading.scheduler_stop import STOPPED, stopped_by_scheduler
 
     df = results.get_dataframe()
     if len(df):
-        names, stopped = {}, {}
+        names, stopped, errored = {}, {}, set()
         for result in results:
             if result.metrics:
                 names[result.metrics["trial_id"]] = Path(result.path).name
                 logged = result.metrics_dataframe  # the rows as logged: `Result.metrics` is always `done`
                 last = logged.iloc[-1] if logged is not None and len(logged) else {}
                 stopped[result.metrics["trial_id"]] = stopped_by_scheduler(last, args.epochs)
+                errored |= {result.metrics["trial_id"]} if result.error else set()
         df["trial"] = df["trial_id"].map(names)
         df[STOPPED] = df["trial_id"].map(stopped).fillna(False).astype(bool)
+        df["status"] = df["trial_id"].map(lambda t: "ERROR" if t in errored else "TERMINATED")
         print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {int(df[STOPPED].sum())} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode).to_string(index=False))
+        table = top_trials(df, 10, args.metric, args.mode, epochs=args.epochs, scheduler="ASHA")
+        print(table.to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
 

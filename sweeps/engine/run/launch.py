@@ -226,12 +226,15 @@ def sweep_tune_config(
 
 def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
     """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
-    itself: a command that reports only its validation metric), command line, settings, start time and
-    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
+    itself: a command that reports only its validation metric), its searcher's and scheduler's class names
+    (None: grid, FIFO; a search's report reads them), command line, settings, start time and `total_trials`
+    (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
     return {
         "metric": tune_config.metric,
         "mode": tune_config.mode,
         "test_metric": test_metric if test_metric != tune_config.metric else None,
+        "searcher": type(tune_config.search_alg).__name__ if tune_config.search_alg is not None else None,
+        "scheduler": type(tune_config.scheduler).__name__ if tune_config.scheduler is not None else None,
         "argv": sys.argv,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
