@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.engine.cluster import job_env  # noqa: E402
 from sweeps.engine.command_sweep import command_template  # noqa: E402
 from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
@@ -308,8 +307,7 @@ def print_outcome(results, args) -> None:
 def launch_line(args, cfg) -> str:
     """The search's first line: what is searched, how many trials, and (a command's) ASHA's max_t."""
     if args.template:
-        searched = search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs)
-        return f"{searched}; command: {job_env.command_text(args.template)}"
+        return search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs, args.template)
     return (
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
         f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}"

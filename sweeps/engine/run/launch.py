@@ -191,9 +191,8 @@ def start_sweep(
     starts_ray = not ray.is_initialized() and no_cluster
     held, gpus = hold_and_start_ray(options, trial_function)
     notify.watch(options.notify, options.name)
-    provenance_capture.record_run(
-        options.experiment_dir, trial_function.params
-    )  # every run: first, --resume, extension
+    # every run (first, --resume, extension) records what ran
+    provenance_capture.record_run(options.experiment_dir, trial_function.params)
     return Sweep(options, trial_function, metric, mode, gpus, run_config, held, starts_ray, settings)
 
 
