@@ -201,8 +201,7 @@ def check_command(args) -> None:
         args.objective = Objective()  # the built-in trainable's metric, mode and test metric
         args.space, args.epochs = None, flags.epochs_of(args.fixed)
         return
-    args.objective = Objective(args.metric or COMMAND_METRIC, args.mode, test_metric=None)  # a command's table
-    # shows the metric it is ranked by
+    args.objective = Objective(args.metric or COMMAND_METRIC, args.mode, test_metric=None)  # its table: the metric
     if args.repeat != 1:
         raise UsageError(
             "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
@@ -281,24 +280,27 @@ def search_bounds(args) -> tuple[dict, dict]:
 
 
 def print_outcome(results, args, objective: Objective) -> None:
-    """After the search: how many trials ran and how many ASHA stopped early (`stopped_by_scheduler`:
-    a trial that ended by itself is finished), the ten best by `objective`, and how to continue."""
+    """After the search: how many trials ran and ASHA stopped early (`stopped_by_scheduler`: one that ended by
+    itself is finished), the ten best by `objective` with why each ended, as in the report, and how to go on."""
     from analysis.figures.search import top_trials
     from analysis.reading.scheduler_stop import STOPPED, stopped_by_scheduler
 
     df = results.get_dataframe()
     if len(df):
-        names, stopped = {}, {}
+        names, stopped, errored = {}, {}, set()
         for result in results:
             if result.metrics:
                 names[result.metrics["trial_id"]] = Path(result.path).name
                 logged = result.metrics_dataframe  # the rows as logged: `Result.metrics` is always `done`
                 last = logged.iloc[-1] if logged is not None and len(logged) else {}
                 stopped[result.metrics["trial_id"]] = stopped_by_scheduler(last, args.epochs)
+                errored |= {result.metrics["trial_id"]} if result.error else set()
         df["trial"] = df["trial_id"].map(names)
         df[STOPPED] = df["trial_id"].map(stopped).fillna(False).astype(bool)
+        df["status"] = df["trial_id"].map(lambda t: "ERROR" if t in errored else "TERMINATED")
         print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {int(df[STOPPED].sum())} early")
-        print(top_trials(df, k=10, objective=objective).to_string(index=False))
+        table = top_trials(df, 10, objective, epochs=args.epochs, scheduler="ASHA")
+        print(table.to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
 
@@ -306,7 +308,7 @@ def print_outcome(results, args, objective: Objective) -> None:
 def launch_line(args, cfg) -> str:
     """The search's first line: what is searched, how many trials, and (a command's) ASHA's max_t."""
     if args.template:
-        return search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs)
+        return search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs, args.template)
     return (
         f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
         f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}"

@@ -64,7 +64,9 @@ def test_load_trials_one_row_per_trial(grid):
         "mode": "max",
         "test_metric": "test/acc",  # raysweep.json records none: the default
         "duplicates": [],
+        "search": None,  # a grid: no searcher, no PBT
     }
+    assert set(trials["ended"]) == {"finished"}
 
 
 def test_load_history_long_form(grid):
@@ -385,7 +387,7 @@ def loaded(grid):
 
 def test_plot_learning_curves(loaded):
     trials, history = loaded
-    fig = analysis.plot_learning_curves(history, trials, "val/acc")
+    fig = analysis.plot_learning_curves(history, trials, analysis.Objective("val/acc"))
     assert [ax.get_title() for ax in fig.axes] == ["noise_type = asym", "noise_type = sym"]
     for ax in fig.axes:
         assert len(ax.lines) == 3  # one per noise rate; seeds averaged
@@ -398,7 +400,7 @@ def test_plot_learning_curves(loaded):
     line = fig.axes[0].lines[2]  # asym, 0.4
     assert list(line.get_xdata()) == [0, 1, 2, 3, 4]
     assert line.get_ydata()[-1] == pytest.approx(0.9 - 0.32 - 0.02 + 0.01)  # mean over seeds 0, 1, 2
-    (single,) = analysis.plot_learning_curves(history, trials, "val/acc", panel=None).axes
+    (single,) = analysis.plot_learning_curves(history, trials, analysis.Objective("val/acc"), panel=None).axes
     assert len(single.lines) == 6 and "noise_type=asym, noise_rate=0.4 (n=3)" in [
         t.get_text() for t in single.get_legend().get_texts()
     ]
@@ -418,7 +420,7 @@ def test_plot_learning_curves_leaves_out_failed_trials():
             "last/acc": [0.2, np.nan],
         }
     )
-    (ax,) = analysis.plot_learning_curves(history, trials, "acc").axes
+    (ax,) = analysis.plot_learning_curves(history, trials, analysis.Objective("acc")).axes
     assert len(ax.lines) == 1 and list(ax.lines[0].get_ydata()) == [0.1, 0.2]
     assert ax.get_xlabel() == "training iteration (reports)"
 

@@ -601,7 +601,7 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
 def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_asha_stops(tmp_path, sweep_env):
     """pytorch/examples mnist's output (tests/scripts/mnist_style.py, as main.py) searched by TPE and ASHA,
     one trial at a time: each trial records the `lr` the script received and nothing of the built-in
-    trainable; a trial that ran its 3 epochs is finished, one that ASHA cut is `(stopped)`."""
+    trainable; a trial that ran its 3 epochs is finished, one that ASHA cut is `pruned by ASHA`."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "main.py").write_text((ROOT / "tests" / "scripts" / "mnist_style.py").read_text())
@@ -628,7 +628,7 @@ def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_as
     assert f"4 of 4 trials ran; ASHA stopped {len(cut)} early" in out
     for name, n in epochs_run.items():
         row = next(line for line in out.splitlines() if line.split()[:1] == [name])  # the ten best
-        assert row.split()[2:4] == ([str(n), "(stopped)"] if n < 3 else [str(n), "1"]), row  # epochs, n_seeds
+        assert row.split()[2:5] == ([str(n), "pruned", "by"] if n < 3 else [str(n), "finished", "1"]), row  # ended
     settings = json.loads((experiment / "raysweep.json").read_text())["settings"]
     assert settings["space"] == {"lr": "loguniform:0.0001,1"} and settings["max_t"] == 3
     assert not {"losses", "noise_rate", "batch_sizes", "weight_decay", "sce_alpha"} & set(settings)

@@ -33,6 +33,7 @@ COMMAND_LANGUAGES = {"bash", "sh", "shell"}
 OUTPUT_LANGUAGES = {"", "console", "text"}
 OPERATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "2>&1", ">&", "&>"}
 PYTHON = re.compile(r"^(?:\S*/)?python3?$")
+RAYSWEEP = re.compile(r"^(?:\S*/)?raysweep$")  # the console command (sweeps/cli.py)
 
 
 def fenced_blocks(text: str) -> list[tuple[str, list[str]]]:
@@ -94,6 +95,8 @@ def our_commands(line: str) -> list[list[str]]:
         argv = ws[i:end]
         if PYTHON.match(word) and len(argv) > 1 and (argv[1].startswith("sweeps/") or argv[1:3] == ["-m", "analysis"]):
             found.append(["python", *argv[1:]])
+        elif RAYSWEEP.match(word) and len(argv) > 1:
+            found.append(["raysweep", *argv[1:]])
         elif word == "make":
             found.append(argv)
     return found
@@ -152,8 +155,6 @@ NOT_RUN = {  # command -> why the test only parses it
     "python sweeps/noise_grid.py --dataset cifar10 --data-root '~/data/cifar-10-batches-py' --model resnet18 "
     "--gpus-per-trial 2": "needs two GPUs and the CIFAR-10 batches",
     "python sweeps/noise_grid.py --address HEAD_IP:6379 --storage-path /mnt/nfs/runs --seeds 3": CLUSTER,
-    "python sweeps/noise_grid.py --address '$head_ip:6379' --storage-path '$HOME/runs' --seeds 3": CLUSTER
-    + " (inside a SLURM job)",
     "python sweeps/noise_grid.py --mlflow-uri": GRID_MINUTES + "; tests/test_trackers.py logs to sqlite",
     "python sweeps/noise_grid.py --mlflow-uri http://mlflow-host:5000": "needs an MLflow server",
     "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES + "; tests/test_trackers.py runs W&B offline",
@@ -205,6 +206,14 @@ NOT_RUN.update(
         "python sweeps/lr_search.py --metric val_acc --num-samples 40 --seed 0 --space wd=loguniform:1e-5,1e-2 "
         "--space batch_size=choice:64,128,256 --space depth=int:2,6 -- python train.py --epochs 30 --lr '{lr}' "
         "--wd '{wd}' --batch-size '{batch_size}' --depth '{depth}' --seed '{seed}'": SEARCH_OWN_SCRIPT,
+    }
+)
+NOT_RUN.update(
+    {
+        "raysweep run --axis lr=0.1,0.01 --seeds 3 -- python train.py --lr '{lr}' --seed '{seed}'": "needs the "
+        "user's train.py; tests/test_console.py runs `raysweep run` from a repository, end to end",
+        "raysweep status runs/command": "needs a command sweep; tests/test_console.py runs `raysweep status`",
+        "raysweep analyze runs/command --json": "needs a command sweep; tests/test_console.py runs it",
     }
 )
 NOT_PARSED = {  # command -> why even its flags cannot be checked
@@ -296,10 +305,24 @@ def parse_make(argv: list[str]) -> None:
             assert word in targets, f"make {word}: the Makefile has no such target ({sorted(targets)})"
 
 
+def parse_raysweep(argv: list[str]) -> None:
+    """`raysweep SUBCOMMAND ...` through the parser of the script or `python -m analysis` it runs (sweeps/cli.py)."""
+    from sweeps.cli import SUBCOMMANDS
+
+    assert argv[0] in SUBCOMMANDS, f"raysweep {argv[0]}: no such subcommand ({sorted(SUBCOMMANDS)})"
+    command = SUBCOMMANDS[argv[0]]
+    if command.module == "analysis.__main__":
+        parse_analysis(["--status"] * command.status + argv[1:])
+    else:
+        parse_sweep(command.module.removeprefix("sweeps."), argv[1:])
+
+
 def parse_command(argv: list[str]) -> None:
     """Check one documented command's flags with its own parser (a usage error fails the test)."""
     if argv[0] == "make":
         parse_make(argv)
+    elif argv[0] == "raysweep":
+        parse_raysweep(argv[1:])
     elif argv[1:3] == ["-m", "analysis"]:
         parse_analysis(argv[3:])
     else:

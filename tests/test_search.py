@@ -409,19 +409,30 @@ def test_study_and_parallel_coordinates_from_a_table(trials_df):
         study_from_trials(trials_df, ["momentum"])
 
 
-def test_top_trials_shows_mean_and_ci_and_marks_stopped_trials(trials_df):
-    table = top_trials(trials_df, k=5)
+def test_top_trials_shows_mean_and_ci_and_says_why_each_trial_ended(trials_df):
+    table = top_trials(trials_df, k=5, epochs=10)
     assert len(table) == 5
     best = trials_df.loc[trials_df["val/acc"].idxmax()]
     assert table.loc[0, "trial"] == best["trial_id"]
-    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.3f} ± 0.010"
+    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.4g} ± 0.01"
     assert {"lr", "weight_decay", "loss", "gce_q"} <= set(table.columns)
     assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
-    assert not table["epochs"].str.contains("stopped").any()  # no `stopped` column: nothing is marked
+    assert (table["ended"] == "finished").all()  # nothing says a scheduler stopped any: none is pruned
+    # As ResultGrid.get_dataframe() gives it: Tune's `done` is set when the scheduler said STOP (or the
+    # trial returned); a trial stopped with the sweep (its time budget) has none.
+    budget = trials_df.index[trials_df["training_iteration"] < 10][:2]
+    results = trials_df.assign(done=True)
+    results.loc[budget, "done"] = False
+    ended = top_trials(results, k=30, epochs=10, scheduler="ASHA").set_index("trial")["ended"]
+    early = set(trials_df.loc[trials_df["training_iteration"] < 10, "trial_id"])
+    assert set(ended[ended == "pruned by ASHA"].index) == early - set(trials_df.loc[budget, "trial_id"])
+    assert set(ended[ended == "stopped by the time budget"].index) == set(trials_df.loc[budget, "trial_id"])
+    assert set(ended[ended == "finished"].index) == set(trials_df["trial_id"]) - early
+    # The rows as logged (`stopped`: done on the last logged row, a STOP) and epochs unknown.
     marked = trials_df.assign(stopped=np.arange(30) % 8 == 0)  # trials 0, 8, ... ran 1 of 10 epochs
-    stopped = top_trials(marked, k=30).set_index("trial")["epochs"]
-    assert stopped["t00"] == "1 (stopped)" and stopped["t04"] == "1"  # ended by itself after 1 epoch: finished
-    assert stopped.str.endswith("(stopped)").sum() == 4
+    ended = top_trials(marked, k=30).set_index("trial")["ended"]
+    assert ended["t00"] == "pruned by the scheduler" and ended["t04"] == "finished"  # t04 ended by itself
+    assert (ended == "pruned by the scheduler").sum() == 4
 
 
 # --- PBT: bounds and flags (the run itself: `python sweeps/pbt.py --smoke-test`) ---------------------------

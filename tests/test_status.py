@@ -220,6 +220,8 @@ def test_resume_command_keeps_the_sweeps_own_flags():
     )
     assert resume_command(None) == "its command line and --resume"
     assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "python sweeps/run_command.py"
+    launched = ["/home/u/.venv/bin/raysweep", "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]
+    assert resume_command(launched) == "raysweep run --axis lr=0.1,0.01 --resume -- python train.py '{lr}'"
 
 
 @pytest.mark.parametrize(

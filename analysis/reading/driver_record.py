@@ -18,6 +18,7 @@ from __future__ import annotations
 import shlex
 import socket
 import time
+from pathlib import Path
 
 from trainables.experiment import records
 
@@ -72,11 +73,16 @@ def _pid_alive(pid: int) -> bool:
 
 def resume_command(argv: list | None, resume: bool = True) -> str:
     """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
-    without it) as plain shell text, e.g. ``python sweeps/noise_grid.py --resume``; a generic hint when
-    the command line is unknown."""
+    without it) as plain shell text, e.g. ``python sweeps/noise_grid.py --resume``, or for a sweep the
+    `raysweep` command launched (its `sys.argv[0]` is that program) ``raysweep grid --resume``; a
+    generic hint when the command line is unknown. `--resume` goes before a `--` (what follows is a
+    command sweep's own command)."""
     if not argv:
         return "its command line and --resume" if resume else "its command line"
-    args = [a for a in argv if a != "--resume"] + (["--resume"] if resume else [])
+    own, command = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
+    args = [a for a in own if a != "--resume"] + (["--resume"] if resume else []) + command
+    if Path(str(args[0])).name == "raysweep":
+        return " ".join(shlex.quote(str(a)) for a in ["raysweep", *args[1:]])
     return "python " + " ".join(shlex.quote(str(a)) for a in args)
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.reading.load import SEED_KEY, config_column, metric_column, varying_config_columns
 from analysis.statistics.seed_marks import attach_decisions, decision_mark
 from analysis.statistics.stats import cell_stats
-from analysis.tables.formatting import aligned_text, bare, format_number, latex_escape, latex_tabular, markdown_table
+from analysis.tables.formatting import bare, format_number, latex_escape, render_table
 from trainables.experiment.objective import Objective
 
 
@@ -122,8 +122,6 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     Raises:
         ValueError: unknown ``style``.
     """
-    if style not in ("text", "markdown", "latex"):
-        raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
     keys = [c for c in table.columns if c not in _STAT_COLUMNS and c not in ("seeds_n", "decision")]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
@@ -146,13 +144,7 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
                 *([decision_mark(row) or "–"] if marks else []),
             ]
         )
-    if style == "markdown":
-        lines = markdown_table(header, body)
-    elif style == "latex":
-        lines = latex_tabular(header, body, len(keys))
-    else:
-        lines = aligned_text(header, body, len(keys))
-    return "\n".join(lines) + "\n"
+    return render_table(header, body, len(keys), style)
 
 
 def table_caption(table: pd.DataFrame) -> str:
@@ -163,16 +155,25 @@ def table_caption(table: pd.DataFrame) -> str:
     return text + (f" seeds, decision: {rule}" if rule else " No significance test.")
 
 
-def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Write a :func:`best_runs` table as ``<path>.csv`` (all columns), ``.md`` and ``.tex`` (each
-    with :func:`table_caption` above the table; a LaTeX comment in ``.tex``).
+def write_table(
+    table: pd.DataFrame, path: str | Path, *, caption: str | None = None, formatter=format_table
+) -> list[Path]:
+    """Write a table as ``<path>.csv`` (all columns), ``.md`` and ``.tex`` (each with its caption
+    above the table; a LaTeX comment in ``.tex``).
 
-    ``path`` is the file name without suffix, e.g. ``report/best_runs``. Returns the three paths.
+    Args:
+        table: a :func:`best_runs` table, or another table with its own ``formatter``.
+        path: the file name without suffix, e.g. ``report/best_runs``.
+        caption: default :func:`table_caption` (of a :func:`best_runs` table).
+        formatter: ``(table, style) -> str`` for ``"markdown"`` and ``"latex"``; default :func:`format_table`.
+    Returns:
+        the three paths.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    caption = table_caption(table) if caption is None else caption
     csv, md, tex = (path.with_name(path.name + suffix) for suffix in (".csv", ".md", ".tex"))
     table.to_csv(csv, index=False)
-    md.write_text(table_caption(table) + "\n\n" + format_table(table, "markdown"))
-    tex.write_text("% " + latex_escape(table_caption(table)) + "\n" + format_table(table, "latex"))
+    md.write_text(caption + "\n\n" + formatter(table, "markdown"))
+    tex.write_text("% " + latex_escape(caption) + "\n" + formatter(table, "latex"))
     return [csv, md, tex]

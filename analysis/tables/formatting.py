@@ -4,7 +4,8 @@ The one table writer: a header and rows of cells already formatted, the first `n
 configuration (left-aligned) and the rest statistics (right-aligned), as Markdown (`markdown_table`), a
 booktabs LaTeX tabular (`latex_tabular`) or aligned text for a terminal (`aligned_text`). The best-run tables
 (`analysis.tables.best_runs`), the paper tables (`analysis.tables.paper_format`) and the console summary
-(`analysis.tables.summary`) all write through it."""
+(`analysis.tables.summary`) and the search table (`analysis.tables.search_table`) all write through it;
+`render_table` picks the layout by its name."""
 
 from __future__ import annotations
 
@@ -126,6 +127,24 @@ def aligned_text(header: Sequence[str], body: Sequence[Sequence[str]], n_keys: i
     for cells in body:
         lines.append("  ".join(c.ljust(w) if i < n_keys else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))))
     return [line.rstrip() for line in lines]
+
+
+def render_table(header: Sequence[str], body: Sequence[Sequence[str]], n_keys: int, style: str = "text") -> str:
+    """Rows of cells (strings) as text (`aligned_text`), Markdown (`markdown_table`, no alignment row marks)
+    or a booktabs LaTeX tabular (`latex_tabular`, every cell escaped); the first `n_keys` columns are keys.
+
+    Raises:
+        ValueError: unknown ``style``.
+    """
+    if style not in ("text", "markdown", "latex"):
+        raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
+    if style == "markdown":
+        lines = markdown_table(header, body)
+    elif style == "latex":
+        lines = latex_tabular(header, body, n_keys)
+    else:
+        lines = aligned_text(header, body, n_keys)
+    return "\n".join(lines) + "\n"
 
 
 def _missing(value) -> bool:

@@ -27,6 +27,11 @@ SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epoc
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
 GPU_SHARE = 0.25  # GPUs per trial when --gpus-per-trial is not given and the cluster has GPUs: four share one
+NO_ENV_HELP = (
+    "leave this shell's environment variables out of the trials, which then have those of the node's `ray start`, "
+    "for a cluster whose nodes differ (default: every trial gets this shell's variables and PATH; "
+    "docs/gpus-and-clusters.md)"
+)
 MLFLOW_DEFAULT_URI = (
     "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 )
@@ -87,6 +92,7 @@ def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool)
         default=RunOptions.dashboard_host,
         help=f"interface the Ray dashboard listens on (default: {RunOptions.dashboard_host})",
     )
+    res.add_argument("--no-env", dest="carry_env", action="store_false", help=NO_ENV_HELP)
     res.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
     res.add_argument(
         "--storage-is-shared",
@@ -245,6 +251,8 @@ class RunOptions:
         address: an existing Ray cluster; "local": always a private Ray (None: the cluster `ray start`
             runs on this machine, else a local one).
         dashboard_host: the interface Ray's dashboard listens on.
+        carry_env: every trial gets this shell's environment variables (`sweeps.engine.cluster.job_env`);
+            False: --no-env.
         storage_is_shared: trust that `storage_path` is reachable from every node.
         max_failures: retries of a failed trial (0 with `fail_fast`).
         max_initial_failures: command trials: attempts failing before any metric that stop the sweep
@@ -267,6 +275,7 @@ class RunOptions:
     max_concurrent: int | None = None
     address: str | None = None
     dashboard_host: str = "127.0.0.1"
+    carry_env: bool = True
     storage_is_shared: bool = False
     max_failures: int = MAX_FAILURES
     max_initial_failures: int = MAX_INITIAL_FAILURES

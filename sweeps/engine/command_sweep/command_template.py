@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 
+from sweeps.engine.cluster import job_env
 from sweeps.engine.flags import UsageError
 from trainables.command.parse import (
     BUILTIN_PLACEHOLDERS,
@@ -300,8 +300,8 @@ def compile_metric_pattern(text: str) -> re.Pattern:
 
 
 def launch_line(template: list[str], plan, metrics_from: str) -> str:
-    """The sweep's launch line: the command, how many cells run and are reused (`plan`: `todo`,
-    `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
+    """The sweep's launch line: the command (`job_env.command_text`), how many cells run and are reused
+    (`plan`: `todo`, `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
         "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric: the wandb, "
         "mlflow, csv, hf or tensorboard records under {trial_dir} that do, named in the trial's log)",
@@ -315,7 +315,7 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
     return (
-        f"command: {shlex.join(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"command: {job_env.command_text(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
         f"metrics from {words[metrics_from]}"
     )
 

@@ -22,6 +22,7 @@ import dataclasses
 import math
 import re
 
+from sweeps.engine.cluster import job_env
 from sweeps.engine.command_sweep.command_template import parse_axis, placeholders
 from sweeps.engine.flags import UsageError
 from trainables.command.parse import BUILTIN_PLACEHOLDERS
@@ -168,9 +169,10 @@ def command_epochs(template: list[str], fixed: dict) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def launch_line(space: dict, fixed: dict, num_samples: int, epochs: int | None) -> str:
+def launch_line(space: dict, fixed: dict, num_samples: int, epochs: int | None, template: list[str]) -> str:
     """The first line of a search over a command: each searched placeholder in `--space` form, the fixed
-    ones, `num_samples`, and ASHA's max_t: the command's `epochs`, or said to be unknown (None)."""
+    ones, `num_samples`, ASHA's max_t (the command's `epochs`, or said to be unknown: None), and the
+    command `template` with the program its name resolves to (`job_env.command_text`)."""
     searched = ", ".join(f"{{{name}}} {dimension.text()}" for name, dimension in space.items())
     given = "".join(f", {{{name}}} = {value}" for name, value in fixed.items())
     max_t = (
@@ -179,4 +181,7 @@ def launch_line(space: dict, fixed: dict, num_samples: int, epochs: int | None) 
         else f"ASHA max_t unknown (no --epochs N or {{epochs}} in the command): its rungs go up to "
         f"{MAX_T_UNKNOWN} epochs and a trial runs until its script exits"
     )
-    return f"search over the command's placeholders: {searched}{given}; {num_samples} configurations; {max_t}"
+    return (
+        f"search over the command's placeholders: {searched}{given}; {num_samples} configurations; {max_t}; "
+        f"command: {job_env.command_text(template)}"
+    )

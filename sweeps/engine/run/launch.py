@@ -183,9 +183,8 @@ def start_sweep(
     starts_ray = not ray.is_initialized() and no_cluster
     held, gpus = hold_and_start_ray(options, trial_function)
     notify.watch(options.notify, options.name)
-    provenance_capture.record_run(
-        options.experiment_dir, trial_function.params
-    )  # every run: first, --resume, extension
+    # every run (first, --resume, extension) records what ran
+    provenance_capture.record_run(options.experiment_dir, trial_function.params)
     return Sweep(options, trial_function, gpus, run_config, held, starts_ray, settings)
 
 
@@ -218,12 +217,15 @@ def sweep_tune_config(
 
 def sweep_info(objective: Objective, tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
     """The `raysweep.json` record of a new sweep: its objective's metric, mode and test metric (None: a
-    command that reports only its validation metric), command line, settings, start time and
-    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
+    command that reports only its validation metric), its searcher's and scheduler's class names (None:
+    grid, FIFO; a search's report reads them), command line, settings, start time and `total_trials`
+    (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
     return {
         "metric": objective.metric,
         "mode": objective.mode,
         "test_metric": objective.test_metric,
+        "searcher": type(tune_config.search_alg).__name__ if tune_config.search_alg is not None else None,
+        "scheduler": type(tune_config.scheduler).__name__ if tune_config.scheduler is not None else None,
         "argv": sys.argv,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -251,6 +253,7 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
             options.dashboard_host,
             num_gpus=choose_local_gpus(options.gpus, options.address),
             runtime_env=trial_function.runtime_env,
+            carry_env=options.carry_env,
         )
         nodes_alive = sum(node["Alive"] for node in ray.nodes())
         check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)
