@@ -30,7 +30,7 @@ def status_document(report: dict) -> dict:
     Running trials come best first, as in the text block. See ``analysis/schemas/status-1.json``.
     """
     s = report["status"]
-    eta = eta_seconds(s, report["elapsed_s"])
+    eta = eta_seconds(s)
     return {
         "schema": STATUS_SCHEMA,
         "experiment": report["where"],
