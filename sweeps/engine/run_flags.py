@@ -19,7 +19,7 @@ from sweeps.engine.flags import (
     parse_range,
     seeds_value,
 )
-from trainables.command.failure_gate import MAX_INITIAL_FAILURES
+from trainables.command.failure_gate import MAX_INITIAL_FAILURES, SURVIVAL_WINDOW_S
 from trainables.experiment import records
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
@@ -121,8 +121,15 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
         type=int,
         default=MAX_INITIAL_FAILURES,
         help="command sweeps: stop when this many trial attempts failed before any trial reported a metric; "
-        "until one has, no more start at once; 0: never (default: "
+        "until one has (or survived --survival-window-s), no more start at once; 0: never (default: "
         f"{MAX_INITIAL_FAILURES}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
+    )
+    faults.add_argument(
+        "--survival-window-s",
+        type=float,
+        default=SURVIVAL_WINDOW_S,
+        help="command sweeps: once one of the first commands has run this many seconds without failing (or "
+        f"reported a metric), every trial starts (default: {SURVIVAL_WINDOW_S:g})",
     )
     faults.add_argument(
         "--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)"
@@ -199,6 +206,8 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
     if args.max_initial_failures < 0:
         raise UsageError(f"--max-initial-failures={args.max_initial_failures} must be a whole number >= 0 (0: off)")
+    if not args.survival_window_s > 0:
+        raise UsageError(f"--survival-window-s={args.survival_window_s:g} must be > 0 seconds")
     if args.fail_fast and args.max_failures:
         raise UsageError(
             f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; "
@@ -237,6 +246,8 @@ class RunOptions:
         max_failures: retries of a failed trial (0 with `fail_fast`).
         max_initial_failures: command trials: attempts failing before any metric that stop the sweep
             (0: never; `trainables/command/failure_gate.py`).
+        survival_window_s: command trials: seconds one of the first commands runs without failing
+            that let every trial start (`failure_gate.SURVIVAL_WINDOW_S`).
         fail_fast: the first trial error stops the sweep.
         resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
@@ -257,6 +268,7 @@ class RunOptions:
     storage_is_shared: bool = False
     max_failures: int = MAX_FAILURES
     max_initial_failures: int = MAX_INITIAL_FAILURES
+    survival_window_s: float = SURVIVAL_WINDOW_S
     fail_fast: bool = False
     resume: bool = False
     retry_errored: bool = False

@@ -44,6 +44,7 @@ from sweeps.engine.run.sweep_end import print_summary
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
 from trainables import ray_private
+from trainables.command.failure_gate import SURVIVAL_WINDOW_S
 from trainables.command.initial_failures import InitialFailures
 from trainables.config import METRIC, MODE
 from trainables.experiment import records
@@ -186,6 +187,7 @@ def start_sweep(
         mode=mode,
         checkpoint_config=checkpoint_config,
         max_initial_failures=options.max_initial_failures if gated else None,
+        survival_window_s=options.survival_window_s,
     )
     no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
     starts_ray = not ray.is_initialized() and no_cluster
@@ -300,6 +302,7 @@ def sweep_run_config(
     mode: str = MODE,
     checkpoint_config: CheckpointConfig | None = None,
     max_initial_failures: int | None = None,
+    survival_window_s: float = SURVIVAL_WINDOW_S,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
@@ -314,14 +317,15 @@ def sweep_run_config(
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
     `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
     sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
-    repeats is not retried, and that many of them before any metric stop the sweep.
+    repeats is not retried, and that many of them before any metric stop the sweep; until one
+    command has run `survival_window_s` seconds or reported a metric, only that many start.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
-    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
+    initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
     settings = {
         "name": name,
         "storage_path": str(storage_path),
