@@ -280,6 +280,18 @@ def choose_trial_function(args, options, cfg, data):
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.estimate:  # before the search's checks of its folder: nothing is written
+        from sweeps.engine.estimate import estimate_search, middle
+
+        searched = {
+            k: middle(getattr(args, f"{k}_range")) for k in ("lr", "weight_decay", "gce_q", "sce_alpha", "sce_beta")
+        }
+        return estimate_search(
+            args,
+            searched,
+            {"batch_size": args.batch_sizes, "loss": args.losses},
+            upper_bound="ASHA stops trials early",
+        )
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
     cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)

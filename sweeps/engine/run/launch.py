@@ -26,6 +26,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
+from sweeps.engine import estimate
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -131,14 +132,15 @@ class Sweep:
             raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
         experiment_dir = self.options.experiment_dir
         if not self.options.resume:
-            records.write_settings(
-                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
-            )
+            info = sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
+            kept = estimate.take_pending_estimate(self.options.storage_path, self.options.name)
+            records.write_settings(experiment_dir, info | ({"estimate": kept} if kept else {}))
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, self.tuned)
         code = resume.report_outcome(rounds, reused or {}, self.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
         print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
-        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        checked = estimate.record_actual(experiment_dir, self.options.resume)
+        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]) + f" | {checked}")
         self.held.release(code)
         return code, rounds
 
