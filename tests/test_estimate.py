@@ -150,6 +150,26 @@ def test_the_estimate_is_kept_beside_the_experiment_and_taken_at_launch(tmp_path
     assert estimate.estimate_vs_actual(None, 100.0) == "wall time 0:01:40"
 
 
+def test_dry_run_estimate_learns_from_a_finished_experiment_and_prints_the_same_document(tmp_path, capsys):
+    from tests.analysis_fixtures import trial_spec, write_experiment
+
+    rows = [{"epoch": e, "val/acc": 0.5} for e in (1, 2, 3, 4)]
+    specs = [trial_spec(f"t{s}", {"seed": s, "epochs": 4}, rows, start=4.0 * s, step_s=2.0) for s in range(2)]
+    experiment = write_experiment(tmp_path, "pilot", specs)
+    cells = [{"seed": s, "epochs": 10} for s in range(4)]
+    flags = dict(estimate_from=str(experiment), cpus_per_trial=1.0, gpus_per_trial=0.0, max_concurrent=2, address=None)
+    made = estimate.history_estimate(cells, str(tmp_path / "new"), **flags, epochs_of=lambda c: c["epochs"])
+    assert (made.trials, made.epochs, made.slots) == (4, 40, 2)
+    assert made.wall_s == pytest.approx(made.basis["fixed_s"] + 2 * 10 * 2.0)  # 2 s per epoch, 2 trials a slot
+    args = types.SimpleNamespace(json=True, template=None, **flags)
+    estimate.dry_run_estimate(args, cells, str(tmp_path / "new"))
+    document = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator(schema(ESTIMATE_SCHEMA)).validate(document)
+    assert document["estimate"]["basis"]["history"] == str(experiment)
+    missing = estimate.history_estimate(cells, str(tmp_path / "none"), **{**flags, "estimate_from": None})
+    assert missing.startswith("no finished experiment at")
+
+
 # --- timing the first cell, and bad input ----------------------------------------------------------------
 
 TIMED = """

@@ -26,12 +26,13 @@ from trainables.experiment import records, storage
 
 # raysweep's own seconds around the trials, in units of `first_cell.speed_probe` (a fresh `import
 # ray.tune`), measured by benchmarks/estimate_error.py (benchmarks/results/estimate_error.json, 2026-11-25):
-# `launch`: process start to the first trials running, Ray aside (imports, the grid plan, the driver
-# record, provenance, Tune's set-up, the trial workers' start-up and imports); `end`: the last trial's end
-# to the exit (the table, the report and its plots); `per_trial`: Tune's hand-over between trials on a slot.
+# `launch`: the driver from its start to Tune's first trials, Ray aside (imports, the grid plan, the code
+# snapshot's bookkeeping, the driver record, provenance, Tune's set-up); `workers`: the trial workers'
+# start-up and imports, all at once (in turns when slots outnumber cores); `end`: the last trial's end to
+# the exit (the table, the report and its plots); `per_trial`: Tune's hand-over between trials on a slot.
 FIXED_COSTS = {
-    "command": {"launch": 4.0, "end": 1.5, "per_trial": 0.15},
-    "builtin": {"launch": 6.0, "end": 2.0, "per_trial": 0.15},
+    "command": {"launch": 2.5, "workers": 1.5, "end": 1.5, "per_trial": 0.15},
+    "builtin": {"launch": 3.0, "workers": 3.0, "end": 2.0, "per_trial": 0.15},
 }
 RAY_START_UNITS = 4.0  # a local Ray's start (GCS, raylet, dashboard and its agents), same units
 # Cell axes that change what an epoch costs: the estimate cannot see through them from one cell.
@@ -131,9 +132,9 @@ def fixed_costs(kind: str, probe_s: float, ray_s: float | None, slot_count: int,
     the trial workers start together, so more slots than cores start them in turns; `measured_s`:
     what was timed here (the data load, the copy of the code)."""
     units = FIXED_COSTS[kind]
-    workers = max(1.0, slot_count / (os.cpu_count() or 1))
+    turns = max(1.0, slot_count / (os.cpu_count() or 1))
     ray = RAY_START_UNITS * probe_s if ray_s is None else ray_s
-    return (units["launch"] * workers + units["end"]) * probe_s + ray + measured_s
+    return (units["launch"] + units["workers"] * turns + units["end"]) * probe_s + ray + measured_s
 
 
 def estimate_from_timing(plan: Plan, timing, slot_count: int, why: str, probe_s: float, ray_s, measured_s: float):
@@ -161,6 +162,8 @@ def estimate_from_timing(plan: Plan, timing, slot_count: int, why: str, probe_s:
         "per_trial_s": per_trial,
         "probe_s": probe_s,
         "ray": "joined" if ray_s is not None else "local start",
+        "ray_s": ray_s if ray_s is not None else RAY_START_UNITS * probe_s,
+        "measured_s": measured_s,
         "notes": [],
     }
     if cost is None or None in epochs:
@@ -275,13 +278,18 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
     plan = dataclasses.replace(plan, gpus=gpus)
     epochs, limit = args.estimate_epochs, ESTIMATE_LIMIT_S
     say(f"--estimate: timing the first cell until {epochs} epochs after its first (at most {limit:g} s)")
+    probe_s = speed_probe()  # before and after the cell: the load may change meanwhile
     timing = time_cell(epochs, limit, gpus)
     factors, notes = _axis_factors(args, plan, timing, time_one_epoch and (lambda cell: time_one_epoch(cell, gpus)))
     if factors:
         plan = scale_by_axes(dataclasses.replace(plan, epochs=trial_epochs(plan.cells, plan.kind, timing)[0]), factors)
-    probe_s = speed_probe()
+    probe_s = (probe_s + speed_probe()) / 2
     estimate = estimate_from_timing(plan, timing, slot_count, why, probe_s, ray_s, measured_s + timing.snapshot_s)
     estimate.basis["notes"] += notes + _packing_note(gpus) + ([plan.note] if plan.note else [])
+    if args.gpus_per_trial == "auto" and gpus:
+        estimate.basis["notes"].append(
+            f"--gpus-per-trial auto: its memory probe chooses the share at launch; {gpus:g} assumed"
+        )
     if args.json:
         print(json.dumps(estimate.to_json()))
     else:
