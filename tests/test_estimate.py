@@ -115,6 +115,38 @@ def test_cost_axes_are_named_and_scaled_when_timed():
     assert scaled.epochs == [10, 10, 5, 5, 120, 120, 60, 60]
 
 
+def test_run_estimate_times_each_value_of_a_cost_axis_with_estimate_cells_all(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(estimate, "slots", lambda *flags: (2, "2 CPUs / 1, this machine", None, 0.0))
+    monkeypatch.setattr("sweeps.engine.first_cell.speed_probe", lambda: 1.0)
+    monkeypatch.setattr(sys, "argv", ["noise_grid.py", "--model", "mlp,cnn", "--estimate"])
+    cells = [{"model": m, "seed": s, "epochs": 10} for m in ("mlp", "cnn") for s in (0, 1)]
+    one_epoch = {"mlp": 1.0, "cnn": 5.0}  # seconds of an epoch; start-up 2 s each
+    flags = dict(estimate_epochs=2, estimate_cells="all", json=False, storage_path=tmp_path, name="noise_grid")
+    args = types.SimpleNamespace(**flags, cpus_per_trial=1.0, gpus_per_trial=0.0, max_concurrent=None, address=None)
+
+    def first(epochs, limit_s, gpus):
+        return timing([2.0 + one_epoch["mlp"] * e for e in range(1, epochs + 2)], code=None)
+
+    timed = []
+    code = estimate.run_estimate(
+        args,
+        estimate.Plan(cells, "builtin"),
+        first,
+        lambda cell, gpus: timed.append(cell) or timing([2.0 + one_epoch[cell["model"]]]),
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and timed == [{"model": "cnn", "seed": 0, "epochs": 10}]  # one epoch of the other model
+    kept = json.loads((tmp_path / ".noise_grid.estimate.json").read_text())
+    assert kept["argv"] == ["noise_grid.py", "--model", "mlp,cnn"]
+    wall, fixed = kept["estimate"]["wall_s"], kept["estimate"]["basis"]["fixed_s"]
+    per_trial = kept["estimate"]["basis"]["per_trial_s"]
+    assert wall == pytest.approx(fixed + (2 + 50 + per_trial) + (2 + 10 + per_trial))  # a cnn trial, an mlp one a slot
+    assert "one epoch of each model timed" in out and "cannot see through" not in out
+    args.estimate_cells = "first"  # without it: the axis is named, its cells costed as the first
+    estimate.run_estimate(args, estimate.Plan(cells, "builtin"), first, None)
+    assert "the estimate cannot see through the model axis (mlp, cnn)" in capsys.readouterr().out
+
+
 def test_launch_argv_leaves_out_what_changes_no_cost_and_keeps_the_commands_own_words():
     argv = ["run_command.py", "--estimate", "--estimate-epochs", "3", "--quiet", "--axis", "a=1", "--notify=x://y"]
     argv += ["--json", "--progress-every", "5", "--", "python", "t.py", "--json", "--quiet"]
