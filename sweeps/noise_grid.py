@@ -81,8 +81,8 @@ def estimate_sweep(args, cells: list[dict], data: dict, auto: dict | None, load_
     return estimate.run_estimate(
         args,
         estimate.Plan(cells, "builtin", minimum=minimum),
-        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s),
-        lambda cell, gpus: time_builtin(cell, data, 0, run_flags.ESTIMATE_LIMIT_S),
+        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
+        lambda cell, gpus: time_builtin(cell, data, 0, run_flags.ESTIMATE_LIMIT_S, args.cpus_per_trial),
         measured_s=load_s,
     )
 

@@ -32,7 +32,7 @@ from trainables.experiment import records, storage
 # the exit (the table, the report and its plots); `per_trial`: Tune's hand-over between trials on a slot.
 FIXED_COSTS = {
     "command": {"launch": 2.5, "workers": 1.5, "end": 1.5, "per_trial": 0.15},
-    "builtin": {"launch": 3.0, "workers": 3.0, "end": 2.0, "per_trial": 0.15},
+    "builtin": {"launch": 2.5, "workers": 2.5, "end": 2.0, "per_trial": 0.15},
 }
 RAY_START_UNITS = 4.0  # a local Ray's start (GCS, raylet, dashboard and its agents), same units
 # Cell axes that change what an epoch costs: the estimate cannot see through them from one cell.
@@ -284,7 +284,8 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
     if factors:
         plan = scale_by_axes(dataclasses.replace(plan, epochs=trial_epochs(plan.cells, plan.kind, timing)[0]), factors)
     probe_s = (probe_s + speed_probe()) / 2
-    estimate = estimate_from_timing(plan, timing, slot_count, why, probe_s, ray_s, measured_s + timing.snapshot_s)
+    measured_s += timing.snapshot_s + timing.worker_s  # once per sweep, once per worker (they start together)
+    estimate = estimate_from_timing(plan, timing, slot_count, why, probe_s, ray_s, measured_s)
     estimate.basis["notes"] += notes + _packing_note(gpus) + ([plan.note] if plan.note else [])
     if args.gpus_per_trial == "auto" and gpus:
         estimate.basis["notes"].append(
@@ -335,8 +336,8 @@ def estimate_search(args, searched: dict, choices: dict | None = None, upper_bou
     return run_estimate(
         args,
         plan,
-        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s),
-        lambda cell, gpus: time_builtin(cell, data, 0, ESTIMATE_LIMIT_S),
+        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
+        lambda cell, gpus: time_builtin(cell, data, 0, ESTIMATE_LIMIT_S, args.cpus_per_trial),
         measured_s=time.monotonic() - loading,
     )
 
