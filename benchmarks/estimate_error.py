@@ -15,7 +15,7 @@ recorded before and after each run: the estimate is right for the load it saw.
 Shapes:
     command_8x2   tests/scripts/timed_epochs.py: start-up 1 s, 8 epochs of 1.5 s; 8 trials on 2 slots
     smoke_grid    sweeps/noise_grid.py --smoke-test: 12 trials of 2 digits epochs on 2 slots
-    epochs_axis   timed_epochs.py with --axis epochs=2,4,6 x 2 seeds: start-up 0.5 s, epochs of 1 s
+    epochs_axis   timed_epochs.py with --axis epochs=4,8,16 x 2 seeds: start-up 1 s, epochs of 1.5 s
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ SHAPES = {
     ],
     "smoke_grid": ["sweeps/noise_grid.py", "--smoke-test", *CPU_TRIALS],
     "epochs_axis": [
-        "sweeps/run_command.py", "--axis", "epochs=2,4,6", "--axis", "seed=0,1", *CPU_TRIALS, "--",
-        PY, "timed_epochs.py", "--startup", "0.5", "--epochs", "{epochs}", "--epoch-s", "1", "--seed", "{seed}",
+        "sweeps/run_command.py", "--axis", "epochs=4,8,16", "--axis", "seed=0,1", *CPU_TRIALS, "--",
+        PY, "timed_epochs.py", "--startup", "1", "--epochs", "{epochs}", "--epoch-s", "1.5", "--seed", "{seed}",
     ],
 }  # fmt: skip
 

@@ -25,14 +25,16 @@ from analysis.wall_time import TrialCost, makespan, sweep_seconds
 from trainables.experiment import records, storage
 
 # raysweep's own seconds around the trials, in units of `first_cell.speed_probe` (a fresh `import
-# ray.tune`), measured by benchmarks/estimate_error.py (benchmarks/results/estimate_error.json, 2026-11-25):
-# `launch`: the driver from its start to Tune's first trials, Ray aside (imports, the grid plan, the code
-# snapshot's bookkeeping, the driver record, provenance, Tune's set-up); `workers`: the trial workers'
-# start-up and imports, all at once (in turns when slots outnumber cores); `end`: the last trial's end to
-# the exit (the table, the report and its plots); `per_trial`: Tune's hand-over between trials on a slot.
+# ray.tune`), from benchmarks/estimate_error.py and tests/test_estimate_sweeps.py on the shared 2-core
+# machine at load 11-35 (benchmarks/results/estimate_error*.json, 2026-11-25: a command sweep's took
+# 4.6-10.7 units, median 6.3; the built-in grid's 7.1 at a steady load): `launch`: the driver from its start
+# to Tune's first trials, Ray aside (imports, the grid plan, the code snapshot's bookkeeping, the driver
+# record, provenance, Tune's set-up); `workers`: the trial workers' start-up and imports, all at once (in
+# turns when slots outnumber cores); `end`: the last trial's end to the exit (the table, the report and its
+# plots); `per_trial`: Tune's hand-over between trials on a slot (an actor reused: 0.04 s measured at load 20).
 FIXED_COSTS = {
-    "command": {"launch": 2.5, "workers": 1.5, "end": 1.5, "per_trial": 0.15},
-    "builtin": {"launch": 2.5, "workers": 2.5, "end": 2.0, "per_trial": 0.15},
+    "command": {"launch": 3.5, "workers": 1.5, "end": 1.5, "per_trial": 0.02},
+    "builtin": {"launch": 3.0, "workers": 2.5, "end": 2.0, "per_trial": 0.02},
 }
 RAY_START_UNITS = 4.0  # a local Ray's start (GCS, raylet, dashboard and its agents), same units
 # Cell axes that change what an epoch costs: the estimate cannot see through them from one cell.
