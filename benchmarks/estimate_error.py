@@ -105,7 +105,7 @@ def sweep_environment(join: bool, folder: Path):
         return
     from tests.ray_cluster import shared_head
 
-    with shared_head(folder / "head", {"RAY_raylet_start_wait_time_s": "120"}) as env:
+    with shared_head(folder / "head") as env:
         yield {**env, "PYTHONUNBUFFERED": "1"}
 
 

@@ -80,7 +80,7 @@ def main() -> None:
     results = []
     with (
         tempfile.TemporaryDirectory(prefix="slots-busy-") as scratch,
-        shared_head(Path(scratch) / "head", {"RAY_raylet_start_wait_time_s": "120"}, num_cpus=8, num_gpus=4) as env,
+        shared_head(Path(scratch) / "head", num_cpus=8, num_gpus=4) as env,
     ):
         for repeat in range(args.repeats):
             for gate, window in GATES.items():

@@ -50,8 +50,7 @@ def eight_slot_head(tmp_path_factory):
     that joins it. Started only by the tests that ask for it."""
     from tests.ray_cluster import shared_head
 
-    patient = {"RAY_raylet_start_wait_time_s": "120"}  # a loaded machine misses Ray's 30 s for the raylet
-    with shared_head(tmp_path_factory.mktemp("ray_8_slots"), patient, num_cpus=8, num_gpus=4) as env:
+    with shared_head(tmp_path_factory.mktemp("ray_8_slots"), num_cpus=8, num_gpus=4) as env:
         yield env
 
 

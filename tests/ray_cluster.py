@@ -132,6 +132,7 @@ def shared_head(folder: Path, extra_env: dict | None = None, num_cpus: int | Non
         RAY_AUTH_TOKEN_PATH=str(home / ".ray" / "auth_token"),
         RAY_USAGE_STATS_ENABLED="0",
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        RAY_raylet_start_wait_time_s="120",  # Ray's 30 s for the raylet to register: missed twice in a row at load 30
         **(extra_env or {}),
     )
     for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s wait for the raylet to register, once
