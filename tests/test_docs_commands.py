@@ -121,6 +121,7 @@ def documented_commands() -> dict[str, list[str]]:
 GRID_MINUTES = "trains the full grid (minutes to hours); its flags are checked by parsing"
 GPU = "needs a GPU"
 CLUSTER = "needs a running Ray cluster at that address"
+SEARCH_OWN_SCRIPT = "needs the user's script; tests/test_command.py searches tests/scripts/mnist_style.py so"
 NOT_RUN = {  # command -> why the test only parses it
     "make sweep": "= python sweeps/noise_grid.py, " + GRID_MINUTES,
     "make test": "the whole suite: the integrator's and CI's job, not a test's",
@@ -202,6 +203,16 @@ NOT_RUN.update(
         "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
         "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
         "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
+        "python sweeps/lr_search.py --metric Accuracy --num-samples 8 -- python main.py --epochs 2 --lr '{lr}'": (
+            SEARCH_OWN_SCRIPT
+        ),
+        "python sweeps/lr_search.py --metric Accuracy --num-samples 8 --space wd=loguniform:1e-5,1e-2 -- python "
+        "main.py --epochs 10 --lr '{lr}' --weight-decay '{wd}'": SEARCH_OWN_SCRIPT,
+        "python sweeps/lr_search.py --metric val_acc --space wd=loguniform:1e-5,1e-2 -- python train.py --epochs 30 "
+        "--lr '{lr}' --wd '{wd}' --out '{trial_dir}'": SEARCH_OWN_SCRIPT,
+        "python sweeps/lr_search.py --metric val_acc --num-samples 40 --seed 0 --space wd=loguniform:1e-5,1e-2 "
+        "--space batch_size=choice:64,128,256 --space depth=int:2,6 -- python train.py --epochs 30 --lr '{lr}' "
+        "--wd '{wd}' --batch-size '{batch_size}' --depth '{depth}' --seed '{seed}'": SEARCH_OWN_SCRIPT,
     }
 )
 NOT_PARSED = {  # command -> why even its flags cannot be checked

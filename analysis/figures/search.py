@@ -24,6 +24,7 @@ import optuna
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.reading.scheduler_stop import STOPPED
 from analysis.tables.formatting import bare
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
 from trainables.experiment.rules import DEFAULT_MODE as MODE
@@ -151,14 +152,12 @@ def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], metric: str =
     return ax.figure
 
 
-def top_trials(
-    df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None
-) -> pd.DataFrame:
+def top_trials(df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE) -> pd.DataFrame:
     """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
 
     Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per
-    `config/` column that varies (prefix dropped), `epochs` (with
-    `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
+    `config/` column that varies (prefix dropped), `epochs` (`(stopped)` where the `stopped` column,
+    `analysis.reading.scheduler_stop.stopped_by_scheduler`, is true), `n_seeds`, and `<metric>` formatted
     as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
     Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an
     empty table.
@@ -177,8 +176,8 @@ def top_trials(
             out[bare(column)] = ranked[column].map(_short)
     if "training_iteration" in ranked:
         out["epochs"] = ranked["training_iteration"].astype(int).astype(str)
-        if epochs is not None:
-            out["epochs"] += np.where(ranked["training_iteration"] < epochs, " (stopped)", "")
+        if STOPPED in ranked:
+            out["epochs"] += np.where(ranked[STOPPED].fillna(False).astype(bool), " (stopped)", "")
     seeds = ranked["num_seeds"].fillna(1).astype(int) if "num_seeds" in ranked else pd.Series(1, index=ranked.index)
     out["n_seeds"] = seeds
     ci = ranked[f"{metric}_ci95"] if f"{metric}_ci95" in ranked else pd.Series(np.nan, index=ranked.index)
