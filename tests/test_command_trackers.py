@@ -16,7 +16,8 @@ from packaging.requirements import Requirement
 
 from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
 from trainables.command import trackers
-from trainables.command.trackers import TrackerResults, csv_rows, hf_rows
+from trainables.command.tracker_rows import csv_rows, hf_rows
+from trainables.command.trackers import TrackerResults
 from trainables.command.wandb_reader import read_history
 
 SCRIPT = "tests/scripts/tracker_only.py"

@@ -4,7 +4,7 @@ A logger writes every value of one `log_metrics(metrics, step)` call as consecut
 the same global step. Lightning's `TensorBoardLogger` (Lightning 2.x, `LoggerConnector.log_metrics`)
 adds an `epoch` scalar to every call made with the global step (training steps, epoch-level values),
 and none to the calls of validation steps, which count with a step of their own (0, 1, ... per
-validation batch). A call's group is what tells them apart: `trackers.tensorboard_rows` reads a
+validation batch). A call's group is what tells them apart: `tracker_rows.tensorboard_rows` reads a
 group with `epoch` at that epoch and leaves out the others of such a run.
 
 Read with `tensorboard`'s `EventFileLoader`, which stops at a record still being written and goes on

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shlex
 import sys
 import tempfile
@@ -32,8 +33,6 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import re
-
     from trainables.command.runner import (
         METRICS_FILE,
         STREAMS_READ,
