@@ -98,8 +98,6 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
         epoch (a row of its step key, as a trial reports it), the copies of the code, the epoch total
         it printed (`epoch 3/50`), whether it exited by itself and with which code.
     """
-    import re
-
     from sweeps.engine.first_cell import CellTiming
     from trainables.command.parse import step_pattern
     from trainables.command.runner import (
