@@ -3,10 +3,12 @@ and the README's smoke grid run once on it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -41,6 +43,17 @@ def shared_ray_head(tmp_path_factory):
         yield env
 
 
+@pytest.fixture(scope="session")
+def eight_slot_head(tmp_path_factory):
+    """A second `ray start --head`, with 8 logical CPUs and 4 logical GPUs: 8 slots at 0.5 GPU per trial, as
+    on a GPU box (the failure gate's start at 8 slots, tests/test_gate_slots.py); yields the environment
+    that joins it. Started only by the tests that ask for it."""
+    from tests.ray_cluster import shared_head
+
+    with shared_head(tmp_path_factory.mktemp("ray_8_slots"), num_cpus=8, num_gpus=4) as env:
+        yield env
+
+
 @pytest.fixture
 def sweep_env(shared_ray_head) -> dict:
     """The environment of a sweep subprocess that joins the session's shared Ray (`shared_ray_head`): pass it
@@ -52,23 +65,25 @@ def sweep_env(shared_ray_head) -> dict:
 def smoke_grid(shared_ray_head, tmp_path_factory) -> types.SimpleNamespace:
     """The README's quick start `python sweeps/noise_grid.py --smoke-test`, run once per session as written, in a
     scratch folder (its storage is `./runs`), on the shared Ray: tests/test_sweeps.py checks its trials and
-    tests/test_docs_commands.py analyses them, without a second run of the same 12 trials.
+    tests/test_docs_commands.py analyses them, without a second run of the same 12 trials. Just before it,
+    the same command with `--estimate --json` (tests/test_estimate_sweeps.py sets it against the run).
 
     Returns:
-        `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid) and `proc` (its
-        CompletedProcess, returncode unchecked: each test asserts it, with the output).
+        `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid), `proc` (its
+        CompletedProcess, returncode unchecked: each test asserts it, with the output), `elapsed_s`
+        (its wall time, start to exit) and `estimated` (the estimate's CompletedProcess).
     """
     command = "python sweeps/noise_grid.py --smoke-test"
     folder = tmp_path_factory.mktemp("quick_start")
     root = Path(__file__).resolve().parents[1]
     argv = shlex.split(command)
     env = {**shared_ray_head, "PYTHONPATH": str(root), "RAY_DEDUP_LOGS": "0"}
-    proc = subprocess.run(
-        [sys.executable, str(root / argv[1]), *argv[2:]],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run = functools.partial(subprocess.run, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    estimated = run([sys.executable, str(root / argv[1]), *argv[2:], "--estimate", "--json"])
+    started = time.monotonic()
+    proc = run([sys.executable, str(root / argv[1]), *argv[2:]])
+    elapsed_s = time.monotonic() - started
+    experiment = folder / "runs" / "noise_grid"
+    return types.SimpleNamespace(
+        command=command, folder=folder, experiment=experiment, proc=proc, elapsed_s=elapsed_s, estimated=estimated
     )
-    return types.SimpleNamespace(command=command, folder=folder, experiment=folder / "runs" / "noise_grid", proc=proc)

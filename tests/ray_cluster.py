@@ -112,11 +112,12 @@ def start_node(
 
 
 @contextlib.contextmanager
-def shared_head(folder: Path, extra_env: dict | None = None):
+def shared_head(folder: Path, extra_env: dict | None = None, num_cpus: int | None = None, num_gpus: int = 0):
     """A `ray start --head` that sweep subprocesses join instead of starting a private Ray each (4-6 s
     of start-up plus shutdown per sweep; issue 26).
 
-    CPUs as a private Ray here would have them, no GPU, no dashboard; its own ports, temp dir and token
+    CPUs as a private Ray here would have them (or `num_cpus` logical ones), no GPU (or `num_gpus`
+    logical ones: Ray hands them out as on a real box), no dashboard; its own ports, temp dir and token
     (RAY_AUTH_TOKEN_PATH, so HOME stays the user's); PYTHONPATH at this repository, so its workers
     import `trainables` whatever the driver's cwd; `extra_env` (e.g. object-storage credentials) for
     its workers too. Stopped by pid on exit (`stop_node`), never by `ray stop`.
@@ -131,12 +132,14 @@ def shared_head(folder: Path, extra_env: dict | None = None):
         RAY_AUTH_TOKEN_PATH=str(home / ".ray" / "auth_token"),
         RAY_USAGE_STATS_ENABLED="0",
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        RAY_raylet_start_wait_time_s="120",  # Ray's 30 s for the raylet to register: missed twice in a row at load 30
         **(extra_env or {}),
     )
     for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s wait for the raylet to register, once
         port = free_port()
         try:
-            head = start_node(folder / f"start{attempt}", env, head_port=port, num_cpus=os.cpu_count() or 2)
+            cpus = num_cpus or os.cpu_count() or 2
+            head = start_node(folder / f"start{attempt}", env, head_port=port, num_cpus=cpus, num_gpus=num_gpus)
             break
         except AssertionError:
             if attempt == 2:
