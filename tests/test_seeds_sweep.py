@@ -80,7 +80,7 @@ def _finished(experiment) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path):
+def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_env):
     argv = [
         *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", "5"),
         *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
@@ -88,7 +88,7 @@ def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path):
         *("--seed", "{seed}", "--sleep", "1"),
     ]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
     driver = subprocess.Popen(
         [PY, "sweeps/run_command.py", *flags, *argv],
         cwd=ROOT,
