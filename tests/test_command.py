@@ -163,9 +163,8 @@ def test_metrics_lines_default_and_custom_patterns():
         "train.loss": -0.25,
     }
     assert parse_metrics_line("loading: 3 files, val_acc=0.5", "epoch") is None  # no step key, no result
-    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") == {
-        "epoch": 3
-    }  # a step form; `Loss 1.23` is no pair
+    assert parse_metrics_line("Epoch [3/30] | Loss 1.23", "epoch") == {"epoch": 3, "Loss": 1.23}  # a pipe pair
+    assert parse_metrics_line("Epoch [3/30] Loss 1.23", "epoch") == {"epoch": 3}  # `Loss 1.23` alone is no pair
     nan = parse_metrics_line("epoch=4 loss=nan grad=inf", "epoch")
     assert math.isnan(nan["loss"]) and math.isinf(nan["grad"])
     pattern = compile_metric_pattern(r"Epoch (?P<epoch>\d+)/\d+ .*acc (?P<val_acc>[\d.]+)(?: best (?P<best>[\d.]+))?")

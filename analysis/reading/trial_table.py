@@ -10,11 +10,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.tune_files import flatten
+from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
-
-JOINS_STEP_METRIC = (
-    "command/joins_step"  # the marker `trainables/command/parse.py` writes (analysis imports no trainables)
-)
 
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
 # ones in _HISTORY_KEEP, which locate a row in time.

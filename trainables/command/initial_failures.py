@@ -112,9 +112,10 @@ def explain(errors: dict[str, object]) -> None:
         print(f"{not_started} trial(s) not started: the sweep stopped after its first trials failed")
 
 
-def hint(parts: dict) -> str:
+def hint(parts: dict, in_check: bool = False) -> str:
     """A hint fitting a failure before any metric: a missing relative path names the path, the trial's
-    working folder and what it resolves to there; an absolute one, the path; else --check."""
+    working folder and what it resolves to there; an absolute one, the path; else --check (`in_check`:
+    the failure is --check's own run, whose output is shown above)."""
     path = missing_path("\n".join([*parts["tail"], parts["exception"] or ""]))
     folder = parts["folder"]
     if path and not os.path.isabs(path):
@@ -128,6 +129,8 @@ def hint(parts: dict) -> str:
         return f"hint: {path} does not exist on the node that ran the trial"
     if "exit code 2 " in parts["exit"]:
         return "hint: exit code 2 is argparse's usage error: the script refused the arguments the command gives it"
+    if in_check:
+        return "hint: the error is the script's own (its output is above): fix it, then run --check again"
     return "hint: run the first cell alone, in the foreground, with --check (a retry cannot fix an error at start)"
 
 
