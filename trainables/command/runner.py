@@ -120,6 +120,7 @@ def train_command(
     argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
+    reporter.ticket.call("started")  # the gate's survival window runs from the command's start
     writes = Writes([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
     try:

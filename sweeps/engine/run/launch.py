@@ -29,6 +29,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
+from sweeps.engine import estimate
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -127,12 +128,15 @@ class Sweep:
         else:
             tuner = new_tuner(tune_config)
             info = sweep_info(objective, tune_config, param_space, self.settings)
-            records.write_settings(options.experiment_dir, info)
+            kept = estimate.take_pending_estimate(options.storage_path, options.name)
+            records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, tune_config)
         code = resume.say_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, objective, reused)
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
-        print(f"results: {options.experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        checked = estimate.record_actual(options.experiment_dir, options.resume)
+        folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
+        print(f"results: {', '.join(folders)} | {checked}")
         self.held.release(code)
         return code, rounds
 
@@ -178,6 +182,7 @@ def start_sweep(
         objective=options.objective,
         checkpoint_config=checkpoint_config,
         max_initial_failures=options.max_initial_failures if gated else None,
+        survival_window_s=options.survival_window_s,
     )
     no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
     starts_ray = not ray.is_initialized() and no_cluster
@@ -294,6 +299,7 @@ def sweep_run_config(
     objective: Objective = Objective(),
     checkpoint_config: CheckpointConfig | None = None,
     max_initial_failures: int | None = None,
+    survival_window_s: float = RunOptions.survival_window_s,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
@@ -308,14 +314,15 @@ def sweep_run_config(
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
     `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
     sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
-    repeats is not retried, and that many of them before any metric stop the sweep.
+    repeats is not retried, and that many of them before any metric stop the sweep; until one
+    command has run `survival_window_s` seconds or reported a metric, only that many start.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
-    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
+    initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
     settings = {
         "name": name,
         "storage_path": str(storage_path),
