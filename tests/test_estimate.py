@@ -14,9 +14,9 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from analysis.writeup import efficiency_lines
 from analysis.tables.json_output import ESTIMATE_SCHEMA, schema
 from analysis.wall_time import TrialCost, makespan, sweep_seconds
+from analysis.writeup import efficiency_lines
 from sweeps.engine import estimate
 from sweeps.engine.first_cell import CellTiming
 from trainables.command import failure_gate
