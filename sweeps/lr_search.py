@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import flags, run_flags, search_estimate  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.command_sweep import command_template  # noqa: E402
 from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
@@ -232,23 +232,6 @@ def search_space(trial: optuna.Trial, bounds: dict) -> None:
         trial.suggest_float("sce_beta", *bounds["sce_beta"], log=True)
 
 
-def skip_results_without(searcher_class, metric_name: str):
-    """`searcher_class` (Tune's `OptunaSearch`) told only of results that hold the metric.
-
-    A diverged trial's last report has no metric, so that schedulers skip it; Tune's
-    `OptunaSearch.on_trial_result` indexes `result[metric]` and would crash the whole search on it
-    (a KeyError in the driver). Its `on_trial_complete` already records such a trial as pruned.
-    """
-
-    class Searcher(searcher_class):
-        def on_trial_result(self, trial_id: str, result: dict) -> None:
-            if metric_name in result:
-                super().on_trial_result(trial_id, result)
-
-    Searcher.__name__ = Searcher.__qualname__ = searcher_class.__name__
-    return Searcher
-
-
 def trial_name(trial) -> str:
     """`lr_search_00003_gce_lr0.012`: the trial's number in the search, its loss and learning rate
     (a command's trial: `lr_search_00003_lr0.012`, or only the number where `{lr}` is not searched)."""
@@ -341,34 +324,11 @@ def choose_trial_function(args, options, cfg, data):
     )
 
 
-def estimate_point(args) -> tuple[dict, dict]:
-    """What `--estimate` trains: (the middle of each searched range, {name: choices} of the categorical
-    dimensions, taken in turn by its cells); the built-in trainable's dimensions, or a command's `space`."""
-    from sweeps.engine.estimate import middle
-
-    if not args.template:
-        ranges = ("lr", "weight_decay", "gce_q", "sce_alpha", "sce_beta")
-        return {k: middle(getattr(args, f"{k}_range")) for k in ranges}, {
-            "batch_size": args.batch_sizes,
-            "loss": args.losses,
-        }
-    searched, choices = {}, {}
-    for name, dimension in args.space.items():
-        if dimension.kind == "choice":
-            choices[name] = list(dimension.values)
-            continue
-        low, high = dimension.values
-        value = middle((low, high)) if dimension.kind == "loguniform" else (low + high) / 2
-        searched[name] = round(value) if dimension.kind == "int" else value
-    return searched, choices
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.estimate:  # before the search's checks of its folder: nothing is written
-        from sweeps.engine.estimate import estimate_search
-
-        return estimate_search(args, *estimate_point(args), upper_bound="ASHA stops trials early")
+        point = search_estimate.search_point(args)
+        return search_estimate.estimate_search(args, *point, upper_bound="ASHA stops trials early")
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
     if args.template:  # the built-in trainable's data is not loaded
@@ -382,6 +342,7 @@ def main(argv: list[str]) -> int:
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
+    from sweeps.engine.optuna_searcher import skip_results_without
     from sweeps.engine.run.launch import start_sweep
 
     print(launch_line(args, cfg), flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import estimate, estimate_flags, flags, grid, history_estimate, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
 
@@ -82,7 +82,7 @@ def estimate_sweep(args, cells: list[dict], data: dict, auto: dict | None, load_
         args,
         estimate.Plan(cells, "builtin", minimum=minimum),
         lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
-        lambda cell, gpus: time_builtin(cell, data, 0, run_flags.ESTIMATE_LIMIT_S, args.cpus_per_trial),
+        lambda cell, gpus: time_builtin(cell, data, 0, estimate_flags.ESTIMATE_LIMIT_S, args.cpus_per_trial),
         measured_s=load_s,
     )
 
@@ -95,10 +95,12 @@ def main(argv: list[str]) -> int:
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.dry_run and args.estimate:  # the estimate from a finished experiment, as --estimate prints it
-        estimate.dry_run_estimate(args, cells, options.experiment_dir)
+        history_estimate.dry_run_estimate(args, cells, options.experiment_dir)
         return 0
     if args.dry_run:  # before Ray, torch or the data load
-        estimated = estimate.estimate_lines(cells, options.experiment_dir, **estimate.run_flags_of(args))
+        estimated = history_estimate.estimate_lines(
+            cells, options.experiment_dir, **history_estimate.run_flags_of(args)
+        )
         print(*estimated, "nothing was run (--dry-run)", sep="\n")
         return 0
     preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads

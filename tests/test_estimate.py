@@ -17,7 +17,7 @@ import pytest
 from analysis.tables.json_output import ESTIMATE_SCHEMA, schema
 from analysis.wall_time import TrialCost, makespan, sweep_seconds
 from analysis.writeup import efficiency_lines
-from sweeps.engine import estimate
+from sweeps.engine import estimate, estimate_record, history_estimate
 from sweeps.engine.first_cell import CellTiming
 from trainables.command import failure_gate
 from trainables.command.failure_gate import FailureGate
@@ -116,7 +116,7 @@ def test_cost_axes_are_named_and_scaled_when_timed():
 
 
 def test_run_estimate_times_each_value_of_a_cost_axis_with_estimate_cells_all(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(estimate, "slots", lambda *flags: (2, "2 CPUs / 1, this machine", None, 0.0))
+    monkeypatch.setattr(estimate.slots, "cluster_slots", lambda *flags: (2, "2 CPUs / 1, this machine", None, 0.0))
     monkeypatch.setattr("sweeps.engine.first_cell.speed_probe", lambda: 1.0)
     monkeypatch.setattr(sys, "argv", ["noise_grid.py", "--model", "mlp,cnn", "--estimate"])
     cells = [{"model": m, "seed": s, "epochs": 10} for m in ("mlp", "cnn") for s in (0, 1)]
@@ -150,7 +150,7 @@ def test_run_estimate_times_each_value_of_a_cost_axis_with_estimate_cells_all(tm
 def test_launch_argv_leaves_out_what_changes_no_cost_and_keeps_the_commands_own_words():
     argv = ["run_command.py", "--estimate", "--estimate-epochs", "3", "--quiet", "--axis", "a=1", "--notify=x://y"]
     argv += ["--json", "--progress-every", "5", "--", "python", "t.py", "--json", "--quiet"]
-    assert estimate.launch_argv(argv) == [
+    assert estimate_record.launch_argv(argv) == [
         "run_command.py",
         "--axis",
         "a=1",
@@ -167,19 +167,22 @@ def test_the_estimate_is_kept_beside_the_experiment_and_taken_at_launch(tmp_path
         estimate.Plan([{"seed": 0}], "command"), timing([1.0, 2.0], total=4), 1, "", 1.0, 0.0, 0.0
     )
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--estimate", "--axis", "seed=0", "--", "x"])
-    path = estimate.records.write_pending_estimate(str(tmp_path), "command", estimate.pending_record(made))
+    path = estimate_record.records.write_pending_estimate(
+        str(tmp_path), "command", estimate_record.pending_record(made)
+    )
     assert Path(path).parent == tmp_path and not (tmp_path / "command").exists()  # not in the experiment
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--axis", "seed=0,1", "--", "x"])  # another sweep
-    assert estimate.take_pending_estimate(str(tmp_path), "command") is None and not Path(path).exists()
+    assert estimate_record.take_pending_estimate(str(tmp_path), "command") is None and not Path(path).exists()
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--estimate", "--json", "--axis", "seed=0", "--", "x"])
-    estimate.records.write_pending_estimate(str(tmp_path), "command", estimate.pending_record(made))
+    estimate_record.records.write_pending_estimate(str(tmp_path), "command", estimate_record.pending_record(made))
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--axis", "seed=0", "--quiet", "--", "x"])
-    kept = estimate.take_pending_estimate(str(tmp_path), "command")
+    kept = estimate_record.take_pending_estimate(str(tmp_path), "command")
     assert kept["wall_s"] == pytest.approx(made.wall_s)
     assert (
-        estimate.estimate_vs_actual(kept | {"wall_s": 110.0}, 100.0) == "wall time 0:01:40, estimated 0:01:50 (+10 %)"
+        estimate_record.estimate_vs_actual(kept | {"wall_s": 110.0}, 100.0)
+        == "wall time 0:01:40, estimated 0:01:50 (+10 %)"
     )
-    assert estimate.estimate_vs_actual(None, 100.0) == "wall time 0:01:40"
+    assert estimate_record.estimate_vs_actual(None, 100.0) == "wall time 0:01:40"
 
 
 def test_dry_run_estimate_learns_from_a_finished_experiment_and_prints_the_same_document(tmp_path, capsys):
@@ -190,15 +193,15 @@ def test_dry_run_estimate_learns_from_a_finished_experiment_and_prints_the_same_
     experiment = write_experiment(tmp_path, "pilot", specs)
     cells = [{"seed": s, "epochs": 10} for s in range(4)]
     flags = dict(estimate_from=str(experiment), cpus_per_trial=1.0, gpus_per_trial=0.0, max_concurrent=2, address=None)
-    made = estimate.history_estimate(cells, str(tmp_path / "new"), **flags, epochs_of=lambda c: c["epochs"])
+    made = history_estimate.history_estimate(cells, str(tmp_path / "new"), **flags, epochs_of=lambda c: c["epochs"])
     assert (made.trials, made.epochs, made.slots) == (4, 40, 2)
     assert made.wall_s == pytest.approx(made.basis["fixed_s"] + 2 * 10 * 2.0)  # 2 s per epoch, 2 trials a slot
     args = types.SimpleNamespace(json=True, template=None, **flags)
-    estimate.dry_run_estimate(args, cells, str(tmp_path / "new"))
+    history_estimate.dry_run_estimate(args, cells, str(tmp_path / "new"))
     document = json.loads(capsys.readouterr().out)
     jsonschema.Draft202012Validator(schema(ESTIMATE_SCHEMA)).validate(document)
     assert document["estimate"]["basis"]["history"] == str(experiment)
-    missing = estimate.history_estimate(cells, str(tmp_path / "none"), **{**flags, "estimate_from": None})
+    missing = history_estimate.history_estimate(cells, str(tmp_path / "none"), **{**flags, "estimate_from": None})
     assert missing.startswith("no finished experiment at")
 
 

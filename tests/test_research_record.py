@@ -16,7 +16,7 @@ import pytest
 
 from analysis.reading.load import load_trials
 from analysis.reading.provenance import changed_files, format_provenance
-from sweeps.engine import estimate
+from sweeps.engine import history_estimate
 from sweeps.engine.flags import UsageError, check_notify_urls
 from sweeps.engine.run import notify
 from sweeps.engine.sweep_records import provenance_capture
@@ -149,7 +149,7 @@ def test_undeliverable_notification_is_one_warning_line(capsys):
 
 
 def test_estimate_scales_seconds_per_step_by_epochs_and_places_trials_longest_first():
-    from sweeps.engine.estimate import makespan, trial_seconds
+    from sweeps.engine.history_estimate import makespan, trial_seconds
 
     per_step = {(("lr", 0.1),): 2.0, None: 1.0, "steps": 3.0}
     epochs = lambda cell: cell.get("epochs", 30)  # noqa: E731
@@ -213,11 +213,13 @@ def test_sweep_records_provenance_notifies_once_and_dry_run_estimates_its_wall_t
     estimated = float(re.search(r"expected wall time: (\d+) s", dry.stdout).group(1))
     slot_count = int(re.search(r"with (\d+) trials at once", dry.stdout).group(1))
     trials = load_trials(runs / "command")
-    overhead = estimate.sweep_wall_s(str(runs / "command")) - estimate.makespan(
-        list(trials["duration_s"]), estimate.concurrency(trials)
+    overhead = history_estimate.sweep_wall_s(str(runs / "command")) - history_estimate.makespan(
+        list(trials["duration_s"]), history_estimate.concurrency(trials)
     )
     assert overhead > 0  # Ray joined, imports, the report
-    assert estimated == pytest.approx(overhead + estimate.makespan(list(trials["duration_s"]), slot_count), abs=0.51)
+    assert estimated == pytest.approx(
+        overhead + history_estimate.makespan(list(trials["duration_s"]), slot_count), abs=0.51
+    )
     assert len(receiver.messages) == 1  # a dry run tells nobody
 
     # a second run after another change says which file changed, and records itself

@@ -21,8 +21,12 @@ import os
 import sys
 import time
 
-from analysis.wall_time import TrialCost, makespan, sweep_seconds
-from trainables.experiment import records, storage
+from analysis.progress import format_duration
+from analysis.wall_time import TrialCost, sweep_seconds
+from sweeps.engine.cluster import slots
+from sweeps.engine.estimate_flags import ESTIMATE_LIMIT_S
+from sweeps.engine.estimate_record import pending_record
+from trainables.experiment import records
 
 # raysweep's own seconds around the trials, in units of `first_cell.speed_probe` (a fresh `import
 # ray.tune`), from benchmarks/estimate_error.py and tests/test_estimate_sweeps.py on the shared 2-core
@@ -213,9 +217,9 @@ def format_estimate(estimate: Estimate) -> list[str]:
     if estimate.wall_s is None:
         lines = [f"no estimate of the wall time: {b['cannot']}", basis_line(b)]
         return [line for line in lines if line] + [f"note: {n}" for n in b["notes"]]
-    wall = _duration(estimate.wall_s)
+    wall = format_duration(estimate.wall_s)
     if "range_s" in b:
-        wall = f"{_duration(b['range_s'][0])} to {wall}"
+        wall = f"{format_duration(b['range_s'][0])} to {wall}"
     finish = time.strftime("%H:%M", time.localtime(time.time() + estimate.wall_s))
     bound = f" at most (an upper bound: {b['upper_bound']})" if b.get("upper_bound") else ""
     lines = [
@@ -249,12 +253,6 @@ def basis_line(b: dict) -> str:
     )
 
 
-def _duration(seconds: float) -> str:
-    from analysis.progress import format_duration
-
-    return format_duration(seconds)
-
-
 # --- --estimate: the first cell, the slots, the fixed costs ---------------------------------------------
 
 
@@ -273,10 +271,10 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
         0 with an estimate, 1 when it cannot tell the wall time (the reason is printed).
     """
     from sweeps.engine.first_cell import speed_probe
-    from sweeps.engine.run_flags import ESTIMATE_LIMIT_S
 
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else print
-    slot_count, why, ray_s, gpus = slots(args.cpus_per_trial, args.gpus_per_trial, args.max_concurrent, args.address)
+    resources = (args.cpus_per_trial, args.gpus_per_trial, args.max_concurrent, args.address)
+    slot_count, why, ray_s, gpus = slots.cluster_slots(*resources)
     plan = dataclasses.replace(plan, gpus=gpus)
     epochs, limit = args.estimate_epochs, ESTIMATE_LIMIT_S
     say(f"--estimate: timing the first cell until {epochs} epochs after its first (at most {limit:g} s)")
@@ -300,53 +298,6 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
     if estimate.wall_s is not None:
         records.write_pending_estimate(str(args.storage_path), args.name, pending_record(estimate))
     return 0 if estimate.wall_s is not None else 1
-
-
-def estimate_search(args, searched: dict, choices: dict | None = None, upper_bound: str | None = None, note="") -> int:
-    """`--estimate` of a search (`lr_search.py`, `pbt.py`): `--num-samples` trials of the fixed options
-    and `searched` (the middle of each searched range), each `choices` axis ({key: values}, the
-    searcher's categorical choices) taken in turn, so that `--estimate-cells all` times each value.
-
-    Args:
-        args: the search's checked flags (`fixed`, `num_samples`, `repeat`, `template`: a command after --).
-        upper_bound: why trials may end sooner (ASHA); note: what PBT's exploits add.
-    Returns: as `run_estimate`.
-    """
-    from sweeps.engine.first_cell import time_builtin
-    from sweeps.engine.run_flags import ESTIMATE_LIMIT_S
-
-    first = {**args.fixed, **searched}
-    choices = choices or {}
-    cells = [first | {k: v[i % len(v)] for k, v in choices.items()} for i in range(args.num_samples)]
-    command = getattr(args, "template", None)  # lr_search.py: a command after --
-    plan = Plan(cells, "command" if command else "builtin", upper_bound=upper_bound, note=note)
-    if command:
-        from sweeps.engine.command_sweep.command_check import time_command
-
-        return run_estimate(
-            args,
-            plan,
-            lambda epochs, limit_s, gpus: time_command(args, cells[0], epochs, limit_s, gpus),
-            lambda cell, gpus: time_command(args, cell, 0, ESTIMATE_LIMIT_S, gpus),
-        )
-    from trainables.config import parse_config
-    from trainables.data import load_data
-
-    loading = time.monotonic()
-    data = load_data(parse_config(cells[0]))
-    plan = dataclasses.replace(plan, repeat=args.repeat)
-    return run_estimate(
-        args,
-        plan,
-        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
-        lambda cell, gpus: time_builtin(cell, data, 0, ESTIMATE_LIMIT_S, args.cpus_per_trial),
-        measured_s=time.monotonic() - loading,
-    )
-
-
-def middle(bounds: tuple[float, float]) -> float:
-    """The middle of a log-scale range (its geometric mean)."""
-    return (bounds[0] * bounds[1]) ** 0.5
 
 
 def _axis_factors(args, plan: Plan, timing, time_one_epoch) -> tuple[dict, list[str]]:
@@ -380,280 +331,3 @@ def _packing_note(gpus: float) -> list[str]:
             "slower (not measured: benchmarks/gpu_packing.py has no figures for this GPU)"
         ]
     return []
-
-
-def slots(
-    cpus_per_trial: float, gpus_per_trial: float | str | None, max_concurrent: int | None, address: str | None
-) -> tuple[int, str, float | None, float]:
-    """(Trials that can run at once: min(CPUs / cpus_per_trial, GPUs / gpus_per_trial, max_concurrent),
-    at least 1; the reason in words; the seconds joining the cluster took, or None for a local Ray;
-    the GPUs per trial: --gpus-per-trial, else (and for `auto`) 0.25 with GPUs, 0 without).
-
-    The sweep's cluster (`cluster_to_join`: --address, RAY_ADDRESS, or the one `ray start` runs here)
-    is joined for its resources and left; without one, this machine's CPUs and GPUs (NVML, or
-    RAYSWEEP_LOGICAL_GPUS), as a local Ray would have them.
-    """
-    from sweeps.engine.cluster.ray_start import cluster_to_join
-
-    joined = cluster_to_join(address)
-    ray_s = None
-    if joined:
-        import ray
-
-        started = time.monotonic()
-        ray.init(address=joined, log_to_driver=False)
-        ray_s = time.monotonic() - started
-        cpus, gpu_count = (ray.cluster_resources().get(k, 0) for k in ("CPU", "GPU"))
-        ray.shutdown()
-    else:
-        from sweeps.engine.cluster.gpus import read_gpus
-
-        cpus, gpu_count = os.cpu_count() or 1, len(read_gpus() or [])
-    share = gpus_per_trial if isinstance(gpus_per_trial, (int, float)) else (0.25 if gpu_count else 0.0)
-    counts = {f"{cpus:g} CPUs / {cpus_per_trial:g}": int(cpus // cpus_per_trial)}
-    if share:
-        counts[f"{gpu_count:g} GPUs / {share:g}"] = int(gpu_count / share + 1e-9)
-    if max_concurrent:
-        counts["--max-concurrent"] = max_concurrent
-    limit = min(counts, key=counts.get)
-    where = f"{limit}, {'the cluster at ' + joined if joined else 'this machine'}"
-    return max(1, counts[limit]), where, ray_s, share
-
-
-# --- the estimate kept at launch, and set against the run -------------------------------------------------
-
-
-def pending_record(estimate: Estimate) -> dict:
-    """What `--estimate` keeps beside the experiment for the launch: the estimate, when, and the command
-    line it was made for (without the estimate's own flags)."""
-    return {"argv": launch_argv(sys.argv), "made": time.time(), **estimate.to_json()}
-
-
-def launch_argv(argv: list[str]) -> list[str]:
-    """`argv` without the flags that change nothing the sweep costs: the estimate's own (`--estimate`,
-    `--estimate-epochs N`, `--estimate-cells X`, `--json`) and the console's (`--quiet`,
-    `--progress-every S`, `--notify URL`), before a `--` (a command's own words after it stay): an
-    estimate made for one command line applies to the launch of another with the same words left."""
-    alone, valued = (
-        ("--estimate", "--json", "--quiet"),
-        ("--estimate-epochs", "--estimate-cells", "--progress-every", "--notify"),
-    )
-    own = argv[: argv.index("--")] if "--" in argv else argv  # after `--`: the user's command, as it is
-    out, skip = [], False
-    for word in own:
-        flag = word.split("=", 1)[0]
-        if skip or flag in alone or flag in valued:
-            skip = not skip and flag in valued and "=" not in word
-            continue
-        out.append(word)
-    return out + argv[len(own) :]
-
-
-def take_pending_estimate(storage_path: str, name: str) -> dict | None:
-    """At a new sweep's launch: the estimate `--estimate` made for this very command line (removed
-    from beside the experiment: it is the experiment's now), or None."""
-    record = records.read_pending_estimate(storage_path, name)
-    if record is None:
-        return None
-    records.delete_pending_estimate(storage_path, name)
-    if record.get("argv") != launch_argv(sys.argv):
-        return None
-    return record["estimate"] | {"made": record.get("made")}
-
-
-def record_actual(experiment_dir: str, resumed: bool) -> str:
-    """At the end of a run: its wall time (process start to now), set against the estimate that its
-    launch kept in `raysweep.json` (a new sweep's run only; recorded there as `actual_wall_s`).
-    Returns the final line's words: `wall time 0:01:05, estimated 0:01:10 (+8 %)`."""
-    from sweeps.engine.sweep_records.provenance_capture import process_start_time
-
-    wall_s = time.time() - process_start_time()
-    settings = records.read_settings(experiment_dir) or {}
-    kept = None if resumed else settings.get("estimate")
-    if kept:
-        records.write_settings(experiment_dir, settings | {"estimate": kept | {"actual_wall_s": wall_s}})
-    return estimate_vs_actual(kept, wall_s)
-
-
-def estimate_vs_actual(estimate: dict | None, wall_s: float) -> str:
-    """`wall time 0:01:05, estimated 0:01:10 (+8 %)`: the error is (estimate - actual) / actual; the
-    wall time alone without an estimate."""
-    line = f"wall time {_duration(wall_s)}"
-    if not estimate or not estimate.get("wall_s"):
-        return line
-    error = (estimate["wall_s"] - wall_s) / wall_s
-    return f"{line}, estimated {_duration(estimate['wall_s'])} ({100 * error:+.0f} %)"
-
-
-# --- --dry-run: from a finished experiment's trials ----------------------------------------------------------
-
-
-def estimate_lines(cells: list[dict], experiment_dir: str, **flags) -> list[str]:
-    """What `--dry-run` says about the sweep of `cells` before it runs; reads nothing heavy (pandas
-    only when a finished experiment is there to learn from).
-
-    Args:
-        cells: the trials' configs.
-        experiment_dir: this sweep's folder; its finished trials are the history used unless
-            `estimate_from` (another experiment's folder or URI) is given.
-        flags: `run_flags_of(args)`: estimate_from; cpus_per_trial, gpus_per_trial, max_concurrent,
-            address (the slots, `local_slots`); epochs_of: config -> the steps its trial takes (None:
-            unknown; the history's are used).
-    Returns:
-        Lines: trials and steps; then, with a history, the expected wall time and GPU-hours
-        (`history_estimate`), else why there is no estimate.
-    """
-    epochs_of = flags.get("epochs_of")
-    steps = [epochs_of(c) for c in cells] if epochs_of else None
-    lines = [f"{len(cells)} trials" + (f", {sum(steps)} steps (epochs) in all" if steps else "")]
-    estimate = history_estimate(cells, experiment_dir, **flags)
-    if isinstance(estimate, str):
-        return lines + [f"no estimate of the wall time: {estimate}"]
-    wall, b = estimate.wall_s, estimate.basis
-    return lines + [
-        f"expected wall time: {wall:.0f} s ({wall / 3600:.2f} h) with {estimate.slots} trials at once ({b['slots']}), "
-        f"{estimate.gpu_hours:.2f} GPU-hours; from the trials of {b['history']}"
-    ]
-
-
-def history_estimate(
-    cells: list[dict],
-    experiment_dir: str,
-    *,
-    estimate_from: str | None,
-    cpus_per_trial: float,
-    gpus_per_trial: float | str | None,
-    max_concurrent: int | None = None,
-    address: str | None = None,
-    epochs_of=None,
-) -> Estimate | str:
-    """The `Estimate` of the sweep of `cells` from a finished experiment's trials (`trial_history`:
-    seconds per epoch of each config, and that sweep's fixed seconds), or why there is none (str).
-    Arguments as `estimate_lines`'."""
-    source = estimate_from or experiment_dir
-    if not storage.exists(source):
-        return f"no finished experiment at {source} (--estimate-from EXP)"
-    slot_count, why = local_slots(cpus_per_trial, gpus_per_trial, max_concurrent, address)
-    history = trial_history(source)
-    if history is None:
-        return f"{source} has no finished trials"
-    per_step, overhead_s = history
-    durations = [trial_seconds(c, per_step, epochs_of) for c in cells]
-    gpus = gpus_per_trial if isinstance(gpus_per_trial, (int, float)) else 0.0
-    epochs = sum(epochs_of(c) for c in cells) if epochs_of else round(per_step["steps"] * len(cells))
-    basis = {
-        "slots": why,
-        "history": source,
-        "epoch_s": per_step[None],
-        "fixed_s": overhead_s,
-        "per_trial_s": 0.0,
-        "notes": [],
-    }
-    wall = sweep_seconds(durations, slot_count, overhead_s, 0.0)
-    return Estimate(wall, sum(durations) * gpus / 3600, slot_count, len(cells), epochs, basis)
-
-
-def dry_run_estimate(args, cells: list[dict], experiment_dir: str) -> None:
-    """`--dry-run --estimate`: `history_estimate` printed as `--estimate` prints its own (or as JSON)."""
-    flags = run_flags_of(args)
-    estimate = history_estimate(cells, experiment_dir, **flags)
-    if isinstance(estimate, str):
-        basis = {"slots": "", "fixed_s": None, "per_trial_s": None, "cannot": estimate, "notes": []}
-        estimate = Estimate(None, None, 1, len(cells), None, basis)
-    if args.json:
-        print(json.dumps(estimate.to_json()))
-    else:
-        print(*format_estimate(estimate), sep="\n")
-
-
-def run_flags_of(args) -> dict:
-    """`estimate_lines`' keyword arguments from a grid script's checked flags (epochs: a
-    `TrainConfig` trial's `epochs`; a command's steps are unknown before it runs)."""
-    from sweeps.engine.flags import epochs_of
-
-    return {
-        "estimate_from": args.estimate_from,
-        "cpus_per_trial": args.cpus_per_trial,
-        "gpus_per_trial": args.gpus_per_trial,
-        "max_concurrent": args.max_concurrent,
-        "address": args.address,
-        "epochs_of": None if hasattr(args, "template") else epochs_of,
-    }
-
-
-def local_slots(
-    cpus_per_trial: float, gpus_per_trial: float | str | None, max_concurrent: int | None, address: str | None
-) -> tuple[int, str]:
-    """(Trials that can run at once on this machine: min(CPUs / cpus_per_trial, GPUs /
-    gpus_per_trial, max_concurrent), at least 1; the reason in words). CPUs from `os.cpu_count`,
-    GPUs from NVML, without starting Ray; with `address` (a cluster) this machine's count is a
-    lower bound, and the words say so."""
-    from sweeps.engine.run_flags import GPU_SHARE
-    from sweeps.engine.sweep_records.provenance_capture import local_gpus
-
-    cpus = os.cpu_count() or 1
-    gpu_count = len(local_gpus()[0])
-    share = gpus_per_trial if isinstance(gpus_per_trial, (int, float)) else (GPU_SHARE if gpu_count else 0.0)
-    counts = {f"{cpus} CPUs / {cpus_per_trial:g}": int(cpus // cpus_per_trial)}
-    if share:
-        counts[f"{gpu_count} GPUs / {share:g}"] = int(gpu_count // share) if share < 1 else gpu_count // int(share)
-    if max_concurrent:
-        counts["--max-concurrent"] = max_concurrent
-    limit = min(counts, key=counts.get)
-    where = "this machine" if address in (None, "local") else "this machine only; a cluster has more"
-    return max(1, counts[limit]), f"{limit}, {where}"
-
-
-def trial_history(experiment_dir: str) -> tuple[dict, float] | None:
-    """From a finished experiment: ({config without epochs (as a sorted tuple): seconds per step
-    (duration / iterations), None: the mean over all trials, "steps": mean steps per trial}, and
-    the sweep's fixed overhead in seconds (its wall time, process start to driver exit, less the
-    makespan of its trials as they ran: Ray's start-up, imports, the report). None when no trial
-    finished."""
-    from analysis.reading.load import load_trials
-
-    trials = load_trials(experiment_dir)
-    done = trials[(trials["status"] == "TERMINATED") & (trials["iterations"] > 0)]
-    if done.empty:
-        return None
-    config = [c for c in done.columns if c.startswith("config/") and c != "config/epochs"]
-    per_step = {}
-    for _, row in done.iterrows():
-        key = tuple(sorted((c[len("config/") :], row[c]) for c in config))
-        per_step[key] = row["duration_s"] / row["iterations"]
-    per_step[None] = float(done["duration_s"].sum() / done["iterations"].sum())
-    concurrent = concurrency(done)
-    overhead = max(0.0, (sweep_wall_s(experiment_dir) or 0.0) - makespan(list(done["duration_s"]), concurrent))
-    per_step["steps"] = float(done["iterations"].mean())
-    return per_step, overhead
-
-
-def trial_seconds(cell: dict, per_step: dict, epochs_of=None) -> float:
-    """Expected seconds of a trial of `cell`: the seconds per step of the same config (any
-    epochs) in the history, else the mean, times its steps (`epochs_of`, else the history's mean)."""
-    key = tuple(sorted((k, v) for k, v in cell.items() if k != "epochs"))
-    steps = epochs_of(cell) if epochs_of else per_step["steps"]
-    return per_step.get(key, per_step[None]) * steps
-
-
-def concurrency(trials) -> int:
-    """The most trials that ran at the same time (from `start_time` / `end_time`), at least 1."""
-    events = sorted([(t, 1) for t in trials["start_time"].dropna()] + [(t, -1) for t in trials["end_time"].dropna()])
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
-    return max(1, peak)
-
-
-def sweep_wall_s(experiment_dir: str) -> float | None:
-    """Seconds the latest run of the sweep took: its process start (the newest provenance record,
-    else driver.json's `since`) to the driver's exit (driver.json's `ended`); None when unknown."""
-    from analysis.reading.provenance import read_records
-
-    driver = records.read_driver(experiment_dir)
-    if driver is None:
-        return None
-    runs = read_records(experiment_dir)
-    started = runs[-1]["started"] if runs else time.mktime(time.strptime(driver["since"], "%Y-%m-%d %H:%M:%S"))
-    return driver["ended"] - started if driver.get("ended") else None

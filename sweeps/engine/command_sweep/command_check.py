@@ -101,11 +101,10 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
         STREAMS_READ,
         StepContext,
         command_env,
-        read_metrics_file,
         start_command,
         terminate_group,
     )
-    from trainables.command.sources import record_reader
+    from trainables.command.sources import read_metrics_file, record_reader
     from trainables.command.trackers import tracker_env
 
     cells = getattr(args, "cells", [cell])  # lr_search.py's command reads the step and metrics by default

@@ -29,7 +29,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import estimate
+from sweeps.engine import estimate_record
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -128,13 +128,13 @@ class Sweep:
         else:
             tuner = new_tuner(tune_config)
             info = sweep_info(objective, tune_config, param_space, self.settings)
-            kept = estimate.take_pending_estimate(options.storage_path, options.name)
+            kept = estimate_record.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
         rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, tune_config)
         code = resume.say_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
         notify.sweep_ended(code, rounds, objective, reused)
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
-        checked = estimate.record_actual(options.experiment_dir, options.resume)
+        checked = estimate_record.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
         print(f"results: {', '.join(folders)} | {checked}")
         self.held.release(code)
