@@ -21,6 +21,7 @@ from sweeps.engine import estimate, estimate_record, history_estimate
 from sweeps.engine.first_cell import CellTiming
 from trainables.command import failure_gate
 from trainables.command.failure_gate import FailureGate
+from trainables.experiment.objective import Objective
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -168,13 +169,15 @@ def test_the_estimate_is_kept_beside_the_experiment_and_taken_at_launch(tmp_path
     )
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--estimate", "--axis", "seed=0", "--", "x"])
     path = estimate_record.records.write_pending_estimate(
-        str(tmp_path), "command", estimate_record.pending_record(made)
+        str(tmp_path), "command", estimate_record.pending_record(made.to_json())
     )
     assert Path(path).parent == tmp_path and not (tmp_path / "command").exists()  # not in the experiment
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--axis", "seed=0,1", "--", "x"])  # another sweep
     assert estimate_record.take_pending_estimate(str(tmp_path), "command") is None and not Path(path).exists()
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--estimate", "--json", "--axis", "seed=0", "--", "x"])
-    estimate_record.records.write_pending_estimate(str(tmp_path), "command", estimate_record.pending_record(made))
+    estimate_record.records.write_pending_estimate(
+        str(tmp_path), "command", estimate_record.pending_record(made.to_json())
+    )
     monkeypatch.setattr(sys, "argv", ["run_command.py", "--axis", "seed=0", "--quiet", "--", "x"])
     kept = estimate_record.take_pending_estimate(str(tmp_path), "command")
     assert kept["wall_s"] == pytest.approx(made.wall_s)
@@ -222,7 +225,7 @@ def test_time_command_stops_after_the_epochs_timed_and_reads_the_total(tmp_path,
     (tmp_path / "timed.py").write_text(TIMED)
     monkeypatch.chdir(tmp_path)
     args = types.SimpleNamespace(
-        template=[PY, "timed.py", "{seed}"], cells=[{"seed": 0}], metric="val_acc", test_metric="val_acc",
+        template=[PY, "timed.py", "{seed}"], cells=[{"seed": 0}], objective=Objective("val_acc", test_metric=None),
         metric_pattern=[], step_key="epoch", metrics_from="output", in_place=False, storage_path=str(tmp_path / "runs"),
     )  # fmt: skip
     timed = time_command(args, {"seed": 0}, 2, 120.0)

@@ -296,7 +296,7 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
     else:
         print(*format_estimate(estimate), sep="\n")
     if estimate.wall_s is not None:
-        records.write_pending_estimate(str(args.storage_path), args.name, pending_record(estimate))
+        records.write_pending_estimate(str(args.storage_path), args.name, pending_record(estimate.to_json()))
     return 0 if estimate.wall_s is not None else 1
 
 

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from analysis.progress import format_duration
 from trainables.experiment import records
 
-if TYPE_CHECKING:
-    from sweeps.engine.estimate import Estimate
 
-
-def pending_record(estimate: Estimate) -> dict:
+def pending_record(document: dict) -> dict:
     """What `--estimate` keeps beside the experiment for the launch: the estimate, when, and the command
     line it was made for (without the estimate's own flags)."""
-    return {"argv": launch_argv(sys.argv), "made": time.time(), **estimate.to_json()}
+    return {"argv": launch_argv(sys.argv), "made": time.time(), **document}
 
 
 def launch_argv(argv: list[str]) -> list[str]:

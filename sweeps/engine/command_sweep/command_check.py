@@ -110,7 +110,6 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
     cells = getattr(args, "cells", [cell])  # lr_search.py's command reads the step and metrics by default
     step_key, metrics_from = getattr(args, "step_key", "epoch"), getattr(args, "metrics_from", "output")
     name = grid.trial_namer(command_template.cell_axes(cells))(types.SimpleNamespace(config=cell))
-    complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
     streams, steps = STREAMS_READ.get(metrics_from, ()), step_pattern(step_key)
     times: dict = {}
     with tempfile.TemporaryDirectory(prefix="raysweep-estimate-") as folder:
@@ -118,8 +117,8 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
         argv = command_template.render(args.template, cell, str(work_dir), name, gpu="0" if gpus else "")
         env = command_env(cell, work_dir, name, metrics_file, gpus)
         tracker_env(env, work_dir, metrics_from)
-        context = StepContext(step_key, [re.compile(p) for p in getattr(args, "metric_pattern", [])], complete)
-        events = record_reader(metrics_from, work_dir, step_key, complete, since=time.time() - 2.0)
+        context = StepContext(step_key, [re.compile(p) for p in getattr(args, "metric_pattern", [])], args.objective)
+        events = record_reader(metrics_from, work_dir, step_key, args.objective, since=time.time() - 2.0)
         started = time.monotonic()
         proc = start_command(argv, env, None if args.in_place else str(work_dir))
         lines: queue.Queue = queue.Queue()
