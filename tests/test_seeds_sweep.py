@@ -78,7 +78,10 @@ def _finished(experiment) -> list[tuple]:
     for trial in results:
         rows = [json.loads(line) for line in trial.read_text().splitlines() if line.strip().endswith("}")]
         if any("val_acc" in r for r in rows):
-            config = json.loads(trial.with_name("params.json").read_text())
+            try:
+                config = json.loads(trial.with_name("params.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):  # Tune writes it in place: read it at the next poll
+                continue
             done.append((config["cell"], config["method"], config["seed"]))
     return done
 
