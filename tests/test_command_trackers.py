@@ -254,17 +254,22 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
 def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from trainables.command import runner
+    from trainables.command import failure, runner
+    from trainables.experiment import records
+    from trainables.experiment.outcome import FAILED_METRIC, NO_METRIC, NO_METRIC_METRIC
 
     reported = []
-    monkeypatch.setattr(runner.tune, "report", reported.append)
+    monkeypatch.setattr(failure.tune, "report", reported.append)
     (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
     events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
     rows = events.close()
     reporter = runner.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
     with pytest.raises(
-        runner.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
+        failure.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
     ):
-        runner._verdict(0, ["python", "x.py"], reporter, output, ([], "csv", tmp_path / "m.jsonl", tmp_path, None))
-    assert reported == [{runner.NO_RETRY_METRIC: 1}]  # not retried: it would log the same
+        failure.verdict(
+            0, ["python", "x.py"], reporter, output, failure.Reading([], "csv", tmp_path / "m", tmp_path, None)
+        )
+    assert reported == [{FAILED_METRIC: 1, NO_METRIC_METRIC: 1, "command/no_retry": 1}]  # not retried: it logs the same
+    assert records.read_failure(tmp_path).kind == NO_METRIC
