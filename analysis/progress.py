@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from trainables.experiment.outcome import COUNTS, LEFT_OUT, RUNNING, count_outcomes, trial_outcome
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
 from trainables.experiment.rules import DEFAULT_MODE as MODE
 from trainables.experiment.rules import shown_as_percent
@@ -22,23 +23,31 @@ from trainables.experiment.rules import shown_as_percent
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
 
-def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE) -> dict:
-    """Count trials by state and add up epochs done and planned.
+def sweep_status(
+    trials: list, total_trials: int | None, metric: str = METRIC, mode: str = MODE, *, over=False, stopped=()
+) -> dict:
+    """Count trials by how they ended (`trainables.experiment.outcome.trial_outcome`) and add up epochs
+    done and planned.
 
     Args:
-        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
-            and a `str()` name); the searcher may not have created all of them yet.
+        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`, a
+            `str()` name, and `trial_id` for `stopped`); the searcher may not have created all of them yet.
         total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
+        over: the sweep has ended (its driver finished or is gone): running trials were interrupted,
+            pending ones never ran. stopped: ids of the trials the driver stopped before they ended.
     Returns:
-        dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
-        `diverged` (finished with `diverged: True` in the last result), `total`, `best`
-        (value, trial name) or None, `epochs_done`, `epochs_planned` (finished trials count the
-        epochs they ran, others as `_add_unplanned` says; None when unknown), and `running_trials`:
-        (name, last result, planned epochs or None) per running trial, best first.
+        dict with the `count_outcomes` counts (`running`, `pending` (waiting or paused, or not created
+        yet), `done`, `errored` (`no_metric` among them), `diverged`, `interrupted`, `not_run`), `total`,
+        `best` (`_best`), `epochs_done`, `epochs_planned` (finished trials count the epochs they ran, others
+        as `_add_unplanned` says; None when unknown), and `running_trials`: (name, last result, planned
+        epochs or None) per running trial, best first.
     """
-    counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
-    best, epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = None, 0, 0, [], [], [], []
-    for trial in trials:
+    outcomes = [
+        trial_outcome(t.status, t.last_result, over=over, stopped=getattr(t, "trial_id", None) in stopped)
+        for t in trials
+    ]
+    epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = 0, 0, [], [], [], []
+    for trial, outcome in zip(trials, outcomes):
         result = trial.last_result or {}
         epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
         planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
@@ -52,36 +61,49 @@ def sweep_status(trials: list, total_trials: int | None, metric: str = METRIC, m
         else:
             epochs_planned += max(planned, epochs)
         planned_per_trial.append(planned if planned is not None or not finished else epochs)
-        if trial.status == "RUNNING":
-            counts["running"] += 1
+        if outcome == RUNNING:
             running.append((str(trial), result, planned))
-        elif trial.status == "ERROR":
-            counts["errored"] += 1
-        elif trial.status == "TERMINATED":
-            counts["diverged" if result.get("diverged") else "done"] += 1
-        else:  # PENDING, PAUSED
-            counts["pending"] += 1
-        value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
-        if (
-            value is not None
-            and not math.isnan(value)
-            and (best is None or (value > best[0] if mode == "max" else value < best[0]))
-        ):
-            best = (value, str(trial))
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
-    counts["pending"] += not_created
     epochs_planned = _add_unplanned(epochs_planned, unknown, ran, planned_per_trial, not_created)
     sign = -1 if mode == "max" else 1
     running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
     return {
-        **counts,
+        **count_outcomes(outcomes, not_created, over),
         "total": total,
-        "best": best,
+        "best": _best(trials, outcomes, metric, mode),
         "epochs_done": epochs_done,
         "epochs_planned": epochs_planned,
         "running_trials": running,
     }
+
+
+def _best(trials: list, outcomes: list[str], metric: str, mode: str) -> tuple | None:
+    """(best value of `metric` by `mode`, trial name) over the trials neither failed nor stopped (as the
+    tables rank them: `outcome.LEFT_OUT`), from Tune's `metric_analysis`; None before any value."""
+    best = None
+    for trial, outcome in zip(trials, outcomes):
+        value = (trial.metric_analysis or {}).get(metric, {}).get(mode) if outcome not in LEFT_OUT else None
+        if value is None or math.isnan(value):
+            continue
+        if best is None or (value > best[0] if mode == "max" else value < best[0]):
+            best = (value, str(trial))
+    return best
+
+
+_OPTIONAL = ("running", "pending", "interrupted", "not_run")
+
+
+def describe_counts(counts: dict, shown=("running", "pending", "done", "errored", "diverged")) -> str:
+    """`4 running, 6 pending, 2 done, 1 errored (1 no metric), 0 diverged, 2 interrupted, 3 not run`: the
+    counts of `count_outcomes` in the words of the progress line, `--status`, the summary and the report;
+    the `shown` ones always, trials running, pending or not finished when there are some."""
+    words = []
+    for key in [k for k in COUNTS if k in shown] + [k for k in _OPTIONAL if k not in shown]:
+        if key in shown or counts.get(key):
+            no_metric = f" ({counts['no_metric']} no metric)" if key == "errored" and counts.get("no_metric") else ""
+            words.append(f"{counts[key]} {key.replace('_', ' ')}{no_metric}")
+    return ", ".join(words)
 
 
 def _add_unplanned(epochs_planned: int, unknown: list, ran: list, planned: list, not_created: int) -> int | None:
@@ -126,8 +148,7 @@ def format_progress(
     planned = s["epochs_planned"]
     epochs = f"{s['epochs_done']}" + (f"/{planned}" if planned is not None else "")
     lines = [
-        f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
-        f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
+        f"[{format_duration(elapsed_s)}] {s['total']} trials: {describe_counts(s)} | {best} | "
         f"epochs {epochs} | ETA {eta}"
     ]
     width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
@@ -148,8 +169,10 @@ def format_progress(
 def eta_seconds(status: dict, elapsed_s: float, epochs_at_start: int = 0) -> float | None:
     """Seconds left for a `sweep_status` dict: (epochs planned - epochs done) / (epochs done in this
     run / elapsed_s); None until an epoch has finished in this run, while the planned epochs are
-    unknown, or when none are left but trials still run (never `0:00:00` then; arguments as
-    `format_progress`)."""
+    unknown, when none are left but trials still run (never `0:00:00` then), or when the sweep was
+    stopped with trials left (arguments as `format_progress`)."""
+    if not status["running"] + status["pending"] and status.get("interrupted", 0) + status.get("not_run", 0):
+        return None  # the sweep was stopped: nothing runs until it is resumed
     done_now = status["epochs_done"] - epochs_at_start
     planned = status["epochs_planned"]
     remaining = None if planned is None else planned - status["epochs_done"]

@@ -27,6 +27,7 @@ from analysis.figures.confusion import CONFUSION_SELECT, load_confusion
 from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
 from analysis.figures.packing import sweep_efficiency
 from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
+from analysis.progress import describe_counts
 from analysis.reading.load import (
     ExperimentError,
     config_column,
@@ -34,6 +35,7 @@ from analysis.reading.load import (
     guess_mode,
     load_experiment,
     metric_column,
+    outcome_column,
     reported_metrics,
     varying_config_columns,
 )
@@ -43,6 +45,7 @@ from analysis.tables.best_runs import best_runs, failed, format_table, write_tab
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.summary import best_cell, cell_trials, summary_text
+from trainables.experiment.outcome import count_outcomes
 from trainables.experiment.rules import (
     DEFAULT_K,
     DEFAULT_METRIC,
@@ -270,14 +273,13 @@ def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
 
 
 def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
-    """The report's bullet list: experiment, trial counts by status, duplicates, metric, efficiency."""
-    counts = trials["status"].value_counts()
-    status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
-    diverged = int(trials["diverged"].sum())
+    """The report's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
+    metric, efficiency."""
+    counts = count_outcomes(outcome_column(trials))
     efficiency = sweep_efficiency(trials)
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({status}; {diverged} diverged)",
+        f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
         f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
