@@ -140,7 +140,7 @@ class StepReporter:
     recorded: set | None = None  # the steps in the trial's own history; a checkpoint may outlive its row
     restarted: bool = False  # a retry or --resume of this trial
     parsed: int = 0  # results seen in this run, reported or skipped as reported before
-    seen: set = dataclasses.field(default_factory=set)  # the metric names of those results
+    seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
@@ -165,7 +165,7 @@ class StepReporter:
         key = self.step_key
         for result in results:
             self.parsed += 1
-            self.seen.update(result)
+            self.seen.update(dict.fromkeys(result))
             if non_finite(result):
                 _report_divergence(result, key, self.trial_folder)
                 return True
