@@ -36,7 +36,6 @@ def test_a_nan_line_then_a_large_save_leaves_every_saved_file_whole(tmp_path, sw
     assert proc.stdout.count("diverged (not ranked)") == 2, proc.stdout[-3000:]
     final = next(line for line in proc.stdout.splitlines() if "sweep finished: " in line)
     assert "0 done, 0 errored, 2 diverged | best val_acc - |" in final  # no best run where the table has none
-    assert "best configuration: none" in proc.stdout
     saved = sorted((tmp_path / "runs" / "command").glob("*/work/checkpoint.pth.tar"))
     assert len(saved) == 2, proc.stdout[-3000:]
     for path in saved:

@@ -348,3 +348,26 @@ def test_ctrl_c_on_the_built_in_grid_exits_130_and_every_table_shows_the_unfinis
     status = analysis_cli(experiment, "--status")
     assert status.returncode == 1 and "0 done" in status.stdout and " interrupted" in status.stdout, status.stdout
     assert "exit code 130" in status.stdout and "--resume`" in status.stdout
+
+
+def test_the_driver_record_keeps_the_trials_an_earlier_run_stopped_until_they_end(tmp_path):
+    from sweeps.engine.sweep_records import driver_lock
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    earlier = {
+        "host": "h",
+        "pid": 1,
+        "since": "s",
+        "heartbeat": 1.0,
+        "ended": 2.0,
+        "exit_code": 1,
+        "stopped": ["a", "b"],
+    }
+    (folder / "driver.json").write_text(json.dumps(earlier))
+    held = driver_lock.hold(str(folder))
+    held.record_end(130, stopped={"c"}, ended={"a"})  # a resumed `a` ended; `b` was not run again
+    assert json.loads((folder / "driver.json").read_text())["stopped"] == ["b", "c"]
+    held.release(130)
+    record = json.loads((folder / "driver.json").read_text())
+    assert (record["exit_code"], record["stopped"]) == (130, ["b", "c"])

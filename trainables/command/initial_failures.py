@@ -28,6 +28,7 @@ class InitialFailures(tune.Callback, tune.Stopper):
 
     def __init__(self, limit: int):
         """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them)."""
+        self.why = f"its first {limit} trial attempts failed before reporting any metric"  # once it stops
         self.limit, self.stopping, self.failures, self.reported, self._gate = limit, False, 0, False, None
 
     def setup(self, **info):

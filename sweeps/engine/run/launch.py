@@ -141,7 +141,7 @@ class Sweep:
         code = resume.report_outcome(rounds, reused, self.metric, requeued_trial_paths(rounds), ending)
         code = sweep_end.EXIT_CODES.get(ending.signal, code)
         notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
-        self.held.record_end(code, ending.stopped)  # the summary and report read the sweep as over
+        self.held.record_end(code, ending.stopped, ending.ended)  # the summary and report read the sweep as over
         print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
         print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
         sweep_end.say_interrupted(ending, len(reused))

@@ -33,7 +33,7 @@ from trainables.command import initial_failures
 from trainables.command.failure import failure_line
 from trainables.config import config_hash
 from trainables.experiment import records, storage
-from trainables.experiment.outcome import DONE, ERRORED, NO_METRIC
+from trainables.experiment.outcome import ERRORED, INTERRUPTED, NO_METRIC, NOT_RUN
 
 
 def command_hash(config: dict) -> str:
@@ -238,14 +238,21 @@ def _diverged_rows(reused: dict[str, str]) -> list[dict]:
 
 
 def _finished(row: dict) -> bool:
-    """A trial row of `load_trials` that diverged, or whose outcome is `done` and that reached its `epochs`
-    or (no `epochs` in its config: a command) ended TERMINATED without error after a step."""
+    """A trial row of `load_trials` that diverged, reached its `epochs`, or (no `epochs` in its config: a
+    command) ended TERMINATED without error after a step and was not stopped by the sweep (its `outcome`);
+    never one whose failure was marked or that never ran."""
     if bool(row.get("diverged")):
         return True
-    if row.get("outcome", DONE) != DONE:  # errored, stopped by the sweep (interrupted), not run, still running
+    if row.get("outcome") in (ERRORED, NO_METRIC, NOT_RUN):  # a failure marked, or a trial stopped before it ran
         return False
-    if _missing(row.get("config/epochs")):  # a command: one that reported no step (stopped before) is not finished
-        return row.get("status") == "TERMINATED" and _missing(row.get("error")) and not _missing(row.get("last/epoch"))
+    if _missing(row.get("config/epochs")):  # a command: one that reported no step, or the sweep stopped, is not
+        stopped = row.get("outcome") == INTERRUPTED
+        return (
+            row.get("status") == "TERMINATED"
+            and _missing(row.get("error"))
+            and not _missing(row.get("last/epoch"))
+            and not stopped
+        )
     return row.get("last/epoch") == row.get("config/epochs")
 
 

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 
 import ray
 from ray import tune
@@ -61,6 +62,10 @@ class Ending:
     stopped: set = dataclasses.field(default_factory=set)  # ids of the trials started and stopped before they ended
     previous_sigterm: object = None  # the SIGTERM handler before the fit, put back at its end
     closed: bool = False  # the fit ended (`on_experiment_end`)
+    why: str = "stopped before every trial ended"  # what stopped it, for the last line
+    stopper: object = None  # the run's `RunConfig.stop` (`InitialFailures` for command sweeps)
+    budget_s: float | None = None  # --time-budget-s
+    began: float = dataclasses.field(default_factory=time.monotonic)
 
     def finished(self) -> int:
         """Trials that ended by themselves (`outcome.FINISHED`): done, errored, diverged."""
@@ -88,8 +93,8 @@ class SweepEnding(tune.Callback):
     SIGINT handler (the same saved, resumable stop) and notes which signal came.
     """
 
-    def setup(self, total_num_samples=None, **info):
-        FITS.append(Ending(total=total_num_samples or 0))
+    def setup(self, stop=None, time_budget_s=None, total_num_samples=None, **info):
+        FITS.append(Ending(total=total_num_samples or 0, stopper=stop, budget_s=time_budget_s))
         if threading.current_thread() is threading.main_thread():
             _catch_signals(FITS[-1])
 
@@ -106,6 +111,7 @@ class SweepEnding(tune.Callback):
         ending = FITS[-1]
         ending.closed = True
         ending.stopped = ending.started - ending.ended
+        ending.why = _why(ending)
         ending.total = max(ending.total, len(trials))
         for trial in trials:
             stopped = trial.trial_id in ending.stopped
@@ -113,6 +119,18 @@ class SweepEnding(tune.Callback):
         if threading.current_thread() is threading.main_thread():  # a Ctrl-C from now on stops the driver
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, ending.previous_sigterm or signal.SIG_DFL)
+
+
+def _why(ending: Ending) -> str:
+    """What ended a fit early: the signal, the stopper's stop (its `why`), or the time budget."""
+    if ending.signal:
+        return ending.signal
+    stop_all = getattr(ending.stopper, "stop_all", None)
+    if callable(stop_all) and stop_all():
+        return getattr(ending.stopper, "why", "the sweep's stopper stopped it")
+    if ending.budget_s and time.monotonic() - ending.began >= float(ending.budget_s):
+        return f"--time-budget-s {float(ending.budget_s):g} reached"
+    return ending.why
 
 
 def _catch_signals(ending: Ending) -> None:
@@ -153,7 +171,7 @@ def say_interrupted(ending: Ending, reused: int) -> None:
     resume = resume_command({"argv": sys.argv, "python": sys.executable}) if ending.signal else None
     print(
         f"interrupted: {finished} of {finished + ending.unfinished()} trials finished "
-        f"({ending.signal or 'stopped before every trial ended'})" + (f"; continue with: {resume}" if resume else ""),
+        f"({ending.why})" + (f"; continue with: {resume}" if resume else ""),
         flush=True,
     )
 

@@ -59,12 +59,16 @@ class DriverHold:
             except OSError:  # storage briefly unreachable: the next beat tries again
                 pass
 
-    def record_end(self, exit_code: int, stopped=()) -> None:
-        """Stop the heartbeat and record `ended`, `exit_code` and `stopped` (the ids of the trials the sweep
-        stopped before they ended), still holding the folder: the summary and report written next read
-        the sweep as over. `release` then lets the folder go."""
+    def record_end(self, exit_code: int, stopped=(), ended=()) -> None:
+        """Stop the heartbeat and record `ended`, `exit_code` and `stopped`: the ids of the trials this run
+        stopped before they ended, and those an earlier run stopped that did not end in this one (`ended`),
+        still holding the folder: the summary and report written next read the sweep as over. `release`
+        then lets the folder go."""
+        earlier = set((self.previous or {}).get("stopped") or ()) - set(ended)
         self._stop.set()
-        self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code), stopped=sorted(stopped))
+        self.record.update(
+            heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code), stopped=sorted({*stopped, *earlier})
+        )
         try:
             self._write()
         except OSError:
