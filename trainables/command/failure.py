@@ -159,13 +159,14 @@ def take_turn(reporter, stop_requested) -> bool:
 
 
 def fail(failure: TrialFailure, trial_folder: Path) -> CommandFailed:
-    """Record `failure` (the trial's `failure.json`), report its marks (`failure_marks`; `NO_RETRY_METRIC`
-    when it is not retried, `EARLY_FAILURE_METRIC` before any metric, which the sweep's initial failures
-    count), and return the error to raise: the summary, the tail of its stream, and a last line (the
-    one the console shows) quoting that tail."""
+    """Record `failure` (the trial's `failure.json`), report its marks when it is not retried or came
+    before any metric (`failure_marks`, with `NO_RETRY_METRIC` and `EARLY_FAILURE_METRIC`, which the
+    sweep's initial failures count), and return the error to raise: the summary, the tail of its stream,
+    and a last line (the one the console shows) quoting that tail."""
     records.write_failure(trial_folder, failure)
-    marks = failure_marks(failure.kind) | ({NO_RETRY_METRIC: 1} if failure.not_retried else {})
-    tune.report(marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}))
+    if failure.not_retried or failure.early:  # a failure Tune retries adds no row to the trial's history
+        marks = failure_marks(failure.kind) | ({NO_RETRY_METRIC: 1} if failure.not_retried else {})
+        tune.report(marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}))
     return CommandFailed(failure_text(failure))
 
 

@@ -14,8 +14,9 @@ A trial is *done* only when it ended by itself with its metric: the driver's fin
 
 A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
 `trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
-never the error's text. The report before the error marks it in the trial's last result
-(`FAILED_METRIC`, and `NO_METRIC_METRIC` for `no metric`), so counting needs no file but Tune's.
+never the error's text. A failure that is not retried, or that came before any metric, is marked in the
+report before its error (`FAILED_METRIC`, and `NO_METRIC_METRIC` for `no metric`): a trial the sweep
+stopped before Tune saw that error still counts as failed, and counting needs no file but Tune's.
 No Ray, pandas or torch here: `--status` imports this.
 """
 
