@@ -4,7 +4,11 @@ tears the file the script is writing."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -12,6 +16,7 @@ from tests.test_command_scripts import run_sweep
 from trainables.command.sources import ATTEMPT_LINE
 
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 SAVE_MIB = 96
 
@@ -83,6 +88,20 @@ def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_exp
     assert "/work" in hint and "--in-place" in hint, hint
     assert "    => loading data" in out  # the script's last stderr lines
     assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
+    # no trial is done: those that crashed are errored, the others never ran their command, alike everywhere
+    final = next(line for line in out.splitlines() if "sweep interrupted: 6 trials: " in line)
+    counts = re.search(r" 0 done, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
+    assert counts and sum(int(n or 0) for n in counts.groups()) == 6, final
+    assert re.search(rf"^interrupted: {counts[1]} of 6 trials finished \(its first 3 trial attempts failed", out, re.M)
+    status = subprocess.run(
+        [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--status", "--json"],
+        **{"cwd": ROOT, "capture_output": True, "text": True, "timeout": 300},
+    )
+    document = json.loads(status.stdout)["counts"]
+    assert (document["done"], document["errored"], document["interrupted"], document["not_run"]) == (
+        0,
+        *(int(n or 0) for n in counts.groups()),
+    ), document
 
 
 def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(tmp_path, sweep_env):

@@ -37,6 +37,7 @@ def test_a_trial_is_done_only_when_it_ended_by_itself_with_a_report():
     assert trial_outcome("TERMINATED", NOT_YET) == "not run"  # a trial stopped before it started is no result
     assert trial_outcome("TERMINATED", marked) == "errored"  # the gate's stop ended it before Tune saw its error
     assert trial_outcome("ERROR", {**marked, words.NO_METRIC_METRIC: 1}) == "no metric"
+    assert trial_outcome("ERROR", words.failure_marks("not started")) == "not run"  # the gate never let it start
     assert trial_outcome("TERMINATED", {**RESULT, "diverged": True}) == "diverged"
     assert trial_outcome("TERMINATED", RESULT, stopped=True) == "interrupted"  # a time budget ended it
     assert [trial_outcome(s, NOT_YET) for s in ("RUNNING", "PENDING", "PAUSED")] == ["running", "pending", "pending"]

@@ -15,7 +15,8 @@ A trial is *done* only when it ended by itself with its metric: the driver's fin
 A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
 `trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
 never the error's text. A failure that is not retried, or that came before any metric, is marked in the
-report before its error (`FAILED_METRIC`, and `NO_METRIC_METRIC` for `no metric`): a trial the sweep
+report before its error (`FAILED_METRIC`; `NO_METRIC_METRIC` for `no metric`, `NOT_STARTED_METRIC` for a
+command the sweep's failure gate never let start, which counts as not run): a trial the sweep
 stopped before Tune saw that error still counts as failed, and counting needs no file but Tune's.
 No Ray, pandas or torch here: `--status` imports this.
 """
@@ -26,6 +27,7 @@ import dataclasses
 
 FAILED_METRIC = "command/failed"  # 1 in the report before a command trial's error (it did not finish)
 NO_METRIC_METRIC = "command/no_metric"  # 1 in that report when the command exited 0 without the sweep's metric
+NOT_STARTED_METRIC = "command/not_started"  # 1 in it when the sweep stopped before the command's turn to start
 
 # the kinds of a command trial's failure
 CRASHED = "crashed"  # the command exited non-zero
@@ -79,9 +81,12 @@ _FILLED_BY_TUNE = {
 }
 
 
+_KIND_MARKS = {NO_METRIC: NO_METRIC_METRIC, NOT_STARTED: NOT_STARTED_METRIC}
+
+
 def failure_marks(kind: str) -> dict:
     """The marks of the report before a failed command trial's error (see the module docstring)."""
-    return {FAILED_METRIC: 1} | ({NO_METRIC_METRIC: 1} if kind == NO_METRIC else {})
+    return {FAILED_METRIC: 1} | {mark: 1 for word, mark in _KIND_MARKS.items() if word == kind}
 
 
 def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = False, stopped: bool = False) -> str:
@@ -96,6 +101,8 @@ def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = 
             budget or a sweep-wide stop end trials as TERMINATED; the driver's record lists them).
     """
     result = last_result or {}
+    if result.get(NOT_STARTED_METRIC):  # the gate refused its command: it never ran
+        return NOT_RUN
     if status == "ERROR" or result.get(FAILED_METRIC):  # a failure marked, then stopped before Tune saw the error
         return NO_METRIC if result.get(NO_METRIC_METRIC) else ERRORED
     if result.get("diverged") is True:

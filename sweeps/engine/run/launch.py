@@ -331,7 +331,7 @@ def sweep_run_config(
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
     initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
-    ending = sweep_end.SweepEnding()  # first: the outcome and the final line read what it saw
+    ending = sweep_end.SweepEnding(initial[0] if initial else None)  # first: the outcome and the last line read it
     settings = {
         "name": name,
         "storage_path": str(storage_path),

@@ -63,7 +63,7 @@ class Ending:
     previous_sigterm: object = None  # the SIGTERM handler before the fit, put back at its end
     closed: bool = False  # the fit ended (`on_experiment_end`)
     why: str = "stopped before every trial ended"  # what stopped it, for the last line
-    stopper: object = None  # the run's `RunConfig.stop` (`InitialFailures` for command sweeps)
+    stopper: object = None  # the sweep's `RunConfig.stop` (`InitialFailures` for command sweeps)
     budget_s: float | None = None  # --time-budget-s
     began: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -93,8 +93,13 @@ class SweepEnding(tune.Callback):
     SIGINT handler (the same saved, resumable stop) and notes which signal came.
     """
 
-    def setup(self, stop=None, time_budget_s=None, total_num_samples=None, **info):
-        FITS.append(Ending(total=total_num_samples or 0, stopper=stop, budget_s=time_budget_s))
+    def __init__(self, stopper=None):
+        """Args: stopper: the sweep's `RunConfig.stop` (`InitialFailures`), whose `why` names its stop."""
+        self.stopper = stopper
+
+    def setup(self, time_budget_s=None, total_num_samples=None, **info):
+        stopper = getattr(self, "stopper", None)
+        FITS.append(Ending(total=total_num_samples or 0, stopper=stopper, budget_s=time_budget_s))
         if threading.current_thread() is threading.main_thread():
             _catch_signals(FITS[-1])
 
