@@ -163,9 +163,10 @@ def report_outcome(
     for r in (r for r in failed if r.path not in early):
         print(f"error: trial {Path(r.path).name} failed: {_error_line(r, failures[r.path])}")
     initial_failures.explain(early)  # each distinct error once, with a hint: a retry cannot fix it
-    if len(failed) > len(early):
+    retryable = [r for r in failed if r.path not in early and not getattr(failures[r.path], "not_retried", None)]
+    if retryable:  # a command that exited 0 without its metric, or 2, would do the same again
         print(
-            f"{len(failed) - len(early)} trial(s) ended in error; "
+            f"{len(retryable)} trial(s) ended in error; "
             "`--resume --retry-errored` continues them from their checkpoints"
         )
     scored = [r for r in results if r not in failed and _reported(r, metric)]
