@@ -21,8 +21,8 @@ from trainables.experiment.errors import ExperimentError
 from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC, SELECT_RULES, check_select
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     if args.provenance:  # analysis/reading/provenance.py; reads no trial files
         from analysis.reading.provenance import print_provenance
@@ -39,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     return _report(args)
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The flags of ``python -m analysis`` (no pandas, matplotlib or scipy imported)."""
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+def _parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
+    """The flags of ``python -m analysis`` (no pandas, matplotlib or scipy imported); `prog`: how it
+    was called (``raysweep analyze``, ``raysweep status``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "experiment",
         nargs="+",

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 
 from trainables.experiment.outcome import COUNTS, LEFT_OUT, RUNNING, count_outcomes, trial_outcome
+from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
 from trainables.experiment.rules import DEFAULT_MODE as MODE
 from trainables.experiment.rules import shown_as_percent
@@ -49,7 +50,7 @@ def sweep_status(
     epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = 0, 0, [], [], [], []
     for trial, outcome in zip(trials, outcomes):
         result = trial.last_result or {}
-        epochs = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
+        epochs = _epochs_done(result)
         planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
         finished = trial.status in ("TERMINATED", "ERROR")
         epochs_done += epochs
@@ -104,6 +105,17 @@ def describe_counts(counts: dict, shown=("running", "pending", "done", "errored"
             no_metric = f" ({counts['no_metric']} no metric)" if key == "errored" and counts.get("no_metric") else ""
             words.append(f"{counts[key]} {key.replace('_', ' ')}{no_metric}")
     return ", ".join(words)
+
+
+def _epochs_done(result: dict) -> int:
+    """The epochs a trial ran, from its last result: its reports (`training_iteration`, which Tune keeps
+    across a restore), not its `epoch`, which a command trial reports as its script logged it (imagenet
+    counts from 0; a step that is not an epoch); a last report without `epoch` marks a failure, and one joining
+    a final result to the step before repeats that step (`JOINS_STEP_METRIC`): neither is an epoch."""
+    if "training_iteration" not in result:
+        return int(result.get("epoch", 0) or 0)
+    repeats = "epoch" not in result or bool(result.get(JOINS_STEP_METRIC))
+    return max(int(result["training_iteration"]) - repeats, 0)
 
 
 def _add_unplanned(epochs_planned: int, unknown: list, ran: list, planned: list, not_created: int) -> int | None:

@@ -7,16 +7,25 @@ What :func:`write_report` writes:
   text of :func:`analysis.sweep_summary`, same numbers), when some trial reported ``test_metric``;
 - ``best_runs.csv/.md/.tex`` (:func:`analysis.best_runs` of ``metric`` under the rule;
   ``best_runs.txt`` is the console rendering the CLI prints), ``trials.csv``;
+- of a search or PBT (``trials.attrs["search"]``, :mod:`analysis.reading.search_record`),
+  ``search_table.csv/.md/.tex`` (:func:`analysis.tables.search_table.search_table`: every trial ranked,
+  its searched parameters, epochs and why it ended) and its pictures
+  (:func:`analysis.figures.search.search_pictures`: Optuna's ``optimization_history``, ``slice``,
+  ``param_importances``, ``parallel_coordinate``, and ``optimization_history_time``; PBT's ``pbt_schedule``);
 - figures, in each of ``formats``: ``noise_rate_curves`` (the paper table vs noise rate, 95 % CI
-  bands), ``confusion`` (clean-test confusion matrix summed over the seeds of the best
-  configuration by ``metric``, only when its trials saved ``confusion.json``),
-  ``learning_curves``, ``metric_vs_noise_rate`` (when the config has ``noise_rate``),
-  ``heatmap`` (noise rate × noise type, or the first two varying config keys), ``timeline``;
-- ``report.md``, starting with the paper table, embedding the rest.
+  bands) and ``metric_vs_noise_rate`` with two noise rates or more, ``confusion`` (clean-test
+  confusion matrix summed over the seeds of the best configuration by ``metric``, only when its
+  trials saved ``confusion.json``), ``learning_curves`` (the best ``CURVES_SHOWN`` in colour
+  when there are more), ``heatmap`` (noise rate × noise type, or the first two varying config keys
+  of at most ``HEATMAP_VALUES`` values; never over a search's sampled parameters), ``timeline``;
+- ``report.md``, starting with the paper table, embedding the rest; its last section lists the
+  pictures left out and why (:mod:`analysis.report_pictures`). A picture that cannot be drawn is also
+  one line on the console.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,7 +35,8 @@ import pandas as pd
 from analysis.figures.confusion import CONFUSION_SELECT, load_confusion
 from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
 from analysis.figures.packing import sweep_efficiency
-from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline, save_figure
+from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline
+from analysis.figures.search import search_pictures
 from analysis.progress import describe_counts
 from analysis.reading.load import (
     ExperimentError,
@@ -37,13 +47,14 @@ from analysis.reading.load import (
     metric_column,
     outcome_column,
     reported_metrics,
-    varying_config_columns,
 )
 from analysis.reading.provenance import report_lines as provenance_lines
+from analysis.report_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
+from analysis.tables.search_table import experiment_search_table, format_search_table, search_caption
 from analysis.tables.summary import best_cell, cell_trials, summary_text
 from trainables.experiment.outcome import count_outcomes
 from trainables.experiment.rules import (
@@ -143,14 +154,13 @@ def write_report(
     metric, mode = resolve_metric(trials, metric, mode)
     out = Path(out_dir if out_dir is not None else report_folder(trials))
     out.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, str] = {}
-
-    def save(name: str, title: str, fig) -> None:
-        save_figure(fig, out / name, tuple(dict.fromkeys(("png", *formats))))
-        figures[title] = f"{name}.png"
-
-    selected = add_selected(trials, history, [metric], select, k=k, val_metric=metric, val_mode=mode)
+    pictures = Pictures(out, tuple(dict.fromkeys(("png", *formats))))
+    ci = [f"{metric}_ci95"] if f"{metric}_ci95" in history.columns else []  # --repeat: each trial's seed interval
+    selected = add_selected(trials, history, [metric, *ci], select, k=k, val_metric=metric, val_mode=mode)
     table, rule = _write_best_runs(trials, selected, metric, mode, out)
+    searched = _write_search_table(selected, metric, mode, rule, out)
+    for picture in search_pictures(selected, history, metric, mode):
+        pictures.add(picture)
     paper = summary = None
     test_metric = resolve_test_metric(trials, history, test_metric)
     if test_metric in history.columns and history[test_metric].notna().any():
@@ -158,9 +168,9 @@ def write_report(
         paper = paper_table(
             trials, history, test_metric, rows=rows, baseline=baseline, bootstrap=bootstrap, **rule_args
         )
-        summary = _write_paper(trials, history, paper, out, save, test_metric, **rule_args)
-    _figures(trials, history, selected, metric, mode, save)
-    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, figures))
+        summary = _write_paper(trials, history, paper, out, pictures, test_metric, **rule_args)
+    _figures(trials, history, selected, metric, mode, pictures)
+    (out / "report.md").write_text(_markdown(trials, table, metric, mode, rule, paper, summary, searched, pictures))
     return out
 
 
@@ -182,30 +192,48 @@ def _write_best_runs(
     return table, rule
 
 
-def _write_paper(trials, history, paper, out: Path, save, test_metric: str, *, select, k, val_metric, val_mode) -> str:
+def _write_search_table(selected: pd.DataFrame, metric: str, mode: str, rule: str, out: Path) -> str | None:
+    """``search_table.csv/.md/.tex`` of a search or PBT experiment; returns its Markdown (with its
+    caption), None for a grid."""
+    table = experiment_search_table(selected, metric, mode)
+    if table is None:
+        return None
+    caption = search_caption(table, rule, table.attrs["scheduler"])
+    if table.attrs["kind"] == "pbt":
+        caption += " PBT: each member's parameters as they were at its end."
+    formatter = functools.partial(format_search_table, scheduler=table.attrs["scheduler"])
+    write_table(table, out / "search_table", caption=caption, formatter=formatter)
+    return caption + " Also as `search_table.csv` and `search_table.tex`.\n\n" + formatter(table, "markdown")
+
+
+def _write_paper(
+    trials, history, paper, out: Path, pictures: Pictures, test_metric: str, *, select, k, val_metric, val_mode
+) -> str:
     """``paper_table.*``, ``summary.txt``, the noise-rate curves and the confusion matrix; returns the summary."""
     write_paper_table(paper, out / "paper_table")
     rows = paper.attrs["rows"]
     summary = summary_text(trials, history, val_metric, val_mode, select, k=k, test_metric=test_metric, rows=rows)
     (out / "summary.txt").write_text(summary)
-    if "noise_rate" in paper.attrs["columns"]:
-        save("noise_rate_curves", f"{test_metric} vs noise rate", plot_paper_curves(paper))
+    if "noise_rate" in paper.attrs["columns"] and not one_noise_rate(trials, pictures, "noise_rate_curves"):
+        pictures.save("noise_rate_curves", f"{test_metric} vs noise rate", lambda: plot_paper_curves(paper))
     confusion = _best_confusion(trials, history, val_metric, val_mode, select, k, rows)
     if confusion is not None:
-        save("confusion", "Confusion matrix of the best configuration", confusion)
+        pictures.save("confusion", "Confusion matrix of the best configuration", confusion)
     return summary
 
 
-def _figures(trials, history, selected, metric: str, mode: str, save) -> None:
-    """Learning curves, metric vs noise rate, heatmap and timeline."""
-    save("learning_curves", "Learning curves", plot_learning_curves(history, trials, metric))
-    if _has(trials, "noise_rate"):
-        figure = plot_metric_vs_noise_rate(selected, metric, mode, scope="select")
-        save("metric_vs_noise_rate", f"{metric} vs noise rate", figure)
-    axes = _heatmap_axes(trials)
+def _figures(trials, history, selected, metric: str, mode: str, pictures: Pictures) -> None:
+    """Learning curves, metric vs noise rate, heatmap and timeline, where they mean something."""
+    curves = functools.partial(plot_learning_curves, history, trials, metric, highlight=CURVES_SHOWN, mode=mode)
+    pictures.save("learning_curves", "Learning curves", curves)
+    if _has(trials, "noise_rate") and not one_noise_rate(trials, pictures, "metric_vs_noise_rate"):
+        figure = functools.partial(plot_metric_vs_noise_rate, selected, metric, mode, scope="select")
+        pictures.save("metric_vs_noise_rate", f"{metric} vs noise rate", figure)
+    axes = heatmap_axes(trials, pictures)
     if axes:
-        save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", plot_heatmap(selected, metric, *axes, scope="select"))
-    save("timeline", "Trial timeline", plot_timeline(trials))
+        figure = functools.partial(plot_heatmap, selected, metric, *axes, scope="select")
+        pictures.save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", figure)
+    pictures.save("timeline", "Trial timeline", lambda: plot_timeline(trials))
 
 
 def report_folder(trials: pd.DataFrame) -> Path:
@@ -261,17 +289,6 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
         return False
 
 
-def _heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | None:
-    varying = varying_config_columns(trials)
-    if (
-        _has(trials, "noise_rate")
-        and _has(trials, "noise_type")
-        and {"config/noise_rate", "config/noise_type"} <= set(varying)
-    ):
-        return "noise_rate", "noise_type"
-    return (varying[0], varying[1]) if len(varying) >= 2 else None
-
-
 def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
     """The report's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
     metric, efficiency."""
@@ -297,7 +314,8 @@ def _markdown(
     rule: str,
     paper: pd.DataFrame | None,
     summary: str | None,
-    figures: dict,
+    searched: str | None,
+    pictures: Pictures,
 ) -> str:
     name = " + ".join(
         p.rstrip("/").rsplit("/", 1)[-1] for p in trials.attrs.get("experiments") or [trials.attrs["experiment"]]
@@ -333,7 +351,11 @@ def _markdown(
         "",
         format_table(table, "markdown"),
     ]
-    for title, file in figures.items():
-        lines += [f"## {title}", "", f"![{title}]({file})", ""]
+    if searched is not None:
+        lines += ["## Search", "", searched]
+    for title, file, caption in pictures.drawn:
+        lines += [f"## {title}", "", *([caption, ""] if caption else []), f"![{title}]({file})", ""]
+    if pictures.left_out:
+        lines += ["## Pictures left out", "", *(f"- {line}" for line in pictures.left_out), ""]
     lines += provenance_lines(trials.attrs["experiment"])
     return "\n".join(lines)

@@ -6,8 +6,8 @@ Run:
     python sweeps/lr_search.py --noise-type asym --noise-rate 0.4 --repeat 3 --num-samples 60 \\
         --lr-range 1e-3,0.5 --losses ce,gce,sce --batch-sizes 64,128 --gpus-per-trial 0.25
     python sweeps/lr_search.py --resume                         # continue an interrupted search
-    python sweeps/lr_search.py --losses ce --metric val_acc -- python train.py --lr {lr} --wd {weight_decay} \\
-        --batch-size {batch_size} --out {trial_dir}             # search your own script's flags
+    python sweeps/lr_search.py --metric val_acc --space wd=loguniform:1e-5,1e-2 --space bs=choice:64,128 \\
+        -- python train.py --epochs 10 --lr {lr} --wd {wd} --batch-size {bs} --out {trial_dir}  # your own script
 
 For a fixed data set / noise type / noise rate, searches the learning rate (log scale), weight
 decay (log scale), batch size and loss (`ce`; `gce` with its q; `sce` with its alpha and beta)
@@ -15,6 +15,10 @@ with Ray Tune's `OptunaSearch` (TPE, seeded by --search-seed) and `ASHAScheduler
 --reduction-factor). Optuna alone has no multi-GPU scheduler (optuna#1365); Tune places the trials.
 With --repeat N each trial trains the configuration with seeds 0..N-1 side by side
 (`trainables/seed_group.py`) and reports their mean, which both TPE and ASHA see.
+
+With a command after `--` (your own script, as `sweeps/run_command.py` runs it), the search space is its
+placeholders only (`sweeps/engine/command_sweep/search_space.py`: `{lr}` from --lr-range, others from
+`--space NAME=FORM`); ASHA's max_t is the command's `--epochs N` (or `{epochs}`), else unknown.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.command_sweep import command_template  # noqa: E402
+from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 from trainables.config import METRIC, MODE  # noqa: E402
@@ -46,10 +52,14 @@ SEARCHED = {
     "sce_beta": "use --sce-beta-range",
 }  # set by the searcher
 SEARCHED_LOSSES = ("ce", "gce", "sce")
+# the built-in trainable's search flags: a command receives only its placeholders, so they are refused with one
+TRAINABLE_ONLY = ("weight_decay_range", "losses", "batch_sizes", "gce_q_range", "sce_alpha_range", "sce_beta_range")
+DEFAULTS = {"noise_rate": "0.5"}  # the built-in trainable's fixed noise setting; a command gets only what it is given
 
 
-def parse_args(argv: list[str]):
-    argv, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+def make_parser(command: bool) -> flags.ArgumentParser:
+    """The search's flags; `command`: a command follows `--`, so a trial option given (`--seed 0`) fills its
+    placeholder and `--lr` is not refused (without one, the searched options are: `SEARCHED`)."""
     parser = flags.ArgumentParser(prog="sweeps/lr_search.py", description=__doc__.split("\n\n")[0])
     run_flags.add_search_args(parser, num_samples=20, num_samples_help="configurations TPE proposes")
     parser.add_argument(
@@ -62,6 +72,14 @@ def parse_args(argv: list[str]):
     )
     parser.add_argument(
         "--sce-beta-range", default="0.1,10", help="LOW,HIGH of SCE's beta, log scale (default: 0.1,10)"
+    )
+    parser.add_argument(
+        "--space",
+        action="append",
+        default=[],
+        metavar="NAME=FORM",
+        help="with a command after --: the range of its placeholder {NAME}, FORM one of loguniform:LOW,HIGH, "
+        "uniform:LOW,HIGH, int:LOW,HIGH, choice:A,B,... (repeatable; {lr} takes --lr-range)",
     )
     parser.add_argument(
         "--grace-period",
@@ -86,23 +104,51 @@ def parse_args(argv: list[str]):
         help="with a command after --: run every trial in the launch folder itself (default: each in its own "
         "copy of the code, taken at launch, in {trial_dir})",
     )
-    flags.add_config_flags(parser, axes=False, exclude=SEARCHED, defaults={"noise_rate": "0.5"})
+    flags.add_config_flags(
+        parser, axes=False, exclude={} if command else SEARCHED, defaults={} if command else DEFAULTS
+    )
     run_flags.add_run_args(parser, name=NAME, grid=False)
+    return parser
+
+
+def parse_args(argv: list[str]):
+    """The checked flags, `template` (the command after `--`, or []), `fixed` (the trial options given),
+    `space` and `epochs` (`check_command`).
+
+    Raises:
+        UsageError: one line naming the flag or placeholder, its value and what is allowed.
+    """
+    argv, template = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = make_parser(bool(template))
+    trainable_defaults = {name: parser.get_default(name) for name in TRAINABLE_ONLY}
+    parser.set_defaults(**dict.fromkeys(TRAINABLE_ONLY))  # None: not given (refused with a command)
     args = parser.parse_args(argv)
+    given = [name for name in TRAINABLE_ONLY if getattr(args, name) is not None]
+    if template and given:
+        raise UsageError(
+            f"--{given[0].replace('_', '-')}: the built-in trainable's; a command receives only its placeholders: "
+            "search {lr} with --lr-range and any other {name} with --space name=FORM"
+        )
+    for name in TRAINABLE_ONLY:
+        setattr(args, name, getattr(args, name) or trainable_defaults[name])
 
     run_flags.check_run_args(args)
     run_flags.check_search_args(args)
     check_search_space_flags(args)
-    args.fixed = {k: v[0] for k, v in flags.config_axes(args, axes=False, defaults={"noise_rate": "0.5"}).items()}
-    if args.smoke_test:
-        args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
-        args.num_samples = min(args.num_samples, 4)
-    epochs = flags.epochs_of(args.fixed)
+    fixed = flags.config_axes(args, axes=False, defaults={} if template else DEFAULTS)
+    args.fixed = {k: v[0] for k, v in fixed.items()}
     args.template = template
+    if args.smoke_test:
+        if not template or "epochs" in command_template.placeholders(template):
+            args.fixed.setdefault("epochs", run_flags.SMOKE_TEST_EPOCHS)
+        args.num_samples = min(args.num_samples, 4)
     check_command(args)
     args.grace_period = args.grace_period or (1 if args.smoke_test else 2)
-    if args.grace_period > epochs:
-        raise UsageError(f"--grace-period={args.grace_period} must be <= --epochs ({epochs})")
+    max_t = args.epochs or search_space_of.MAX_T_UNKNOWN
+    if args.grace_period > max_t:
+        raise UsageError(
+            f"--grace-period={args.grace_period} must be <= {'ASHA max_t' if template else '--epochs'} ({max_t})"
+        )
     return args
 
 
@@ -135,11 +181,12 @@ def check_search_space_flags(args) -> None:
 
 
 def check_command(args) -> None:
-    """With a command after `--` (your own script, `trainables/command/runner.py`): its placeholders must be
-    searched or fixed options, and the program must exist; `--repeat` is the built-in trainable's.
+    """Set the search's metric, mode, test metric, `epochs` (those of a trial when known: ASHA's max_t) and,
+    with a command after `--` (your own script, `trainables/command/runner.py`), its search space `space`
+    ({placeholder: `search_space.Dimension`}) from its placeholders; `--repeat` is the built-in trainable's.
 
     Raises:
-        UsageError: one line naming the placeholder, the program or the flag.
+        UsageError: one line naming the placeholder, the `--space`, the program or the flag.
     """
     if not args.template:
         if args.metric not in (None, METRIC):
@@ -147,10 +194,11 @@ def check_command(args) -> None:
                 f"--metric={args.metric}: the built-in trainable is ranked by {METRIC}; "
                 "--metric names what a command after -- prints"
             )
+        if args.space:
+            raise UsageError(f"--space {args.space[0]}: searches a command's placeholders; give the command after --")
         args.metric, args.mode, args.test_metric = METRIC, MODE, "test/acc"
+        args.space, args.epochs = None, flags.epochs_of(args.fixed)
         return
-    from sweeps.engine.command_sweep import command_template
-
     args.metric = args.metric or "val_acc"
     args.test_metric = args.metric  # a command's table shows the metric it is ranked by
     if args.repeat != 1:
@@ -158,16 +206,9 @@ def check_command(args) -> None:
             "--repeat trains seeds inside the built-in trainable; a command gets {seed} from a grid "
             "(sweeps/run_command.py --seeds)"
         )
-    known = set(SEARCHED) | set(args.fixed)
-    unknown = sorted(command_template.placeholders(args.template) - known - set(command_template.BUILTIN_PLACEHOLDERS))
-    if unknown:
-        raise UsageError(
-            f"command: placeholder {{{unknown[0]}}} is neither searched nor fixed; use one of "
-            + ", ".join(f"{{{k}}}" for k in sorted(known))
-            + ", {trial_dir}, {trial_name}"
-        )
-    used = {k: [0] for k in command_template.placeholders(args.template) if k in known}
-    command_template.check_template(args.template, used, seeds=False)
+    args.space = search_space_of.command_space(args.template, args.lr_range, args.space, args.fixed)
+    args.epochs = search_space_of.command_epochs(args.template, args.fixed)
+    command_template.check_template(args.template, dict.fromkeys([*args.space, *args.fixed], [0]), seeds=False)
     command_template.check_metric_producible(args.metric, None, "epoch")
 
 
@@ -208,14 +249,23 @@ def skip_results_without(searcher_class, metric_name: str):
 
 
 def trial_name(trial) -> str:
-    """`lr_search_00003_gce_lr0.012`: the trial's number in the search, its loss and learning rate."""
+    """`lr_search_00003_gce_lr0.012`: the trial's number in the search, its loss and learning rate
+    (a command's trial: `lr_search_00003_lr0.012`, or only the number where `{lr}` is not searched)."""
     number = int(trial.experiment_tag.split("_")[0])  # Tune's running count of created trials
     config = trial.config
-    return f"{NAME}_{number:05d}_{config['loss']}_lr{config['lr']:.2g}"
+    loss = f"_{config['loss']}" if "loss" in config else ""
+    lr = f"_lr{config['lr']:.2g}" if isinstance(config.get("lr"), (int, float)) else ""
+    return f"{NAME}_{number:05d}{loss}{lr}"
 
 
 def search_bounds(args) -> tuple[dict, dict]:
-    """(the bounds `search_space` draws from, the settings a resumed search must keep)."""
+    """(the bounds `search_space` draws from, the settings a resumed search must keep). A command's
+    settings hold its space in `--space` form and ASHA's `max_t` (None: unknown), never the built-in
+    trainable's bounds."""
+    common = {key: getattr(args, key) for key in ("num_samples", "search_seed", "grace_period", "reduction_factor")}
+    if args.template:
+        space = {name: dimension.text() for name, dimension in args.space.items()}
+        return {}, {**args.fixed, "space": space, "max_t": args.epochs, **common}
     bounds = {
         "lr": list(args.lr_range),
         "weight_decay": list(args.weight_decay_range),
@@ -225,31 +275,43 @@ def search_bounds(args) -> tuple[dict, dict]:
         "sce_alpha": list(args.sce_alpha_range),
         "sce_beta": list(args.sce_beta_range),
     }
-    settings = {
-        **args.fixed,
-        **bounds,
-        "repeat": args.repeat,
-        "num_samples": args.num_samples,
-        "search_seed": args.search_seed,
-        "grace_period": args.grace_period,
-        "reduction_factor": args.reduction_factor,
-    }
-    return bounds, settings
+    return bounds, {**args.fixed, **bounds, "repeat": args.repeat, **common}
 
 
-def print_outcome(results, args, epochs: int) -> None:
-    """After the search: how many trials ran and ASHA stopped early, the ten best, and how to continue."""
+def print_outcome(results, args) -> None:
+    """After the search: how many trials ran and how many ASHA stopped early (`stopped_by_scheduler`: a trial
+    that ended by itself is finished), the ten best with why each ended, as in the report, and how to continue."""
     from analysis.figures.search import top_trials
+    from analysis.reading.scheduler_stop import STOPPED, stopped_by_scheduler
 
     df = results.get_dataframe()
     if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
+        names, stopped, errored = {}, {}, set()
+        for result in results:
+            if result.metrics:
+                names[result.metrics["trial_id"]] = Path(result.path).name
+                logged = result.metrics_dataframe  # the rows as logged: `Result.metrics` is always `done`
+                last = logged.iloc[-1] if logged is not None and len(logged) else {}
+                stopped[result.metrics["trial_id"]] = stopped_by_scheduler(last, args.epochs)
+                errored |= {result.metrics["trial_id"]} if result.error else set()
         df["trial"] = df["trial_id"].map(names)
-        stopped = int((df["training_iteration"] < epochs).sum())
-        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {stopped} early")
-        print(top_trials(df, k=10, metric=args.metric, mode=args.mode, epochs=epochs).to_string(index=False))
+        df[STOPPED] = df["trial_id"].map(stopped).fillna(False).astype(bool)
+        df["status"] = df["trial_id"].map(lambda t: "ERROR" if t in errored else "TERMINATED")
+        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {int(df[STOPPED].sum())} early")
+        table = top_trials(df, 10, args.metric, args.mode, epochs=args.epochs, scheduler="ASHA")
+        print(table.to_string(index=False))
     if len(df) < args.num_samples:
         print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+
+
+def launch_line(args, cfg) -> str:
+    """The search's first line: what is searched, how many trials, and (a command's) ASHA's max_t."""
+    if args.template:
+        return search_space_of.launch_line(args.space, args.fixed, args.num_samples, args.epochs, args.template)
+    return (
+        f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
+        f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}"
+    )
 
 
 def choose_trial_function(args, options, cfg, data):
@@ -282,7 +344,12 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
-    cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
+    if args.template:  # the built-in trainable's data is not loaded
+        preflight.check_resume(options.experiment_dir, args.resume, settings, new_ok=False)
+        preflight.probe_storage(options.experiment_dir)
+        cfg = data = None
+    else:
+        cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)
 
     from ray.tune import CheckpointConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
@@ -290,43 +357,42 @@ def main(argv: list[str]) -> int:
 
     from sweeps.engine.run.launch import start_sweep
 
-    print(
-        f"search: {args.num_samples} configurations x {args.repeat} seed(s), {cfg.epochs} epochs; "
-        f"{cfg.noise_type} noise {cfg.noise_rate:g} on {cfg.dataset}",
-        flush=True,
-    )
+    print(launch_line(args, cfg), flush=True)
     trial_function = choose_trial_function(args, options, cfg, data)
     checkpoint_config = CheckpointConfig(num_to_keep=2) if args.template else None
     sweep = start_sweep(
         options, trial_function, args.metric, args.mode, checkpoint_config=checkpoint_config, settings=settings
     )
+    if args.template:  # the command's placeholders as Tune's sampling functions; OptunaSearch converts them
+        space, define_by_run = {name: dimension.domain() for name, dimension in args.space.items()}, None
+    else:  # define-by-run: a loss's own parameters exist only for that loss
+        space, define_by_run = {}, functools.partial(search_space, bounds=bounds)
+    param_space = {**args.fixed, **space}
     tune_config = sweep.tune_config(
         TuneConfig(
             search_alg=skip_results_without(OptunaSearch, args.metric)(
-                functools.partial(search_space, bounds=bounds),
-                metric=args.metric,
-                mode=args.mode,
-                seed=args.search_seed,
+                define_by_run, metric=args.metric, mode=args.mode, seed=args.search_seed
             ),
             scheduler=ASHAScheduler(
                 time_attr="training_iteration",
-                max_t=cfg.epochs,
+                max_t=args.epochs or search_space_of.MAX_T_UNKNOWN,
                 grace_period=args.grace_period,
                 reduction_factor=args.reduction_factor,
+                stop_last_trials=not args.template,  # a script ends by itself, its last lines read
             ),
             num_samples=args.num_samples,
             metric=args.metric,
             mode=args.mode,
             trial_name_creator=trial_name,
         ),
-        args.fixed,
+        param_space,
     )
     if options.resume:  # the sweep as it was killed, its searcher's state included
         tuner = sweep.restore()
-    else:  # what stays fixed is the param_space; the searched part is `search_space`
-        tuner = Tuner(sweep.trainable, param_space=args.fixed, tune_config=tune_config, run_config=sweep.run_config)
+    else:
+        tuner = Tuner(sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config)
     code, rounds = sweep.fit(tuner)
-    print_outcome(rounds[0], args, cfg.epochs)
+    print_outcome(rounds[0], args)
     return code
 
 

@@ -121,9 +121,9 @@ def add_metric_flags(parser) -> None:
         default="output",
         help="output: lines printed to stdout and stderr (Python logging and tqdm write there), read in "
         "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
-        "jsonl: that file only; tensorboard: event files the script writes under {trial_dir}; wandb, mlflow, csv, "
-        "hf: the W&B run, MLflow store, metrics.csv or trainer_state.json the script writes under {trial_dir}, "
-        "which output also reads for a trial that prints no metric (default: output)",
+        "jsonl: that file only; tensorboard, wandb, mlflow, csv, hf: the event files, W&B run, MLflow store, "
+        "CSV file (one with --metric as a column, else metrics.csv) or trainer_state.json the script writes under "
+        "{trial_dir}, which output reads instead when its printed lines hold no --metric (default: output)",
     )
 
 

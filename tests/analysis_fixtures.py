@@ -8,6 +8,7 @@ analysis reads, and params.json / result.json per trial), so tests control every
 from __future__ import annotations
 
 import json
+import math
 import pickle
 from pathlib import Path
 
@@ -34,8 +35,17 @@ def trial_spec(
     error=None,
     resources=None,
     trial_id=None,
+    logged_done=None,
+    state_done=None,
+    sampled=None,
+    tag=None,
 ):
-    """One trial for :func:`write_experiment`: ``rows`` are metric dicts, one per report."""
+    """One trial for :func:`write_experiment`: ``rows`` are metric dicts, one per report.
+
+    ``logged_done`` / ``state_done``: ``done`` of its last row in result.json / in the state's last
+    result (default: True for a TERMINATED trial; Tune logs True where a scheduler said STOP, and
+    sets it in the state also for a trainable that returned). ``sampled``, ``tag``: Tune's
+    ``evaluated_params`` and ``experiment_tag``."""
     return {
         "name": name,
         "config": config,
@@ -47,6 +57,10 @@ def trial_spec(
         "error": error,
         "resources": resources or {"CPU": 1.0},
         "trial_id": trial_id,
+        "logged_done": logged_done,
+        "state_done": state_done,
+        "sampled": sampled,
+        "tag": tag,
     }
 
 
@@ -59,10 +73,12 @@ def write_experiment(
     metric: str | None = "val/acc",
     mode: str | None = "max",
     raysweep: bool = True,
+    record: dict | None = None,
 ) -> Path:
     """Write an experiment folder ``root/name`` holding ``trials`` (see :func:`trial_spec`).
 
-    Times: trial k starts at ``T0 + start`` and reports every ``step_s`` seconds.
+    Times: trial k starts at ``T0 + start`` and reports every ``step_s`` seconds. ``record``: more
+    fields of raysweep.json (``searcher``, ``scheduler``).
     """
     experiment = Path(root) / name
     experiment.mkdir(parents=True)
@@ -74,6 +90,8 @@ def write_experiment(
         (folder / "params.json").write_text(json.dumps(spec["config"]))
         lines, elapsed = [], 0.0
         start = T0 + spec["start"]
+        finished = spec["status"] == "TERMINATED"
+        logged = finished if spec["logged_done"] is None else spec["logged_done"]
         for i, metrics in enumerate(spec["rows"], start=1):
             elapsed += spec["step_s"]
             row = dict(metrics)
@@ -82,7 +100,7 @@ def write_experiment(
             row.update(
                 {
                     "timestamp": int(start + elapsed),
-                    "done": i == len(spec["rows"]) and spec["status"] == "TERMINATED",
+                    "done": i == len(spec["rows"]) and logged,
                     "training_iteration": i,
                     "trial_id": trial_id,
                     "date": SESSION,
@@ -110,12 +128,17 @@ def write_experiment(
             "relative_logdir": folder.name,
             "custom_trial_name": spec["name"],
             "placement_group_factory": pickle.dumps(PlacementGroupFactory([spec["resources"]])).hex(),
+            **({"evaluated_params": spec["sampled"]} if spec["sampled"] is not None else {}),
+            **({"experiment_tag": spec["tag"]} if spec["tag"] is not None else {}),
         }
+        last = json.loads(lines[-1]) if lines else {}
+        if lines:
+            last["done"] = finished if spec["state_done"] is None else spec["state_done"]
         meta = {
             "start_time": start if spec["status"] != "PENDING" else None,
             "last_result_time": start + elapsed if spec["rows"] else None,
             "error_filename": "error.txt" if spec["error"] else None,
-            "last_result": json.loads(lines[-1]) if lines else {},
+            "last_result": last,
             "metric_analysis": _metric_analysis(spec["rows"]),
         }
         trial_data.append([json.dumps(info), json.dumps(meta)])
@@ -125,7 +148,7 @@ def write_experiment(
             json.dumps({"trial_data": trial_data, "runner_data": runner, "stats": {"start_time": T0}})
         )
     if raysweep and metric:
-        (experiment / "raysweep.json").write_text(json.dumps({"metric": metric, "mode": mode}))
+        (experiment / "raysweep.json").write_text(json.dumps({"metric": metric, "mode": mode, **(record or {})}))
     return experiment
 
 
@@ -269,3 +292,130 @@ def write_confusion(
     path = Path(trial_dir) / "confusion.json"
     path.write_text(json.dumps(data))
     return path
+
+
+SEARCH_RECORD = {"searcher": "OptunaSearch", "scheduler": "AsyncHyperBandScheduler"}
+"""What raysweep.json of sweeps/lr_search.py records about its search."""
+
+
+def search_accuracy(lr: float, epoch: int, epochs: int) -> float:
+    """val/acc of a :func:`search_experiment` trial: best at lr 0.1, rising over the epochs."""
+    return 0.9 - 0.15 * abs(math.log10(lr) + 1) - 0.2 * (epochs - 1 - epoch) / epochs
+
+
+def search_experiment(
+    root: Path,
+    name: str = "lr_search",
+    *,
+    n: int = 12,
+    epochs: int = 4,
+    finished: int = 6,
+    budget: int = 1,
+    errored: int = 0,
+    searcher_state: bool = True,
+    record: dict | None = SEARCH_RECORD,
+) -> Path:
+    """An lr_search-like experiment: ``n`` trials of TPE + ASHA at one noise rate (0.5).
+
+    Trial k (started in that order) has lr ``10 ** (-4 + 4 k / (n - 1))`` (log-uniform on [1e-4, 1]), a
+    weight decay on [1e-6, 1e-2] (log), batch size 64 or 256, loss ce or gce (with gce_q). The ``finished``
+    trials closest to lr 0.1 run all ``epochs`` (ASHA's STOP at max_t: done), the next ``budget`` ones 2
+    epochs and no ``done`` (the time budget stopped them), the next ``errored`` ones error after 1 epoch,
+    the rest 1 epoch with ``done`` (ASHA pruned them). ``searcher_state``: a pickled OptunaSearch state
+    (its study holds the distributions, a class of this module stands for the script's search space).
+    """
+    lrs = [10 ** (-4 + 4 * k / (n - 1)) for k in range(n)]
+    by_closeness = sorted(range(n), key=lambda k: abs(math.log10(lrs[k]) + 1))
+    fate = {k: "finished" for k in by_closeness[:finished]}
+    fate |= {k: "budget" for k in by_closeness[finished : finished + budget]}
+    fate |= {k: "errored" for k in by_closeness[finished + budget : finished + budget + errored]}
+    specs, sampled = [], []
+    for k, lr in enumerate(lrs):
+        params = {
+            "lr": lr,
+            "weight_decay": 10 ** (-6 + 4 * ((7 * k) % n) / (n - 1)),
+            "batch_size": (64, 256)[k % 2],
+            "loss": ("ce", "gce")[(k // 2) % 2],
+        }
+        if params["loss"] == "gce":
+            params["gce_q"] = 0.1 + 0.8 * ((5 * k) % n) / (n - 1)
+        sampled.append(params)
+        ran = {"finished": epochs, "budget": 2, "errored": 1}.get(fate.get(k), 1)
+        rows = [
+            {
+                "epoch": e + 1,
+                "val/acc": search_accuracy(lr, e, epochs),
+                "test/acc": search_accuracy(lr, e, epochs) - 0.02,
+            }
+            for e in range(ran)
+        ]
+        kwargs = {"status": "ERROR", "error": "RuntimeError: boom"} if fate.get(k) == "errored" else {}
+        if fate.get(k) == "budget":
+            kwargs |= {"logged_done": False, "state_done": False}
+        config = {"noise_type": "sym", "noise_rate": 0.5, "epochs": epochs, **params}
+        specs.append(
+            trial_spec(
+                f"{name}_{k + 1:05d}", config, rows, start=2.0 * k, sampled=params, tag=f"{k + 1}_lr={lr:.4f}", **kwargs
+            )
+        )
+    experiment = write_experiment(root, name, specs, record=record)
+    if searcher_state:
+        (experiment / f"searcher-state-{SESSION}.pkl").write_bytes(pickle.dumps(_optuna_state(sampled)))
+    return experiment
+
+
+def _optuna_state(sampled: list[dict]) -> dict:
+    """A pickled OptunaSearch's dict as Tune saves it: its study's trials carry the distributions."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    space = {
+        "lr": FloatDistribution(1e-4, 1.0, log=True),
+        "weight_decay": FloatDistribution(1e-6, 1e-2, log=True),
+        "batch_size": CategoricalDistribution((64, 256)),
+        "loss": CategoricalDistribution(("ce", "gce")),
+        "gce_q": FloatDistribution(0.1, 0.9),
+    }
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for params in sampled:
+        study.add_trial(
+            optuna.trial.create_trial(params=params, distributions={p: space[p] for p in params}, value=0.5)
+        )
+    return {"_metric": "val/acc", "_space": PlacementGroupFactory([]), "_ot_study": study}
+
+
+def pbt_experiment(
+    root: Path, name: str = "pbt", *, members: int = 4, epochs: int = 4, global_log: bool = True
+) -> Path:
+    """A PopulationBasedTraining run of ``members`` over ``epochs``, perturbing lr and weight decay.
+
+    Member k starts at lr ``10 ** (-3 + k)`` (0.001, 0.01, 0.1, 1: a span of 1000, log) and weight decay
+    1e-4. At iteration 2 member 0 takes member 2's checkpoint with lr 0.12 and weight decay 2e-4 (one
+    exploit/explore step, in ``pbt_global.txt`` as Tune writes it; its tag becomes ``...@perturbed[...]``).
+    """
+    specs, base = [], {"noise_type": "sym", "noise_rate": 0.5, "epochs": epochs}
+    for k in range(members):
+        start = {"lr": 10.0 ** (-3 + k), "weight_decay": 1e-4}
+        tag = f"{k}_lr={start['lr']:.4f},weight_decay={start['weight_decay']:.4f}"
+        final = {**start, "lr": 0.12, "weight_decay": 2e-4} if k == 0 else start
+        rows = [{"epoch": e + 1, "val/acc": 0.5 + 0.1 * e + 0.01 * k} for e in range(epochs)]
+        specs.append(
+            trial_spec(
+                f"{name}_{k:05d}",
+                {**base, **final},
+                rows,
+                trial_id=f"pbt42_{k:05d}",
+                logged_done=False,
+                sampled=start,
+                tag=tag + ("@perturbed[lr=0.1200,weight_decay=0.0002]" if k == 0 else ""),
+            )
+        )
+    experiment = write_experiment(root, name, specs, record={"searcher": None, "scheduler": "PopulationBasedTraining"})
+    if global_log:
+        source = {**base, "lr": 0.1, "weight_decay": 1e-4}
+        step = ["0_lr=0.0010,weight_decay=0.0001", "2_lr=0.1000,weight_decay=0.0001", 2, 2, source]
+        (experiment / "pbt_global.txt").write_text(
+            json.dumps([*step, {**base, "lr": 0.12, "weight_decay": 2e-4}]) + "\n"
+        )
+    return experiment

@@ -64,7 +64,9 @@ def test_load_trials_one_row_per_trial(grid):
         "mode": "max",
         "test_metric": "test/acc",  # raysweep.json records none: the default
         "duplicates": [],
+        "search": None,  # a grid: no searcher, no PBT
     }
+    assert set(trials["ended"]) == {"finished"}
 
 
 def test_load_history_long_form(grid):

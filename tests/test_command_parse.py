@@ -180,7 +180,7 @@ def test_quoted_keys_and_progress_bar_redraws():
     )
     assert ctx.feed(bar) == []  # a bar's postfix is redrawn all epoch: its last redraw, at the step's end, counts
     assert ctx.feed("Epoch 4:   0%|          | 0/10 [00:00<?, v_num=0, train_loss=0.5, val_acc=0.812]") == [
-        {"v_num": 0, "train_loss": 0.5, "val_acc": 0.812, "epoch": 3}
+        {"train_loss": 0.5, "val_acc": 0.812, "epoch": 3}  # `v_num` is the logger's version, not a metric
     ]
     assert line_metrics("Epoch: [3][ 10/391]\tTime 0.1\tLoss 2.3 (2.4)", "epoch") == {"epoch": 3, "Loss": 2.4}
     assert line_metrics("Epoch [3/50], Step [100/600], Loss: 0.2", "epoch") == {"epoch": 3, "Loss": 0.2}
@@ -243,7 +243,7 @@ SHAPES = [
     ),
     (  # Lightning TQDMProgressBar on stderr (tqdm postfix: metrics formatted '{:.3g}')
         "Epoch 3: 100%|██████████| 10/10 [00:01<00:00,  8.10it/s, v_num=0, val_acc=0.812, train_loss=0.310]",
-        {"epoch": 3, "v_num": 0, "val_acc": 0.812, "train_loss": 0.31},
+        {"epoch": 3, "val_acc": 0.812, "train_loss": 0.31},
     ),
     (  # mmengine LogProcessor.get_log_after_epoch: f'Epoch({mode}) [{cur_epoch}][{n}/{n}]  ' + '  '.join(items)
         "Epoch(val) [3][100/100]  accuracy/top1: 76.1200  accuracy/top5: 93.0100  data_time: 0.0061  time: 0.0187",
@@ -289,3 +289,42 @@ def test_mnist_accuracy_is_a_percentage_per_epoch():
     assert ctx.feed("Test set: Average loss: 0.0330, Accuracy: 9894/10000 (99%)") == [
         {"Loss": 0.0105, "loss": 0.033, "Accuracy": 98.94, "epoch": 1}
     ]
+
+
+def test_end_of_run_summaries_and_a_result_dump_are_not_epochs():
+    assert line_metrics("*** Best metric: 36.666666666666664 (epoch 1)", "epoch") == {}  # timm
+    assert line_metrics("`Trainer.fit` stopped: `max_epochs=2` reached.", "epoch") == {}  # Lightning
+    assert line_metrics("epoch 3 val_acc=0.8 (best)", "epoch") == {"epoch": 3, "val_acc": 0.8}
+    ctx = StepContext("epoch", complete_when={"acc"})
+    assert ctx.feed('[\n    {\n        "epoch": 0,') == []  # not after a step yet: read as usual
+    ctx = StepContext("epoch", complete_when={"acc"})
+    out = ctx.feed("epoch=0 acc=0.5") + ctx.feed("epoch=1 acc=0.6") + ctx.feed("--result")
+    dump = ["[", "    {", '        "epoch": 0,', '        "validation": {"acc": 0.5, "loss": 2}', "    }", "]"]
+    out += [r for line in dump for r in ctx.feed(line)] + ctx.feed("epoch=2 acc=0.7") + ctx.close()
+    assert out == [{"acc": 0.5, "epoch": 0}, {"acc": 0.6, "epoch": 1}, {"acc": 0.7, "epoch": 2}]
+    ctx = StepContext("epoch", complete_when={"acc"})  # one object of numbers, pretty-printed: a final result
+    out = ctx.feed("epoch=1 acc=0.6") + [r for line in ["{", '  "test_acc": 0.9,', '  "test_loss": 0.3', "}"]
+                                         for r in ctx.feed(line)]  # fmt: skip
+    assert out + ctx.close() == [{"acc": 0.6, "epoch": 1}, {"test_acc": 0.9, "test_loss": 0.3, "epoch": 1}]
+
+
+def test_a_missing_metric_names_the_nearest_keys_and_the_lines_not_read():
+    from trainables.command.sources import candidate_keys, describe_candidates, skipped_lines
+
+    lines = {"stdout": ["| end of epoch 1 | valid loss 6.49", "valid accuracy 81.0", "*** Best metric: 6.49 (epoch 1)"]}
+    found = candidate_keys(lines, "epoch")
+    assert found == {"stdout": ["epoch", "valid_loss"]}
+    text = describe_candidates(found, ("stdout",), "val_loss", skipped_lines(lines, "epoch"))
+    assert text == (
+        "stdout held lines with epoch, valid_loss; nearest to val_loss: valid_loss; lines with numbers not read "
+        "as metrics: `valid accuracy 81.0` `*** Best metric: 6.49 (epoch 1)`"
+    )
+
+
+def test_check_hint_for_a_crash_in_check_is_not_run_check():
+    from trainables.command.failure import crash_failure
+    from trainables.command.initial_failures import hint
+
+    failure = crash_failure(1, ["ValueError: bad"], "python x.py", "/tmp/x", {}, early=True)
+    assert "with --check" in hint(failure) and "--check again" in hint(failure, in_check=True)
+    assert "with --check" not in hint(failure, in_check=True)

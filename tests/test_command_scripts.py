@@ -131,8 +131,10 @@ def test_check_runs_the_first_cell_and_says_whether_the_metrics_were_seen(tmp_pa
     assert "  metrics row: time=0.12, val_acc=66.0, epoch=1" in ok.stdout
     assert "  metrics row: time=0.12, val_acc=68.0, accuracy=70.0, epoch=2" in ok.stdout  # the final block joins
     assert "--metric val_acc: seen; --test-metric accuracy: seen" in ok.stdout
-    bad = run_sweep(tmp_path, "--check", "--metric", "top1", *argv, check=True)
-    assert bad.returncode == 1 and "--metric top1: NOT seen" in bad.stdout
+    assert "(set " not in ok.stdout  # the script names no tracker: no WANDB_* / MLFLOW_* lines
+    bad = run_sweep(tmp_path, "--check", "--metric", "val_accuracy", *argv, check=True)
+    assert bad.returncode == 1 and "--metric val_accuracy: NOT seen" in bad.stdout
+    assert "; nearest to val_accuracy: accuracy, val_acc" in bad.stderr
     assert not (tmp_path / "runs").exists() and not Path(ROOT / "runs" / "command").exists()
 
 

@@ -62,7 +62,10 @@ def test_no_metric_error_names_the_stream_that_held_candidates(tmp_path):
     tails = {"OUT": ["Training with learning rate 0.1"], "ERR": ["INFO - {'epoch': 1, 'eval_acc': 0.7}"]}
     message = no_metrics_message("epoch", [], "stdout", tmp_path / "m.jsonl", tmp_path, tails)
     assert message.startswith("command exited 0 but reported no metric: expected stdout lines naming the step")
-    assert message.endswith("stderr held lines with epoch, eval_acc (not read: add --metrics-from output or stderr)")
+    assert message.endswith(
+        "stderr held lines with epoch, eval_acc (not read: add --metrics-from output or stderr); "
+        "lines with numbers not read as metrics: `Training with learning rate 0.1`"  # `rate 0.1` looks like one
+    )
     quiet = no_metrics_message("epoch", [], "output", tmp_path / "m.jsonl", tmp_path, {"OUT": ["hi"], "ERR": []})
     assert "expected stdout or stderr lines naming the step" in quiet and quiet.endswith("held a `name: number` pair")
 

@@ -16,7 +16,8 @@ from packaging.requirements import Requirement
 
 from tests.test_command_scripts import PY, ROOT, history, run_sweep, trials
 from trainables.command import trackers
-from trainables.command.trackers import TrackerResults, csv_rows, hf_rows
+from trainables.command.tracker_rows import csv_rows, hf_rows
+from trainables.command.trackers import TrackerResults
 from trainables.command.wandb_reader import read_history
 
 SCRIPT = "tests/scripts/tracker_only.py"
@@ -168,7 +169,7 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric" in proc.stdout
+    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric" in proc.stdout
     found = trials(tmp_path / "runs" / "command")
     assert len(found) == 8, sorted(found)
     for name, trial in found.items():
@@ -248,7 +249,8 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
     assert trackers.describe_sources(tmp_path, "epoch") == ("csv held val_acc, step, train_loss; hf held eval_loss")
     printed = TrackerResults(tmp_path, "epoch", auto=True)
-    assert printed.poll([{"epoch": 1, "acc": 0.5}]) == [] and printed.close() == []  # the command prints its own
+    row = {"epoch": 1, "acc": 0.5}  # the command prints its own rows (no --metric known): they are the rows
+    assert printed.poll([row]) == [row] and printed.close() == [] and printed.source is None
 
 
 def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
@@ -260,8 +262,8 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
 
     reported = []
     monkeypatch.setattr(failure.tune, "report", reported.append)
+    events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)  # then the command
     (tmp_path / "metrics.csv").write_text("epoch,train_loss,val_acc\n1,0.9,0.7\n2,0.5,0.8\n")
-    events = TrackerResults(tmp_path, "epoch", ("csv",), complete_when=("val/acc",), since=0.0)
     rows = events.close()
     reporter = runner.StepReporter("epoch", tmp_path, last_step=2, parsed=len(rows))
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
@@ -273,3 +275,55 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
         )
     assert reported == [{FAILED_METRIC: 1, NO_METRIC_METRIC: 1, "command/no_retry": 1}]  # not retried: it logs the same
     assert records.read_failure(tmp_path).kind == NO_METRIC
+
+
+def test_tracker_settings_are_said_only_for_a_tracker_the_command_or_its_script_names(tmp_path):
+    (tmp_path / "plain.py").write_text("import torch\nprint('epoch=1 acc=0.5')\n")
+    (tmp_path / "logs.py").write_text("try:\n    import wandb\nexcept ImportError:\n    pass\n")
+    assert trackers.trackers_named(["python", "plain.py", "--lr", "0.1"], tmp_path, "output") == ()
+    assert trackers.trackers_named(["python", "logs.py"], tmp_path, "output") == ("wandb",)
+    assert trackers.trackers_named(["python", "plain.py", "--trainer.logger", "MLFlowLogger"], tmp_path, "output") == (
+        "mlflow",
+    )
+    assert trackers.trackers_named(["python", "plain.py"], tmp_path, "mlflow") == ("mlflow",)
+    env = {}
+    assert trackers.tracker_env(env, tmp_path, "output", shown=()) == []  # set all the same, said for none
+    assert env["WANDB_MODE"] == "offline" and env["MLFLOW_TRACKING_URI"].endswith("mlflow.db")
+
+
+def test_wandb_rows_keep_the_epoch_the_script_logged():
+    """`wandb.log({"epoch": e, ...})` with no step: W&B's `_step` counts 0, 1, 2; the history keeps epochs 1, 2, 3."""
+    reader = TrackerResults(Path("."), "epoch", ("wandb",))
+    found = [{"step": s, "metrics": {"epoch": s + 1, "val_acc": 0.5 + s / 10}} for s in range(3)]
+    assert [r["epoch"] for r in reader._wandb_rows(Path("run.wandb"), found)] == [1, 2, 3]
+    batch = [{"step": 3, "metrics": {"train/loss": 0.2}}]  # a row without its epoch, in a run that logs one
+    assert reader._wandb_rows(Path("run.wandb"), batch) == []
+    plain = [{"step": 5, "metrics": {"val_acc": 0.7}}]  # a run that never logs an epoch: W&B's step, as logged
+    assert reader._wandb_rows(Path("other.wandb"), plain) == [{"val_acc": 0.7, "epoch": 5}]
+
+
+def test_lightning_validation_step_rows_are_never_epochs():
+    text = "epoch,step,train_loss_step,valid_loss_epoch,valid_loss_step\n0,4,0.9,,\n,0,,,0.8\n,1,,,0.7\n0,5,,0.75,\n"
+    assert csv_rows(text, "epoch") == [
+        {"epoch": 0, "step": 4, "train_loss_step": 0.9},
+        {"epoch": 0, "step": 5, "valid_loss_epoch": 0.75},
+    ]
+    assert [r["step"] for r in csv_rows(text, "step")] == [4, 5]
+
+
+def test_printed_rows_win_when_they_hold_the_metric_and_a_disagreeing_tracker_is_said(tmp_path, capsys):
+    reader = TrackerResults(tmp_path, "epoch", complete_when=("val_acc",), since=0.0, auto=True)
+    (tmp_path / "metrics.csv").write_text("epoch,val_acc\n1,0.8123\n2,0.9\n")
+    # printed rows without --metric are held back, and dropped once the CSV's rows hold it...
+    assert reader.poll([{"epoch": 1, "loss": 0.5}]) == [{"epoch": 1, "val_acc": 0.8123}] and reader.source == "csv"
+    reader = TrackerResults(tmp_path / "w", "epoch", complete_when=("val_acc",), since=0.0, auto=True)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "metrics.csv").write_text("epoch,val_acc\n1,0.8123\n2,0.9\n")
+    printed = [{"epoch": 1, "val_acc": 0.812}, {"epoch": 2, "val_acc": 0.85}]
+    assert reader.poll(printed[:1]) == printed[:1] and reader.close(printed[1:]) == printed[1:]
+    assert reader.source is None  # ...but the printed rows hold it: they are the rows
+    said = capsys.readouterr().out
+    assert (
+        "the printed val_acc and the csv records (metrics.csv) disagree at epoch 2: 0.85 printed, 0.9 recorded" in said
+    )
+    assert "epoch 1" not in said  # 0.8123 prints as 0.812: they agree

@@ -23,17 +23,21 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def make_repo(folder: Path) -> Path:
-    """A research repo as users have it: main.py, a sibling module, config/x.json, a data folder, a large
-    weights file, an `experiment/` folder with a log from an earlier run, .git and __pycache__."""
+    """A research repo as users have it: main.py, a sibling module, config/x.json, a `data` folder that is
+    both a package (`data/__init__.py`, as timm's `timm/data/`) and data, a large weights file, an
+    `experiment/` folder with a log from an earlier run, .git and __pycache__."""
     folder.mkdir(parents=True)
     shutil.copy(SCRIPTS / "imagenet_style.py", folder / "main.py")
     (folder / "sibling.py").write_text(
-        "VERSION = 1\n\ndef accuracy(lr, seed, epoch):\n    return round(0.5 + lr + seed / 100 + epoch / 1000, 6)\n"
+        "from data import VERSION\n\n\ndef accuracy(lr, seed, epoch):\n"
+        "    return round(0.5 + lr + seed / 100 + epoch / 1000, 6)\n"
     )
     (folder / "config").mkdir()
     (folder / "config" / "x.json").write_text('{"scale": 1.0}')
     (folder / "data" / "train").mkdir(parents=True)
     (folder / "data" / "train" / "0.txt").write_text("sample")
+    (folder / "data" / "__init__.py").write_text("VERSION = 1\n")
+    (folder / "data" / "labels.csv").write_text("0,cat\n")
     (folder / "pretrained.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
     (folder / "experiment").mkdir()
     (folder / "experiment" / "log.txt").write_text("earlier run\n")
@@ -65,14 +69,18 @@ def test_snapshot_copies_code_links_data_and_leaves_out_caches(tmp_path):
     code = tmp_path / "code"
     assert (code / "main.py").read_bytes() == (repo / "main.py").read_bytes() and not (code / "main.py").is_symlink()
     assert (code / "config" / "x.json").is_file() and not (code / "config").is_symlink()
-    assert not (code / "data").exists() and not (code / "pretrained.bin").exists()  # only copied files travel
+    assert (code / "data" / "__init__.py").read_text() == "VERSION = 1\n"  # a package named data is code
+    assert sorted(p.name for p in (code / "data").iterdir()) == ["__init__.py"]  # only copied files travel
+    assert not (code / "pretrained.bin").exists()
     assert not (code / ".git").exists() and not (code / "__pycache__").exists()
     assert not (code / "checkpoint.pth.tar").exists() and not (code / "runs").exists()  # earlier runs' outputs
-    assert sorted(manifest["linked"]) == ["data", "pretrained.bin"]
-    assert manifest["files"] == 4 and manifest["source"] == str(repo.resolve())
+    assert sorted(manifest["linked"]) == ["data/labels.csv", "data/train", "pretrained.bin"]
+    assert manifest["files"] == 5 and manifest["source"] == str(repo.resolve())
     assert json.loads((code / MANIFEST).read_text())["bytes"] == manifest["bytes"] > 0
     work = fill_work_dir(code, tmp_path / "trial" / "work")  # the links are made in each trial's folder
-    assert os.readlink(work / "data") == str(repo.resolve() / "data") and (work / "pretrained.bin").is_symlink()
+    assert os.readlink(work / "data" / "train") == str(repo.resolve() / "data" / "train")
+    assert (work / "data" / "labels.csv").is_symlink() and (work / "pretrained.bin").is_symlink()
+    assert not (work / "data" / "__init__.py").is_symlink()
 
 
 def test_trial_writes_land_in_its_own_folder_and_reach_no_one_else(tmp_path):
@@ -98,9 +106,11 @@ def test_a_retried_trial_keeps_its_own_files_and_an_edit_after_launch_reaches_no
     repo = make_repo(tmp_path / "repo")
     snapshot_code(repo, tmp_path / "code")
     (repo / "sibling.py").write_text("VERSION = 2\n")  # edited after launch
+    (repo / "data" / "__init__.py").write_text("VERSION = 2\n")  # a package named data, edited after launch
     work = tmp_path / "t" / "work"
     fill_work_dir(tmp_path / "code", work)
-    assert "VERSION = 1" in (work / "sibling.py").read_text()
+    assert "from data import VERSION" in (work / "sibling.py").read_text()
+    assert (work / "data" / "__init__.py").read_text() == "VERSION = 1\n"
     (work / "checkpoint.pth.tar").write_bytes(b"epoch 2")
     (work / "config" / "x.json").write_text('{"scale": 3.0}')
     (work / "main.py").unlink()
@@ -108,6 +118,32 @@ def test_a_retried_trial_keeps_its_own_files_and_an_edit_after_launch_reaches_no
     assert (work / "checkpoint.pth.tar").read_bytes() == b"epoch 2"
     assert (work / "config" / "x.json").read_text() == '{"scale": 3.0}'
     assert (work / "main.py").read_bytes() == (tmp_path / "code" / "main.py").read_bytes()
+
+
+def test_python_source_is_copied_whatever_its_folder_is_called_and_data_stays_linked(tmp_path):
+    """timm's `timm/data/` package, a `datasets/` holding one `prepare.py` beside a large file, data
+    folders with no code, an image folder: each .py copied, the rest of a data folder linked, a data
+    folder with no Python source one link, a folder of over 1000 entries one link, not looked into."""
+    repo = tmp_path / "repo"
+    files = ["train.py", "timm/__init__.py", "timm/data/__init__.py", "timm/data/transforms.py"]
+    files += ["timm/data/_info/synsets.txt", "datasets/prepare.py", "datasets/raw/0.png", "data/cifar/batch_1"]
+    files += [f"images/{i}.png" for i in range(1001)] + ["images/loader.py"]
+    for name in files:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(f"# {name}\n")
+    with open(repo / "datasets" / "train.bin", "wb") as f:
+        f.truncate(50 * 2**20)  # sparse: 50 MiB of data beside prepare.py
+    manifest = snapshot_code(repo, tmp_path / "code")
+    assert sorted(tree(tmp_path / "code")) == sorted(
+        [MANIFEST, "datasets/prepare.py", "timm/__init__.py", "timm/data/__init__.py", "timm/data/transforms.py"]
+        + ["train.py"]
+    )
+    assert manifest["linked"] == ["data", "datasets/raw", "datasets/train.bin", "images", "timm/data/_info"]
+    assert manifest["bytes"] < 1000
+    work = fill_work_dir(tmp_path / "code", tmp_path / "trial" / "work")
+    assert (work / "datasets" / "prepare.py").read_text() == "# datasets/prepare.py\n"
+    assert not (work / "datasets").is_symlink() and (work / "datasets" / "train.bin").is_symlink()
+    assert (work / "timm" / "data" / "_info" / "synsets.txt").read_text() == "# timm/data/_info/synsets.txt\n"
 
 
 def test_a_code_folder_too_large_to_copy_is_refused_and_leaves_nothing(tmp_path):
@@ -135,7 +171,9 @@ def test_the_sweeps_storage_inside_the_repo_is_not_snapshotted(tmp_path, capsys)
         os.chdir(cwd)
     assert kept["path"] == first["path"] and Path(first["path"]).parent == repo / "runs" / "command" / "code"
     assert not (Path(first["path"]) / "runs").exists()
-    assert f"own copy of {repo.resolve()} (4 files" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"own copy of {repo.resolve()} (5 files" in out
+    assert "rule: Python source is copied, data linked: files over 1 MiB, folders of over 1000 entries, all but " in out
     assert take_snapshot(str(repo / "runs" / "command"), in_place=True, resume=False) is None
     assert capsys.readouterr().out.startswith("--in-place: every trial runs in the launch folder itself")
 
@@ -236,7 +274,8 @@ def test_four_whole_gpu_trials_get_four_distinct_gpus_through_the_placeholder(ra
 @pytest.mark.slow
 def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_the_code_at_launch(tmp_path, sweep_env):
     """4 trials, one at a time, each SIGKILLing itself once after epoch 2 (retried: `--resume
-    checkpoint.pth.tar` relative); sibling.py is edited once the first trial has reported."""
+    checkpoint.pth.tar` relative); the package named `data` that sibling.py imports is edited once the
+    first trial has reported."""
     import torch
 
     repo = make_repo(tmp_path / "repo")
@@ -252,8 +291,8 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
         deadline = time.monotonic() + 300
         while not list(out.glob("command/*/result.json")) and sweep.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        (repo / "sibling.py").write_text((repo / "sibling.py").read_text().replace("VERSION = 1", "VERSION = 2"))
-        edited = (repo / "sibling.py").stat().st_mtime  # the file system's clock, as the checkpoints' mtimes
+        (repo / "data" / "__init__.py").write_text("VERSION = 2\n")
+        edited = (repo / "data" / "__init__.py").stat().st_mtime  # the file system's clock, as the checkpoints'
         assert sweep.wait(timeout=400) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
     finally:
         if sweep.poll() is None:
@@ -261,7 +300,7 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
     assert [p.name for p in repo.rglob("*.pth.tar")] == ["checkpoint.pth.tar"]  # the earlier run's, untouched
     assert tree(repo) == {
         **before,
-        "sibling.py": (repo / "sibling.py").read_bytes(),
+        "data/__init__.py": b"VERSION = 2\n",
     }
     trials = [p for p in (out / "command").iterdir() if (p / "result.json").exists()]
     assert len(trials) == 4

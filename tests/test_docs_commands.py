@@ -33,6 +33,7 @@ COMMAND_LANGUAGES = {"bash", "sh", "shell"}
 OUTPUT_LANGUAGES = {"", "console", "text"}
 OPERATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "2>&1", ">&", "&>"}
 PYTHON = re.compile(r"^(?:\S*/)?python3?$")
+RAYSWEEP = re.compile(r"^(?:\S*/)?raysweep$")  # the console command (sweeps/cli.py)
 
 
 def fenced_blocks(text: str) -> list[tuple[str, list[str]]]:
@@ -94,6 +95,8 @@ def our_commands(line: str) -> list[list[str]]:
         argv = ws[i:end]
         if PYTHON.match(word) and len(argv) > 1 and (argv[1].startswith("sweeps/") or argv[1:3] == ["-m", "analysis"]):
             found.append(["python", *argv[1:]])
+        elif RAYSWEEP.match(word) and len(argv) > 1:
+            found.append(["raysweep", *argv[1:]])
         elif word == "make":
             found.append(argv)
     return found
@@ -121,6 +124,7 @@ def documented_commands() -> dict[str, list[str]]:
 GRID_MINUTES = "trains the full grid (minutes to hours); its flags are checked by parsing"
 GPU = "needs a GPU"
 CLUSTER = "needs a running Ray cluster at that address"
+SEARCH_OWN_SCRIPT = "needs the user's script; tests/test_command.py searches tests/scripts/mnist_style.py so"
 NOT_RUN = {  # command -> why the test only parses it
     "make sweep": "= python sweeps/noise_grid.py, " + GRID_MINUTES,
     "make test": "the whole suite: the integrator's and CI's job, not a test's",
@@ -151,8 +155,6 @@ NOT_RUN = {  # command -> why the test only parses it
     "python sweeps/noise_grid.py --dataset cifar10 --data-root '~/data/cifar-10-batches-py' --model resnet18 "
     "--gpus-per-trial 2": "needs two GPUs and the CIFAR-10 batches",
     "python sweeps/noise_grid.py --address HEAD_IP:6379 --storage-path /mnt/nfs/runs --seeds 3": CLUSTER,
-    "python sweeps/noise_grid.py --address '$head_ip:6379' --storage-path '$HOME/runs' --seeds 3": CLUSTER
-    + " (inside a SLURM job)",
     "python sweeps/noise_grid.py --mlflow-uri": GRID_MINUTES + "; tests/test_trackers.py logs to sqlite",
     "python sweeps/noise_grid.py --mlflow-uri http://mlflow-host:5000": "needs an MLflow server",
     "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES + "; tests/test_trackers.py runs W&B offline",
@@ -194,6 +196,24 @@ NOT_RUN.update(
         "python sweeps/run_command.py --axis noise_rate=0.2,0.4 --axis method=ce,gce --seeds auto --compare method "
         "--max-seeds 10 -- python train.py --method '{method}' --noise-rate '{noise_rate}' --seed '{seed}'": "needs "
         "the user's train.py; tests/test_seeds_sweep.py runs a scripted command the same way",
+        "python sweeps/lr_search.py --metric Accuracy --num-samples 8 -- python main.py --epochs 2 --lr '{lr}'": (
+            SEARCH_OWN_SCRIPT
+        ),
+        "python sweeps/lr_search.py --metric Accuracy --num-samples 8 --space wd=loguniform:1e-5,1e-2 -- python "
+        "main.py --epochs 10 --lr '{lr}' --weight-decay '{wd}'": SEARCH_OWN_SCRIPT,
+        "python sweeps/lr_search.py --metric val_acc --space wd=loguniform:1e-5,1e-2 -- python train.py --epochs 30 "
+        "--lr '{lr}' --wd '{wd}' --out '{trial_dir}'": SEARCH_OWN_SCRIPT,
+        "python sweeps/lr_search.py --metric val_acc --num-samples 40 --seed 0 --space wd=loguniform:1e-5,1e-2 "
+        "--space batch_size=choice:64,128,256 --space depth=int:2,6 -- python train.py --epochs 30 --lr '{lr}' "
+        "--wd '{wd}' --batch-size '{batch_size}' --depth '{depth}' --seed '{seed}'": SEARCH_OWN_SCRIPT,
+    }
+)
+NOT_RUN.update(
+    {
+        "raysweep run --axis lr=0.1,0.01 --seeds 3 -- python train.py --lr '{lr}' --seed '{seed}'": "needs the "
+        "user's train.py; tests/test_console.py runs `raysweep run` from a repository, end to end",
+        "raysweep status runs/command": "needs a command sweep; tests/test_console.py runs `raysweep status`",
+        "raysweep analyze runs/command --json": "needs a command sweep; tests/test_console.py runs it",
     }
 )
 NOT_PARSED = {  # command -> why even its flags cannot be checked
@@ -285,10 +305,24 @@ def parse_make(argv: list[str]) -> None:
             assert word in targets, f"make {word}: the Makefile has no such target ({sorted(targets)})"
 
 
+def parse_raysweep(argv: list[str]) -> None:
+    """`raysweep SUBCOMMAND ...` through the parser of the script or `python -m analysis` it runs (sweeps/cli.py)."""
+    from sweeps.cli import SUBCOMMANDS
+
+    assert argv[0] in SUBCOMMANDS, f"raysweep {argv[0]}: no such subcommand ({sorted(SUBCOMMANDS)})"
+    command = SUBCOMMANDS[argv[0]]
+    if command.module == "analysis.__main__":
+        parse_analysis(["--status"] * command.status + argv[1:])
+    else:
+        parse_sweep(command.module.removeprefix("sweeps."), argv[1:])
+
+
 def parse_command(argv: list[str]) -> None:
     """Check one documented command's flags with its own parser (a usage error fails the test)."""
     if argv[0] == "make":
         parse_make(argv)
+    elif argv[0] == "raysweep":
+        parse_raysweep(argv[1:])
     elif argv[1:3] == ["-m", "analysis"]:
         parse_analysis(argv[3:])
     else:

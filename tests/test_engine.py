@@ -416,3 +416,7 @@ def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path,
         log = (trial / "stdout").read_text()
         assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [2/2]" in log
         assert (trial / "trial_config.json").exists() and (trial / "noise.json").exists()
+    # Its report draws the population's schedule (issue 42), known from raysweep.json's scheduler.
+    assert json.loads((tmp_path / "pbt" / "raysweep.json").read_text())["scheduler"] == "PopulationBasedTraining"
+    report = (tmp_path / "pbt" / "report" / "report.md").read_text()
+    assert "![PBT schedule](pbt_schedule.png)" in report and (tmp_path / "pbt" / "report" / "pbt_schedule.png").exists()

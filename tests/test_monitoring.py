@@ -403,3 +403,19 @@ def test_progress_block_and_final_line_name_the_sweeps_metric():
     assert len(blocks) == 2 and all("best val_accuracy 70.00% (lr0.1)" in line for line in blocks)
     assert "epochs 2 | ETA ?" in blocks[0] and "  lr0.1  epoch 2  val_accuracy 70.00%  CPU" in out.getvalue()
     assert "val/acc" not in out.getvalue()
+
+
+def test_epochs_done_count_reports_not_the_step_a_script_logged():
+    """imagenet counts epochs from 0 (2 epochs end at `epoch` 1), Lightning's `--step-key step` reports global
+    steps: the counter counts the results each trial reported; a failure's last mark is no epoch."""
+    from_zero = FakeTrial(name="a", status="TERMINATED", config={}, metric_analysis={},
+                          last_result={"epoch": 1, "training_iteration": 2})  # fmt: skip
+    steps = FakeTrial(name="b", status="TERMINATED", config={}, metric_analysis={},
+                      last_result={"epoch": 400, "step": 400, "training_iteration": 2})  # fmt: skip
+    failed = FakeTrial(name="c", status="ERROR", config={}, metric_analysis={},
+                       last_result={"command/no_retry": 1, "training_iteration": 3})  # fmt: skip
+    joined = FakeTrial(name="d", status="TERMINATED", config={}, metric_analysis={},  # a final block: epoch 2 again
+                       last_result={"epoch": 2, "command/joins_step": 1, "training_iteration": 3})  # fmt: skip
+    s = sweep_status([from_zero, steps, failed, joined], total_trials=4)
+    assert (s["epochs_done"], s["epochs_planned"]) == (2 + 2 + 2 + 2, 8)
+    assert format_progress(s, 10.0)[0].split(" | ")[2] == "epochs 8/8"

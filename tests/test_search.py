@@ -66,8 +66,9 @@ def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
 
 
 @pytest.mark.slow
-def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_path):
+def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_path, capsys):
     assert lr_search.main(search_argv(tmp_path, "--name", "asha")) == 0
+    out = capsys.readouterr().out
     trials = trial_results(tmp_path / "asha")
     assert len(trials) == 6
     for name in trials:
@@ -75,6 +76,8 @@ def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_p
     epochs_run = {name: rows[-1]["epoch"] for name, rows in trials.items()}
     assert any(e < 3 for e in epochs_run.values()), f"ASHA stopped nothing: {epochs_run}"
     assert any(e == 3 for e in epochs_run.values()), epochs_run
+    # ASHA's STOP at max_t ends a trial that ran all its epochs: finished, not stopped
+    assert f"6 of 6 trials ran; ASHA stopped {sum(e < 3 for e in epochs_run.values())} early" in out
     configs = [rows[-1]["config"] for rows in trials.values()]
     assert all("gce_q" in c for c in configs if c["loss"] == "gce")
     assert all("gce_q" not in c for c in configs if c["loss"] != "gce")  # conditional space
@@ -168,6 +171,142 @@ def test_bad_search_bounds_fail_before_any_trial_starts(argv, match, tmp_path):
         lr_search.main([*argv, "--storage-path", str(storage)])
     assert not storage.exists()
     assert ray.is_initialized() == was_running
+
+
+# --- a search over your own command: its placeholders, and nothing else ---------------------------------
+
+COMMAND = ["--", "python", "main.py", "--epochs", "3", "--lr", "{lr}", "--wd", "{wd}", "--seed", "{seed}"]
+
+
+def test_a_commands_search_space_is_its_placeholders_and_records_nothing_of_the_trainable(tmp_path):
+    from sweeps.engine.command_sweep.search_space import Dimension
+
+    args = lr_search.parse_args(
+        [
+            "--metric",
+            "acc",
+            "--seed",
+            "1",
+            "--space",
+            "wd=loguniform:1e-5,1e-2",
+            "--storage-path",
+            str(tmp_path),
+            *COMMAND,
+        ]
+    )
+    assert args.space == {
+        "lr": Dimension("lr", "loguniform", (1e-4, 1.0)),  # --lr-range's default
+        "wd": Dimension("wd", "loguniform", (1e-5, 1e-2)),
+    }
+    assert args.fixed == {"seed": 1} and args.epochs == 3  # no noise rate; ASHA's max_t from `--epochs 3`
+    bounds, settings = lr_search.search_bounds(args)
+    assert bounds == {} and settings == {
+        "seed": 1,
+        "space": {"lr": "loguniform:0.0001,1", "wd": "loguniform:1e-05,0.01"},
+        "max_t": 3,
+        "num_samples": 20,
+        "search_seed": 0,
+        "grace_period": 2,
+        "reduction_factor": 3.0,
+    }
+    assert "{lr} loguniform:0.0001,1, {wd} loguniform:1e-05,0.01, {seed} = 1" in lr_search.launch_line(args, None)
+    domains = {name: d.domain() for name, d in args.space.items()}
+    from ray.tune.search.optuna import OptunaSearch
+
+    distributions = OptunaSearch.convert_search_space({**args.fixed, **domains})
+    assert set(distributions) == {"lr", "wd"} and distributions["wd"].log and distributions["lr"].high == 1.0
+
+
+@pytest.mark.parametrize(
+    "form, low, high, kind",
+    [("uniform:0,0.5", 0.0, 0.5, "Float"), ("int:2,8", 2, 8, "Int"), ("choice:sgd,adam,1", None, None, "Cat")],
+)
+def test_space_forms_become_optunas_distributions(form, low, high, kind):
+    from ray.tune.search.optuna import OptunaSearch
+
+    from sweeps.engine.command_sweep.search_space import parse_dimension
+
+    distribution = OptunaSearch.convert_search_space({"x": parse_dimension(f"x={form}").domain()})["x"]
+    assert type(distribution).__name__.startswith(kind)
+    if low is None:
+        assert distribution.choices == ("sgd", "adam", 1)  # numbers stay numbers
+    else:
+        assert (distribution.low, distribution.high) == (low, high)  # int: both ends included
+
+
+@pytest.mark.parametrize(
+    "template, fixed, epochs",
+    [
+        (["python", "main.py", "--epochs", "3"], {}, 3),
+        (["python", "main.py", "--max_epochs=7"], {}, 7),
+        (["python", "main.py", "--epochs", "{epochs}"], {"epochs": 4}, 4),
+        (["python", "main.py", "--n", "{epochs}"], {"epochs": 5}, 5),
+        (["python", "main.py", "--epochs", "{e}"], {}, None),  # searched
+        (["python", "main.py", "--lr", "{lr}"], {}, None),  # the script's own default: unknown
+    ],
+)
+def test_asha_max_t_is_the_commands_epochs_when_it_says_them(template, fixed, epochs):
+    from sweeps.engine.command_sweep.search_space import command_epochs
+
+    assert command_epochs(template, fixed) == epochs
+
+
+def test_a_command_without_epochs_runs_asha_with_max_t_stated_unknown(tmp_path):
+    args = lr_search.parse_args(["--storage-path", str(tmp_path), "--", "python", "main.py", "--lr", "{lr}"])
+    assert args.epochs is None and lr_search.search_bounds(args)[1]["max_t"] is None
+    assert "ASHA max_t unknown (no --epochs N or {epochs} in the command)" in lr_search.launch_line(args, None)
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--space", "wd=normal:0,1", *COMMAND], r"--space 'wd=normal:0,1': 'normal' is not a form; use loguniform:"),
+        (["--space", "wd=loguniform:0,1e-2", *COMMAND], r"loguniform needs 0 < LOW \(got 0\)"),
+        (["--space", "wd=loguniform:1e-2", *COMMAND], r"'1e-2' is not LOW,HIGH \(two numbers\); use loguniform:"),
+        (["--space", "wd", *COMMAND], "write NAME=FORM with FORM one of loguniform:LOW,HIGH"),
+        (["--space", "wd=uniform:0.5,0.1", *COMMAND], "LOW must be below HIGH"),
+        (["--space", "wd=int:1.5,4", *COMMAND], r"int needs whole numbers \(got 1.5, 4\)"),
+        (["--space", "wd=choice:a,a", *COMMAND], "choice needs values, each once"),
+        (["--space", "wd=uniform:0,1", "--space", "other=uniform:0,1", *COMMAND], "the command never uses {other}"),
+        (COMMAND, r"placeholder {seed} has no range; give one with --space seed=FORM, .*or a fixed value with --seed"),
+        (["--seed", "0", *COMMAND], r"placeholder {wd} has no range; give one with --space wd=FORM"),
+        (["--space", "wd=uniform:0,1", "--space", "lr=uniform:0,1", *COMMAND], "{lr} is drawn from --lr-range"),
+        (["--losses", "ce", "--space", "wd=uniform:0,1", *COMMAND], "--losses: the built-in trainable's"),
+        (["--weight-decay-range", "1e-5,1e-3", *COMMAND], "--weight-decay-range: the built-in trainable's"),
+        (["--noise-rate", "0.2", "--space", "wd=uniform:0,1", *COMMAND], "the command never uses {noise_rate}"),
+        (
+            ["--seed", "0", "--space", "wd=uniform:0,1", "--grace-period", "5", *COMMAND],
+            r"--grace-period=5 must be <= ASHA max_t \(3\)",
+        ),
+        (["--space", "wd=uniform:0,1"], "--space wd=uniform:0,1: searches a command's placeholders"),
+    ],
+)
+def test_bad_command_search_space_fails_in_one_line_before_ray(argv, match, tmp_path):
+    with pytest.raises(UsageError, match=match) as refused:
+        lr_search.parse_args(["--storage-path", str(tmp_path), *argv])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_bad_space_exits_2_naming_the_value_and_the_forms(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, str(root / "sweeps" / "lr_search.py"), "--space", "wd=normal:0,1", *COMMAND]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "'normal' is not a form; use loguniform:LOW,HIGH" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_only_a_stop_by_the_scheduler_before_the_last_epoch_is_a_stop():
+    from analysis.reading.scheduler_stop import stopped_by_scheduler
+
+    assert stopped_by_scheduler({"done": True, "training_iteration": 1}, 3)  # ASHA's STOP at a rung
+    assert not stopped_by_scheduler({"done": False, "training_iteration": 1}, 3)  # the script ended by itself
+    assert not stopped_by_scheduler({"done": True, "training_iteration": 3}, 3)  # a STOP at max_t: all epochs ran
+    assert stopped_by_scheduler({"done": np.True_, "training_iteration": 5.0}, None)  # epochs unknown
+    assert not stopped_by_scheduler({"done": False, "training_iteration": 5}, None)
+    assert not stopped_by_scheduler({}, 3)  # no row logged
 
 
 # --- the seed-mean trainable, without Ray ---------------------------------------------------------------
@@ -269,16 +408,30 @@ def test_study_and_parallel_coordinates_from_a_table(trials_df):
         study_from_trials(trials_df, ["momentum"])
 
 
-def test_top_trials_shows_mean_and_ci_and_marks_stopped_trials(trials_df):
+def test_top_trials_shows_mean_and_ci_and_says_why_each_trial_ended(trials_df):
     table = top_trials(trials_df, k=5, epochs=10)
     assert len(table) == 5
     best = trials_df.loc[trials_df["val/acc"].idxmax()]
     assert table.loc[0, "trial"] == best["trial_id"]
-    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.3f} ± 0.010"
+    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.4g} ± 0.01"
     assert {"lr", "weight_decay", "loss", "gce_q"} <= set(table.columns)
     assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
-    stopped = top_trials(trials_df, k=30, epochs=10)
-    assert stopped["epochs"].str.endswith("(stopped)").sum() == (trials_df["training_iteration"] < 10).sum()
+    assert (table["ended"] == "finished").all()  # nothing says a scheduler stopped any: none is pruned
+    # As ResultGrid.get_dataframe() gives it: Tune's `done` is set when the scheduler said STOP (or the
+    # trial returned); a trial stopped with the sweep (its time budget) has none.
+    budget = trials_df.index[trials_df["training_iteration"] < 10][:2]
+    results = trials_df.assign(done=True)
+    results.loc[budget, "done"] = False
+    ended = top_trials(results, k=30, epochs=10, scheduler="ASHA").set_index("trial")["ended"]
+    early = set(trials_df.loc[trials_df["training_iteration"] < 10, "trial_id"])
+    assert set(ended[ended == "pruned by ASHA"].index) == early - set(trials_df.loc[budget, "trial_id"])
+    assert set(ended[ended == "stopped by the time budget"].index) == set(trials_df.loc[budget, "trial_id"])
+    assert set(ended[ended == "finished"].index) == set(trials_df["trial_id"]) - early
+    # The rows as logged (`stopped`: done on the last logged row, a STOP) and epochs unknown.
+    marked = trials_df.assign(stopped=np.arange(30) % 8 == 0)  # trials 0, 8, ... ran 1 of 10 epochs
+    ended = top_trials(marked, k=30).set_index("trial")["ended"]
+    assert ended["t00"] == "pruned by the scheduler" and ended["t04"] == "finished"  # t04 ended by itself
+    assert (ended == "pruned by the scheduler").sum() == 4
 
 
 # --- PBT: bounds and flags (the run itself: `python sweeps/pbt.py --smoke-test`) ---------------------------

@@ -223,6 +223,10 @@ def test_resume_command_keeps_the_sweeps_own_flags():
     assert (
         resume_command({"argv": ["sweeps/run_command.py", "--resume"]}, resume=False) == "python sweeps/run_command.py"
     )
+    launched = ["/home/u/.venv/bin/raysweep", "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]
+    assert resume_command({"argv": launched, "python": "/home/u/.venv/bin/python"}) == (
+        "raysweep run --axis lr=0.1,0.01 --resume -- python train.py {lr}"
+    )  # launched by the raysweep command: resumed by it
 
 
 def test_resume_command_runs_the_recorded_interpreter_with_resume_before_the_command_and_placeholders_unquoted():

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from analysis.figures.plot_style import axis_label, colors, legend, scope_text
@@ -32,11 +33,15 @@ def plot_learning_curves(
     x: str | None = None,
     panel: str | None = "noise_type",
     seed: str = SEED_KEY,
+    highlight: int | None = None,
+    mode: str | None = None,
 ) -> Figure:
     """``metric`` against training progress, one line per configuration: mean ± 1 std over seeds.
 
     Errored and diverged trials are left out (the legend gives the seeds per line). One panel per
     value of ``panel`` (e.g. sym | asym); one numeric key left (noise rate): a sequential colour map.
+    With more configurations than ``highlight`` (a big search), the best ``highlight`` by their best
+    mean (``mode``; default :func:`analysis.guess_mode`) are named, the rest thin grey lines.
 
     Args:
         history: :func:`analysis.load_history` of the experiment.
@@ -47,10 +52,11 @@ def plot_learning_curves(
             ``training_iteration``.
         panel: config key to split panels by, or None for one panel.
         seed: config key of the seed axis.
+        highlight, mode: see above; None draws every configuration in colour.
 
     Returns:
-        Figure with one Axes per panel; in each, one line (and a shaded ± std band where
-        n ≥ 2) per configuration.
+        Figure with one Axes per panel; in each, one line (a dot for one point; a shaded ± std band
+        where n ≥ 2) per configuration; highlighted ones first in the legend, best first.
 
     Raises:
         ExperimentError: ``metric`` (or ``x``) is not a column of ``history``; the message lists
@@ -64,10 +70,7 @@ def plot_learning_curves(
     data = history[["trial_id", x, metric]].merge(ok, on="trial_id")
     data = data[np.isfinite(pd.to_numeric(data[metric], errors="coerce"))]
     panels = list(data.groupby(panel_key, sort=True)) if panel_key else [(None, data)]
-    line_values = sorted(set(data[line_keys].itertuples(index=False, name=None)), key=sort_key) if line_keys else [()]
-    sequential = len(line_keys) == 1 and pd.api.types.is_numeric_dtype(trials[line_keys[0]])
-    line_colors = dict(zip(line_values, colors(len(line_values), sequential)))
-
+    line_values, line_colors, best = _line_colors(data, trials, line_keys, x, metric, highlight, mode)
     fig = Figure(figsize=(max(6.0, 5.0 * len(panels)) + 2.5, 4.5), layout="constrained")
     axes = fig.subplots(1, max(1, len(panels)), sharey=True, squeeze=False)[0]
     for ax, (value, rows) in zip(axes, panels):
@@ -79,10 +82,57 @@ def plot_learning_curves(
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric)
-    fig.suptitle(f"{metric} per configuration (mean ± 1 std over seeds)")
-    if len(line_values) > 1 or not line_keys:
-        legend(axes[-1], len(line_values))
+    _title_and_legend(fig, axes[-1], metric, line_keys, line_values, best)
     return fig
+
+
+FADED = "#bbbbbb"
+"""Colour of the configurations :func:`plot_learning_curves` does not highlight."""
+
+
+def _line_colors(
+    data: pd.DataFrame, trials, line_keys: list[str], x: str, metric: str, highlight: int | None, mode: str | None
+) -> tuple[list[tuple], dict, list[tuple]]:
+    """(every configuration's key, its colour, the highlighted keys best first: [] when all are coloured)."""
+    keys = data[line_keys].itertuples(index=False, name=None)
+    line_values = sorted({_key(k) for k in keys}, key=sort_key) if line_keys else [()]
+    sequential = len(line_keys) == 1 and pd.api.types.is_numeric_dtype(trials[line_keys[0]])
+    if highlight is None or not line_keys or len(line_values) <= highlight:
+        return line_values, dict(zip(line_values, colors(len(line_values), sequential))), []
+    best = _best_lines(data, line_keys, x, metric, mode or guess_mode(metric))[:highlight]
+    return line_values, dict.fromkeys(line_values, FADED) | dict(zip(best, colors(highlight))), best
+
+
+def _title_and_legend(fig: Figure, ax, metric: str, line_keys: list[str], line_values: list, best: list) -> None:
+    """The title, and the legend: every configuration's, or the highlighted ones best first (then one
+    entry for the faded ones)."""
+    faded = len(line_values) - len(best) if best else 0
+    fig.suptitle(
+        f"{metric} per configuration (mean ± 1 std over seeds)"
+        + (f": the best {len(best)} of {len(line_values)} in colour" if best else "")
+    )
+    if not best:
+        if len(line_values) > 1 or not line_keys:
+            legend(ax, len(line_values))
+        return
+    handles, labels = ax.get_legend_handles_labels()
+    rank = {named_label(line_keys, key): i for i, key in enumerate(best)}
+    shown = sorted(zip(handles, labels), key=lambda pair: rank.get(pair[1].rsplit(" (n=", 1)[0], len(rank)))
+    other = Line2D([], [], color=FADED, linewidth=0.8, label=f"the other {faded} configurations")
+    ax.legend(handles=[h for h, _ in shown] + [other], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _best_lines(data: pd.DataFrame, line_keys: list[str], x: str, metric: str, mode: str) -> list[tuple]:
+    """The configurations (key tuples) ordered by the best value of their mean curve, best first."""
+    curves = data.groupby([*line_keys, x], dropna=False)[metric].mean()
+    best = curves.groupby(level=list(range(len(line_keys))), dropna=False).agg("max" if mode == "max" else "min")
+    ranked = best.sort_values(ascending=(mode == "min"), kind="stable").index
+    return [_key(key if isinstance(key, tuple) else (key,)) for key in ranked]
+
+
+def _key(values: tuple) -> tuple:
+    """A configuration's key with NaN as None: NaN != NaN, so a key holding it would match no other."""
+    return tuple(None if isinstance(v, float) and v != v else v for v in values)
 
 
 def _x_column(history: pd.DataFrame, trials: pd.DataFrame, metric: str, x: str | None) -> str:
@@ -102,12 +152,15 @@ def _mean_std_lines(ax, rows: pd.DataFrame, line_keys: list[str], x: str, metric
     """One line per configuration of ``rows``: the mean over seeds per ``x``, and a ± 1 std band where n ≥ 2."""
     groups = rows.groupby(line_keys, sort=False, dropna=False) if line_keys else [((), rows)]
     for key, group in sorted(groups, key=lambda g: sort_key(g[0] if isinstance(g[0], tuple) else (g[0],))):
-        key = key if isinstance(key, tuple) else (key,)
+        key = _key(key if isinstance(key, tuple) else (key,))
         curve = group.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index()
         n_seeds = group["trial_id"].nunique()
         text = f"{named_label(line_keys, key)} (n={n_seeds})" if line_keys else f"n={n_seeds}"
         color = line_colors.get(key, "tab:blue")
-        ax.plot(curve.index, curve["mean"], color=color, label=text)
+        if color == FADED:  # not highlighted: under the others, unnamed, no band
+            ax.plot(curve.index, curve["mean"], color=color, linewidth=0.8, marker=".", markersize=3, zorder=1)
+            continue
+        ax.plot(curve.index, curve["mean"], color=color, label=text, marker="o" if len(curve) == 1 else None)
         band = curve["count"] > 1
         if band.any():
             low, high = (curve["mean"] - curve["std"])[band], (curve["mean"] + curve["std"])[band]

@@ -222,12 +222,14 @@ def _label_bars(
 
 
 def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png",), dpi: int = 150) -> list[Path]:
-    """Save ``fig`` as ``<path>.<format>`` for each format (e.g. ``("png", "svg")``); return the paths."""
+    """Save ``fig`` as ``<path>.<format>`` for each format (e.g. ``("png", "svg")``); return the paths.
+    A figure without a layout engine (Optuna's pictures) is cropped to what it draws (``bbox_inches="tight"``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    bbox = "tight" if fig.get_layout_engine() is None else None
     out = []
     for fmt in formats:
         target = path.with_name(f"{path.name}.{fmt}")
-        fig.savefig(target, dpi=dpi, format=fmt)
+        fig.savefig(target, dpi=dpi, format=fmt, bbox_inches=bbox)
         out.append(target)
     return out

@@ -16,17 +16,29 @@ analysis's own (`val/acc`, `max`, :mod:`trainables.experiment.rules`): analysis/
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import warnings
+from typing import Callable
 
 import numpy as np
-import optuna
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.tables.formatting import bare
+from analysis.figures.optuna_plots import (
+    EVALUATORS,
+    default_evaluator,
+    optuna_quiet,
+    plot_optimization_history,
+    plot_parallel_coordinate,
+    plot_param_importances,
+    plot_slice,
+)
+from analysis.reading.search_record import import_optuna
+from analysis.tables.search_table import ended_words, format_mean, format_param, search_frame, search_table
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
 from trainables.experiment.rules import DEFAULT_MODE as MODE
+
+optuna = import_optuna()
 
 
 def param_column(df: pd.DataFrame, name: str) -> str:
@@ -99,30 +111,78 @@ def plot_best_so_far(
     return fig
 
 
-def study_from_trials(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE) -> optuna.Study:
-    """An in-memory Optuna study with one completed trial per row, for Optuna's importance and plots.
+_STATES = {
+    "finished": optuna.trial.TrialState.COMPLETE,
+    "pruned": optuna.trial.TrialState.PRUNED,
+    "errored": optuna.trial.TrialState.FAIL,
+    "diverged": optuna.trial.TrialState.FAIL,
+    "pending": optuna.trial.TrialState.WAITING,
+}
+"""Optuna's state of each end reason (:mod:`analysis.reading.trial_end`); any other (running, paused,
+stopped by the time budget: not finished) is RUNNING, which Optuna's plots leave out as unfinished."""
 
-    Distributions are inferred per parameter: strings, booleans, whole numbers with at most 8
-    distinct values (batch sizes) and constants are categorical; other numbers are floats, on a log
-    scale when all are > 0 and they span a factor of 10 or more. A parameter that is NaN in a row is
-    left out of that trial (conditional parameters). Rows with a NaN metric are skipped.
+
+def study_from_trials(
+    df: pd.DataFrame,
+    params: list[str],
+    metric: str = METRIC,
+    mode: str = MODE,
+    *,
+    distributions: dict | None = None,
+    history: pd.DataFrame | None = None,
+) -> optuna.Study:
+    """An in-memory Optuna study with one trial per row (row order: trial numbers), for Optuna's
+    importance evaluators and pictures.
+
+    A row's state follows its ``ended`` column (:data:`_STATES`: a finished trial is COMPLETE with its
+    metric as value, one the scheduler pruned is PRUNED, as Optuna records a pruned trial); without
+    that column every row with a metric is COMPLETE. A COMPLETE row without a finite metric is FAIL.
+    A parameter that is NaN in a row is left out of that trial (conditional parameters).
+
+    Args:
+        distributions: parameter -> Optuna distribution the searcher sampled from (its own study,
+            :class:`analysis.reading.search_record.SearchRecord`); a parameter without one, or whose
+            values it does not hold, gets one inferred: strings, booleans, whole numbers with at most 8
+            distinct values (batch sizes) and constants are categorical; other numbers are floats, on a
+            log scale when all are > 0 and they span a factor of 10 or more.
+        history: :func:`analysis.load_history` of the trials (``trial_id`` in ``df``): each trial's
+            ``metric`` per ``training_iteration`` becomes its intermediate values (Optuna shows pruned
+            trials' curves from them).
     Raises:
         KeyError: a parameter or the metric is missing. ValueError: no row has a metric.
     """
     columns = {p: param_column(df, p) for p in params}
-    rows = df[df[metric].notna()]
-    if rows.empty:
+    has_end = "ended" in df
+    rows = df if has_end else df[df[metric].notna()]
+    if not pd.to_numeric(rows[metric], errors="coerce").notna().any():
         raise ValueError(f"no trial has a {metric!r} value")
-    distributions = {p: _infer_distribution(rows[c].dropna()) for p, c in columns.items()}
-    study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
-    for _, row in rows.iterrows():
-        present = {p: _plain(row[c]) for p, c in columns.items() if not _is_missing(row[c])}
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=present, distributions={p: distributions[p] for p in present}, value=float(row[metric])
+    given = distributions or {}
+    chosen = {p: _distribution(given.get(p), rows[c].dropna()) for p, c in columns.items()}
+    curves = _intermediate_values(history, metric) if history is not None and "trial_id" in df else {}
+    with optuna_quiet():
+        study = optuna.create_study(direction="maximize" if mode == "max" else "minimize")
+        for _, row in rows.iterrows():
+            present = {p: _plain(row[c]) for p, c in columns.items() if not _is_missing(row[c])}
+            value = float(row[metric]) if not _is_missing(row[metric]) else math.nan
+            state = _STATES.get(row["ended"], optuna.trial.TrialState.RUNNING) if has_end else _STATES["finished"]
+            if state == optuna.trial.TrialState.COMPLETE and not math.isfinite(value):
+                state = optuna.trial.TrialState.FAIL
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=state,
+                    value=value if state == optuna.trial.TrialState.COMPLETE else None,
+                    params=present,
+                    distributions={p: chosen[p] for p in present},
+                    intermediate_values=curves.get(row["trial_id"], {}) if curves else None,
+                    user_attrs={k: str(row[k]) for k in ("trial", "trial_id") if k in df} or None,
+                )
             )
-        )
     return study
+
+
+def complete_trials(study: optuna.Study) -> list:
+    """The study's COMPLETE trials (those Optuna's pictures draw)."""
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
 def param_importance(
@@ -137,56 +197,68 @@ def param_importance(
     """
     study = study_from_trials(df, params, metric, mode)
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
-    importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    with optuna_quiet():
+        importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
     return pd.Series(importances, name="importance", dtype=float)
 
 
 def plot_parallel_coordinates(df: pd.DataFrame, params: list[str], metric: str = METRIC, mode: str = MODE) -> Figure:
     """Parallel-coordinates plot of `params` coloured by `metric` (Optuna's matplotlib plot)."""
-    study = study_from_trials(df, params, metric, mode)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study, params=params, target_name=metric)
-    ax.figure.set_size_inches(2.2 * (len(params) + 2), 5)
-    return ax.figure
+    return plot_parallel_coordinate(study_from_trials(df, params, metric, mode), params, metric)
+
+
+def _intermediate_values(history: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
+    """trial_id -> {training_iteration: finite metric value}."""
+    if metric not in history:
+        return {}
+    rows = history[["trial_id", "training_iteration", metric]].copy()
+    rows[metric] = pd.to_numeric(rows[metric], errors="coerce")
+    rows = rows[np.isfinite(rows[metric])]
+    return {
+        trial_id: dict(zip(group["training_iteration"].astype(int), group[metric].astype(float)))
+        for trial_id, group in rows.groupby("trial_id", sort=False)
+    }
 
 
 def top_trials(
-    df: pd.DataFrame, k: int = 10, metric: str = METRIC, mode: str = MODE, epochs: int | None = None
+    df: pd.DataFrame,
+    k: int = 10,
+    metric: str = METRIC,
+    mode: str = MODE,
+    epochs: int | None = None,
+    scheduler: str | None = None,
 ) -> pd.DataFrame:
-    """The k best trials as a table: name, searched parameters, epochs run, metric as mean ± 95% CI.
+    """The k best trials of :func:`analysis.tables.search_table.search_table` as text cells, for the console.
 
-    Columns: `trial` (a `trial` column, the last part of `logdir`, or `trial_id`), one per
-    `config/` column that varies (prefix dropped), `epochs` (with
-    `epochs` given, `stopped` marks trials ASHA ended early), `n_seeds`, and `<metric>` formatted
-    as `0.912 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed).
-    Trials without a value of `metric` (diverged, errored) are not ranked; none at all gives an
-    empty table.
+    Columns: `trial`, one per `config/` column that varies (prefix dropped; blank where a trial did not
+    have it), `epochs`, `ended` (an `ended` column of `df`, else :func:`analysis.reading.trial_end.end_reasons`
+    with `epochs`; in words, "pruned by <scheduler>"), `n_seeds`, and `<metric>` formatted as
+    `0.9124 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed). Trials
+    without a value of `metric` (diverged, errored) are not ranked; none at all gives an empty table.
     """
     if metric not in df:
         return pd.DataFrame(columns=["trial", metric])
-    ranked = df[df[metric].notna()].sort_values(metric, ascending=(mode == "min")).head(k)
-    out = pd.DataFrame(index=ranked.index)
-    name_col = next((c for c in ("trial", "logdir", "trial_id") if c in ranked), None)
-    if name_col == "logdir":
-        out["trial"] = ranked["logdir"].map(lambda p: str(p).rstrip("/").rsplit("/", 1)[-1])
-    else:
-        out["trial"] = ranked[name_col] if name_col else range(1, len(ranked) + 1)
-    for column in sorted(c for c in df.columns if c.startswith("config/")):
-        if df[column].nunique(dropna=True) > 1:
-            out[bare(column)] = ranked[column].map(_short)
-    if "training_iteration" in ranked:
-        out["epochs"] = ranked["training_iteration"].astype(int).astype(str)
-        if epochs is not None:
-            out["epochs"] += np.where(ranked["training_iteration"] < epochs, " (stopped)", "")
-    seeds = ranked["num_seeds"].fillna(1).astype(int) if "num_seeds" in ranked else pd.Series(1, index=ranked.index)
-    out["n_seeds"] = seeds
-    ci = ranked[f"{metric}_ci95"] if f"{metric}_ci95" in ranked else pd.Series(np.nan, index=ranked.index)
-    out[metric] = [
-        f"{m:.3f}" + (f" ± {c:.3f}" if n > 1 and not math.isnan(c) else "")
-        for m, c, n in zip(ranked[metric], ci, seeds)
-    ]
+    table = search_table(df, metric, mode, epochs=epochs)
+    table = table[table["rank"].notna()].head(k)
+    out = pd.DataFrame({"trial": table["trial"]})
+    for param in table.attrs["params"]:
+        out[param] = table[param].map(format_param)
+    out["epochs"] = table["epochs"].astype(str)
+    out["ended"] = table["ended"].map(lambda reason: ended_words(reason, scheduler))
+    out["n_seeds"] = table["n_seeds"]
+    out[metric] = [format_mean(m, c) for m, c in zip(table[metric], table[f"{metric}_ci95"])]
     return out.reset_index(drop=True)
+
+
+def _distribution(given, values: pd.Series) -> optuna.distributions.BaseDistribution:
+    """``given`` when it holds every value (the searcher's own), else one inferred from the values."""
+    if given is not None:
+        try:
+            if all(given._contains(given.to_internal_repr(_plain(v))) for v in values):
+                return given
+        except (ValueError, TypeError):
+            pass
+    return _infer_distribution(values)
 
 
 def _infer_distribution(values: pd.Series) -> optuna.distributions.BaseDistribution:
@@ -208,7 +280,115 @@ def _is_missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _short(value) -> str:
-    if _is_missing(value):
-        return ""
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+# --- what a search's report draws ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Picture:
+    """A picture of a report: drawn by ``draw``, or (``draw`` None) left out for the reason ``why``:
+    by design (``expected``, e.g. no Optuna picture of PBT) or because the data cannot make it."""
+
+    name: str  # file name without suffix, e.g. "slice"
+    title: str
+    draw: Callable[[], Figure] | None = None
+    caption: str = ""
+    why: str = ""
+    expected: bool = False
+
+
+OPTUNA_PICTURES = {
+    "optimization_history": "Optimization history",
+    "slice": "Slice",
+    "param_importances": "Parameter importances",
+    "parallel_coordinate": "Parallel coordinates",
+}
+"""The pictures of a search drawn by Optuna's own functions (``optuna.visualization.matplotlib``)."""
+
+
+def search_pictures(trials: pd.DataFrame, history: pd.DataFrame, metric: str, mode: str) -> list[Picture]:
+    """The pictures of a search or PBT experiment, from the study :func:`study_from_trials` builds.
+
+    Args:
+        trials: :func:`analysis.load_trials` table with ``select/<metric>``
+            (:func:`analysis.add_selected`) and ``attrs["search"]``
+            (:class:`analysis.reading.search_record.SearchRecord`; none: a grid, no pictures).
+        history: its :func:`analysis.load_history` (pruned trials' intermediate values).
+        metric, mode: what the search optimised.
+    Returns:
+        For a search: :data:`OPTUNA_PICTURES` and ``optimization_history_time`` (best so far against
+        seconds since the search started, :func:`plot_best_so_far`: Optuna has no such picture), each
+        left out with its reason where fewer than 2 trials completed or no parameter varies among them.
+        For PBT: ``pbt_schedule`` (:func:`analysis.figures.pbt_schedule.plot_pbt_schedule`); the others are
+        left out (a member has no single configuration). Nothing to draw is drawn here: ``draw`` does.
+    """
+    record = trials.attrs.get("search")
+    if record is None:
+        return []
+    if record.kind == "pbt":
+        return _pbt_pictures(trials, record, metric)
+    frame = search_frame(trials, metric)
+    params = [p for p in record.params if f"config/{p}" in frame]
+    study = study_from_trials(frame, params, metric, mode, distributions=record.distributions, history=history)
+    complete = complete_trials(study)
+    varied = [p for p in params if len({repr(t.params[p]) for t in complete if p in t.params}) > 1]
+    states = pd.Series([t.state.name.lower() for t in study.trials]).value_counts()
+    counts = (
+        f"{len(complete)} of {len(study.trials)} trials complete"
+        + "".join(f", {n} {state}" for state, n in states.items() if state != "complete")
+        + "; as Optuna does, pruned and unfinished trials have no value here (the search table lists them)."
+    )
+    if len(complete) < 2 or not varied:
+        why = f"{len(complete)} complete trial(s), 2 needed" if len(complete) < 2 else "no parameter varies"
+        names = {**OPTUNA_PICTURES, "optimization_history_time": "Optimization history over time"}
+        return [Picture(n, t, why=f"{why} among the complete trials ({counts})") for n, t in names.items()]
+    timed = frame.assign(  # every trial's times (the search's start), the values of the complete ones
+        **{metric: frame[metric].where(frame["trial_id"].isin({t.user_attrs.get("trial_id") for t in complete}))}
+    )
+    return _optuna_pictures(study, timed, varied, metric, mode, counts)
+
+
+def _optuna_pictures(
+    study: optuna.Study, timed: pd.DataFrame, varied: list[str], metric: str, mode: str, counts: str
+) -> list[Picture]:
+    """:data:`OPTUNA_PICTURES` of a study with two complete trials or more, and the history over time."""
+    evaluator = default_evaluator()
+    name = type(evaluator).__name__
+    by_name = {
+        "optimization_history": (
+            lambda: plot_optimization_history(study, metric),
+            f"Each complete trial's {metric} in the search's order, and the best so far. {counts}",
+        ),
+        "optimization_history_time": (
+            lambda: plot_best_so_far(timed, metric, mode, x="time"),
+            f"The best {metric} so far against seconds since the search started (complete trials).",
+        ),
+        "slice": (
+            lambda: plot_slice(study, varied, metric),
+            f"{metric} against each searched parameter, on a log axis where it was sampled on one. {counts}",
+        ),
+        "param_importances": (
+            lambda: plot_param_importances(study, varied, metric, evaluator),
+            f"Evaluator: {EVALUATORS.get(name, name)}, Optuna's default (`{name}`), over the complete trials.",
+        ),
+        "parallel_coordinate": (
+            lambda: plot_parallel_coordinate(study, varied, metric),
+            f"One line per complete trial, coloured by {metric}. {counts}",
+        ),
+    }
+    titles = {**OPTUNA_PICTURES, "optimization_history_time": "Optimization history over time"}
+    return [Picture(n, titles[n], draw, caption) for n, (draw, caption) in by_name.items()]
+
+
+def _pbt_pictures(trials: pd.DataFrame, record, metric: str) -> list[Picture]:
+    """PBT's schedule; Optuna's pictures left out by design."""
+    from analysis.figures.pbt_schedule import plot_pbt_schedule
+
+    why = "PBT changes a member's hyperparameters while it trains: no value belongs to one configuration"
+    schedule = Picture(
+        "pbt_schedule",
+        "PBT schedule",
+        lambda: plot_pbt_schedule(trials, record, metric),
+        caption="Each member's hyperparameters over its training; ◆ marks an exploit/explore step "
+        "(Tune's pbt_global.txt): the member took the checkpoint of the member named and perturbed its values.",
+    )
+    return [schedule, *(Picture(n, t, why=why, expected=True) for n, t in OPTUNA_PICTURES.items())]

@@ -19,6 +19,7 @@ import re
 import shlex
 import socket
 import time
+from pathlib import Path
 
 from trainables.experiment import records
 
@@ -79,7 +80,8 @@ def resume_command(launch: dict | None, resume: bool = True) -> str:
     launched and its flags, with `--resume` added before a command's `--` (a script's own `--resume`
     after it is left alone). Each word is quoted for the shell once; a placeholder such as `{lr}` or
     `--out={trial_dir}/x` is left unquoted (braces without `,` or `..` are no brace expansion).
-    e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py --lr {lr}``.
+    e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py --lr {lr}``;
+    a sweep the `raysweep` command launched (its `argv[0]` is that program) resumes as ``raysweep grid --resume``.
 
     Args:
         launch: the `raysweep.json` record (or any dict with `argv` and `python`); None or no `argv`:
@@ -92,7 +94,10 @@ def resume_command(launch: dict | None, resume: bool = True) -> str:
     argv = [str(a) for a in argv]
     end = argv.index("--") if "--" in argv else len(argv)
     flags = [a for a in argv[:end] if a != "--resume"] + (["--resume"] if resume else [])
-    words = [launch.get("python") or "python", *flags, *argv[end:]]
+    if Path(argv[0]).name == "raysweep":  # the console command, as the user typed it
+        words = ["raysweep", *flags[1:], *argv[end:]]
+    else:
+        words = [launch.get("python") or "python", *flags, *argv[end:]]
     return " ".join(_shell_word(word) for word in words)
 
 

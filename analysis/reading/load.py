@@ -74,7 +74,12 @@ def load_experiment(
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", DEFAULT_TEST_METRIC)  # older sweeps: the default, when reported
     trials_df.attrs.update(
-        experiment=prefix + root, metric=metric, mode=mode, test_metric=test_metric, duplicates=duplicates
+        experiment=prefix + root,
+        metric=metric,
+        mode=mode,
+        test_metric=test_metric,
+        duplicates=duplicates,
+        search=sweep.get("search"),
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
@@ -89,17 +94,14 @@ def load_trials(
     """One row per trial of a Ray Tune experiment.
 
     Args:
-        source: experiment folder (local path, or a URI that ``pyarrow.fs`` or ``fsspec``
-            understand, e.g. ``s3://bucket/runs/noise_grid``, ``memory://x``), or a
-            ``ray.tune.ResultGrid``; or a list of these, to compare methods run as separate
-            sweeps: the tables are stacked, a first column ``experiment`` holds each
-            experiment's folder name (its full path when two names are equal), and with more
-            than one experiment ``trial_id`` becomes ``<experiment>/<trial_id>`` (Tune reuses
-            ids across experiments).
-        modes: ``{metric: "min" | "max"}`` used for the ``best/<metric>`` columns; metrics not
-            listed use :func:`guess_mode`.
-        filesystem: a ``pyarrow.fs.FileSystem`` to read ``source`` with (then ``source`` is a
-            path on it).
+        source: experiment folder (local path, or a URI that ``pyarrow.fs`` or ``fsspec`` understand,
+            e.g. ``s3://bucket/runs/noise_grid``, ``memory://x``), or a ``ray.tune.ResultGrid``; or a
+            list of these, to compare methods run as separate sweeps: the tables are stacked, a first
+            column ``experiment`` holds each experiment's folder name (its full path when two names
+            are equal), and with more than one experiment ``trial_id`` becomes
+            ``<experiment>/<trial_id>`` (Tune reuses ids across experiments).
+        modes: ``{metric: "min" | "max"}`` for the ``best/<metric>`` columns; other metrics: :func:`guess_mode`.
+        filesystem: a ``pyarrow.fs.FileSystem`` to read ``source`` with (then ``source`` is a path on it).
 
     Returns:
         DataFrame, one row per trial, in trial-id order, with columns
@@ -115,7 +117,9 @@ def load_trials(
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
         - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
           start time and the time of the last result (see the module docstring); NaT when unknown,
-        - ``iterations`` (int): last ``training_iteration`` (0 without results); ``node``: its hostname,
+        - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later);
+          ``node``: its hostname; ``ended``: why it ended (``finished``, ``pruned``, ``budget``, ...:
+          :mod:`analysis.reading.trial_end`),
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
           ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
         - ``trial_dir`` (str): the trial folder, as a local path or URI,
@@ -125,7 +129,8 @@ def load_trials(
 
         ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
         recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
-        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``).
+        ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``);
+        ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None).
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them.
@@ -351,6 +356,7 @@ def _load_many(
         mode=mode,
         test_metric=tests.pop() if len(tests) == 1 else None,
         duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
+        search=loaded[0][0].attrs.get("search") if len(loaded) == 1 else None,
     )
     history.attrs.update(experiment=", ".join(paths), experiments=paths)
     return trials, history

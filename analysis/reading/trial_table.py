@@ -9,12 +9,11 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.reading.scheduler_stop import STOPPED
+from analysis.reading.trial_end import end_reasons
 from analysis.reading.tune_files import flatten
+from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
-
-JOINS_STEP_METRIC = (
-    "command/joins_step"  # the marker `trainables/command/parse.py` writes (analysis imports no trainables)
-)
 
 # Keys Tune adds to every result. They are not metrics: dropped from the history, except the
 # ones in _HISTORY_KEEP, which locate a row in time.
@@ -139,10 +138,19 @@ def _trial_columns(trials: list[dict], history: pd.DataFrame, ids: np.ndarray, p
             "start_time": pd.to_datetime(start, unit="s", utc=True),
             "end_time": pd.to_datetime(end, unit="s", utc=True),
             "duration_s": end - start,
-            "iterations": [int(t["tail"].get("training_iteration") or 0) for t in trials],
+            "iterations": [_iterations(t) for t in trials],
             "node": pd.Series([t["tail"].get("hostname") for t in trials], dtype=object),
         }
     )
+    flags = pd.DataFrame(
+        {
+            STOPPED: [t["tail"].get("done") if t["tail"] else None for t in trials],
+            "done": [(t.get("last_result") or {}).get("done") for t in trials],
+            "config/epochs": [t["config"].get("epochs") for t in trials],
+        },
+        dtype=object,
+    )
+    base.insert(base.columns.get_loc("node") + 1, "ended", end_reasons(pd.concat([base, flags], axis=1)))
     resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
     resources.columns = [f"resources/{c}" for c in resources.columns]
     dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})
@@ -171,3 +179,11 @@ def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, e
     start[missing] = estimate[missing]
     fill_end = missing | np.isnan(end)
     end[fill_end] = (start + last_total)[fill_end]
+
+
+def _iterations(trial: dict) -> int:
+    """Results a trial reported: its last row's ``training_iteration``, or the state's when that is
+    later (Tune's result.json of a PBT member paused and restored can lack its last rows)."""
+    logged = trial["tail"].get("training_iteration") or 0
+    state = (trial.get("last_result") or {}).get("training_iteration") or 0
+    return int(max(logged, state))

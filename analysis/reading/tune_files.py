@@ -6,10 +6,11 @@ Ray 2.x layout::
                                                    start time and time of the last result
                                                    (one per driver session: all are read)
     <experiment>/<trial dir>/result.json           one JSON object per reported result
-    <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent)
+    <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent or empty)
     <experiment>/<trial dir>/params.json           the resolved config
     <experiment>/<trial dir>/error.txt             traceback of an errored trial
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
+    <experiment>/searcher-state-*.pkl, pbt_global.txt   a search's own record (`analysis/reading/search_record.py`)
 
 The state file and ``raysweep.json`` are read by `analysis/reading/tune_state.py` (no pandas; the
 status command uses it alone). Trial folders that the state file does not list yet (an experiment
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
+from analysis.reading.search_record import read_search_record
 from analysis.reading.tune_state import folder_trial as _folder_trial
 from analysis.reading.tune_state import list_dir as _list_dir
 from analysis.reading.tune_state import listed_trials as _listed_trials
@@ -61,7 +63,8 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
         ``dir``, ``config``, ``start``/``end`` in Unix seconds or None, ``resources``, ``error``,
         ``tail`` = last result row, ``merged`` and ``nonfinite`` for trials parsed row by row);
         all result rows as one DataFrame with a ``_trial`` column indexing ``trials``; and the
-        sweep's recorded ``metric``/``mode`` (either may be missing).
+        sweep's recorded ``metric``/``mode`` (either may be missing) with ``search``, its
+        :class:`analysis.reading.search_record.SearchRecord` (None for a grid).
 
     Raises:
         ExperimentError: ``root`` is not a folder, holds no Tune experiment, or has no trials.
@@ -98,7 +101,9 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     rows = _parse_results(trials, display)
     for trial in trials:
         _complete_trial(fs, root, trial)
-    return trials, rows, _sweep_settings(fs, root, files, state)
+    sweep = _sweep_settings(fs, root, files, state)
+    sweep["search"] = read_search_record(fs, root, files, sweep, trials)
+    return trials, rows, sweep
 
 
 def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
@@ -121,8 +126,9 @@ def _read_trial_files(fs, root: str, trial: dict) -> None:
     if folder is None:
         return
     trial["result"] = _read_bytes(fs, posixpath.join(folder, "result.json"))
-    if trial["result"] is None:
+    if not trial["result"]:  # none, or empty (seen for PBT members paused and restored): Tune's CSV log
         trial["csv"] = _read_bytes(fs, posixpath.join(folder, "progress.csv"))
+        trial["result"] = None if trial["csv"] else trial["result"]
     if trial["status"] in (None, "ERROR"):
         text = _read_bytes(fs, posixpath.join(folder, "error.txt"))
         if text is not None:
@@ -204,7 +210,7 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
         if trial["result"] is not None:
             rows = _parse_result_json(trial["result"], f"{where}/{trial['dir']}/result.json")
         else:
-            rows = pd.read_csv(io.BytesIO(trial["csv"])).to_dict("records")
+            rows = _parse_progress_csv(trial["csv"])
         if not rows:
             continue
         trial["tail"] = dict(rows[-1])
@@ -224,6 +230,13 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
         return pd.DataFrame({"_trial": pd.Series(dtype="int64")})
     history = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return history.sort_values("_trial", kind="stable", ignore_index=True)
+
+
+def _parse_progress_csv(data: bytes) -> list[dict]:
+    """Rows of a progress.csv as dicts. An empty cell is a key that row did not report (Tune writes
+    None as ""), left out so it is not taken for a NaN; a written ``nan`` stays NaN (diverged)."""
+    frame = pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=["nan", "NaN", "-nan"])
+    return [{k: v for k, v in row.items() if not (isinstance(v, str) and v == "")} for row in frame.to_dict("records")]
 
 
 def _parse_fast(trials: list[dict], indices: list[int]) -> pd.DataFrame:

@@ -105,6 +105,8 @@ def state_trials(state: dict, dirs: list[str]) -> list[dict]:
                 "resources": resources,
                 "last_result": meta.get("last_result") if isinstance(meta.get("last_result"), dict) else {},
                 "metric_analysis": meta.get("metric_analysis") if isinstance(meta.get("metric_analysis"), dict) else {},
+                "sampled": info.get("evaluated_params") if isinstance(info.get("evaluated_params"), dict) else None,
+                "tag": info.get("experiment_tag"),
             }
         )
     return trials
@@ -155,6 +157,8 @@ def folder_trial(folder: str | None) -> dict:
         "resources": {},
         "error": None,
         "state": None,
+        "sampled": None,
+        "tag": None,
     }
 
 
@@ -225,13 +229,14 @@ def _keep_order(trial: Mapping, index: int) -> tuple:
 
 def sweep_settings(fs, root: str, files: set[str], state: dict | None) -> dict:
     """Metric and mode recorded by raysweep (raysweep.json), else by Tune (TuneConfig.metric); with
-    ``test_metric`` when raysweep.json records it (a str, or None for a sweep without one)."""
+    ``test_metric`` when raysweep.json records it (a str, or None for a sweep without one), and
+    ``searcher`` / ``scheduler`` (class names, None for a grid) when it records them."""
     if records.SETTINGS_FILE in files:
         path = posixpath.join(root, records.SETTINGS_FILE)
         settings = records.parse_record(read_bytes(fs, path) or b"", path) or {}  # torn: warned, ignored
         if settings.get("metric"):
-            test = {"test_metric": settings["test_metric"]} if "test_metric" in settings else {}
-            return {"metric": settings["metric"], "mode": settings.get("mode"), **test}
+            recorded = {k: settings[k] for k in ("test_metric", "searcher", "scheduler") if k in settings}
+            return {"metric": settings["metric"], "mode": settings.get("mode"), **recorded}
     metric = ((state or {}).get("runner_data") or {}).get("_metric")  # TuneConfig(metric=...)
     return {"metric": metric} if isinstance(metric, str) else {}
 
@@ -246,8 +251,16 @@ class _Stub:
         self.__dict__["state"] = state
 
 
-class _StubUnpickler(pickle.Unpickler):
+class StubUnpickler(pickle.Unpickler):
+    """Unpickles with every class replaced by a stub, except those ``real(module, name)`` allows."""
+
+    def __init__(self, file, real=None):
+        super().__init__(file)
+        self._real = real
+
     def find_class(self, module, name):
+        if self._real is not None and self._real(module, name):
+            return super().find_class(module, name)
         return _Stub
 
 
@@ -258,7 +271,7 @@ def unpickle_stub(field: Any) -> dict:
     if not isinstance(field, str):
         return {}
     try:
-        state = _StubUnpickler(io.BytesIO(bytes.fromhex(field))).load()
+        state = StubUnpickler(io.BytesIO(bytes.fromhex(field))).load()
     except Exception:  # any malformed or unexpected pickle: the field is simply unknown
         return {}
     state = getattr(state, "state", None)

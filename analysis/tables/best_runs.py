@@ -125,8 +125,6 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     Raises:
         ValueError: unknown ``style``.
     """
-    if style not in ("text", "markdown", "latex"):
-        raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
     keys = [c for c in table.columns if c not in _STAT_COLUMNS and c not in ("seeds_n", "decision")]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
@@ -149,13 +147,25 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
                 *([decision_mark(row) or "–"] if marks else []),
             ]
         )
+    return render_table(header, body, len(keys), style)
+
+
+def render_table(header: list[str], body: list[list[str]], n_keys: int, style: str = "text") -> str:
+    """Rows of cells (strings) as text (aligned columns), Markdown or a booktabs LaTeX ``tabular``;
+    the first ``n_keys`` columns are keys (left-aligned), the others statistics (right-aligned).
+
+    Raises:
+        ValueError: unknown ``style``.
+    """
+    if style not in ("text", "markdown", "latex"):
+        raise ValueError(f"style must be 'text', 'markdown' or 'latex', not {style!r}")
     if style == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(lines) + "\n"
     if style == "latex":
-        return _latex_tabular(header, body, len(keys))
-    return _aligned_text(header, body, len(keys))
+        return _latex_tabular(header, body, n_keys)
+    return _aligned_text(header, body, n_keys)
 
 
 def table_caption(table: pd.DataFrame) -> str:
@@ -190,16 +200,25 @@ def _aligned_text(header: list[str], body: list[list[str]], n_keys: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: pd.DataFrame, path: str | Path) -> list[Path]:
-    """Write a :func:`best_runs` table as ``<path>.csv`` (all columns), ``.md`` and ``.tex`` (each
-    with :func:`table_caption` above the table; a LaTeX comment in ``.tex``).
+def write_table(
+    table: pd.DataFrame, path: str | Path, *, caption: str | None = None, formatter=format_table
+) -> list[Path]:
+    """Write a table as ``<path>.csv`` (all columns), ``.md`` and ``.tex`` (each with its caption
+    above the table; a LaTeX comment in ``.tex``).
 
-    ``path`` is the file name without suffix, e.g. ``report/best_runs``. Returns the three paths.
+    Args:
+        table: a :func:`best_runs` table, or another table with its own ``formatter``.
+        path: the file name without suffix, e.g. ``report/best_runs``.
+        caption: default :func:`table_caption` (of a :func:`best_runs` table).
+        formatter: ``(table, style) -> str`` for ``"markdown"`` and ``"latex"``; default :func:`format_table`.
+    Returns:
+        the three paths.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    caption = table_caption(table) if caption is None else caption
     csv, md, tex = (path.with_name(path.name + suffix) for suffix in (".csv", ".md", ".tex"))
     table.to_csv(csv, index=False)
-    md.write_text(table_caption(table) + "\n\n" + format_table(table, "markdown"))
-    tex.write_text("% " + latex_escape(table_caption(table)) + "\n" + format_table(table, "latex"))
+    md.write_text(caption + "\n\n" + formatter(table, "markdown"))
+    tex.write_text("% " + latex_escape(caption) + "\n" + formatter(table, "latex"))
     return [csv, md, tex]

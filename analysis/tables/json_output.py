@@ -74,6 +74,8 @@ def summary_document(
         dict, see ``analysis/schemas/summary-1.json``: one cell per (method, noise type, noise rate)
         with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of ``test_metric`` in its own
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
+        ``search``: of a search or PBT experiment, its search table (every trial ranked by ``metric``
+        under the rule, searched parameters, epochs, why it ended); null for a grid.
     Raises:
         ExperimentError: as :func:`analysis.paper_table` (a metric not reported, a bad rule).
     """
@@ -104,6 +106,42 @@ def summary_document(
         "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
         "duplicates": list(trials.attrs.get("duplicates") or []),
         "seed_rule": a.get("seed_rule"),
+        "search": _search(trials, history, metric, mode, select, k),
+    }
+
+
+def _search(trials, history, metric: str, mode: str, select: str, k: int) -> dict | None:
+    """The search table of a search or PBT experiment (``analysis/tables/search_table.py``), None for a grid:
+    every trial ranked by ``metric`` under the selection rule, its searched parameters, epochs and end reason."""
+    import pandas as pd
+
+    from analysis.statistics.select import add_selected
+    from analysis.tables.search_table import experiment_search_table
+
+    if trials.attrs.get("search") is None:
+        return None
+    ci = [f"{metric}_ci95"] if f"{metric}_ci95" in history.columns else []
+    selected = add_selected(trials, history, [metric, *ci], select, k=k, val_metric=metric, val_mode=mode)
+    table = experiment_search_table(selected, metric, mode)
+    a = table.attrs
+    return {
+        "kind": a["kind"],
+        "searcher": a["searcher"],
+        "scheduler": a["scheduler"],
+        "params": a["params"],
+        "trials": [
+            {
+                "rank": None if pd.isna(row["rank"]) else int(row["rank"]),
+                "trial": str(row["trial"]),
+                "params": {p: _plain(row[p]) for p in a["params"] if _plain(row[p]) is not None},
+                "epochs": int(row["epochs"]),
+                "ended": row["ended"],
+                "n_seeds": int(row["n_seeds"]),
+                "value": _number(row[metric]),
+                "ci95": _number(row[f"{metric}_ci95"]),
+            }
+            for row in table.to_dict("records")
+        ],
     }
 
 

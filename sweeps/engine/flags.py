@@ -184,7 +184,16 @@ def check_dashboard_host(host: str) -> bool:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake raises `UsageError` (one line, exit 2 through `run_main`)."""
+    """argparse, but a usage mistake raises `UsageError` (one line, exit 2 through `run_main`).
+
+    Its `prog` is `COMMAND` when the `raysweep` command set it (`raysweep grid`: the script's own
+    parser, named as the user called it), else the script's."""
+
+    COMMAND: str | None = None  # set by sweeps/cli.py before it calls a script's `main`
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prog = ArgumentParser.COMMAND or self.prog
 
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")

@@ -25,6 +25,11 @@ from trainables.experiment import records
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
+NO_ENV_HELP = (
+    "leave this shell's environment variables out of the trials, which then have those of the node's `ray start`, "
+    "for a cluster whose nodes differ (default: every trial gets this shell's variables and PATH; "
+    "docs/gpus-and-clusters.md)"
+)
 MLFLOW_DEFAULT_URI = (
     "sqlite:///mlflow.db"  # MLflow 3 refuses the file store (file:./mlruns) unless MLFLOW_ALLOW_FILE_STORE=true
 )
@@ -78,6 +83,7 @@ def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool)
     res.add_argument(
         "--dashboard-host", default="127.0.0.1", help="interface the Ray dashboard listens on (default: 127.0.0.1)"
     )
+    res.add_argument("--no-env", dest="carry_env", action="store_false", help=NO_ENV_HELP)
     res.add_argument("--storage-path", default="./runs", help="where experiments are written (default: ./runs)")
     res.add_argument(
         "--storage-is-shared",
@@ -233,6 +239,8 @@ class RunOptions:
         address: an existing Ray cluster; "local": always a private Ray (None: the cluster `ray start`
             runs on this machine, else a local one).
         dashboard_host: the interface Ray's dashboard listens on.
+        carry_env: every trial gets this shell's environment variables (`sweeps.engine.cluster.job_env`);
+            False: --no-env.
         storage_is_shared: trust that `storage_path` is reachable from every node.
         max_failures: retries of a failed trial (0 with `fail_fast`).
         max_initial_failures: command trials: attempts failing before any metric that stop the sweep
@@ -254,6 +262,7 @@ class RunOptions:
     max_concurrent: int | None = None
     address: str | None = None
     dashboard_host: str = "127.0.0.1"
+    carry_env: bool = True
     storage_is_shared: bool = False
     max_failures: int = MAX_FAILURES
     max_initial_failures: int = MAX_INITIAL_FAILURES

@@ -96,9 +96,10 @@ def explain(failures: dict[str, TrialFailure]) -> None:
         print(f"{not_started} trial(s) not started: the sweep stopped after its first trials failed")
 
 
-def hint(failure: TrialFailure) -> str:
+def hint(failure: TrialFailure, in_check: bool = False) -> str:
     """A hint fitting a command's failure: a missing relative path names the path, the trial's working
-    folder and what it resolves to there; an absolute one, the path; exit code 2, argparse; else --check."""
+    folder and what it resolves to there; an absolute one, the path; exit code 2, argparse; else --check
+    (`in_check`: the failure is --check's own run, whose output is shown above)."""
     path, folder = failure.missing_path, failure.working_folder
     if path and not os.path.isabs(path):
         return (
@@ -111,4 +112,6 @@ def hint(failure: TrialFailure) -> str:
         return f"hint: {path} does not exist on the node that ran the trial"
     if failure.exit_code == 2:
         return "hint: exit code 2 is argparse's usage error: the script refused the arguments the command gives it"
+    if in_check:
+        return "hint: the error is the script's own (its output is above): fix it, then run --check again"
     return "hint: run the first cell alone, in the foreground, with --check (a retry cannot fix an error at start)"

@@ -26,6 +26,19 @@ _SUMMARY_PAIR = re.compile(rf"{_NOT_KEY_BEFORE}(?P<key>{KEY})\s+(?P<value>{NUMBE
 # A tqdm bar, as Lightning draws it: `Epoch 3: 100%|###| 10/10 [00:01<00:00, 8.1it/s, v_num=0, val_acc=0.812]`.
 _BAR = re.compile(r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[(?P<postfix>[^\]]*)\]")
 _BAR_PAIR = re.compile(rf"(?P<key>{KEY})=(?P<value>{NUMBER})(?=,|$)")
+NOT_METRICS = ("v_num",)  # Lightning's bar shows the logger's version (`v_num=0`): not a metric
+# `| end of epoch   1 | time: 53.59s | valid loss  2.94 | valid ppl    19.00` (pytorch/examples
+# word_language_model; fairseq's `simple` log format): `name value` segments between pipes, a name of
+# one or more words (joined with `_`: `valid_loss`), the value ending its segment.
+_PIPE_PAIR = re.compile(rf"^(?P<name>[A-Za-z_][\w./\-@]*(?: [A-Za-z_][\w./\-@]*)*):?\s+(?P<value>{NUMBER})%?$")
+_PIPE_SUBSET = re.compile(r"^\w+ on '(?P<subset>\w+)' subset$")  # fairseq: `valid on 'valid' subset`
+_PIPE_COUNTERS = ("epoch", "step", "iter", "iteration", "update")  # `end of epoch 1` is `epoch` = 1
+# End-of-run summaries that name an earlier epoch: timm's `*** Best metric: 16.67 (epoch 0)`, Lightning's
+# "`Trainer.fit` stopped: `max_epochs=2` reached." Their numbers are not a new result.
+_END_OF_RUN = (
+    re.compile(r"\bbest\b.*(?:\(\s*epoch\s*\d+\s*\)|\bat epoch\s*\d+)", re.IGNORECASE),
+    re.compile(r"`?Trainer\.fit`? stopped"),
+)
 # Epoch forms with the batch after them: imagenet `Epoch: [3][ 10/391]`, mmengine `Epoch(val) [3][100/100]`,
 # timm `Train: 3 [ 100/1251 (  8%)]`. The step is the number as printed (imagenet counts from 0).
 _EPOCH_FORMS = (
@@ -58,6 +71,12 @@ def config_dump(line: str) -> bool:
     return False
 
 
+def end_of_run(line: str) -> bool:
+    """Whether `line` sums up the run rather than reporting a step: timm's `*** Best metric: 16.67 (epoch 0)`
+    (a best value and the epoch it came from), Lightning's "`Trainer.fit` stopped: `max_epochs=2` reached."."""
+    return any(form.search(line) for form in _END_OF_RUN)
+
+
 def fraction_percent(line: str) -> dict:
     """`Accuracy: 9894/10000 (99%)` (pytorch/examples mnist) -> {"Accuracy": 98.94}: the count over
     the total as a percentage (more digits than the rounded `(99%)`), never the count 9894."""
@@ -85,7 +104,38 @@ def progress_bar(line: str) -> dict:
     if not match:
         return {}
     pairs = _BAR_PAIR.finditer(", ".join(p.strip() for p in match["postfix"].split(",")))
-    return {m["key"]: int(m["value"]) if m["value"].isdigit() else float(m["value"]) for m in pairs}
+    return {
+        m["key"]: int(m["value"]) if m["value"].isdigit() else float(m["value"])
+        for m in pairs
+        if m["key"] not in NOT_METRICS
+    }
+
+
+def pipe_pairs(line: str) -> dict:
+    """`| epoch   3 | lr 20.00 | valid loss  2.94 | valid ppl    19.00` -> {"epoch": 3, "lr": 20.0,
+    "valid_loss": 2.94, "valid_ppl": 19.0}: each `name value` segment of a line split by ` | `; a name of
+    several words is joined with `_`, and one ending in a counter (`end of epoch 1`) is that counter.
+    fairseq's `valid on 'valid' subset` segment prefixes the names after it (`valid_loss`). A segment that
+    is not `name value` (`200/2983 batches`, `time: 53.59s`, `End of training`) is skipped; {} for a line
+    with fewer than two segments."""
+    segments = [s.strip() for s in line.strip().strip("|").split(" | ")]
+    if len(segments) < 2:
+        return {}
+    found, prefix = {}, ""
+    for segment in segments:
+        if subset := _PIPE_SUBSET.match(segment):
+            prefix = subset["subset"] + "_"
+            continue
+        match = _PIPE_PAIR.match(segment)
+        if not match:
+            continue
+        words = match["name"].split()
+        name = words[-1] if len(words) > 1 and words[-1].lower() in _PIPE_COUNTERS else "_".join(words)
+        value = match["value"]
+        found[name if name.lower() in _PIPE_COUNTERS else prefix + name] = (
+            int(value) if value.lstrip("+-").isdigit() else float(value)
+        )
+    return found
 
 
 def epoch_with_batch(line: str) -> tuple[int | None, str]:
@@ -99,9 +149,9 @@ def epoch_with_batch(line: str) -> tuple[int | None, str]:
 
 
 def shape_metrics(line: str) -> tuple[dict, frozenset]:
-    """Every shape's metrics on `line` (a summary first, then fractions, meters, a bar's postfix) and
+    """Every shape's metrics on `line` (a summary first, then fractions, pipe pairs, meters, a bar's postfix) and
     the names that are running values (meters and bars: redrawn during a step, so they never
     complete a step's result on their own; `command_parse.StepContext` waits for the step's end)."""
-    settled = {**fraction_percent(line), **summary(line)}
+    settled = {**pipe_pairs(line), **fraction_percent(line), **summary(line)}
     running = {**progress_bar(line), **meters(line)}
     return {**running, **settled}, frozenset(running.keys() - settled.keys())

@@ -18,6 +18,7 @@ are regexes with named groups, one per metric (`Epoch (?P<epoch>\\d+) .* acc (?P
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import string
@@ -32,9 +33,6 @@ BUILTIN_PLACEHOLDERS = ("trial_dir", "trial_name", "gpu")  # filled by the train
 METRICS_SOURCES = ("output", "stdout", "stderr", "jsonl", "tensorboard", "wandb", "mlflow", "csv", "hf")
 STREAMS_READ = {"output": ("stdout", "stderr"), "stdout": ("stdout",), "stderr": ("stderr",)}  # others: none
 NO_RETRY_METRIC = "command/no_retry"  # in a command trial's last report: its error is not worth a retry
-# In a row that repeats the step of the row before it with a final block joined (`analysis/reading/load.py`
-# drops that earlier row).
-JOINS_STEP_METRIC = "command/joins_step"
 
 # A key starts with a letter or `_`, may hold `. / - @` (val/acc, train.loss, Acc@1); a value is an int,
 # a float (1e-3, .5) or nan/inf, and must end the token (so `10ms`, `v1.2.3`, `abc123` are not read).
@@ -140,7 +138,8 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
             metrics (the first pattern to give a name wins).
     Returns:
         {metric: int | float}, `step_key` included when the line names the step; {} for a line
-        with no number in these forms, and for a configuration dump (`output_shapes.config_dump`).
+        with no number in these forms, for a configuration dump (`output_shapes.config_dump`) and for
+        an end-of-run summary naming an earlier epoch (`output_shapes.end_of_run`).
         `97.0%` reads 97.0; NaN and inf are kept (the trainable treats them as divergence).
     """
     return read_line(line, step_key, patterns)[0]
@@ -148,14 +147,15 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
 
 def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
     """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
-    if output_shapes.config_dump(line):
+    if output_shapes.config_dump(line) or output_shapes.end_of_run(line):
         return {}, frozenset()
     step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
     metrics, running = {}, frozenset()
     if not patterns:
         metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
-            metrics.setdefault(match["key"], _number(match["value"]))
+            if match["key"] not in output_shapes.NOT_METRICS:
+                metrics.setdefault(match["key"], _number(match["value"]))
     for pattern in patterns or ():
         match = pattern.search(line)
         for key, text in (match.groupdict() if match else {}).items():
@@ -189,7 +189,9 @@ class StepContext:
     Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
     first step starts. Each step is returned once: metrics printed after its result was complete
     are dropped, unless they are the final result. Running values (an AverageMeter's average, a
-    progress bar's postfix, redrawn every batch) never complete a step before it ends.
+    progress bar's postfix, redrawn every batch) never complete a step before it ends. A JSON dump
+    printed over several lines after a step (timm's `--result` list of its best epochs) sums up
+    results already read: its lines are skipped, unless it is one object of numbers (a final result).
 
         ctx = StepContext("epoch", complete_when={"val_acc"})
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
@@ -206,11 +208,35 @@ class StepContext:
         self.pending: dict = {}  # metrics of the current step not returned yet
         self.completed = None  # the step last returned
         self.settled: set = set()  # names in `pending` read from a line that is not a running value
+        self.dump: list = []  # the lines of a multi-line JSON dump being read (`_json_dump`)
 
     def feed(self, line: str) -> list[dict]:
         """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        dump = self._json_dump(line)
+        if dump is not None:
+            return self.add(dump)
         return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
+
+    def _json_dump(self, line: str) -> dict | None:
+        """None for a line outside a JSON dump printed over several lines after a step (from a lone `[` or
+        `{` to the line closing it, brackets counted); for a line in one, {} until its last line, which
+        gives the dump's metrics when it is one object of numbers without the step (`json.dumps(
+        {"test_acc": 0.9}, indent=2)`: a final result), else {} (timm's list of its best epochs)."""
+        text = line.strip()
+        if not self.dump and (self.step is None or text not in ("[", "{")):
+            return None
+        self.dump.append(line)
+        opened = sum(t.count("[") + t.count("{") - t.count("]") - t.count("}") for t in self.dump)
+        if opened > 0:
+            return {}
+        text, self.dump = "\n".join(self.dump), []
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return {}
+        numbers = isinstance(value, dict) and all(type(v) in (int, float) for v in value.values())
+        return value if numbers and self.step_key not in value else {}
 
     def add(self, metrics: dict, running=frozenset()) -> list[dict]:
         """As `feed`, for metrics read elsewhere (a TensorBoard event: {tag: value, step_key: step});

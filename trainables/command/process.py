@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from trainables.command.parse import StepContext, format_value
-from trainables.command.sources import StreamLog, TensorBoardResults, decode_line, read_metrics_file
+from trainables.command.sources import StreamLog, decode_line, read_metrics_file
 from trainables.command.trackers import TrackerResults
 from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.command.watchdog import group_alive
@@ -128,7 +128,7 @@ class CommandOutput:
     context: StepContext  # groups the printed lines into one result per step
     streams: tuple  # the streams --metrics-from reads ("stdout", "stderr")
     metrics_file: Path | None  # $RAYSWEEP_METRICS_FILE; None with --metrics-from tensorboard or a tracker
-    events: TensorBoardResults | TrackerResults | None  # `command_sources.record_reader`
+    events: TrackerResults | None  # `sources.record_reader`: chooses the rows reported (printed or a tracker's)
     step_key: str
     log: StreamLog  # command_stdout.txt: both streams in the order read, closed by the trial
     tails: dict = dataclasses.field(
@@ -138,7 +138,8 @@ class CommandOutput:
     open_streams: int = 2
 
     def poll(self, timeout_s: float) -> list[dict]:
-        """The results of the lines queued within `timeout_s` seconds, the metrics file and the events."""
+        """The results of the lines queued within `timeout_s` seconds, the metrics file and the events
+        (`events` chooses between the printed rows and a tracker's, `trackers.TrackerResults.poll`)."""
         results = []
         for name, line in next_lines(self.lines, timeout_s):
             if line is None:
@@ -149,7 +150,7 @@ class CommandOutput:
             if STREAM_NAMES[name] in self.streams:
                 results += self.context.feed(line)
         results += self.written_since()
-        return results + (self.events.poll(results) if self.events else [])
+        return self.events.poll(results) if self.events else results
 
     def written_since(self) -> list[dict]:
         """The results appended to the metrics file since the last read."""

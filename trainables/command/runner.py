@@ -26,7 +26,7 @@ from ray.tune import Checkpoint
 from trainables import divergence
 from trainables.command.failure import Reading, fail, take_turn, verdict
 from trainables.command.failure_gate import GateTicket
-from trainables.command.parse import JOINS_STEP_METRIC, STREAMS_READ, StepContext, non_finite, render
+from trainables.command.parse import STREAMS_READ, StepContext, non_finite, render
 from trainables.command.process import (  # noqa: F401  (command_env: also for --check)
     CommandOutput,
     command_env,
@@ -41,7 +41,6 @@ from trainables.command.sources import (  # noqa: F401  (read_metrics_file: also
     OUTPUT_FILES,
     STDOUT_LOG,
     StreamLog,
-    TensorBoardResults,
     catch_up,
     last_reported_step,
     no_metrics_message,
@@ -51,7 +50,7 @@ from trainables.command.sources import (  # noqa: F401  (read_metrics_file: also
     unreported_results,
     unreported_tracker_rows,
 )
-from trainables.command.trackers import TRACKERS, sources_of, tracker_env
+from trainables.command.trackers import TRACKERS, sources_of, tracker_env, trackers_named
 from trainables.command.watchdog import start_watchdog, terminate_group
 from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
@@ -160,7 +159,7 @@ class StepReporter:
     def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
         """Report the results not reported before; True when one diverged (the trial then ends).
         A final result (printed after the last step line) may share the last reported step: it is
-        then reported joined to that step's row, marked `JOINS_STEP_METRIC` (the tables keep only
+        then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
         the joined row); `missing` results are rows the history lacks, reported whatever their step."""
         key = self.step_key
         for result in results:
@@ -173,7 +172,7 @@ class StepReporter:
             if not missing and last is not None and (result[key] < last or (result[key] == last and not final)):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             if final and self.last_result is not None and self.last_result[key] == result[key]:
-                result = {**self.last_result, **result, JOINS_STEP_METRIC: 1}
+                result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
             _report(result, key)
             if self.last_result is None:
                 self.ticket.call("reported")  # the command works: the sweep's other trials may start
@@ -204,24 +203,15 @@ def _report_recovered(reporter: StepReporter, trial_name: str, patterns, complet
     catch_up(reporter.trial_folder)
     stdout_log = reporter.trial_folder / STDOUT_LOG
     last_step, key = reporter.last_step, reporter.step_key
-    recovered = (
-        unreported_results(
-            stdout_log,
-            last_step if last_step is not None else -math.inf,
-            key,
-            patterns,
-            complete_when,
-            streams,
-            reporter.recorded,
-        )
-        if reporter.restarted and streams
-        else []
-    )
-    origin = stdout_log.name
-    if reporter.restarted and not recovered and (metrics_from in TRACKERS or metrics_from == "output"):
-        printing = streams and unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams)
-        if not printing:  # `output` reads the trackers of a script that prints no metric only
-            recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), complete_when)
+    restarted, metric = reporter.restarted, next(iter(complete_when), None)
+    printed = unreported_results(stdout_log, -math.inf, key, patterns, complete_when, streams) if restarted else []
+    trackers = metrics_from in TRACKERS or metrics_from == "output"
+    recovered, origin = [], stdout_log.name
+    if printed and (not trackers or any(metric is None or metric in row for row in printed)):
+        last = last_step if last_step is not None else -math.inf
+        recovered = unreported_results(stdout_log, last, key, patterns, complete_when, streams, reporter.recorded)
+    elif restarted and trackers:  # `output`: the printed rows hold no --metric; a tracker's may
+        recovered, origin = unreported_tracker_rows(work_dir, reporter, sources_of(metrics_from), complete_when)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "
@@ -251,7 +241,7 @@ def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics
         work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
     env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
-    set_now = tracker_env(env, work_dir, metrics_from)
+    set_now = tracker_env(env, work_dir, metrics_from, trackers_named(argv, Path(cwd or os.getcwd()), metrics_from))
     if set_now:
         print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
     return argv, env, cwd
@@ -288,7 +278,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
         echo,
         StepContext(step_key, patterns, complete_when),
         STREAMS_READ.get(metrics_from, ()),
-        None if metrics_from == "tensorboard" or metrics_from in TRACKERS else metrics_file,
+        None if metrics_from in TRACKERS else metrics_file,
         records_read,
         step_key,
         log,
@@ -309,11 +299,11 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
         if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
             break  # a process that left the group holds the pipes open; stop waiting for it
     events, written = output.events, output.written_since()
-    if reporter.report_new(written + (events.poll(written) if events else [])):  # written just before the exit
+    if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
     # what the last step printed; a script that crashed before its first step printed no result (a config dump)
     last = output.context.close(exit_code_soon(proc) not in (None, 0))
-    return reporter.report_new(last + (events.poll(last) + events.close() if events else []), final=True)
+    return reporter.report_new(events.close(last) if events else last, final=True)
 
 
 def _end_command(proc, output: CommandOutput, reporter: StepReporter, stop: tuple) -> None:

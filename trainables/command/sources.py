@@ -1,14 +1,15 @@
-"""Where a command trial's results come from besides its live lines: earlier attempts, JSON lines, TensorBoard.
+"""Where a command trial's results come from besides its live lines: earlier attempts, JSON lines, trackers.
 
 `trainables/command/runner.py` runs the command; this module reads what it left: `command_stdout.txt`
 (both streams, every attempt, in the order the trial read them), the files the command writes its
 stdout and stderr to (`OUTPUT_FILES`, caught up into `command_stdout.txt` after a kill),
-`$RAYSWEEP_METRICS_FILE`, TensorBoard event files, and the last step Tune recorded (checkpoints and
-`result.json`).
+`$RAYSWEEP_METRICS_FILE`, the tracker records (`trackers.TrackerResults`: W&B, MLflow, CSV files,
+Hugging Face, TensorBoard), and the last step Tune recorded (checkpoints and `result.json`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import queue
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from ray.tune import Checkpoint
 
+from trainables.command.output_shapes import NUMBER
 from trainables.command.parse import STREAMS_READ, StepContext, line_metrics
 from trainables.command.trackers import TRACKERS, TrackerResults, describe_sources, sources_of
 from trainables.command.user_metrics import METRICS_FILE_ENV
@@ -76,11 +78,10 @@ def not_reported(step, last_step, recorded: set | None) -> bool:
 
 
 def record_reader(metrics_from: str, work_dir: Path, step_key: str, complete_when=(), since=None):
-    """What reads the records a command writes under `work_dir` for `metrics_from` while it runs:
-    `TensorBoardResults` (tensorboard), `TrackerResults` of that tracker, of every tracker for a
-    command that prints nothing (`output`, `auto`), or None (the streams and the metrics file only)."""
-    if metrics_from == "tensorboard":
-        return TensorBoardResults(work_dir, step_key, complete_when)
+    """What reads the records a command writes under `work_dir` for `metrics_from` while it runs and
+    chooses the rows to report (`TrackerResults`): that tracker's (`tensorboard` included), or for
+    `output` the printed rows unless a tracker's hold --metric and they do not; None for the other
+    sources (the streams and the metrics file only)."""
     if metrics_from in TRACKERS or metrics_from == "output":
         sources = sources_of(metrics_from)
         return TrackerResults(work_dir, step_key, sources, complete_when, since, auto=metrics_from == "output")
@@ -150,46 +151,6 @@ class StreamLog:
     def close(self) -> None:
         with self.lock:
             self.file.close()
-
-
-class TensorBoardResults:
-    """Results from the TensorBoard event files a command writes under its `{trial_dir}`.
-
-    Each scalar event is `{tag: value, step_key: event.step}`; events are grouped per step by a
-    `StepContext` (a step is complete when a later step appears, or at `close`). Files are read
-    incrementally with `tensorboard`'s `EventFileLoader`, which stops at a record still being
-    written and continues from there at the next `poll`.
-    """
-
-    def __init__(self, folder: Path, step_key: str, complete_when=()):
-        self.folder, self.step_key = folder, step_key
-        self.context = StepContext(step_key, None, complete_when)
-        self.loaders: dict = {}  # event file -> its EventFileLoader
-
-    def poll(self, printed=()) -> list[dict]:
-        """Results completed by the events written since the last call (`printed`: not used)."""
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-        from tensorboard.util import tensor_util
-
-        for path in sorted(self.folder.rglob("*tfevents*")):
-            if path not in self.loaders:
-                self.loaders[path] = EventFileLoader(str(path))
-        scalars = []
-        for loader in self.loaders.values():
-            for event in loader.Load():
-                for value in event.summary.value:
-                    if value.metadata.plugin_data.plugin_name in ("scalars", "") and value.HasField("tensor"):
-                        array = tensor_util.make_ndarray(value.tensor)
-                        if array.size == 1 and array.dtype.kind in "fiu":
-                            scalars.append((event.step, value.tag, array.item()))
-        results = []
-        for step, tag, number in sorted(scalars, key=lambda s: s[0]):  # stable: a step's tags in file order
-            results += self.context.add({tag: number, self.step_key: step})
-        return results
-
-    def close(self) -> list[dict]:
-        """The last step's result, after a final `poll`."""
-        return self.poll() + self.context.close()
 
 
 def read_metrics_file(path: Path, offset: int, step_key: str) -> tuple[list[dict], int]:
@@ -263,25 +224,57 @@ def candidate_keys(lines_by_stream: dict, step_key: str, patterns: list[re.Patte
     return found
 
 
-def describe_candidates(found: dict, streams) -> str:
+# `name number`, `name: number`, `name=number`: a pair a reader may expect to be read (`valid loss  2.94`)
+_LOOKS_LIKE_PAIR = re.compile(rf"(?P<name>[A-Za-z_][\w./@-]*)[ \t]*[:=]?[ \t]+(?P<value>{NUMBER})%?(?![\w.:/])")
+SKIPPED_SHOWN = 3  # lines quoted in an error
+
+
+def skipped_lines(lines_by_stream: dict, step_key: str, patterns: list[re.Pattern] | None = None) -> list[str]:
+    """The lines (of any stream, in `lines_by_stream`'s order) holding a `name number` pair that was not
+    read as a metric (`line_metrics` read no key ending in that name): what a reader may have expected
+    to be read, e.g. `*** Best metric: 16.67 (epoch 0)`, `Namespace(lr=0.1, ...)`, `valid loss 2.94`."""
+    skipped = []
+    for lines in lines_by_stream.values():
+        for line in lines:
+            read = line_metrics(line, step_key, patterns)
+            pairs = [m["name"] for m in _LOOKS_LIKE_PAIR.finditer(line)]
+            if any(not any(k.lower().endswith(name.lower()) for k in read) for name in pairs):
+                skipped.append(line.strip())
+    return skipped
+
+
+def describe_candidates(found: dict, streams, metric: str | None = None, skipped=()) -> str:
     """One clause for an error: which stream held candidate lines, their keys, and whether it is read,
     e.g. `stderr held lines with epoch, eval_acc (not read: --metrics-from stdout)`; `no line of
-    stdout or stderr held a number` when `found` is empty."""
+    stdout or stderr held a number` when `found` is empty. With `metric` (--metric, not seen), the keys
+    nearest to it (`difflib`); with `skipped` (`skipped_lines`), the last of them, quoted."""
     if not found:
-        return "no line of stdout or stderr held a `name: number` pair"
-    return "; ".join(
-        f"{stream} held lines with {', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}"
-        + ("" if stream in streams else f" (not read: add --metrics-from output or {stream})")
-        for stream, keys in found.items()
-    )
+        text = "no line of stdout or stderr held a `name: number` pair"
+    else:
+        text = "; ".join(
+            f"{stream} held lines with {', '.join(keys[:12])}{' ...' if len(keys) > 12 else ''}"
+            + ("" if stream in streams else f" (not read: add --metrics-from output or {stream})")
+            for stream, keys in found.items()
+        )
+    keys = list(dict.fromkeys(k for stream_keys in found.values() for k in stream_keys))
+    nearest = difflib.get_close_matches(metric, keys, n=3, cutoff=0.5) if metric else []
+    text += f"; nearest to {metric}: {', '.join(nearest)}" if nearest else ""
+    quoted = [f"`{line[:100]}{'...' if len(line) > 100 else ''}`" for line in list(skipped)[-SKIPPED_SHOWN:]]
+    return text + (f"; lines with numbers not read as metrics: {' '.join(quoted)}" if quoted else "")
 
 
 def no_metrics_message(
-    step_key: str, patterns: list, metrics_from: str, metrics_file: Path, work_dir: Path, tails: dict
+    step_key: str,
+    patterns: list,
+    metrics_from: str,
+    metrics_file: Path,
+    work_dir: Path,
+    tails: dict,
+    metric: str | None = None,
 ) -> str:
     """The first line of a trial's error when its command exited 0 but reported no result: what was
     expected from `metrics_from`, and which stream's last lines (`tails`: `OUT` / `ERR` -> lines) held
-    which keys."""
+    which keys (with `metric`, those nearest to it) and which lines with numbers were not read."""
     streams = STREAMS_READ.get(metrics_from, ())
     if metrics_from == "tensorboard":
         expected = f"TensorBoard scalars in event files under {work_dir} (write them to {{trial_dir}})"
@@ -296,11 +289,11 @@ def no_metrics_message(
         )
         expected = (expected + " or " if streams else "") + f"JSON lines in ${METRICS_FILE_ENV} ({metrics_file})"
         expected += f" or records of {', '.join(TRACKERS)} under {work_dir}" if metrics_from == "output" else ""
-    found = candidate_keys({"stdout": tails["OUT"], "stderr": tails["ERR"]}, step_key, patterns)
+    lines = {"stdout": tails["OUT"], "stderr": tails["ERR"]}
+    found = candidate_keys(lines, step_key, patterns)
+    described = describe_candidates(found, streams, metric, skipped_lines(lines, step_key, patterns))
     held = describe_sources(work_dir, step_key, sources_of(metrics_from))
-    return f"command exited 0 but reported no metric: expected {expected}; {describe_candidates(found, streams)}" + (
-        f"; {held}" if held else ""
-    )
+    return f"command exited 0 but reported no metric: expected {expected}; {described}" + (f"; {held}" if held else "")
 
 
 def unreported_tracker_rows(work_dir: Path, reporter, sources: tuple, complete_when=()) -> tuple[list[dict], str]:

@@ -1,34 +1,37 @@
-"""Results from the experiment trackers a command already logs to: W&B, MLflow, CSV loggers, Hugging Face.
+"""Results from the experiment trackers a command already logs to: W&B, MLflow, CSV files, Hugging Face, TensorBoard.
 
-`--metrics-from wandb|mlflow|csv|hf` reads one; the default `output` reads any of them that a trial
-which prints no metric leaves under its `{trial_dir}` (`TrackerResults(auto=True)`). Each reader is a
-pure function of a file or store returning rows `{step_key: step, metric: value, ...}`:
+`--metrics-from wandb|mlflow|csv|hf|tensorboard` reads one; the default `output` reads the one whose
+records under `{trial_dir}` hold `--metric` when the command's printed lines do not
+(`TrackerResults(auto=True)`). Each reader is a pure function of a file or store returning rows
+`{step_key: step, metric: value, ...}`:
 
 | source | read with | found |
 | wandb  | `trainables/command/wandb_reader.py` | `{trial_dir}/wandb/*run-*/run-*.wandb` (WANDB_DIR) |
 | mlflow | `MlflowClient().get_metric_history` | `{trial_dir}/mlflow.db` (MLFLOW_TRACKING_URI) |
-| csv    | `csv.DictReader` (Lightning's / Keras' `CSVLogger`) | `metrics.csv` up to 4 folders down |
+| csv    | `csv.DictReader` (Lightning's, Keras' `CSVLogger`; timm) | a `*.csv` with a `--metric` column |
+|        |                     | (else `metrics.csv`) up to 4 folders down |
 | hf     | `json` (`trainer_state.json`'s `log_history`) | `trainer_state.json` up to 3 folders down |
+| tensorboard | `trainables/command/tensorboard_reader.py` | `*tfevents*` files up to 4 folders down |
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 
 from trainables.command.parse import StepContext
+from trainables.command.tensorboard_reader import EventFile
+from trainables.command.tracker_rows import STEP_COLUMNS, csv_files, csv_rows, hf_rows, mlflow_rows, tensorboard_rows
 from trainables.command.wandb_reader import RUN_GLOB, read_history
 from trainables.experiment.records import MLFLOW_STORE
 
-TRACKERS = ("wandb", "mlflow", "csv", "hf")  # in the order auto-detection tries them
+TRACKERS = ("wandb", "mlflow", "csv", "hf", "tensorboard")  # in the order auto-detection tries them
 READ_EVERY_S = 2.0  # how often the files and stores are read while the command runs
-STEP_COLUMNS = ("step", "epoch", "global_step")  # a row's step when it has no --step-key column
-_DEPTHS = {"csv": ("metrics.csv", 4), "hf": ("trainer_state.json", 3)}
+_DEPTHS = {"csv": ("*.csv", 4), "hf": ("trainer_state.json", 3), "tensorboard": ("*tfevents*", 4)}
+ENV_TRACKERS = ("wandb", "mlflow")  # the trackers `tracker_env` points at the trial's folder
 
 
 def sources_of(metrics_from: str) -> tuple:
@@ -37,15 +40,17 @@ def sources_of(metrics_from: str) -> tuple:
     return (metrics_from,) if metrics_from in TRACKERS else TRACKERS
 
 
-def tracker_env(env: dict, work_dir: Path, metrics_from: str) -> list[str]:
+def tracker_env(env: dict, work_dir: Path, metrics_from: str, shown=ENV_TRACKERS) -> list[str]:
     """Point the trackers `metrics_from` may read at the trial's folder, where `env` leaves them unset.
 
     Sets (in `env`) `WANDB_MODE=offline` (not with a `WANDB_API_KEY`: online runs write the same log)
     and `WANDB_DIR={trial_dir}` (W&B's run folder then is `{trial_dir}/wandb/offline-run-*`, which
     `wandb sync` uploads later), and
     `MLFLOW_TRACKING_URI=sqlite:///{trial_dir}/mlflow.db`, for `output` and the matching source.
+    Args:
+        shown: the trackers whose settings are returned (`trackers_named`); all are set.
     Returns:
-        `NAME=value` for each variable set, to be said once in the trial's log.
+        `NAME=value` for each variable set of a tracker in `shown`, to be said once in the trial's log.
     """
     wanted = {
         "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(work_dir)},
@@ -58,8 +63,23 @@ def tracker_env(env: dict, work_dir: Path, metrics_from: str) -> list[str]:
         for name, value in values.items() if metrics_from in ("output", source) else ():
             if not env.get(name):
                 env[name] = value
-                set_now.append(f"{name}={value}")
+                set_now += [f"{name}={value}"] if source in shown else []
     return set_now
+
+
+def trackers_named(argv: list[str], cwd: Path, metrics_from: str) -> tuple:
+    """The trackers of `ENV_TRACKERS` that the command names (`--log-wandb`, `WandbLogger`) or whose
+    name its script's source holds (`import wandb`, `import mlflow`), and the one --metrics-from names.
+
+    Args:
+        argv: the command; each word ending in `.py` is read as a file relative to `cwd` (when it is one).
+    """
+    text = " ".join(argv)
+    for word in argv:
+        path = Path(cwd, word)
+        if word.endswith(".py") and path.is_file():
+            text += path.read_text(errors="replace")
+    return tuple(t for t in ENV_TRACKERS if t == metrics_from or re.search(t, text, re.IGNORECASE))
 
 
 def find_records(work_dir: Path, source: str, since: float | None = None) -> list[Path]:
@@ -80,131 +100,175 @@ def find_records(work_dir: Path, source: str, since: float | None = None) -> lis
     return [p for mtime, p in sorted(stamped) if since is None or mtime >= since]
 
 
-def _named_files(folder: Path, name: str, depth: int) -> list[Path]:
-    """Files called `name` at most `depth` folders below `folder`; links to folders (the code copy's
-    data links) and hidden folders are not entered, so a large dataset costs nothing."""
+def _named_files(folder: Path, pattern: str, depth: int) -> list[Path]:
+    """Files matching `pattern` (`metrics.csv`, `*.csv`) at most `depth` folders below `folder`; links to
+    folders (the code copy's data links) and hidden folders are not entered, so a large dataset costs nothing."""
     found, top = [], len(folder.parts)
     for root, dirs, files in os.walk(folder):
-        found += [Path(root) / name] if name in files else []
+        found += [Path(root) / name for name in files if Path(name).match(pattern)]
         dirs[:] = [] if len(Path(root).parts) - top >= depth else [d for d in dirs if not d.startswith(".")]
     return found
-
-
-def csv_rows(text: str, step_key: str) -> list[dict]:
-    """The rows of a CSV logger's `metrics.csv` text (header, then one row per log call), each with
-    its step (`step_key`'s column, else `step` / `epoch` / `global_step`); empty cells and text are
-    left out (Lightning writes train and val rows with each other's columns empty). A last line
-    without its newline (being written) is not read."""
-    text = text[: text.rfind("\n") + 1]
-    rows = []
-    for raw in csv.DictReader(io.StringIO(text)):
-        row = {k: _number(v) for k, v in raw.items() if k is not None and v not in (None, "")}
-        row = {k: v for k, v in row.items() if v is not None}
-        rows += _with_step(row, step_key)
-    return rows
-
-
-def hf_rows(text: str, step_key: str) -> list[dict]:
-    """The entries of `trainer_state.json`'s `log_history` (Hugging Face `Trainer`: training logs and
-    evaluations, each with `epoch` and `step`), numbers only. Raises ValueError for a torn file."""
-    history = json.loads(text).get("log_history", [])
-    rows = []
-    for entry in history if isinstance(history, list) else []:
-        row = {k: v for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        rows += _with_step(row, step_key)
-    return rows
-
-
-def mlflow_rows(uri: str, step_key: str) -> list[dict]:
-    """One row per logged value of every metric of every run in the MLflow store `uri`, runs in
-    start order: `{step_key: the value's step, name: value}` (`MlflowClient.get_metric_history`)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-    rows = []
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        for name in run.data.metrics:
-            history = client.get_metric_history(run.info.run_id, name)
-            rows += [{step_key: m.step, name: m.value, "_at": (m.timestamp, m.step)} for m in history]
-    rows.sort(key=lambda r: r.pop("_at"))
-    return rows
-
-
-def _with_step(row: dict, step_key: str) -> list[dict]:
-    """`[row]` with `step_key` set from the first step column it has; [] when it has none."""
-    for column in (step_key, *STEP_COLUMNS):
-        if isinstance(row.get(column), (int, float)):
-            return [{**row, step_key: row[column]}]
-    return []
-
-
-def _number(text: str):
-    """`text` as an int or float; None when it is not a number."""
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            value = float(text)
-        except ValueError:
-            return None
-        return value if not math.isnan(value) or text.strip().lower() == "nan" else None
 
 
 class TrackerResults:
     """Results from the tracker records a command writes under its `{trial_dir}`, read while it runs.
 
     Every `READ_EVERY_S` the records are read again; rows not seen before (W&B: records past the
-    byte offset read; CSV, Hugging Face, MLflow: rows past the count read, their logs only grow) are
-    grouped per step by a `StepContext`: a step is complete when a later step appears, or at `close`
-    (not as soon as it holds `complete_when`: MLflow and Lightning write a step's keys in several rows).
-    Of `sources`, the first that holds a row is read from then on (`source`). With `auto` (the
-    default `--metrics-from output`) nothing is read once the command printed a result first.
+    byte offset read; TensorBoard: events past those read; CSV, Hugging Face, MLflow: rows past the
+    count read, their logs only grow) are grouped per step by a `StepContext`: a step is complete when
+    a later step appears, or at `close` (not as soon as it holds `complete_when`: MLflow and Lightning
+    write a step's keys in several rows).
+
+    Which source is read (`source`): of several, the first whose rows hold `--metric` (at `close`,
+    failing that, the first holding any row); of one, that one. With `auto` (the default
+    `--metrics-from output`) the command's printed rows (`poll(printed)`) come first: once one holds
+    `--metric` they are the trial's rows; while none does they are held back, and dropped when a
+    tracker's rows hold it (a console printing only `v_num=0` does not hide Lightning's `metrics.csv`).
+    When the printed rows were taken, `close` compares their `--metric` with a tracker's that holds it
+    and says where they disagree. A last step whose keys no earlier step had (Lightning's `test_loss`,
+    logged at `max_epochs` after the fit) is an end-of-run result: it is returned at the step before.
     """
 
     def __init__(self, work_dir: Path, step_key: str, sources=TRACKERS, complete_when=(), since=None, auto=False):
         """Args: since: only records written since then (epoch seconds; None: all, for a restart's
-        recovery); complete_when: the sweep's --metric first (its error names it when no row held it)."""
+        recovery), and none that is already there, unchanged (a copy of the code's own files);
+        complete_when: the sweep's --metric first (its error names it when no row held it)."""
         self.work_dir, self.step_key, self.sources, self.since, self.auto = work_dir, step_key, sources, since, auto
         self.context = StepContext(step_key)  # not complete_when: a step's keys may come in rows read apart
         self.metric = next(iter(complete_when), None)
-        self.source: str | None = None  # the source read, once one held a row
+        self.source: str | None = None  # the source read, once chosen
+        self.printed: bool | None = None if auto else False  # auto: the printed rows are read (True) or not
+        self.waiting: list = []  # printed rows held back until one, or a tracker's, holds --metric
+        self.unread: dict = {s: [] for s in sources}  # rows read from a source not chosen yet
+        self.files: dict = {}  # source -> the files its rows came from, in order
         self.seen: dict = {}  # file or store -> rows read (W&B: bytes)
-        self.held: dict = {}  # metric names in the rows read, in order of appearance
-        self.silenced = False  # auto: the command printed a result first
+        self.held: dict = {}  # metric names in the rows of the source read, in order of appearance
+        self.values: dict = {}  # step -> --metric as printed, when the printed rows are read
+        self.returned: dict = {}  # metric names of the rows returned; `last_step`: their last step
+        self.last_step = None
+        self.event_files: dict = {}  # TensorBoard event file -> its `EventFile`
+        self.epoch_tagged = False  # the TensorBoard run writes an `epoch` scalar with its calls
+        self.logged_step: set = set()  # W&B run logs holding `step_key` as a metric of their own
+        self.closing = False
+        self.announce = since is not None  # say which files are read (a live read, not a restart's recovery)
+        self.existing = {} if since is None else {p: _stamp(p) for s in sources for p in find_records(work_dir, s)}
         self.next_read = 0.0
 
     def poll(self, printed=()) -> list[dict]:
-        """Results completed by the rows written since the last read (at most every `READ_EVERY_S`);
-        `printed`: the results read from the command's own output meanwhile."""
-        if self.auto and printed and self.source is None:
-            self.silenced = True
-        if self.silenced or time.monotonic() < self.next_read:
-            return []
+        """The rows to report now: `printed` (the results read from the command's own output meanwhile)
+        when those are read (see the class), and the tracker rows completed since the last read (at
+        most every `READ_EVERY_S`)."""
+        out = self._printed_rows(list(printed))
+        if self.printed or time.monotonic() < self.next_read:
+            return out
         self.next_read = time.monotonic() + READ_EVERY_S
-        for source in [self.source] if self.source else self.sources:
-            rows = self._read(source)
-            if rows:
-                if self.source is None and self.since is not None:  # read live (not a restart's recovery)
-                    print(f"metrics from {source} records under {self.work_dir}", flush=True)
-                self.source = source
-                self.held.update(dict.fromkeys(k for row in rows for k in row if k != self.step_key))
-                return [r for row in sorted(rows, key=lambda r: r[self.step_key]) for r in self.context.add(row)]
+        if self.source is None:
+            return out + self._choose()
+        return out + self._step_rows(self._read(self.source))
+
+    def close(self, printed=()) -> list[dict]:
+        """`poll`'s rows, the rows written since the last read and the last step's result."""
+        self.next_read, self.closing = 0.0, True
+        out = self.poll(printed)
+        if self.source is None and not self.printed:
+            if self.waiting:  # no source holds --metric: the printed rows, as they are
+                self.printed, out = True, out + self._printed_rows([])
+            elif source := next((s for s in self.sources if self.unread[s]), None):
+                out += self._take(source)
+        if self.source is not None:
+            return out + self._end_of_run(self.context.close())
+        if self.printed and self.auto:
+            self._compare()
+        return out
+
+    def _printed_rows(self, printed: list) -> list[dict]:
+        """The printed rows to report now (all of them once they are read; none while held back)."""
+        if not self.auto:
+            return printed
+        if self.printed is False:
+            return []
+        self.waiting += printed
+        if self.printed or (self.waiting and (self.metric is None or any(self.metric in r for r in self.waiting))):
+            self.printed, rows, self.waiting = True, self.waiting, []
+            self.values.update({r[self.step_key]: r[self.metric] for r in rows if self.metric in r})
+            return rows
         return []
 
-    def close(self) -> list[dict]:
-        """The rows written since the last read and the last step's result."""
-        self.next_read = 0.0
-        return [] if self.silenced else self.poll() + self.context.close()
+    def _choose(self) -> list[dict]:
+        """Read every source; the rows of the first whose rows hold --metric (the only one, of one)."""
+        for source in self.sources:
+            self.unread[source] += self._read(source)
+            rows = self.unread[source]
+            if rows and (self.metric is None or len(self.sources) == 1 or any(self.metric in r for r in rows)):
+                return self._take(source)
+        return []
+
+    def _take(self, source: str) -> list[dict]:
+        """Read `source` from now on (said in the trial's log when read live); its rows read so far."""
+        self.source, rows = source, self.unread[source]
+        self.unread = {}
+        if self.auto:
+            self.printed = False
+        if self.announce:
+            files = ", ".join(str(_relative(f, self.work_dir)) for f in self.files.get(source, ()))
+            dropped = f" (the printed lines hold no --metric {self.metric})" if self.waiting else ""
+            print(f"metrics from {source} records: {files or self.work_dir}{dropped}", flush=True)
+        self.waiting = []
+        return self._step_rows(rows)
+
+    def _step_rows(self, rows: list[dict]) -> list[dict]:
+        """`rows` grouped per step: the steps completed."""
+        key = self.step_key
+        self.held.update(dict.fromkeys(k for row in rows for k in row if k != key))
+        done = [r for row in sorted(rows, key=lambda r: r[key]) for r in self.context.add(row)]
+        for row in done:
+            self.returned.update(dict.fromkeys(k for k in row if k != key and k not in STEP_COLUMNS))
+            self.last_step = row[key]
+        return done
+
+    def _end_of_run(self, last: list[dict]) -> list[dict]:
+        """The last step's result; at the step before it when none of its keys was in an earlier step."""
+        key = self.step_key
+        if not last or self.last_step is None or set(last[0]) & self.returned.keys():
+            return last
+        return [{**{k: v for k, v in last[0].items() if k not in STEP_COLUMNS}, key: self.last_step}]
+
+    def _compare(self) -> None:
+        """Say in the trial's log where a tracker's --metric differs from the printed one at a step."""
+        if not self.values:
+            return
+        records = TrackerResults(self.work_dir, self.step_key, self.sources, (self.metric,))  # says nothing
+        records.since, records.existing = self.since, self.existing  # this attempt's records only
+        rows = [r for r in records.close() if self.metric in r]
+        differ = [
+            (step, value, row[self.metric])
+            for row in rows
+            for step, value in [(row[self.step_key], self.values.get(row[self.step_key]))]
+            if value is not None and not _agree(value, row[self.metric])
+        ]
+        if differ:
+            step, printed, recorded = differ[0]
+            more = f" (and at {len(differ) - 1} more)" if len(differ) > 1 else ""
+            files = ", ".join(str(_relative(f, self.work_dir)) for f in records.files.get(records.source, ()))
+            print(
+                f"metrics: the printed {self.metric} and the {records.source} records ({files}) disagree at "
+                f"{self.step_key} {step}: {printed} printed, {recorded} recorded{more}; the history holds the "
+                "printed values",
+                flush=True,
+            )
 
     def _read(self, source: str) -> list[dict]:
         """The rows of `source` not read before; [] while a record cannot be read yet."""
         key, rows = self.step_key, []
-        paths = find_records(self.work_dir, source, self.since)
+        paths = [p for p in find_records(self.work_dir, source, self.since) if self.existing.get(p) != _stamp(p)]
+        if source == "tensorboard":
+            return self._read_tensorboard(paths)
+        paths = csv_files(paths, self.metric) if source == "csv" else paths
         for path in paths[-1:] if source == "hf" else paths:  # each trainer_state.json holds the whole history
             if source == "wandb":
                 found, self.seen[path] = read_history(path, self.seen.get(path, 0))
-                rows += [{**row["metrics"], key: row["step"]} for row in found]
+                rows += self._wandb_rows(path, found)
+                self._note_file(source, path, found)
                 continue
             try:
                 if source == "mlflow":
@@ -213,10 +277,61 @@ class TrackerResults:
                     found = (csv_rows if source == "csv" else hf_rows)(path.read_text(), key)
             except (OSError, ValueError):
                 continue
+            self._note_file(source, path, found)
             path = "hf" if source == "hf" else path  # the newest one counts
             rows += found[self.seen.get(path, 0) :]
             self.seen[path] = len(found)
         return rows
+
+    def _wandb_rows(self, path: Path, found: list[dict]) -> list[dict]:
+        """W&B history rows with their step: the run's own `step_key` metric where it logs one (an
+        `epoch` it counts itself, whatever `_step` says), else W&B's step; once a run has logged its own,
+        a row without it is not a step's."""
+        rows = []
+        for row in found:
+            if self.step_key in row["metrics"]:
+                self.logged_step.add(path)
+                rows.append(dict(row["metrics"]))
+            elif path not in self.logged_step:
+                rows.append({**row["metrics"], self.step_key: row["step"]})
+        return rows
+
+    def _read_tensorboard(self, paths: list[Path]) -> list[dict]:
+        """The rows of the TensorBoard log calls written since the last read (`tensorboard_rows`)."""
+        for path in paths:
+            self.event_files.setdefault(path, EventFile(path))
+        calls = []
+        for path, events in self.event_files.items():
+            read = events.read(final=self.closing)
+            self._note_file("tensorboard", path, read)
+            calls += read
+        rows, self.epoch_tagged = tensorboard_rows(calls, self.step_key, self.epoch_tagged)
+        return rows
+
+    def _note_file(self, source: str, path: Path, found: list) -> None:
+        if found and path not in self.files.setdefault(source, []):
+            self.files[source].append(path)
+
+
+def _stamp(path: Path) -> tuple | None:
+    """A file's (modification time in ns, size); None when it is gone."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _relative(path: Path, folder: Path) -> Path:
+    return path.relative_to(folder) if path.is_relative_to(folder) else path
+
+
+def _agree(printed: float, recorded: float) -> bool:
+    """Whether `recorded` rounds to `printed` at the decimals printed (`0.812` and 0.81234 agree)."""
+    text = repr(printed) if isinstance(printed, float) else ""
+    if "." in text and "e" not in text:
+        return abs(printed - recorded) <= 0.5 * 10 ** -len(text.split(".")[1]) + 1e-12
+    return math.isclose(printed, recorded, rel_tol=1e-6, abs_tol=0.5 if isinstance(printed, int) else 0.0)
 
 
 def _mlflow_has_runs(path: Path) -> bool:
@@ -236,7 +351,8 @@ def describe_sources(work_dir: Path, step_key: str, sources=TRACKERS) -> str:
     `wandb held val/acc, train/loss; csv held nothing` ('' when there is no record at all)."""
     parts = []
     for source in sources:
-        if find_records(work_dir, source):
+        found = find_records(work_dir, source)
+        if csv_files(found, None) if source == "csv" else found:
             reader = TrackerResults(work_dir, step_key, (source,))
             reader.close()
             keys = list(reader.held)

@@ -11,11 +11,14 @@ so a write through `..` lands where it would from the user's shell.
 
 Why copies and not links for the code: a script writing to a path that already exists (a
 `checkpoint.pth.tar` left in the repo, a log appended to, a file in an existing `experiment/`)
-would write through a link into the snapshot that every trial shares. The copied part is the
-small files (code, configs: at most `MAX_SNAPSHOT_BYTES` in all); data is linked, never copied:
-a file over `LINK_ABOVE_BYTES`, a folder named like data (`DATA_DIRS`) or holding more than
-`LINK_DIR_ENTRIES` entries is a symbolic link to the original, absolute path. The snapshot itself
-holds only the copied files and its manifest (the links are made from the manifest), so it can
+would write through a link into the snapshot that every trial shares. Data is linked, never
+copied: a file over `LINK_ABOVE_BYTES`, a folder of more than `LINK_DIR_ENTRIES` entries (an image
+folder, not looked into), and in a folder named like data (`DATA_DIRS`) every file but Python
+source, a folder of it with no Python source under it as one link. The rest is copied: Python
+source (`CODE_FILES`) wherever it is, so a package named `data` (`timm/data/`, `data/__init__.py`)
+edited after launch reaches no trial, and a 50 GB `data/` holding a `prepare.py` gets that one file
+copied; other small files (configs) outside data folders; at most `MAX_SNAPSHOT_BYTES` in all. The
+snapshot itself holds only the copied files and its manifest (the links are made from the manifest), so it can
 travel to nodes without a shared folder as Ray's `runtime_env` `working_dir`.
 """
 
@@ -36,7 +39,8 @@ EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".my
 EXCLUDED += (".ruff_cache", ".ipynb_checkpoints", "node_modules", ".tox", "*.egg-info")
 # outputs of earlier runs in the repo: a trial must not resume from, overwrite, or read as its own metrics
 EXCLUDED += ("*.pth.tar", "*.ckpt", "*tfevents*", "runs", "outputs", "multirun", "lightning_logs", "wandb", "mlruns")
-DATA_DIRS = ("data", "datasets", "dataset")  # linked whole: read by trials, never copied
+DATA_DIRS = ("data", "datasets", "dataset")  # all but their Python source linked: read by trials, never copied
+CODE_FILES = ("*.py", "*.pyi", "*.pyx", "*.pxd")  # Python source: copied wherever it is, whatever its size
 LINK_ABOVE_BYTES = 1024 * 1024  # a larger file is linked (weights, data files), not copied
 LINK_DIR_ENTRIES = 1000  # a folder with more entries (an image folder) is linked whole
 MAX_SNAPSHOT_BYTES = 100 * 1024 * 1024  # copied bytes in all; above: refused (see `snapshot_code`)
@@ -71,11 +75,12 @@ def snapshot_code(source: Path, dest: Path, skip: tuple[Path, ...] = (), limit: 
     """
     source, dest = source.resolve(), Path(dest)
     skip = tuple(p.resolve() for p in skip)
-    paths = list(_walk(source, skip))
-    copied = {path: path.stat().st_size for path in paths if not _linked(path)}
+    to_copy, linked = [], []
+    _sort_folder(source, skip, False, to_copy, linked)
+    copied = {path: path.stat().st_size for path in to_copy}
     manifest = {"source": str(source), "taken": time.strftime("%Y-%m-%d %H:%M:%S"), "files": len(copied)}
     manifest |= {"bytes": sum(copied.values()), "excluded": list(EXCLUDED), "limit_bytes": limit}
-    manifest["linked"] = [str(path.relative_to(source)) for path in paths if path not in copied]
+    manifest["linked"] = [str(path.relative_to(source)) for path in linked]
     top = mirror_top(source)
     manifest |= {"top": str(top), "around": _folders_around(source, top), "node": socket.gethostname()}
     if manifest["bytes"] > limit:
@@ -230,34 +235,52 @@ def _too_large(source: Path, copied: dict, total: int, limit: int) -> str:
     )
 
 
-def _walk(source: Path, skip: tuple[Path, ...]):
-    """The files and linked folders to put in the snapshot, top-down; excluded names are left out."""
-    for folder, dirs, files in os.walk(source):
-        kept = []
-        for name in sorted(dirs):
-            path = Path(folder) / name
-            if _excluded(name) or path.resolve() in skip:
+def _sort_folder(folder: Path, skip: tuple[Path, ...], in_data: bool, copied: list, linked: list) -> None:
+    """Sort the entries under `folder` into files to copy and paths to link (appended to `copied` and
+    `linked`, sorted by name, top-down); excluded names and the `skip` folders are left out.
+
+    Python source (`CODE_FILES`) is copied wherever it is. Linked whole: a link, and a folder of more
+    than `LINK_DIR_ENTRIES` entries (an image folder; not looked into). Elsewhere a file over
+    `LINK_ABOVE_BYTES` is linked and a smaller one copied; inside a folder named like data
+    (`DATA_DIRS`, `in_data` below it) every file but Python source is linked, and a folder with no
+    Python source under it is one link.
+    """
+    with os.scandir(folder) as entries:
+        entries = sorted(entries, key=lambda e: e.name)
+    for entry in entries:
+        path = Path(entry.path)
+        if _excluded(entry.name):
+            continue
+        if entry.is_symlink():
+            linked.append(path)
+        elif entry.is_dir():
+            if path.resolve() in skip:
                 continue
-            if path.is_symlink() or name.lower() in DATA_DIRS or _many_entries(path):
-                yield path  # linked whole
-            else:
-                kept.append(name)
-        dirs[:] = kept
-        yield from (Path(folder) / name for name in sorted(files) if not _excluded(name))
+            if _many_entries(path):
+                linked.append(path)
+                continue
+            data = in_data or entry.name.lower() in DATA_DIRS
+            inner, before = ([] if data else linked), len(copied)
+            _sort_folder(path, skip, data, copied, inner)
+            if data:  # a data folder with no Python source under it is one link, else its data is
+                linked.extend(inner if len(copied) > before else [path])
+        elif entry.is_file() and (_is_code(entry.name) or not (in_data or entry.stat().st_size > LINK_ABOVE_BYTES)):
+            copied.append(path)
+        else:
+            linked.append(path)
 
 
 def _excluded(name: str) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDED)
 
 
+def _is_code(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in CODE_FILES)
+
+
 def _many_entries(path: Path) -> bool:
     with os.scandir(path) as entries:
         return any(i >= LINK_DIR_ENTRIES for i, _ in enumerate(entries))
-
-
-def _linked(path: Path) -> bool:
-    """Whether `path` goes into the snapshot as a link: a folder (data), a link, or a large file."""
-    return path.is_dir() or path.is_symlink() or not path.is_file() or path.stat().st_size > LINK_ABOVE_BYTES
 
 
 def code_folder(code_dir: str) -> Path:

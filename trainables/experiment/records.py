@@ -56,6 +56,9 @@ WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
 MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/trackers.py:tracker_env)
+# In a command trial's result that repeats the step of the row before it with a final result joined
+# (`trainables/command/runner.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.
+JOINS_STEP_METRIC = "command/joins_step"
 
 Folder = str | Path
 

@@ -18,6 +18,7 @@ import time
 
 import ray
 
+from sweeps.engine.cluster import job_env
 from sweeps.engine.flags import UsageError, check_dashboard_host
 from trainables import ray_private
 
@@ -70,6 +71,7 @@ def init_ray(
     num_gpus: int | None = None,
     log_to_driver: bool = False,
     runtime_env: dict | None = None,
+    carry_env: bool = True,
 ) -> None:
     """Start a local Ray (dashboard on `dashboard_host`) or join a running cluster; say which, in one line.
 
@@ -82,17 +84,20 @@ def init_ray(
     `started a local Ray with N CPUs and G GPUs in T s; dashboard: URL` or `joined the running
     cluster at ADDRESS with N CPUs and G GPUs (K nodes); dashboard: URL`. Trials' output is not
     copied to this console unless `log_to_driver`: it goes to each trial's `stdout` / `stderr`
-    files (`RunConfig(log_to_file=True)`) and the dashboard's logs. `runtime_env`: the job's
-    (`ray.init(runtime_env=...)`; Ray uploads a `working_dir` once and unpacks it on each node).
+    files (`RunConfig(log_to_file=True)`) and the dashboard's logs. `runtime_env`: the sweep's own
+    (a code snapshot's `working_dir`: Ray uploads it once and unpacks it on each node), to which
+    `job_env.job_runtime_env` adds, where needed, this shell's environment on a joined cluster (unless
+    not `carry_env`: --no-env) and raysweep's packages first in every worker; a Ray this process
+    already runs keeps its own.
     Raises:
         UsageError: nothing answers at the address, it is not a Ray head, or it refuses the token; a
-            `runtime_env` asked for while this process already runs Ray (it cannot take one then).
+            `working_dir` asked for while this process already runs Ray (it cannot take one then).
     """
     started = time.perf_counter()
     address = cluster_to_join(address)
     if runtime_env:  # the snapshot applied its own excludes: a file the repo's .gitignore names is still code
         os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
-    if ray.is_initialized():  # a notebook or test that started Ray itself
+    if ray.is_initialized():  # a notebook or test that started Ray itself: its workers have its environment
         if runtime_env:
             raise UsageError("the code snapshot travels as Ray's runtime_env, which a Ray already started cannot take")
         print(
@@ -101,6 +106,7 @@ def init_ray(
             flush=True,
         )
         return
+    runtime_env = job_env.job_runtime_env(runtime_env, carry_env, address)
     if address:
         try:
             context = ray.init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env)

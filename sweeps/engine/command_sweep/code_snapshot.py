@@ -8,10 +8,21 @@ import time
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
-from trainables.command.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
+from trainables.command.workdir import (
+    DATA_DIRS,
+    LINK_ABOVE_BYTES,
+    LINK_DIR_ENTRIES,
+    SnapshotTooLarge,
+    fill_work_dir,
+    snapshot_code,
+)
 from trainables.experiment import records
 
 SHOWN_LINKS = 4  # linked paths named in the launch line; the rest counted
+RULE = (  # what `trainables.command.workdir.snapshot_code` copies and links, said in the launch line
+    f"rule: Python source is copied, data linked: files over {LINK_ABOVE_BYTES / 2**20:g} MiB, folders of over "
+    f"{LINK_DIR_ENTRIES} entries, all but the Python source in folders named {'/'.join(DATA_DIRS)}"
+)
 
 
 def take_snapshot(
@@ -76,7 +87,8 @@ def measure_setup(snapshot: Path) -> float:
 
 
 def launch_line(manifest: dict, summary: dict, verb: str) -> str:
-    """The launch's line on its code: what each trial copies and what it links, by path, and the set-up time."""
+    """The launch's line on its code: what each trial copies and what it links, by path, the rule that
+    decided it (`RULE`), and the set-up time."""
     source, top = manifest["source"], manifest.get("top")
     linked = [f"{source}/{rel}" for rel in manifest["linked"]]
     shown = ", ".join(linked[:SHOWN_LINKS]) + (
@@ -92,6 +104,6 @@ def launch_line(manifest: dict, summary: dict, verb: str) -> str:
     return (
         f"code snapshot {verb} {manifest['taken']} in {summary['path']}{travels}: each trial runs in its own "
         f"copy of {source} ({manifest['files']} files, {manifest['bytes'] / 2**20:.1f} MiB copied; "
-        f"linked: {shown or 'nothing'})"
+        f"linked: {shown or 'nothing'}; {RULE})"
         f"{around}; set-up {summary['setup_s']:.2f} s per trial; --in-place runs every trial in the launch folder"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shlex
 import sys
 import tempfile
@@ -32,8 +33,6 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
-    import re
-
     from trainables.command.runner import (
         METRICS_FILE,
         STREAMS_READ,
@@ -42,7 +41,7 @@ def check_command(args) -> int:
         start_command,
         terminate_group,
     )
-    from trainables.command.sources import candidate_keys, record_reader
+    from trainables.command.sources import candidate_keys, record_reader, skipped_lines
 
     cell = args.cells[0]
     name = grid.trial_namer(command_template.cell_axes(args.cells))(types.SimpleNamespace(config=cell))
@@ -63,35 +62,41 @@ def check_command(args) -> int:
                 seen.update(row)
                 print("  metrics row: " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
-        env = _command_env(args, cell, work_dir, name, metrics_file)
-        proc = start_command(argv, env, None if args.in_place else str(work_dir))
+        cwd = None if args.in_place else str(work_dir)
+        env = _command_env(args, cell, (work_dir, Path(cwd or os.getcwd())), (name, argv), metrics_file)
+        proc = start_command(argv, env, cwd)
         try:
             for label, line in _interleaved(proc):
                 print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
                 printed[label].append(line)
                 printed_rows = context.feed(line) if label in streams else []
-                show(printed_rows + (events.poll(printed_rows) if events else []))
+                show(events.poll(printed_rows) if events else printed_rows)
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
         _keep_new_paths(Path(folder), work_dir, code, args.in_place)
         last = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
         rows = last + read_metrics_file(metrics_file, 0, args.step_key)[0]
-        show(rows + (events.poll(rows) + events.close() if events else []))
+        show(events.close(rows) if events else rows)
         held = _say_source(args, events, bool(seen), work_dir)
     if code != 0:
         return _crashed(code, printed["stderr"], os.getcwd() if args.in_place else f"{work_dir} {COPY_REMOVED}")
-    return _verdict(code, complete, seen, candidate_keys(printed, args.step_key, patterns), streams, held)
+    found = candidate_keys(printed, args.step_key, patterns)
+    return _verdict(code, complete, seen, (found, skipped_lines(printed, args.step_key, patterns)), streams, held)
 
 
-def _command_env(args, cell: dict, work_dir: Path, name: str, metrics_file: Path) -> dict:
+def _command_env(args, cell: dict, folders: tuple, command: tuple, metrics_file: Path) -> dict:
     """The command's environment, as a trial's (`command_env`, no GPU share), with W&B and MLflow pointed
-    at `{trial_dir}` where the environment leaves them unset (`tracker_env`; each setting printed)."""
+    at `{trial_dir}` where the environment leaves them unset (`tracker_env`); each setting of a tracker
+    the command or its script names (`trackers_named`) printed. `folders`: `{trial_dir}` and the folder the
+    command runs in; `command`: the trial's name and argv."""
     from trainables.command.runner import command_env
-    from trainables.command.trackers import tracker_env
+    from trainables.command.trackers import tracker_env, trackers_named
 
+    (work_dir, cwd), (name, argv) = folders, command
     env = command_env(cell, work_dir, name, metrics_file, 0.0)
-    for setting in tracker_env(env, work_dir, args.metrics_from):
+    named = trackers_named(argv, cwd, args.metrics_from)
+    for setting in tracker_env(env, work_dir, args.metrics_from, named):
         print(f"  (set {setting}: unset in the environment)", flush=True)
     return env
 
@@ -103,8 +108,10 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
 
     source, metrics_from = getattr(events, "source", None), args.metrics_from
     if source:
-        found = "" if metrics_from == source else "; found by --metrics-from output: the command printed no metric"
-        print(f"metrics source: {source} (its records under {{trial_dir}}{found})", flush=True)
+        found = "" if metrics_from == source else f"; found by --metrics-from output: no printed {args.metric}"
+        files = [str(f.relative_to(work_dir)) for f in events.files.get(source, ()) if f.is_relative_to(work_dir)]
+        files_read = f" read from {', '.join(files)}" if files else ""
+        print(f"metrics source: {source} (its records under {{trial_dir}}{found}){files_read}", flush=True)
     else:
         print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
     return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
@@ -146,7 +153,7 @@ def _crashed(code: int, stderr: list[str], folder: str) -> int:
     error = failure.exception or (lines[-1].strip() if lines else "(no stderr output)")
     print(f"the command crashed ({exit_status(code)}) before --check could judge its metrics: {error}", flush=True)
     print(f"it ran in {folder}", flush=True)
-    print(hint(failure), file=sys.stderr, flush=True)
+    print(hint(failure, in_check=True), file=sys.stderr, flush=True)
     return 1
 
 
@@ -160,10 +167,11 @@ def _keep_new_paths(folder: Path, work_dir: Path, code: int, in_place: bool) -> 
         print(f"--check: {path} (created through `..`) kept, for the sweep's trials", flush=True)
 
 
-def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: str = "") -> int:
+def _verdict(code: int, complete: tuple, seen: set, candidates: tuple, streams, held: str = "") -> int:
     """Print whether each of `complete` (--metric, --test-metric) was seen; when one was not, which
-    stream held candidate lines (`found`) and which tracker record what keys (`held`). Returns the
-    exit code of --check."""
+    stream held candidate lines and the keys nearest to it, the lines with numbers not read
+    (`candidates`: `candidate_keys`, `skipped_lines`) and which tracker record what keys (`held`).
+    Returns the exit code of --check."""
     from trainables.command.sources import describe_candidates
 
     missing = [m for m in complete if m not in seen]
@@ -177,7 +185,7 @@ def _verdict(code: int, complete: tuple, seen: set, found: dict, streams, held: 
     )
     if missing:
         print(
-            f"{describe_candidates(found, streams)}{'; ' + held if held else ''}; "
+            f"{describe_candidates(candidates[0], streams, missing[0], candidates[1])}{'; ' + held if held else ''}; "
             "check --metric / --metric-pattern / --step-key / --metrics-from",
             file=sys.stderr,
         )

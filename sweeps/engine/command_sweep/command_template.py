@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 
+from sweeps.engine.cluster import job_env
 from sweeps.engine.flags import UsageError
 from trainables.command.parse import (
     BUILTIN_PLACEHOLDERS,
@@ -301,22 +301,22 @@ def compile_metric_pattern(text: str) -> re.Pattern:
 
 
 def launch_line(template: list[str], plan, metrics_from: str) -> str:
-    """The sweep's launch line: the command, how many cells run and are reused (`plan`: `todo`,
-    `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
+    """The sweep's launch line: the command (`job_env.command_text`), how many cells run and are reused
+    (`plan`: `todo`, `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
-        "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; a trial that prints no metric: its "
-        "wandb, mlflow, csv or hf records under {trial_dir}, named in its log)",
+        "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric: the wandb, "
+        "mlflow, csv, hf or tensorboard records under {trial_dir} that do, named in the trial's log)",
         "stdout": "stdout (its lines and $RAYSWEEP_METRICS_FILE)",
         "stderr": "stderr (its lines and $RAYSWEEP_METRICS_FILE)",
         "jsonl": "jsonl ($RAYSWEEP_METRICS_FILE)",
         "tensorboard": "tensorboard (event files under {trial_dir})",
         "wandb": "wandb (the W&B runs under {trial_dir}/wandb)",
         "mlflow": "mlflow (the MLflow store {trial_dir}/mlflow.db)",
-        "csv": "csv (metrics.csv under {trial_dir})",
+        "csv": "csv (a *.csv under {trial_dir} with --metric as a column, else metrics.csv)",
         "hf": "hf (the newest trainer_state.json under {trial_dir})",
     }
     return (
-        f"command: {shlex.join(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
+        f"command: {job_env.command_text(template)}; {len(plan.todo)} to run, {len(plan.reused)} reused; "
         f"metrics from {words[metrics_from]}"
     )
 

@@ -198,9 +198,8 @@ def start_sweep(
     starts_ray = not ray.is_initialized() and no_cluster
     held, gpus = hold_and_start_ray(options, trial_function)
     notify.watch(options.notify, options.name)
-    provenance_capture.record_run(
-        options.experiment_dir, trial_function.params
-    )  # every run: first, --resume, extension
+    # every run (first, --resume, extension) records what ran
+    provenance_capture.record_run(options.experiment_dir, trial_function.params)
     return Sweep(options, trial_function, metric, mode, gpus, run_config, held, starts_ray, settings)
 
 
@@ -233,12 +232,15 @@ def sweep_tune_config(
 
 def sweep_info(tune_config: TuneConfig, param_space: dict, settings: dict | None, test_metric: str | None) -> dict:
     """The `raysweep.json` record of a new sweep: metric, mode, test metric (None when it is the metric
-    itself: a command that reports only its validation metric), command line, settings, start time and
-    `total_trials` (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
+    itself: a command that reports only its validation metric), its searcher's and scheduler's class names
+    (None: grid, FIFO; a search's report reads them), command line, settings, start time and `total_trials`
+    (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
     return {
         "metric": tune_config.metric,
         "mode": tune_config.mode,
         "test_metric": test_metric if test_metric != tune_config.metric else None,
+        "searcher": type(tune_config.search_alg).__name__ if tune_config.search_alg is not None else None,
+        "scheduler": type(tune_config.scheduler).__name__ if tune_config.scheduler is not None else None,
         "argv": sys.argv,  # the script's path as launched and its flags, and the interpreter: `resume_command`
         "python": sys.executable,
         "settings": settings or {},
@@ -267,6 +269,7 @@ def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
             options.dashboard_host,
             num_gpus=choose_local_gpus(options.gpus, options.address),
             runtime_env=trial_function.runtime_env,
+            carry_env=options.carry_env,
         )
         nodes_alive = sum(node["Alive"] for node in ray.nodes())
         check_shared_storage(options.storage_path, nodes_alive, options.storage_is_shared)

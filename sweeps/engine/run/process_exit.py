@@ -8,8 +8,9 @@ import sys
 from sweeps.engine.flags import UsageError
 
 
-def run_main(main) -> None:
-    """Run a sweep's `main(argv) -> int` and exit with its code; user mistakes print one line.
+def run_main(main, argv: list[str] | None = None) -> None:
+    """Run a sweep's `main(argv) -> int` (`argv`: default the command line's) and exit with its code;
+    user mistakes print one line.
 
     When `main` returns, the sweep is over: Tune has synced the experiment to storage before
     `fit()` returned, the report is written, a Ray the sweep started is stopped. The process then
@@ -20,7 +21,7 @@ def run_main(main) -> None:
     than a usage error or Ctrl-C takes Python's normal way out (traceback, exit code 1).
     """
     try:
-        code = main(sys.argv[1:])
+        code = main(sys.argv[1:] if argv is None else argv)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2

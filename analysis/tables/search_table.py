@@ -1,0 +1,199 @@
+"""The search table: every trial of a search ranked by the metric, with the parameters the search set,
+the epochs it ran and why it ended (finished, pruned by ASHA, stopped by the time budget, ...).
+
+Input: one row per trial, as ``ResultGrid.get_dataframe()`` gives it or as
+:func:`analysis.figures.search.search_frame` makes it from :func:`analysis.load_trials`:
+
+    - the metric column (e.g. ``val/acc``), optionally ``<metric>_ci95`` (half-width of the 95 % CI
+      over seeds) and ``num_seeds``;
+    - hyperparameters as ``config/<name>`` columns;
+    - ``training_iteration`` (or ``iterations``): epochs run; ``ended`` (a key of
+      :data:`analysis.reading.trial_end.END_REASONS`), else the columns :func:`end_reasons` reads;
+    - the trial's name: ``trial``, ``trial_name``, the last part of ``logdir``, or ``trial_id``.
+Inputs are never modified.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.reading.trial_end import END_REASONS, end_reasons
+from analysis.tables.best_runs import render_table
+from analysis.tables.formatting import bare, format_number
+from trainables.experiment.rules import DEFAULT_METRIC as METRIC
+from trainables.experiment.rules import DEFAULT_MODE as MODE
+
+ASHA_NAMES = ("AsyncHyperBandScheduler", "ASHAScheduler")
+
+
+def search_table(
+    df: pd.DataFrame,
+    metric: str = METRIC,
+    mode: str = MODE,
+    *,
+    params: list[str] | None = None,
+    epochs: int | None = None,
+) -> pd.DataFrame:
+    """All trials, best first by ``metric``; errored and diverged trials and those without a value last, unranked.
+
+    Args:
+        df: one row per trial (the module docstring).
+        metric, mode: the column that ranks and its direction (``"max"``/``"min"``).
+        params: the searched parameters (without ``config/``); default every ``config/`` column
+            whose value differs between trials.
+        epochs: epochs of a full trial, for :func:`analysis.reading.trial_end.end_reasons` when
+            ``df`` has no ``ended`` column (default: each trial's ``config/epochs``).
+    Returns:
+        DataFrame with ``rank`` (1, 2, ...; NA unranked), ``trial``, one column per
+        parameter (raw values, NaN where a trial did not have it), ``epochs`` (int), ``ended``,
+        ``n_seeds``, ``metric`` and ``<metric>_ci95`` (NaN with one seed or no interval);
+        ``attrs["metric"]``, ``attrs["mode"]``, ``attrs["params"]``.
+    Raises:
+        ValueError: mode not min/max.
+    """
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode={mode!r} is not one of min, max")
+    if params is None:
+        params = [bare(c) for c in sorted(df.columns) if c.startswith("config/") and df[c].nunique(dropna=True) > 1]
+    values = pd.to_numeric(df[metric], errors="coerce") if metric in df else pd.Series(np.nan, index=df.index)
+    values = values.where(np.isfinite(values))
+    ended = df["ended"] if "ended" in df else end_reasons(df, epochs)
+    rankable = values.where(~ended.isin(("errored", "diverged")))  # a failed trial's last value is not its result
+    order = rankable.sort_values(ascending=(mode == "min"), na_position="last", kind="stable").index
+    seeds = df["num_seeds"].fillna(1).astype(int) if "num_seeds" in df else pd.Series(1, index=df.index)
+    ci = pd.to_numeric(df[f"{metric}_ci95"], errors="coerce") if f"{metric}_ci95" in df else np.nan
+    iterations = next((df[c] for c in ("training_iteration", "iterations") if c in df), pd.Series(0, index=df.index))
+    out = pd.DataFrame(
+        {
+            "trial": trial_names(df),
+            **{p: df[f"config/{p}"] if f"config/{p}" in df else np.nan for p in params},
+            "epochs": pd.to_numeric(iterations, errors="coerce").fillna(0).astype(int),
+            "ended": ended,
+            "n_seeds": seeds,
+            metric: values,
+            f"{metric}_ci95": pd.Series(ci, index=df.index).where(seeds > 1),
+        },
+        index=df.index,
+    ).loc[order]
+    ranked = rankable.loc[order].notna().to_numpy()
+    out.insert(0, "rank", pd.array(np.where(ranked, np.cumsum(ranked), 0), dtype="Int64"))
+    out.loc[~ranked, "rank"] = pd.NA
+    out = out.reset_index(drop=True)
+    out.attrs.update(metric=metric, mode=mode, params=list(params))
+    return out
+
+
+def search_frame(trials: pd.DataFrame, metric: str, scope: str = "select") -> pd.DataFrame:
+    """A :func:`analysis.load_trials` table as the one-row-per-trial frame of this module, in the
+    order the trials started (the search's order; trial id breaks ties).
+
+    Args:
+        trials: the trial table (with ``select/<metric>`` from :func:`analysis.add_selected` for
+            ``scope="select"``, and ``select/<metric>_ci95`` when the trials reported it).
+        metric: the metric; its ``<scope>/`` column becomes ``metric``.
+    Returns:
+        DataFrame with ``trial`` (name), ``trial_id``, the ``config/`` columns, ``metric``,
+        ``<metric>_ci95`` and ``num_seeds`` where reported, ``training_iteration``, ``ended``,
+        ``timestamp`` (Unix seconds of the last result) and ``time_total_s`` (seconds it ran).
+    """
+    ordered = trials.sort_values(["start_time", "trial_id"], na_position="last", kind="stable")
+    frame = pd.DataFrame(
+        {
+            "trial": ordered["trial_name"],
+            "trial_id": ordered["trial_id"],
+            **{c: ordered[c] for c in ordered.columns if c.startswith("config/")},
+            metric: pd.to_numeric(ordered[f"{scope}/{metric}"], errors="coerce"),
+            "training_iteration": ordered["iterations"],
+            "ended": ordered["ended"],
+            "timestamp": ordered["end_time"].map(lambda t: t.timestamp() if pd.notna(t) else np.nan),
+            "time_total_s": ordered["duration_s"],
+        }
+    )
+    for column, source in ((f"{metric}_ci95", f"{scope}/{metric}_ci95"), ("num_seeds", "last/num_seeds")):
+        if source in ordered:
+            frame[column] = pd.to_numeric(ordered[source], errors="coerce")
+    return frame.reset_index(drop=True)
+
+
+def experiment_search_table(selected: pd.DataFrame, metric: str, mode: str) -> pd.DataFrame | None:
+    """The :func:`search_table` of a loaded search or PBT experiment, None for a grid.
+
+    Args:
+        selected: :func:`analysis.load_trials` table with ``select/<metric>`` (:func:`analysis.add_selected`)
+            and ``attrs["search"]`` (:class:`analysis.reading.search_record.SearchRecord`).
+    Returns:
+        the table (its parameters: those the search set), ``attrs`` as :func:`search_table` plus
+        ``kind``, ``searcher`` and ``scheduler``.
+    """
+    record = selected.attrs.get("search")
+    if record is None:
+        return None
+    frame = search_frame(selected, metric)
+    table = search_table(frame, metric, mode, params=[p for p in record.params if f"config/{p}" in frame])
+    table.attrs.update(kind=record.kind, searcher=record.searcher, scheduler=record.scheduler)
+    return table
+
+
+def trial_names(df: pd.DataFrame) -> pd.Series:
+    """Each row's trial name: ``trial``, ``trial_name``, the last part of ``logdir``, ``trial_id``, or 1, 2, ..."""
+    for column in ("trial", "trial_name", "logdir", "trial_id"):
+        if column in df:
+            names = df[column]
+            return names.map(lambda p: str(p).rstrip("/").rsplit("/", 1)[-1]) if column == "logdir" else names
+    return pd.Series(range(1, len(df) + 1), index=df.index)
+
+
+def ended_words(reason: str, scheduler: str | None = None) -> str:
+    """An end reason in words: ``pruned by ASHA`` when the scheduler is ASHA, else :data:`END_REASONS`."""
+    if reason == "pruned" and scheduler:
+        return f"pruned by {'ASHA' if scheduler in ASHA_NAMES else scheduler}"
+    return END_REASONS.get(reason, str(reason))
+
+
+def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str | None = None) -> str:
+    """A :func:`search_table` as text, Markdown or LaTeX (``analysis.tables.best_runs.render_table``):
+    rank, trial, parameters (3 significant digits; blank where a trial did not have one), epochs,
+    ended, seeds and the metric as ``0.9124 ± 0.011`` (4 significant digits; ± with more than one seed)."""
+    metric, params = table.attrs["metric"], table.attrs["params"]
+    header = ["rank", "trial", *params, "epochs", "ended", "n_seeds", metric]
+    body = [
+        [
+            "–" if pd.isna(row["rank"]) else str(row["rank"]),
+            str(row["trial"]),
+            *(format_param(row[p]) for p in params),
+            str(row["epochs"]),
+            ended_words(row["ended"], scheduler),
+            str(row["n_seeds"]),
+            format_mean(row[metric], row[f"{metric}_ci95"]),
+        ]
+        for _, row in table.iterrows()
+    ]
+    return render_table(header, body, 2 + len(params), style)
+
+
+def search_caption(table: pd.DataFrame, rule: str, scheduler: str | None = None) -> str:
+    """The sentence above the search table: how it is ranked and what each end reason means."""
+    counts = table["ended"].value_counts()
+    ended = ", ".join(f"{n} {ended_words(reason, scheduler)}" for reason, n in counts.items())
+    return (
+        f"{len(table)} trials ranked by {rule} ({table.attrs['mode']}), mean over the seeds of a trial "
+        f"± its 95 % CI; trials without a value (errored, diverged) last. Ended: {ended}. "
+        "Pruned: the scheduler stopped it early; stopped by the time budget: the sweep ended before it did."
+    )
+
+
+def format_param(value) -> str:
+    """A parameter's value in the table: floats to 3 significant digits, blank where the trial had none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.3g}" if isinstance(value, (float, np.floating)) else str(value)
+
+
+def format_mean(mean, ci) -> str:
+    """``0.9124 ± 0.011`` (4 significant digits), ``0.9124`` without an interval, ``–`` without a value."""
+    if pd.isna(mean):
+        return "–"
+    return format_number(mean) + ("" if pd.isna(ci) else " ± " + format_number(ci))
