@@ -28,8 +28,8 @@ sweep: install
 smoke: install
 	$(PY) sweeps/noise_grid.py --smoke-test $(SWEEP_ARGS)
 
-test: install
-	$(PY) -m pytest tests -q --durations=15
+test: install  # two pytest-xdist workers, each with its own Ray heads, S3 server and temp dirs (tests/conftest.py)
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --durations=15
 
 lint: install  # ruff (configured in pyproject.toml): lint and format check, as .ci/run does
 	$(VENV)/bin/ruff check .

@@ -13,9 +13,11 @@ the status command imports this module alone.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 
-from trainables.experiment.outcome import COUNTS, LEFT_OUT, RUNNING, count_outcomes, trial_outcome
+from analysis.wall_time import TrialCost, makespan
+from trainables.experiment.outcome import COUNTS, LEFT_OUT, PENDING, RUNNING, count_outcomes, trial_outcome
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import DEFAULT_METRIC as METRIC
 from trainables.experiment.rules import DEFAULT_MODE as MODE
@@ -40,20 +42,24 @@ def sweep_status(
         dict with the `count_outcomes` counts (`running`, `pending` (waiting or paused, or not created
         yet), `done`, `errored` (`no_metric` among them), `diverged`, `interrupted`, `not_run`), `total`,
         `best` (`_best`), `epochs_done`, `epochs_planned` (finished trials count the epochs they ran, others
-        as `_add_unplanned` says; None when unknown), and `running_trials`: (name, last result, planned
-        epochs or None) per running trial, best first.
+        as `_add_unplanned` says; None when unknown), `running_trials`: (name, last result, planned
+        epochs or None) per running trial, best first, `slots` (trials running now) and `time_left`: the
+        seconds each unfinished trial needs (`_left`), or None.
     """
     outcomes = [
         trial_outcome(t.status, t.last_result, over=over, stopped=getattr(t, "trial_id", None) in stopped)
         for t in trials
     ]
     epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = 0, 0, [], [], [], []
+    timed, left_running, left_pending = [], [], []
     for trial, outcome in zip(trials, outcomes):
         result = trial.last_result or {}
         epochs = _epochs_done(result)
         planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
         finished = trial.status in ("TERMINATED", "ERROR")
         epochs_done += epochs
+        if epochs and isinstance(result.get("time_total_s"), (int, float)):
+            timed.append((epochs, result["time_total_s"], result.get("time_this_iter_s")))
         if finished:
             epochs_planned += epochs
             ran.append(epochs)
@@ -64,18 +70,65 @@ def sweep_status(
         planned_per_trial.append(planned if planned is not None or not finished else epochs)
         if outcome == RUNNING:
             running.append((str(trial), result, planned))
+            left_running.append((planned, epochs, result.get("time_this_iter_s") if epochs >= 2 else None))
+        elif outcome == PENDING:
+            left_pending.append((planned, epochs))
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
     epochs_planned = _add_unplanned(epochs_planned, unknown, ran, planned_per_trial, not_created)
     sign = -1 if mode == "max" else 1
     running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
+    per_trial = _mean_planned(ran, planned_per_trial)
+    left_pending += [(None, 0)] * not_created
+    counts = count_outcomes(outcomes, not_created, over)
     return {
-        **count_outcomes(outcomes, not_created, over),
+        **counts,
         "total": total,
         "best": _best(trials, outcomes, metric, mode),
         "epochs_done": epochs_done,
         "epochs_planned": epochs_planned,
         "running_trials": running,
+        "slots": counts["running"],  # trials at once; the driver's callback puts the most it saw
+        "time_left": _left(_trial_cost(timed), left_running, left_pending, per_trial),
+    }
+
+
+def _trial_cost(timed: list[tuple]) -> TrialCost | None:
+    """The sweep's `TrialCost` from its trials' last results, (epochs, `time_total_s`, `time_this_iter_s`)
+    each: the epoch is the median time of a trial's latest epoch past its first (Tune's
+    `time_this_iter_s`), the start-up the median of `time_total_s - epochs x epoch`. Before any trial
+    has a second epoch, the first epochs' mean, start-up 0. None before any epoch was timed."""
+    later = [this for epochs, _, this in timed if epochs >= 2 and isinstance(this, (int, float))]
+    if later:
+        epoch_s = statistics.median(later)
+        return TrialCost(statistics.median(max(0.0, total - e * epoch_s) for e, total, _ in timed), epoch_s)
+    return TrialCost(0.0, statistics.median(total / e for e, total, _ in timed)) if timed else None
+
+
+def _mean_planned(ran: list, planned: list) -> float | None:
+    """Epochs a trial of unknown length runs: the mean of the known planned ones, else of the finished ones."""
+    known = [p for p in planned if p is not None]
+    if known:
+        return sum(known) / len(known)
+    return sum(ran) / len(ran) if ran and any(ran) else None
+
+
+def _left(cost: TrialCost | None, running: list, pending: list, per_trial: float | None) -> dict | None:
+    """The seconds each unfinished trial still needs, by `cost`: `running`, from (planned epochs or
+    None, epochs done, its own latest epoch's seconds or None) per running trial, and `pending`, from
+    (planned epochs or None, epochs done) per trial not running (created or not). A trial whose config
+    names no epochs runs `per_trial` (at least what it did). None while no epoch was timed or such a
+    trial's length is unknown."""
+    if cost is None or (per_trial is None and any(p is None for p, *_ in running + pending)):
+        return None
+
+    def epochs_left(planned, done) -> float:
+        return max(0.0, (planned if planned is not None else per_trial) - done)
+
+    return {
+        "running": [epochs_left(planned, done) * (own or cost.epoch_s) for planned, done, own in running],
+        "pending": [cost.seconds(epochs_left(planned, done)) for planned, done in pending],
+        "cost": cost,
     }
 
 
@@ -137,24 +190,22 @@ def _add_unplanned(epochs_planned: int, unknown: list, ran: list, planned: list,
 def format_progress(
     status: dict,
     elapsed_s: float,
-    epochs_at_start: int = 0,
     metric: str = METRIC,
     log_lines: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The console block for a `sweep_status` dict: a summary line, then one line per running trial.
 
-    The ETA is (epochs planned - epochs done) / (epochs done in this run / elapsed_s); `?` until
-    an epoch has finished, while the planned epochs are unknown (command trials before one has
-    finished), or while trials run past the estimate (never `0:00:00` while any runs).
+    The ETA is `eta_seconds`'s: `?` until an epoch has been timed, while the planned epochs are
+    unknown (command trials before one has finished), or while trials run past the estimate
+    (never `0:00:00` while any runs).
     An accuracy held as a fraction is shown in % (`trainables.experiment.rules.shown_as_percent`), as the
     tables show it. At most RUNNING_LINES trial lines; the rest are counted.
     Args:
         elapsed_s: seconds since the sweep (this run of it) began.
-        epochs_at_start: epochs already done when it began (a resumed sweep), left out of the rate.
         log_lines: trial name -> last line of its log, printed under the trial's line (`--status`).
     """
     s = status
-    eta_s = eta_seconds(s, elapsed_s, epochs_at_start)
+    eta_s = eta_seconds(s)
     eta = format_duration(eta_s) if eta_s is not None else "?"
     best = f"best {metric} {_num(s['best'][0], metric)} ({s['best'][1]})" if s["best"] else f"best {metric} -"
     planned = s["epochs_planned"]
@@ -178,19 +229,21 @@ def format_progress(
     return lines
 
 
-def eta_seconds(status: dict, elapsed_s: float, epochs_at_start: int = 0) -> float | None:
-    """Seconds left for a `sweep_status` dict: (epochs planned - epochs done) / (epochs done in this
-    run / elapsed_s); None until an epoch has finished in this run, while the planned epochs are
-    unknown, when none are left but trials still run (never `0:00:00` then), or when the sweep was
-    stopped with trials left (arguments as `format_progress`)."""
+def eta_seconds(status: dict) -> float | None:
+    """Seconds until the trials of a `sweep_status` dict have all ended, by the sweep's wall-time
+    model (`analysis/wall_time.py`, as `--estimate` predicts it) fed with the epochs timed so far:
+    each running trial needs its epochs left at its own latest epoch's time, each trial not started
+    its start-up and epochs, and they share the sweep's slots (`slots`: the most trials seen
+    running at once, at least those running now and one), longest first. None until an epoch has
+    been timed, while a trial's length is unknown, when none is left but trials still run (never
+    `0:00:00` then), or when the sweep was stopped with trials left."""
     if not status["running"] + status["pending"] and status.get("interrupted", 0) + status.get("not_run", 0):
         return None  # the sweep was stopped: nothing runs until it is resumed
-    done_now = status["epochs_done"] - epochs_at_start
-    planned = status["epochs_planned"]
-    remaining = None if planned is None else planned - status["epochs_done"]
-    unfinished = status["running"] + status["pending"]
-    known = done_now > 0 and remaining is not None and (remaining > 0 or not unfinished)
-    return remaining * elapsed_s / done_now if known else None
+    left = status.get("time_left")
+    if left is None:
+        return None
+    eta = makespan(left["pending"], max(1, status.get("slots") or 0, status["running"]), left["running"])
+    return eta if eta > 0 or not status["running"] + status["pending"] else None
 
 
 def format_duration(seconds: float) -> str:

@@ -34,10 +34,10 @@ import pandas as pd
 
 from analysis.figures.confusion import CONFUSION_SELECT, load_confusion
 from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
-from analysis.figures.packing import sweep_efficiency
+from analysis.figures.packing import run_efficiencies, sweep_efficiency
 from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline
 from analysis.figures.search import search_pictures
-from analysis.progress import describe_counts
+from analysis.progress import describe_counts, format_duration
 from analysis.reading.load import (
     ExperimentError,
     config_column,
@@ -49,6 +49,7 @@ from analysis.reading.load import (
     reported_metrics,
 )
 from analysis.reading.provenance import report_lines as provenance_lines
+from analysis.reading.provenance import sweep_runs
 from analysis.report_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
@@ -233,7 +234,8 @@ def _figures(trials, history, selected, metric: str, mode: str, pictures: Pictur
     if axes:
         figure = functools.partial(plot_heatmap, selected, metric, *axes, scope="select")
         pictures.save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", figure)
-    pictures.save("timeline", "Trial timeline", lambda: plot_timeline(trials))
+    starts = [start for start, _ in _runs(trials)]
+    pictures.save("timeline", "Trial timeline", lambda: plot_timeline(trials, runs=starts if len(starts) > 1 else None))
 
 
 def report_folder(trials: pd.DataFrame) -> Path:
@@ -291,19 +293,47 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
 
 def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
     """The report's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
-    metric, efficiency."""
+    metric, efficiency (per run of the sweep when it ran more than once, `efficiency_lines`)."""
     counts = count_outcomes(outcome_column(trials))
-    efficiency = sweep_efficiency(trials)
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
-        f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"
-        if efficiency == efficiency
-        else "- sweep efficiency: n/a (no timed trials)",
+        *efficiency_lines(trials, _runs(trials)),
         "",
     ]
+
+
+def _runs(trials: pd.DataFrame) -> list[tuple[float, str]]:
+    """The runs of one experiment (`sweep_runs`); [] for experiments compared together."""
+    return [] if trials.attrs.get("experiments") else sweep_runs(trials.attrs["experiment"])
+
+
+def efficiency_lines(trials: pd.DataFrame, runs: list[tuple[float, str]]) -> list[str]:
+    """`- sweep efficiency: 93% (busy slot-time / (slots × makespan))`; for a sweep run several times
+    (`runs`: (start, kind) each), the figure of all runs with the gaps between them left out, then
+    one line per run (when it started, what it was, its trials, makespan, efficiency, the gap before it)."""
+    starts = [start for start, _ in runs] if len(runs) > 1 else None
+    efficiency = sweep_efficiency(trials, runs=starts)
+    if efficiency != efficiency:
+        return ["- sweep efficiency: n/a (no timed trials)"]
+    if starts is None:
+        return [f"- sweep efficiency: {efficiency:.0%} (busy slot-time / (slots × makespan))"]
+    table = run_efficiencies(trials, starts)
+    gaps = table["gap_s"].dropna()
+    lines = [
+        f"- sweep efficiency: {efficiency:.0%} over {len(table)} runs, the {format_duration(gaps.sum())} between them "
+        "left out (busy slot-time / (slots × makespan), per run:)"
+    ]
+    for row in table.itertuples():
+        kind = runs[row.run - 1][1]
+        gap = f", after a gap of {format_duration(row.gap_s)}" if row.gap_s == row.gap_s else ""
+        lines.append(
+            f"  - run {row.run} ({kind}, {row.start:%Y-%m-%d %H:%M} UTC{gap}): {row.trials} trials, "
+            f"{format_duration(row.makespan_s)}, efficiency {row.efficiency:.0%}"
+        )
+    return lines
 
 
 def _markdown(

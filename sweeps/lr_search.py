@@ -340,8 +340,34 @@ def choose_trial_function(args, options, cfg, data):
     )
 
 
+def estimate_point(args) -> tuple[dict, dict]:
+    """What `--estimate` trains: (the middle of each searched range, {name: choices} of the categorical
+    dimensions, taken in turn by its cells); the built-in trainable's dimensions, or a command's `space`."""
+    from sweeps.engine.estimate import middle
+
+    if not args.template:
+        ranges = ("lr", "weight_decay", "gce_q", "sce_alpha", "sce_beta")
+        return {k: middle(getattr(args, f"{k}_range")) for k in ranges}, {
+            "batch_size": args.batch_sizes,
+            "loss": args.losses,
+        }
+    searched, choices = {}, {}
+    for name, dimension in args.space.items():
+        if dimension.kind == "choice":
+            choices[name] = list(dimension.values)
+            continue
+        low, high = dimension.values
+        value = middle((low, high)) if dimension.kind == "loguniform" else (low + high) / 2
+        searched[name] = round(value) if dimension.kind == "int" else value
+    return searched, choices
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.estimate:  # before the search's checks of its folder: nothing is written
+        from sweeps.engine.estimate import estimate_search
+
+        return estimate_search(args, *estimate_point(args), upper_bound="ASHA stops trials early")
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
     if args.template:  # the built-in trainable's data is not loaded

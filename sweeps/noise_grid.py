@@ -18,6 +18,7 @@ table over seeds is printed at the end.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
@@ -71,6 +72,21 @@ def check_and_load(cells: list[dict]) -> tuple[list, dict]:
         raise flags.UsageError(str(e)) from None
 
 
+def estimate_sweep(args, cells: list[dict], data: dict, auto: dict | None, load_s: float) -> int:
+    """`--estimate`: the first cell trained for a few epochs in this process (`first_cell.time_builtin`),
+    the grid's cost predicted (`sweeps/engine/estimate.py`); `load_s`: the data load, once per sweep."""
+    from sweeps.engine.first_cell import time_builtin
+
+    minimum = [c for c in cells if c["seed"] < auto["min_seeds"]] if auto else None
+    return estimate.run_estimate(
+        args,
+        estimate.Plan(cells, "builtin", minimum=minimum),
+        lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
+        lambda cell, gpus: time_builtin(cell, data, 0, run_flags.ESTIMATE_LIMIT_S, args.cpus_per_trial),
+        measured_s=load_s,
+    )
+
+
 def fit_grid(options, trial_function, plan, axes) -> tuple[int, list]:
     """Run the planned grid (`grid_plan.plan_grid`) with Ray Tune, or resume it: `start_sweep`'s
     shared pieces around the `Tuner`. Returns `Sweep.fit`'s (exit code, `ResultGrid`s)."""
@@ -105,14 +121,20 @@ def main(argv: list[str]) -> int:
     axes = grid_axes(args)
     auto = seed_flags.seed_rule_settings(args, axes)  # --seeds auto: the stopping rule's settings, else None
     cells = grid.grid_cells(axes, args.max_trials)
-    print(f"{len(cells)} trials in the grid", flush=True)
+    print(f"{len(cells)} trials in the grid", file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.dry_run and args.estimate:  # the estimate from a finished experiment, as --estimate prints it
+        estimate.dry_run_estimate(args, cells, options.experiment_dir)
+        return 0
     if args.dry_run:  # before Ray, torch or the data load
         estimated = estimate.estimate_lines(cells, options.experiment_dir, **estimate.run_flags_of(args))
         print(*estimated, "nothing was run (--dry-run)", sep="\n")
         return 0
     preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads
 
+    loading = time.monotonic()
     configs, data = check_and_load(cells)
+    if args.estimate:
+        return estimate_sweep(args, cells, data, auto, time.monotonic() - loading)
 
     from sweeps.engine.grid_plan import plan_grid, report_finished
     from sweeps.engine.run import resume

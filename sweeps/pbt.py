@@ -109,6 +109,12 @@ def pbt_settings(args) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.estimate:  # before the search's checks of its folder: nothing is written
+        from sweeps.engine.estimate import estimate_search, middle
+
+        searched = {"lr": middle(args.lr_range), "weight_decay": middle(args.weight_decay_range)}
+        note = "PBT: every member trains all its epochs; each exploit's checkpoint restore adds a little"
+        return estimate_search(args, searched, note=note)
     bounds = {"lr": args.lr_range, "weight_decay": args.weight_decay_range}
     settings = pbt_settings(args)
     options = run_flags.run_options(args)

@@ -217,10 +217,14 @@ def warn_gpu_choice(template: list[str]) -> None:
 
 def dry_run(args) -> int:
     """Print each cell's trial name and rendered command, one per line: `{trial_dir}` as the folder it
-    will be, `{gpu}` empty on CPU trials, else `GPU_IDS` (Ray assigns the ids when the trial starts)."""
+    will be, `{gpu}` empty on CPU trials, else `GPU_IDS` (Ray assigns the ids when the trial starts).
+    With --estimate, only the estimate, from a finished experiment (`estimate.dry_run_estimate`)."""
     gpu = "" if args.gpus_per_trial == 0 else "GPU_IDS"
     namer = grid.trial_namer(command_template.cell_axes(args.cells))
     experiment_dir = run_flags.run_options(args).experiment_dir
+    if args.estimate:
+        estimate.dry_run_estimate(args, args.cells, experiment_dir)
+        return 0
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
         folder = f"{experiment_dir}/{name}/work"
@@ -234,6 +238,20 @@ def dry_run(args) -> int:
     )
     print(f"{len(args.cells)} trials; nothing was run (--dry-run)")
     return 0
+
+
+def estimate_sweep(args) -> int:
+    """`--estimate`: the first cell's command timed as `--check` runs it, and the sweep's cost predicted
+    (`sweeps/engine/estimate.py`); with `--seeds auto`, from its minimum seeds to the cap."""
+    from sweeps.engine.command_sweep.command_check import time_command
+
+    minimum = [c for c in args.cells if c["seed"] < args.auto["min_seeds"]] if args.auto else None
+    return estimate.run_estimate(
+        args,
+        estimate.Plan(args.cells, "command", minimum=minimum),
+        lambda epochs, limit_s, gpus: time_command(args, args.cells[0], epochs, limit_s, gpus),
+        lambda cell, gpus: time_command(args, cell, 0, run_flags.ESTIMATE_LIMIT_S, gpus),
+    )
 
 
 def command_trial_function(args, snapshot: dict | None):
@@ -306,6 +324,8 @@ def main(argv: list[str]) -> int:
         from sweeps.engine.command_sweep.command_check import check_command
 
         return check_command(args)
+    if args.estimate:
+        return estimate_sweep(args)
     options = run_flags.run_options(args)
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)

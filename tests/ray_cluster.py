@@ -9,6 +9,7 @@ finds (Ray 2.59+ turns token authentication on when ~/.ray/auth_token exists) is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,15 @@ import pytest
 from trainables import ray_private
 
 RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def twice(start):
+    """`start(1)`, and `start(2)` if that raised AssertionError (`start_node` timed out): a loaded machine can
+    miss Ray's fixed 30 s wait for a raylet to register with its GCS (ray/_private/node.py), once."""
+    try:
+        return start(1)
+    except AssertionError:
+        return start(2)
 
 
 def free_port() -> int:
@@ -112,11 +122,12 @@ def start_node(
 
 
 @contextlib.contextmanager
-def shared_head(folder: Path, extra_env: dict | None = None):
+def shared_head(folder: Path, extra_env: dict | None = None, num_cpus: int | None = None, num_gpus: int = 0):
     """A `ray start --head` that sweep subprocesses join instead of starting a private Ray each (4-6 s
     of start-up plus shutdown per sweep; issue 26).
 
-    CPUs as a private Ray here would have them, no GPU, no dashboard; its own ports, temp dir and token
+    CPUs as a private Ray here would have them (or `num_cpus` logical ones), no GPU (or `num_gpus`
+    logical ones: Ray hands them out as on a real box), no dashboard; its own ports, temp dir and token
     (RAY_AUTH_TOKEN_PATH, so HOME stays the user's); PYTHONPATH at this repository, so its workers
     import `trainables` whatever the driver's cwd; `extra_env` (e.g. object-storage credentials) for
     its workers too. Stopped by pid on exit (`stop_node`), never by `ray stop`.
@@ -131,16 +142,16 @@ def shared_head(folder: Path, extra_env: dict | None = None):
         RAY_AUTH_TOKEN_PATH=str(home / ".ray" / "auth_token"),
         RAY_USAGE_STATS_ENABLED="0",
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        RAY_raylet_start_wait_time_s="120",  # Ray's 30 s for the raylet to register: missed twice in a row at load 30
         **(extra_env or {}),
     )
-    for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s wait for the raylet to register, once
+
+    def start(attempt: int) -> tuple[subprocess.Popen, int]:
         port = free_port()
-        try:
-            head = start_node(folder / f"start{attempt}", env, head_port=port, num_cpus=os.cpu_count() or 2)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+        cpus = num_cpus or os.cpu_count() or 2
+        return start_node(folder / f"start{attempt}", env, head_port=port, num_cpus=cpus, num_gpus=num_gpus), port
+
+    head, port = twice(start)
     try:
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAYSWEEP_LOGICAL_GPUS": ""}
     finally:
@@ -184,12 +195,66 @@ def start_two_nodes(folder: Path, env: dict, worker_ip: str, nodes: list) -> str
             extra_env={"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4"},
         )
     )
-    nodes.append(
-        start_node(
-            folder / "worker", env, address=f"127.0.0.1:{port}", node_ip=worker_ip, extra_env={"RAY_AUTH_MODE": "token"}
-        )
-    )
+    nodes.append(start_second_node(folder / "worker", env, f"127.0.0.1:{port}", worker_ip))
     return f"127.0.0.1:{port}"
+
+
+def start_second_node(folder: Path, env: dict, address: str, worker_ip: str) -> subprocess.Popen:
+    """The second node of `start_two_nodes`: 1 CPU on `worker_ip`, joining `address` with RAY_AUTH_MODE=token."""
+    return start_node(folder, env, address=address, node_ip=worker_ip, extra_env={"RAY_AUTH_MODE": "token"})
+
+
+@dataclasses.dataclass
+class TwoRaylets:
+    """The two-raylet cluster of `start_two_nodes`, shared by a test session's cluster tests
+    (`tests/conftest.py`'s `two_raylets`): started once, its second node started again after a test
+    killed it.
+
+    `env` is the environment of its nodes and of a driver that joins it (the token in its HOME,
+    RAY_AUTH_MODE unset); `nodes` are the head and the second node, whose raylet a test may kill.
+    """
+
+    folder: Path
+    env: dict
+    worker_ip: str
+    address: str = ""
+    nodes: list = dataclasses.field(default_factory=list)
+    restarts: int = 0
+
+    def start(self) -> None:
+        def start(attempt: int) -> str:
+            self.stop()  # what a failed first attempt started
+            return start_two_nodes(self.folder / f"start{attempt}", self.env, self.worker_ip, self.nodes)
+
+        self.address = twice(start)
+
+    def second_node_up(self) -> None:
+        """Start the second node again when its `ray start --block` has exited (it does once its raylet
+        is killed) or its raylet is gone; the head must be alive."""
+        head, worker = self.nodes
+        assert head.poll() is None, f"the head of {self.address} has exited: see {self.folder}/start*/head"
+        if worker.poll() is None and _has_raylet(worker):
+            return
+        stop_node(worker)
+
+        def start(attempt: int) -> subprocess.Popen:
+            self.restarts += 1
+            return start_second_node(self.folder / f"worker{self.restarts}", self.env, self.address, self.worker_ip)
+
+        self.nodes[1] = twice(start)
+
+    def stop(self) -> None:
+        while self.nodes:
+            stop_node(self.nodes.pop())
+
+
+def _has_raylet(node: subprocess.Popen) -> bool:
+    import psutil
+
+    try:
+        return raylet_pid(node) > 0
+    except (StopIteration, psutil.NoSuchProcess):
+        return False
 
 
 def kill_node_under_a_trial(

@@ -315,16 +315,18 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path, sweep_env):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("at_once", [False, True], ids=["after-the-trial-read-it", "right-after-printing"])
-def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, sweep_env, at_once):
-    """The script prints epochs 1-6 and kills its trial's worker, once the trial read epoch 6's line or
-    right after printing it (the worker has likely not read it: the line is only in the command's output
-    file). Tune retries the trial from its last recorded step; the rows after it are reported first, and
-    the script, resumed from its own checkpoint (epoch 6), adds 7-8: every epoch once."""
+def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, sweep_env):
+    """The script prints epochs 1-6 and kills its trial's worker, once the trial read epoch 6's line
+    (at_once=0) or right after printing it (at_once=1: the worker has likely not read it: the line is only
+    in the command's output file); one sweep, the two moments its axis. Tune retries each trial from its
+    last recorded step; the rows after it are reported first, and the script, resumed from its own
+    checkpoint (epoch 6), adds 7-8: every epoch once."""
     proc = run_sweep(
         tmp_path,
         "--axis",
         "epochs=8",
+        "--axis",
+        "at_once=0,1",
         "--max-failures",
         "1",
         "--",
@@ -336,22 +338,25 @@ def test_rows_printed_but_never_reported_are_recovered_on_restart(tmp_path, swee
         "{epochs}",
         "--kill-parent-after",
         "6",
-        *(["--kill-at-once"] if at_once else []),
+        "--kill-at-once",
+        "{at_once}",
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (trial,) = trials(tmp_path / "runs" / "command").values()
-    log = (trial / "command_stdout.txt").read_text()
-    assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log
-    assert history(trial)["epoch"].tolist() == list(range(1, 9))
-    assert re.search(
-        r"reporting \d row\(s\) written before the restart but never reported \(steps \d\.\.6,",
-        (trial / "stdout").read_text(),
-    )
+    found = trials(tmp_path / "runs" / "command").values()
+    assert sorted(str(json.loads((t / "params.json").read_text())["at_once"]) for t in found) == ["0", "1"]
+    for trial in found:
+        log = (trial / "command_stdout.txt").read_text()
+        assert log.count("# raysweep: command started") == 2 and "resuming from epoch 7" in log, trial.name
+        assert history(trial)["epoch"].tolist() == list(range(1, 9)), trial.name
+        assert re.search(
+            r"reporting \d row\(s\) written before the restart but never reported \(steps \d\.\.6,",
+            (trial / "stdout").read_text(),
+        ), trial.name
 
 
 @pytest.mark.slow
-def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
+def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path, sweep_env):
     """The driver is SIGKILLed mid-run; the script's rows printed after Tune's last record are in the
     trial's stdout file; `--resume` reports them before the script (resumed from its own checkpoint)
     goes on: the history holds every epoch, each once."""
@@ -369,7 +374,7 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path):
         "0.5",
     ]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
     driver = subprocess.Popen(
         [PY, "sweeps/run_command.py", *flags, *argv],
         cwd=ROOT,

@@ -180,6 +180,14 @@ NOT_RUN.update(
         ),
         "python sweeps/noise_grid.py --seeds 5 --epochs 50 --dry-run --estimate-from runs/noise_grid_pilot": "needs "
         "a finished pilot sweep; tests/test_research_record.py checks an estimate against a real sweep",
+        "python sweeps/noise_grid.py --seeds 3 --estimate": "trains the first cell and joins Ray for its slots; "
+        "tests/test_estimate_sweeps.py sets --estimate against real sweeps",
+        "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 3 --estimate -- python train.py --lr '{lr}' "
+        "--seed '{seed}'": "needs the user's train.py; tests/test_estimate_sweeps.py estimates a scripted command",
+        "python sweeps/lr_search.py --num-samples 40 --estimate --json": "trains the first cell; "
+        "tests/test_estimate.py checks the document against its schema",
+        "python sweeps/noise_grid.py --seeds 5 --dry-run --estimate --json": "needs a finished sweep runs/noise_grid; "
+        "tests/test_estimate.py estimates from a finished experiment",
         "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 2 --gpus-per-trial 1 -- python main.py --lr '{lr}' "
         "--seed '{seed}' --gpu '{gpu}'": GPU + " and the user's main.py",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES

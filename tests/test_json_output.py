@@ -61,7 +61,9 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
     assert document["best"] == {"value": pytest.approx(0.97), "trial": "sym_0.2_seed4"}
     # 5 + 5 + 3 (diverged) + 1 (errored) + 2 (running) epochs done; 2 trials not created count 5 each
     assert document["epochs"] == {"done": 16, "planned": 34}
-    assert document["eta_s"] == pytest.approx((34 - 16) * document["elapsed_s"] / 16)  # the text block's ETA
+    # the text block's ETA, by --estimate's model: epochs of 1 s (the fixture's), the running trial's 3 left,
+    # then on its one slot the pending trial's 5 and the two not created yet, 5 each
+    assert document["eta_s"] == pytest.approx(3 + 5 + 5 + 5)
     assert document["driver"]["state"] == "alive" and document["driver"]["pid"] == os.getpid()
     assert document["resume_command"] == "python sweeps/noise_grid.py --seeds 8 --resume"  # plain: no Markdown
     assert (document["left"], document["exit_code"], document["duplicates"]) == (4, 0, [])

@@ -73,23 +73,38 @@ def test_status_counts_states_best_and_epochs_including_trials_not_created_yet()
 
 
 def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
+    timed = {"time_this_iter_s": 6.0}  # Tune's: each epoch takes 6 s, after a start-up of 2 s
     trials = trials_of(
-        *[((f"t{i}", "RUNNING", 5), {"val_acc": i / 20, "gpu_ids": str(i % 4)}) for i in range(11)],
-        (("done", "TERMINATED", 10), {"val_acc": 0.5}),
+        *[
+            ((f"t{i}", "RUNNING", 5), {"val_acc": i / 20, "gpu_ids": str(i % 4), "time_total_s": 32.0, **timed})
+            for i in range(11)
+        ],
+        (("done", "TERMINATED", 10), {"val_acc": 0.5, "time_total_s": 62.0, **timed}),
     )
     status = sweep_status(trials, total_trials=12)
-    lines = format_progress(status, elapsed_s=60.0, epochs_at_start=0)
-    # 65 of 120 epochs in 60 s: 55 left take 55 * 60 / 65 = 50.8 s
+    lines = format_progress(status, elapsed_s=60.0)
+    # the wall-time model of --estimate: each running trial has 5 epochs of 6 s left, on its own slot
     assert lines[0] == (
         "[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
-        "best val/acc 50.00% (t10) | epochs 65/120 | ETA 0:00:51"
+        "best val/acc 50.00% (t10) | epochs 65/120 | ETA 0:00:30"
     )  # an accuracy held as a fraction in %, as the final table shows it
     assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "50.00%", "GPU", "2"]  # no train/loss: never printed
     assert len(lines) == 1 + 8 + 1 and lines[-1] == "  ... and 3 more running"
-    # a resumed sweep: only epochs done in this run count towards the speed
-    assert format_progress(status, 60.0, epochs_at_start=60)[0].endswith("ETA 0:11:00")
+    # a trial not created yet: its start-up and 10 epochs (2 + 60 s) on the first slot that frees up
+    assert format_progress(sweep_status(trials, total_trials=13), 60.0)[0].endswith("ETA 0:01:32")
+    # the slots the driver saw at once: two more slots take the waiting trials at once
+    more = sweep_status(trials, total_trials=13) | {"slots": 12}
+    assert format_progress(more, 60.0)[0].endswith("ETA 0:01:02")
     assert format_progress(sweep_status([], 4), 0.0)[0].endswith("best val/acc - | epochs 0 | ETA ?")
     assert format_duration(3725.4) == "1:02:05"
+
+
+def test_eta_is_unknown_until_an_epoch_was_timed():
+    untimed = trials_of((("a", "RUNNING", 2), {"val_acc": 0.5}), (("b", "PENDING"), {}))
+    assert format_progress(sweep_status(untimed, 2), 30.0)[0].endswith("epochs 2/20 | ETA ?")
+    first = trials_of((("a", "RUNNING", 1), {"time_total_s": 12.0, "time_this_iter_s": 12.0}), (("b", "PENDING"), {}))
+    # one epoch timed: start-up and epoch cannot be told apart, 12 s per epoch: a 9 x 12, b 10 x 12 after it
+    assert format_progress(sweep_status(first, 2), 30.0)[0].endswith("ETA 0:03:48")
 
 
 def test_callback_throttles_skips_unchanged_blocks_and_quiet_keeps_errors_and_end():
@@ -368,17 +383,22 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
 def test_command_trials_with_no_epoch_total_show_epoch_k_and_an_eta_from_finished_trials():
     """A command trial's config has no `epochs`: `epoch k`, never `k/k` or `0/0`; the planned epochs
     come from the trials that finished, and no `0:00:00` while trials still run past that."""
-    running = FakeTrial(name="r", status="RUNNING", config={}, last_result={"epoch": 3}, metric_analysis={})
-    pending = FakeTrial(name="p", status="PENDING", config={}, last_result={}, metric_analysis={})
+
+    def command_trial(name: str, status: str, epoch: int = 0) -> FakeTrial:  # epochs of 10 s after 5 s of start-up
+        result = {"epoch": epoch, "time_total_s": 5.0 + 10.0 * epoch, "time_this_iter_s": 10.0} if epoch else {}
+        return FakeTrial(name=name, status=status, config={}, last_result=result, metric_analysis={})
+
+    running, pending = command_trial("r", "RUNNING", 3), command_trial("p", "PENDING")
     none_done = sweep_status([running, pending], total_trials=2)
     assert none_done["epochs_planned"] is None
     line = format_progress(none_done, 30.0)
     assert line[0].endswith("epochs 3 | ETA ?") and line[1].split()[:3] == ["r", "epoch", "3"]
-    done = FakeTrial(name="d", status="TERMINATED", config={}, last_result={"epoch": 4}, metric_analysis={})
+    done = command_trial("d", "TERMINATED", 4)
     s = sweep_status([running, pending, done], total_trials=4)
     assert s["epochs_planned"] == 4 + 4 + 4 + 4  # each unfinished or not created trial runs what d ran
-    assert format_progress(s, 70.0)[0].endswith("epochs 7/16 | ETA 0:01:30")  # 9 left at 7 per 70 s
-    longer = FakeTrial(name="r", status="RUNNING", config={}, last_result={"epoch": 6}, metric_analysis={})
+    # on the one slot running now: r's last epoch (10 s), then p and the one not created, 5 + 4 x 10 s each
+    assert format_progress(s, 70.0)[0].endswith("epochs 7/16 | ETA 0:01:40")
+    longer = command_trial("r", "RUNNING", 6)
     past = sweep_status([longer, done], total_trials=2)
     assert format_progress(past, 70.0)[0].endswith("epochs 10/10 | ETA ?")  # r runs past the estimate
 

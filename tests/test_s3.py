@@ -1,7 +1,7 @@
 """Object storage like a local folder: sweeps on `s3://` against moto's S3 server on 127.0.0.1,
-started once for the module. pyarrow (and so Ray Tune) reaches it through AWS_ENDPOINT_URL with dummy
-credentials; a sweep joins a Ray head started with them (`s3_ray`), or starts its own (`--address local`)
-where the test kills its driver, so that its workers get them too."""
+started once per test session (`tests/conftest.py`'s `s3_server`). pyarrow (and so Ray Tune) reaches it
+through AWS_ENDPOINT_URL with dummy credentials; a sweep joins a Ray head started with them (`s3_ray`) or
+the session's two-raylet cluster (`two_raylets`), whose workers get them too."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.sweep_records import driver_lock
-from tests.ray_cluster import free_port, wait_for
+from tests.ray_cluster import wait_for
+from tests.s3_server import aws_env
 from trainables.experiment import storage
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
@@ -27,42 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "raysweep-test"
 
 
-def aws_env(endpoint: str) -> dict:
-    """Dummy credentials and the endpoint of the S3 server: what pyarrow, boto3 and Ray's workers need."""
-    return {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    """One S3 server on loopback for this module's tests (moto); yields its endpoint URL."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        wait_for(lambda: _answers(port) or server.poll() is not None, 60, "moto's server")
-        assert server.poll() is None, log_path.read_text()[-2000:]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=20)
-        log.close()
-
-
 @pytest.fixture
 def s3(s3_server, monkeypatch):
-    """The module's S3 server with one empty bucket; yields the environment that points pyarrow at it."""
+    """The session's S3 server with one empty bucket; yields the environment that points pyarrow at it."""
     env = aws_env(s3_server)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -76,25 +43,7 @@ def s3(s3_server, monkeypatch):
     yield {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.fixture(scope="module")
-def s3_ray(s3_server, tmp_path_factory):
-    """A `ray start --head` whose workers reach the module's S3 server (its AWS_* environment): the
-    sweeps of a test that is not about start-up or kills join it instead of starting a Ray each."""
-    from tests.ray_cluster import shared_head
-
-    with shared_head(tmp_path_factory.mktemp("s3_ray"), aws_env(s3_server)) as env:
-        yield env["RAY_ADDRESS"], {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def sweep(name: str, *extra: str, rates: str = "0.1,0.2", epochs: int = 2, address: str = "local") -> list[str]:
+def sweep(name: str, *extra: str, address: str, rates: str = "0.1,0.2", epochs: int = 2) -> list[str]:
     return [
         sys.executable,
         "sweeps/noise_grid.py",
@@ -145,8 +94,8 @@ def cells(output: str) -> list[str]:
 @pytest.mark.slow
 def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
     experiment = f"s3://{BUCKET}/runs/grid"
-    address, token = s3_ray
-    s3 = {**s3, **token}
+    address = s3_ray["RAY_ADDRESS"]
+    s3 = {**s3, **{k: s3_ray[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
     first = subprocess.run(
         sweep("grid", address=address), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
     )
@@ -196,11 +145,17 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
 
 
 @pytest.mark.slow
-def test_driver_killed_on_s3_resumes(s3):
+def test_driver_killed_on_s3_resumes(s3, s3_ray):
     experiment = f"s3://{BUCKET}/runs/killed"
     epochs = 12
+    address = s3_ray["RAY_ADDRESS"]
+    s3 = {**s3, **{k: s3_ray[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
     driver = subprocess.Popen(
-        sweep("killed", epochs=epochs), cwd=ROOT, env=s3, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        sweep("killed", epochs=epochs, address=address),
+        cwd=ROOT,
+        env=s3,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
 
@@ -216,7 +171,12 @@ def test_driver_killed_on_s3_resumes(s3):
     assert driver_lock.read_holder(experiment)["ended"] is None  # killed: no end recorded
 
     resumed = subprocess.run(
-        sweep("killed", "--resume", epochs=epochs), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=500
+        sweep("killed", "--resume", epochs=epochs, address=address),
+        cwd=ROOT,
+        env=s3,
+        capture_output=True,
+        text=True,
+        timeout=500,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"taking over {experiment}: its last driver" in resumed.stdout
@@ -230,71 +190,62 @@ def test_driver_killed_on_s3_resumes(s3):
 
 
 @pytest.mark.slow
-def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, tmp_path):
+def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, two_raylets, tmp_path):
     """The two-raylet cluster of tests/test_cluster.py with s3 storage and no shared folder (no
     --storage-is-shared needed): a trial trains on the second node, that node's raylet is killed,
     the trial continues on the head from its checkpoint on s3, and every cell is done once."""
     from tests import ray_cluster
 
-    env = {**ray_cluster.token_env(tmp_path / "home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
-    worker_ip, epochs = "127.0.0.2", 40
+    env, worker_ip, address, epochs = two_raylets.env, two_raylets.worker_ip, two_raylets.address, 40
     experiment = f"s3://{BUCKET}/runs/two_nodes"
-    nodes = []
-    try:
-        address = ray_cluster.start_two_nodes(tmp_path, env, worker_ip, nodes)
-        argv = [
-            sys.executable,
-            "sweeps/noise_grid.py",
-            "--address",
-            address,
-            "--storage-path",
-            f"s3://{BUCKET}/runs",
-            "--name",
-            "two_nodes",
-            "--noise-types",
-            "sym",
-            "--noise-rates",
-            "0.2,0.4,0.6",
-            "--epochs",
-            str(epochs),
-            "--gpus-per-trial",
-            "0",
-            "--cpus-per-trial",
-            "1",
-            "--max-failures",
-            "3",
-            "--quiet",
-        ]
+    argv = [
+        sys.executable,
+        "sweeps/noise_grid.py",
+        "--address",
+        address,
+        "--storage-path",
+        f"s3://{BUCKET}/runs",
+        "--name",
+        "two_nodes",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.2,0.4,0.6",
+        "--epochs",
+        str(epochs),
+        "--gpus-per-trial",
+        "0",
+        "--cpus-per-trial",
+        "1",
+        "--max-failures",
+        "3",
+        "--quiet",
+    ]
 
-        def trial_on_worker():
-            if not storage.exists(experiment):
-                return None
-            for name, uri in trial_folders(experiment).items():
-                rows = [
-                    json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line
-                ]
-                if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
-                    return name
+    def trial_on_worker():
+        if not storage.exists(experiment):
             return None
+        for name, uri in trial_folders(experiment).items():
+            rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+            if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
+                return name
+        return None
 
-        victim, code, output = ray_cluster.kill_node_under_a_trial(
-            argv, env, ROOT, tmp_path / "sweep.out", nodes[1], trial_on_worker, wait_s=240, sweep_s=400
-        )
-        assert code == 0, output[-4000:]
-        trials = trial_folders(experiment)
-        assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
-        rows = {
-            name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-            for name, uri in trials.items()
-        }
-        assert {row["node_ip"] for r in rows.values() for row in r} >= {worker_ip}
-        assert rows[victim][0]["node_ip"] == worker_ip
-        for name, r in rows.items():
-            assert r[-1]["epoch"] == epochs and r[-1]["node_ip"] != worker_ip, (name, r[-1])  # finished on the head
-        assert cells(output) == ["(1)", "(1)", "(1)"]
-    finally:
-        for node in reversed(nodes):
-            ray_cluster.stop_node(node)
+    victim, code, output = ray_cluster.kill_node_under_a_trial(
+        argv, env, ROOT, tmp_path / "sweep.out", two_raylets.nodes[1], trial_on_worker, wait_s=240, sweep_s=400
+    )
+    assert code == 0, output[-4000:]
+    trials = trial_folders(experiment)
+    assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
+    rows = {
+        name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+        for name, uri in trials.items()
+    }
+    assert {row["node_ip"] for r in rows.values() for row in r} >= {worker_ip}
+    assert rows[victim][0]["node_ip"] == worker_ip
+    for name, r in rows.items():
+        assert r[-1]["epoch"] == epochs and r[-1]["node_ip"] != worker_ip, (name, r[-1])  # finished on the head
+    assert cells(output) == ["(1)", "(1)", "(1)"]
 
 
 @pytest.mark.slow
@@ -320,13 +271,14 @@ def test_driver_lock_on_s3_refuses_a_live_holder_and_takes_over_a_stale_one(s3, 
 
 
 @pytest.mark.slow
-def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_launch_folder_is_gone(s3, tmp_path):
+def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_launch_folder_is_gone(
+    s3, two_raylets, tmp_path
+):
     """No shared folder: the code snapshot travels as Ray's runtime_env working_dir. The launch folder is
     removed once the sweep has started; 4 trials on two raylets still run the launch-time code, read
     `../data` and `../../datasets` at the same absolute paths, and report to s3."""
     import shutil
 
-    from tests import ray_cluster
     from tests.test_work_tree import make_layout
 
     launch = make_layout(tmp_path / "home")
@@ -338,36 +290,30 @@ def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_
     (launch / "main.py").write_text(
         (launch / "main.py").read_text().replace("for epoch in (1, 2):", meet + "for epoch in (1, 2):")
     )
-    env = {**ray_cluster.token_env(tmp_path / "ray_home"), **{k: v for k, v in s3.items() if k.startswith("AWS_")}}
-    env["PYTHONPATH"] = str(ROOT)
-    worker_ip, experiment, nodes = "127.0.0.2", f"s3://{BUCKET}/runs/nofs", []
+    env, worker_ip, experiment = two_raylets.env, two_raylets.worker_ip, f"s3://{BUCKET}/runs/nofs"
+    address = two_raylets.address
+    argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--address", address, "--name", "nofs"]
+    argv += ["--storage-path", f"s3://{BUCKET}/runs", "--axis", "lr=0.1,0.2", "--seeds", "2", "--metric", "val_acc"]
+    argv += ["--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
+    argv += ["--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+    log = tmp_path / "sweep.out"
+    driver = subprocess.Popen(argv, cwd=launch, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
-        address = ray_cluster.start_two_nodes(tmp_path / "nodes", env, worker_ip, nodes)
-        argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--address", address, "--name", "nofs"]
-        argv += ["--storage-path", f"s3://{BUCKET}/runs", "--axis", "lr=0.1,0.2", "--seeds", "2", "--metric", "val_acc"]
-        argv += ["--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
-        argv += ["--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
-        log = tmp_path / "sweep.out"
-        driver = subprocess.Popen(argv, cwd=launch, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: "starting nofs" in log.read_text() or driver.poll() is not None, 300, "the sweep's start")
-            shutil.rmtree(launch)  # the code now lives in Ray's runtime_env package only
-            assert driver.wait(timeout=400) == 0, log.read_text()[-4000:]
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        output = log.read_text()
-        assert "travels to every node as Ray's runtime_env working_dir" in output
-        trials = trial_folders(experiment)
-        assert len(trials) == 4, output[-3000:]
-        nodes_used = set()
-        for uri in trials.values():
-            rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-            config = json.loads(storage.read_bytes(uri + "/params.json"))
-            expected = config["lr"] + config["seed"] / 100 + 2 / 1000 + 3 + 1  # read ../data and ../../datasets
-            assert [r["epoch"] for r in rows] == [1, 2] and rows[-1]["val_acc"] == pytest.approx(expected)
-            nodes_used |= {r["node_ip"] for r in rows}
-        assert worker_ip in nodes_used and len(nodes_used) == 2  # trials ran on both nodes
+        wait_for(lambda: "starting nofs" in log.read_text() or driver.poll() is not None, 300, "the sweep's start")
+        shutil.rmtree(launch)  # the code now lives in Ray's runtime_env package only
+        assert driver.wait(timeout=400) == 0, log.read_text()[-4000:]
     finally:
-        for node in reversed(nodes):
-            ray_cluster.stop_node(node)
+        if driver.poll() is None:
+            driver.kill()
+    output = log.read_text()
+    assert "travels to every node as Ray's runtime_env working_dir" in output
+    trials = trial_folders(experiment)
+    assert len(trials) == 4, output[-3000:]
+    nodes_used = set()
+    for uri in trials.values():
+        rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
+        config = json.loads(storage.read_bytes(uri + "/params.json"))
+        expected = config["lr"] + config["seed"] / 100 + 2 / 1000 + 3 + 1  # read ../data and ../../datasets
+        assert [r["epoch"] for r in rows] == [1, 2] and rows[-1]["val_acc"] == pytest.approx(expected)
+        nodes_used |= {r["node_ip"] for r in rows}
+    assert worker_ip in nodes_used and len(nodes_used) == 2  # trials ran on both nodes

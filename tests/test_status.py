@@ -286,16 +286,18 @@ def status(experiment: Path, *flags: str) -> subprocess.CompletedProcess:
     )
 
 
-def titled(names: set[str]) -> set[str]:
-    """The trial names among `ray::<name>` process titles."""
+def titled(names: set[str], token_path: str) -> set[str]:
+    """The trial names among `ray::<name>` process titles of the Ray whose token is at `token_path` (the
+    session's shared head: another pytest-xdist worker's sweeps have trials of the same names)."""
     found = set()
     for process in psutil.process_iter():
         try:
             cmdline = process.cmdline()
+            if cmdline and cmdline[0].startswith("ray::") and cmdline[0][5:].strip() in names:
+                if process.environ().get("RAY_AUTH_TOKEN_PATH") == token_path:
+                    found.add(cmdline[0][5:].strip())
         except psutil.Error:
             continue
-        if cmdline and cmdline[0].startswith("ray::") and cmdline[0][5:].strip() in names:
-            found.add(cmdline[0][5:].strip())
     return found
 
 
@@ -347,7 +349,8 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path, 
         assert any(line.startswith(f"driver: alive on {socket.gethostname()}, pid {driver.pid}") for line in out), out
         # `ps` names the trials: some running trial's worker is titled ray::<its name>.
         trial_names = {p.name for p in experiment.iterdir() if p.is_dir()}
-        assert wait_until(lambda: titled(trial_names), 60), "no process titled ray::<trial name>"
+        token_path = sweep_env["RAY_AUTH_TOKEN_PATH"]
+        assert wait_until(lambda: titled(trial_names, token_path), 60), "no process titled ray::<trial name>"
 
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started (its trials end with it)
         driver.wait(30)

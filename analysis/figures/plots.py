@@ -14,6 +14,7 @@ from matplotlib.patches import Patch
 
 from analysis.figures.packing import sweep_efficiency, timeline
 from analysis.figures.plot_style import axis_label, scope_text
+from analysis.progress import format_duration
 from analysis.reading.load import config_column, metric_column
 from analysis.tables.best_runs import failed
 from analysis.tables.formatting import bare, format_value
@@ -129,17 +130,20 @@ def plot_confusion(matrix: np.ndarray, title: str = "", *, class_names: Sequence
     return fig
 
 
-def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
+def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None, runs: list[float] | None = None) -> Figure:
     """Gantt chart of the sweep: one row per GPU (or CPU slot), one bar per trial and slot.
 
     Bars are coloured by status (:data:`STATUS_COLORS`; diverged trials orange) and carry the
     trial's name where it fits inside the bar (:func:`_label_bars`). The title gives the sweep
     efficiency, busy slot-time / (slots × makespan), from
-    :func:`analysis.sweep_efficiency`. Rows and packing are those of :func:`analysis.timeline`.
+    :func:`analysis.sweep_efficiency`. Rows and packing are those of :func:`analysis.timeline`:
+    with `runs`, the gaps between the sweep's runs are cut out, each shown as a dashed line
+    labelled with the time left out.
 
     Args:
         trials: :func:`analysis.load_trials` table.
         slots: slots available, passed to :func:`analysis.sweep_efficiency`.
+        runs: Unix seconds each run of the sweep started (None: one run).
 
     Returns:
         Figure with one Axes holding one ``Rectangle`` per (trial, slot) in ``ax.patches`` and
@@ -147,7 +151,7 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
         slot names. A figure saying "no timed trials" when no trial has
         start and end times.
     """
-    rows = timeline(trials)
+    rows = timeline(trials, runs)
     slot_names = list(dict.fromkeys(rows["slot"]))
     fig = Figure(figsize=(10, max(2.5, 0.35 * len(slot_names) + 1.5)), layout="constrained")
     ax = fig.add_subplot()
@@ -163,10 +167,14 @@ def plot_timeline(trials: pd.DataFrame, *, slots: int | None = None) -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel(f"time since first trial start ({unit})")
     ax.set_ylabel("GPU" if all(s.split(" ")[-2] == "GPU" for s in slot_names) else "slot")
-    efficiency = sweep_efficiency(trials, slots)
+    efficiency = sweep_efficiency(trials, slots, runs)
+    for where, gap in rows.attrs.get("gaps", []):
+        ax.axvline(where / scale, color="0.3", linestyle="--", linewidth=1)
+        ax.text(where / scale, -0.5, f" {format_duration(gap)} left out", fontsize=7, va="bottom", color="0.3")
+    cut = f", {len(rows.attrs['gaps']) + 1} runs, gaps left out" if rows.attrs.get("gaps") else ""
     ax.set_title(
         f"Trial timeline: {rows['trial_id'].nunique()} trials, sweep efficiency "
-        f"{efficiency:.0%} (busy slot-time / (slots × makespan))"
+        f"{efficiency:.0%} (busy slot-time / (slots × makespan){cut})"
     )
     ax.legend(handles=present, loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)

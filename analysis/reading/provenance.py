@@ -32,6 +32,25 @@ def read_records(experiment_dir: str) -> list[dict]:
     return runs
 
 
+def sweep_runs(experiment_dir: str) -> list[tuple[float, str]]:
+    """Each run of the sweep, oldest first: (Unix seconds its process started, `launch`, `--resume`
+    or `extension`: a later run without --resume, which added cells); [] without records or when
+    they cannot be read."""
+    import shlex
+
+    try:
+        found = read_records(experiment_dir)
+    except (OSError, ValueError):
+        return []
+    runs = []
+    for i, record in enumerate(r for r in found if isinstance(r.get("started"), (int, float))):
+        words = shlex.split(record.get("command") or "")
+        runs.append(
+            (float(record["started"]), "launch" if i == 0 else "--resume" if "--resume" in words else "extension")
+        )
+    return runs
+
+
 def changed_files(previous: dict, current: dict) -> list[str]:
     """Files whose code differs between two records of the same repository: those the commits'
     diff names (`current["code"]["since_previous"]`, filled by the writer) and those whose

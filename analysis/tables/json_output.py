@@ -1,8 +1,9 @@
 """A sweep's status and its summary table as versioned JSON documents (`--status --json`, `--json`).
 
-The documents are described by JSON Schema files shipped with the package, `analysis/schemas/status-1.json`
-and `summary-1.json` (docs/json-output.md). A change that a reader could trip over (a field removed or
-renamed, a unit changed) is a new version: `raysweep.status/2` with `status-2.json` beside the old file.
+The documents are described by JSON Schema files shipped with the package, `analysis/schemas/status-1.json`,
+`summary-1.json` and `estimate-1.json` (a sweep's `--estimate --json`; docs/json-output.md). A change that a
+reader could trip over (a field removed or renamed, a unit changed) is a new version: `raysweep.status/2` with
+`status-2.json` beside the old file.
 No pandas at import: `--status --json` stays as light as `--status`.
 """
 
@@ -20,7 +21,8 @@ from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_
 
 STATUS_SCHEMA = "raysweep.status/1"
 SUMMARY_SCHEMA = "raysweep.summary/1"
-SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json"}
+ESTIMATE_SCHEMA = "raysweep.estimate/1"  # `--estimate --json` (sweeps/engine/estimate.py:Estimate.to_json)
+SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json", ESTIMATE_SCHEMA: "estimate-1.json"}
 
 
 def status_document(report: dict) -> dict:
@@ -31,7 +33,7 @@ def status_document(report: dict) -> dict:
     Running trials come best first, as in the text block. See ``analysis/schemas/status-1.json``.
     """
     s = report["status"]
-    eta = eta_seconds(s, report["elapsed_s"])
+    eta = eta_seconds(s)
     return {
         "schema": STATUS_SCHEMA,
         "experiment": report["where"],

@@ -19,10 +19,12 @@ from sweeps.engine.flags import (
     parse_range,
     seeds_value,
 )
-from trainables.command.failure_gate import MAX_INITIAL_FAILURES
+from trainables.command.failure_gate import MAX_INITIAL_FAILURES, SURVIVAL_WINDOW_S
 from trainables.experiment import records
 
 SMOKE_TEST_EPOCHS = 2  # --smoke-test: every sweep's trials train this many epochs
+ESTIMATE_EPOCHS = 2  # --estimate: the first cell runs until this many epochs after its first are timed
+ESTIMATE_LIMIT_S = 120.0  # ... or for this many seconds, whichever comes first
 MAX_FAILURES = 2  # retries of a failed trial (Tune's FailureConfig), unless --max-failures says otherwise
 MAX_TRIALS = 10_000  # a larger grid is refused unless --max-trials raises the limit
 NO_ENV_HELP = (
@@ -49,6 +51,7 @@ def add_run_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> N
     add_resource_args(parser, name=name, grid=grid)
     add_failure_args(parser, grid=grid)
     add_monitoring_args(parser)
+    add_estimate_args(parser)
 
 
 def add_resource_args(parser: argparse.ArgumentParser, *, name: str, grid: bool) -> None:
@@ -127,8 +130,15 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
         type=int,
         default=MAX_INITIAL_FAILURES,
         help="command sweeps: stop when this many trial attempts failed before any trial reported a metric; "
-        "until one has, no more start at once; 0: never (default: "
+        "until one has (or survived --survival-window-s), no more start at once; 0: never (default: "
         f"{MAX_INITIAL_FAILURES}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
+    )
+    faults.add_argument(
+        "--survival-window-s",
+        type=float,
+        default=SURVIVAL_WINDOW_S,
+        help="command sweeps: once one of the first commands has run this many seconds without failing (or "
+        f"reported a metric), every trial starts (default: {SURVIVAL_WINDOW_S:g})",
     )
     faults.add_argument(
         "--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)"
@@ -181,6 +191,56 @@ def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_estimate_args(parser: argparse.ArgumentParser) -> None:
+    """The "estimate" flags of `add_run_args` (`sweeps/engine/estimate.py`)."""
+    group = parser.add_argument_group("estimate (before the first run)")
+    group.add_argument(
+        "--estimate",
+        action="store_true",
+        help="run the first cell alone for a few epochs, without Ray, and print the sweep's expected wall "
+        "time, GPU-hours and finish time on this cluster; nothing else runs, nothing is written to the "
+        "experiment (with --dry-run: from a finished experiment instead, running nothing)",
+    )
+    group.add_argument(
+        "--estimate-epochs",
+        type=int,
+        default=ESTIMATE_EPOCHS,
+        help=f"with --estimate: epochs timed after the first one, at most {ESTIMATE_LIMIT_S:g} s in all "
+        f"(default: {ESTIMATE_EPOCHS})",
+    )
+    group.add_argument(
+        "--estimate-cells",
+        choices=("first", "all"),
+        default="first",
+        help="with --estimate: time the first cell only, or also one epoch of each value of an axis that "
+        "changes the cost of a cell (model, batch size, data set) (default: first)",
+    )
+    group.add_argument("--json", action="store_true", help="with --estimate: print it as one JSON document")
+
+
+def check_estimate_args(args: argparse.Namespace) -> None:
+    """Check the flags of `add_estimate_args`.
+
+    Raises:
+        UsageError: --estimate with --check or --resume, a non-positive --estimate-epochs, or an
+            estimate flag (or --json) without --estimate.
+    """
+    if args.estimate_epochs < 1:
+        raise UsageError(f"--estimate-epochs={args.estimate_epochs} must be a whole number >= 1")
+    if not args.estimate:
+        given = [f for f, on in (("--json", args.json), ("--estimate-cells all", args.estimate_cells == "all")) if on]
+        if given or args.estimate_epochs != ESTIMATE_EPOCHS:
+            raise UsageError(f"{(given or ['--estimate-epochs'])[0]} applies to --estimate only; give --estimate too")
+        return
+    if getattr(args, "check", False):
+        raise UsageError("--estimate times the first cell and --check runs it to show its metrics; give one of them")
+    if args.resume:
+        raise UsageError(
+            "--estimate predicts a new sweep; for one that runs or was stopped, `python -m analysis EXP --status` "
+            "shows its ETA"
+        )
+
+
 def check_run_args(args: argparse.Namespace) -> None:
     """Check the flags of `add_run_args` (in place: parsed --gpus-per-trial, resolved storage,
     --max-failures with its default).
@@ -205,6 +265,9 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-failures={args.max_failures} must be a whole number >= 0")
     if args.max_initial_failures < 0:
         raise UsageError(f"--max-initial-failures={args.max_initial_failures} must be a whole number >= 0 (0: off)")
+    if not args.survival_window_s > 0:
+        raise UsageError(f"--survival-window-s={args.survival_window_s:g} must be > 0 seconds")
+    check_estimate_args(args)
     if args.fail_fast and args.max_failures:
         raise UsageError(
             f"--fail-fast stops at the first error, so --max-failures={args.max_failures} cannot apply; "
@@ -245,6 +308,8 @@ class RunOptions:
         max_failures: retries of a failed trial (0 with `fail_fast`).
         max_initial_failures: command trials: attempts failing before any metric that stop the sweep
             (0: never; `trainables/command/failure_gate.py`).
+        survival_window_s: command trials: seconds one of the first commands runs without failing
+            that let every trial start (`failure_gate.SURVIVAL_WINDOW_S`).
         fail_fast: the first trial error stops the sweep.
         resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
@@ -266,6 +331,7 @@ class RunOptions:
     storage_is_shared: bool = False
     max_failures: int = MAX_FAILURES
     max_initial_failures: int = MAX_INITIAL_FAILURES
+    survival_window_s: float = SURVIVAL_WINDOW_S
     fail_fast: bool = False
     resume: bool = False
     retry_errored: bool = False

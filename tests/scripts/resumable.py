@@ -1,11 +1,11 @@
 """A script that keeps its own checkpoint in --out and resumes from it, like most research repos;
 with --kill-parent-after N it kills the trial's worker (the parent of the command
 shim that started it) right after
-printing epoch N (once the trial's stdout file holds that line; with --kill-at-once the worker is
-frozen (SIGSTOP) before the line is printed and killed right after, so it never reads it), once: lines it
-printed that the worker never read or reported must not be lost.
+printing epoch N (once the trial's stdout file holds that line; with --kill-at-once (or --kill-at-once 1)
+the worker is frozen (SIGSTOP) before the line is printed and killed right after, so it never reads it),
+once: lines it printed that the worker never read or reported must not be lost.
 
-    python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6 [--kill-at-once]
+    python tests/scripts/resumable.py --out /tmp/run --epochs 8 --kill-parent-after 6 [--kill-at-once [0|1]]
 """
 
 import argparse
@@ -21,7 +21,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--epochs", type=int, default=8)
 p.add_argument("--kill-parent-after", type=int, default=0)
-p.add_argument("--kill-at-once", action="store_true", help="freeze the worker, print, kill it")
+p.add_argument("--kill-at-once", type=int, nargs="?", const=1, default=0, help="1: freeze the worker, print, kill it")
 p.add_argument("--sleep", type=float, default=0.0, help="seconds of work per epoch")
 args = p.parse_args()
 out = Path(args.out)

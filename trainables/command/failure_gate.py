@@ -5,9 +5,12 @@ resources allow, so a script that crashes at start runs `trials x (1 + max_failu
 sweep agent instead stops after its first runs all fail (`WANDB_AGENT_MAX_INITIAL_FAILURES`, default
 3). This module does that for command trials, with one named Ray actor per sweep (`FailureGate`,
 created by the driver, `trainables/command/initial_failures.py`) that every trial of the sweep asks:
-- before its command starts (`enter`): until some trial has reported a result, at most `limit`
-  commands run or have failed (the other trials wait), so a command failing the same way in every
-  trial starts at most `limit` times; once a trial has reported, every trial starts at once;
+- before its command starts (`enter`): until the command has shown that it does not crash at start,
+  at most `limit` commands run or have failed (the other trials wait), so a command failing the same
+  way in every trial starts at most `limit` times. It has shown that once one of them has run for
+  `survival_s` seconds (`--survival-window-s`; crashes at start come in seconds) or reported a
+  result, whichever comes first: then every trial starts at once, and no slot idles for a whole
+  first epoch;
 - when its command exited non-zero before reporting anything (`failed_early`): whether that error
   (`signature`: exit status and exception line, the trial's own folder and name blanked) was seen
   before in any trial, then the trial is not retried; and whether `limit` such failures came before
@@ -23,6 +26,7 @@ import uuid
 
 GATE_NAME = "raysweep_failure_gate"  # the named actor, in the sweep driver's namespace
 MAX_INITIAL_FAILURES = 3  # as WANDB_AGENT_MAX_INITIAL_FAILURES's default
+SURVIVAL_WINDOW_S = 15.0  # a command that ran this long without failing opens the gate (--survival-window-s)
 WAIT_POLL_S = 0.5  # how often a waiting trial asks the gate again
 EARLY_FAILURE = "before reporting any metric"  # in a failed command's first error line (`trainables/command/runner.py`)
 EARLY_FAILURE_METRIC = "command/failed_early"  # in the report that precedes such an error
@@ -35,13 +39,15 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit
 class FailureGate:
     """The state of a sweep's first trials (run as a Ray actor: `ray.remote(FailureGate)`)."""
 
-    def __init__(self, limit: int):
-        """Args: limit: failures before any result that stop the sweep (>= 0; 0: never stop, no wait)."""
-        self.reset(limit)
+    def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S):
+        """Args: limit: failures before any result that stop the sweep (>= 0; 0: never stop, no wait);
+        survival_s: seconds a command runs without failing that open the gate."""
+        self.reset(limit, survival_s)
 
-    def reset(self, limit: int) -> None:
+    def reset(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S) -> None:
         """Start afresh: no trial ran yet."""
-        self.limit, self.opened, self.running, self.failures = limit, False, set(), []
+        self.limit, self.survival_s, self.opened, self.failures = limit, survival_s, False, []
+        self.running: dict[str, float | None] = {}  # attempt -> when its command started (monotonic s)
 
     def enter(self, attempt: str) -> str:
         """`go` (start the command), `wait` (ask again soon) or `stop` (the sweep stops: do not start)."""
@@ -49,41 +55,50 @@ class FailureGate:
             return "go"
         if len(self.failures) >= self.limit:
             return "stop"
+        now = time.monotonic()
+        if any(now - started >= self.survival_s for started in self.running.values() if started is not None):
+            self.opened = True  # a command outlived the window: it does not crash at start
+            return "go"
         if len(self.running) + len(self.failures) < self.limit:
-            self.running.add(attempt)
+            self.running[attempt] = None
             return "go"
         return "wait"
+
+    def started(self, attempt: str) -> None:
+        """The attempt's command started: its survival window runs from now."""
+        if attempt in self.running:
+            self.running[attempt] = time.monotonic()
 
     def reported(self, attempt: str) -> None:
         """A trial reported a result: the command works, every trial may start."""
         self.opened = True
-        self.running.discard(attempt)
+        self.running.pop(attempt, None)
 
     def failed_early(self, attempt: str, signature: str) -> tuple[bool, bool]:
         """Record a failure before any result; returns (the same error came before, the sweep stops)."""
-        self.running.discard(attempt)
+        self.running.pop(attempt, None)
         seen = signature in self.failures
         self.failures.append(signature)
         return seen, self.stopping()
 
     def left(self, attempt: str) -> None:
         """The attempt ended some other way (a result-less exit 0, a stop)."""
-        self.running.discard(attempt)
+        self.running.pop(attempt, None)
 
     def stopping(self) -> bool:
         """Whether `limit` failures before any result came before any trial reported one."""
         return bool(self.limit) and not self.opened and len(self.failures) >= self.limit
 
 
-def open_gate(limit: int):
+def open_gate(limit: int, survival_s: float = SURVIVAL_WINDOW_S):
     """The sweep's gate actor, afresh: created if missing, else reset (the driver calls this when Tune
     starts; its trials find it by name, in the driver's namespace). Returns the actor handle; not
     waited for (a trial's first call waits for the actor to start)."""
     import ray
 
     actor = ray.remote(num_cpus=0)(FailureGate)
-    gate = actor.options(name=GATE_NAME, get_if_exists=True, max_concurrency=1).remote(limit)
-    gate.reset.remote(limit)  # an actor left by an earlier fit() of this driver
+    gate = actor.options(name=GATE_NAME, get_if_exists=True, max_concurrency=1).remote(limit, survival_s)
+    gate.reset.remote(limit, survival_s)  # an actor left by an earlier fit() of this driver
     return gate
 
 

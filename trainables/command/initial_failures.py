@@ -12,7 +12,13 @@ from collections import defaultdict
 
 from ray import tune
 
-from trainables.command.failure_gate import EARLY_FAILURE, EARLY_FAILURE_METRIC, WORKING_FOLDER, open_gate
+from trainables.command.failure_gate import (
+    EARLY_FAILURE,
+    EARLY_FAILURE_METRIC,
+    SURVIVAL_WINDOW_S,
+    WORKING_FOLDER,
+    open_gate,
+)
 from trainables.command.parse import NO_RETRY_METRIC
 from trainables.experiment.outcome import NOT_STARTED, TrialFailure
 
@@ -26,14 +32,16 @@ class InitialFailures(tune.Callback, tune.Stopper):
     once `limit` of them were handled before any trial reported a result. Counting handled errors,
     not the gate's tally, lets the last of them end as ERROR before the stop ends the other trials."""
 
-    def __init__(self, limit: int):
-        """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them)."""
+    def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S):
+        """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them); survival_s:
+        --survival-window-s, seconds a command runs without failing that open the gate."""
         self.why = f"its first {limit} trial attempts failed before reporting any metric"  # once it stops
         self.limit, self.stopping, self.failures, self.reported, self._gate = limit, False, 0, False, None
+        self.survival_s = survival_s
 
     def setup(self, **info):
         # afresh for each fit() (a resume, an out-of-memory re-run round); the handle keeps the actor alive
-        self._gate = open_gate(self.limit)
+        self._gate = open_gate(self.limit, self.survival_s)
         self.stopping, self.failures, self.reported = False, 0, False
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -116,9 +116,10 @@ def _number(text: str) -> int | float | None:
 
 def step_pattern(step_key: str) -> re.Pattern:
     """The default forms of a step on a line, case-insensitive: `epoch=3`, `epoch: 3`, `epoch 3`,
-    `epoch 3/50`, `epoch [3/50]`, `[epoch 3]` (for step key `epoch`); group `step` holds the number."""
+    `epoch 3/50`, `epoch [3/50]`, `[epoch 3]` (for step key `epoch`); group `step` holds the number,
+    `total` the number after `/` (None without one)."""
     return re.compile(
-        rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?\s*\]?(?![\w.])",
+        rf"(?<![\w./\-]){re.escape(step_key)}(?:\s*[=:]\s*|\s+)\[?\s*(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?\s*\]?(?![\w.])",
         re.IGNORECASE,
     )
 

@@ -113,6 +113,7 @@ def train_command(
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     reading = (step_key, patterns, complete_when, metrics_from, metrics_file)
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
+    reporter.ticket.call("started")  # the gate's survival window runs from the command's start
     writes = ([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
     try:

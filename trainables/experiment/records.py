@@ -1,7 +1,9 @@
 """The experiment folder: its layout, and every record raysweep keeps in it, read and written here alone.
 
+    <storage_path>/.<name>.estimate.json    `--estimate`'s, beside the experiment until its launch keeps it
     <storage_path>/<name>/                  experiment_dir(storage_path, name)
-        raysweep.json                       sweep settings: metric, mode, command line, total_trials (launch)
+        raysweep.json                       sweep settings: metric, mode, command line, total_trials,
+                                            the estimate and the wall time measured (launch, end)
         driver.json, .driver.lock           who runs the sweep, and its heartbeat (sweep_records/driver_lock.py)
         provenance/run-<UTC>.json (.patch)  one per run of the sweep: code, command, versions, nodes
         report/seeds.csv                    the sequential seed test's decisions (--seeds auto)
@@ -56,6 +58,7 @@ WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
 MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/trackers.py:tracker_env)
+PENDING_ESTIMATE = ".{name}.estimate.json"  # under the storage path, beside the experiment folder
 # In a command trial's result that repeats the step of the row before it with a final result joined
 # (`trainables/command/runner.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.
 JOINS_STEP_METRIC = "command/joins_step"
@@ -118,6 +121,27 @@ def read_settings(experiment: Folder) -> dict | None:
 def write_settings(experiment: Folder, info: dict) -> str:
     """Write the sweep settings (`raysweep.json`: metric, mode, argv, settings, total_trials)."""
     return write_record(record_path(experiment, SETTINGS_FILE), info, indent=1)
+
+
+def pending_estimate_path(storage_path: Folder, name: str) -> str:
+    """Where `--estimate` keeps its estimate of the sweep `name` until the sweep's launch records it
+    (beside the experiment folder, not in it: `--estimate` writes nothing into the experiment)."""
+    return record_path(storage_path, PENDING_ESTIMATE.format(name=name))
+
+
+def read_pending_estimate(storage_path: Folder, name: str) -> dict | None:
+    """`--estimate`'s record for the sweep `name` ({"argv", "made", "estimate": {...}}), or None."""
+    return read_record(pending_estimate_path(storage_path, name))
+
+
+def write_pending_estimate(storage_path: Folder, name: str, record: dict) -> str:
+    """Keep `--estimate`'s record for the sweep `name` (replacing an older one); returns its path."""
+    return write_record(pending_estimate_path(storage_path, name), record, indent=1)
+
+
+def delete_pending_estimate(storage_path: Folder, name: str) -> None:
+    """Remove `--estimate`'s record for the sweep `name`; nothing when there is none."""
+    storage.delete(pending_estimate_path(storage_path, name))
 
 
 def read_driver(experiment: Folder) -> dict | None:

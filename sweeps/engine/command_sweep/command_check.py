@@ -85,6 +85,80 @@ def check_command(args) -> int:
     return _verdict(code, complete, seen, (found, skipped_lines(printed, args.step_key, patterns)), streams, held)
 
 
+def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.0):
+    """`--estimate`: run `cell`'s command as `--check` does (its working folder and environment, no
+    Ray), silently, and time it until `epochs` epochs after its first have ended, for at most
+    `limit_s` seconds, or until it exits.
+
+    Args:
+        args: the parsed flags of a command sweep (template, step key, patterns, --metrics-from, --metric).
+        gpus: the GPU share per trial (`RAYSWEEP_GPU_MEMORY_FRACTION`, `{gpu}`: the first GPU when > 0).
+    Returns:
+        `sweeps.engine.first_cell.CellTiming`: seconds from the command's start to the end of each
+        epoch (a row of its step key, as a trial reports it), the copies of the code, the epoch total
+        it printed (`epoch 3/50`), whether it exited by itself and with which code.
+    """
+    from sweeps.engine.first_cell import CellTiming
+    from trainables.command.parse import step_pattern
+    from trainables.command.runner import (
+        METRICS_FILE,
+        STREAMS_READ,
+        StepContext,
+        command_env,
+        read_metrics_file,
+        start_command,
+        terminate_group,
+    )
+    from trainables.command.sources import record_reader
+    from trainables.command.trackers import tracker_env
+
+    cells = getattr(args, "cells", [cell])  # lr_search.py's command reads the step and metrics by default
+    step_key, metrics_from = getattr(args, "step_key", "epoch"), getattr(args, "metrics_from", "output")
+    name = grid.trial_namer(command_template.cell_axes(cells))(types.SimpleNamespace(config=cell))
+    complete = tuple(dict.fromkeys([args.metric, args.test_metric]))
+    streams, steps = STREAMS_READ.get(metrics_from, ()), step_pattern(step_key)
+    times: dict = {}
+    with tempfile.TemporaryDirectory(prefix="raysweep-estimate-") as folder:
+        work_dir, metrics_file = _prepare_folder(args, Path(folder), METRICS_FILE, times)
+        argv = command_template.render(args.template, cell, str(work_dir), name, gpu="0" if gpus else "")
+        env = command_env(cell, work_dir, name, metrics_file, gpus)
+        tracker_env(env, work_dir, metrics_from)
+        context = StepContext(step_key, [re.compile(p) for p in getattr(args, "metric_pattern", [])], complete)
+        events = record_reader(metrics_from, work_dir, step_key, complete, since=time.time() - 2.0)
+        started = time.monotonic()
+        proc = start_command(argv, env, None if args.in_place else str(work_dir))
+        lines: queue.Queue = queue.Queue()
+        for stream, label in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
+        ends, seen, total, offset, open_streams = [], set(), None, 0, 2
+        try:
+            while len(ends) <= epochs and time.monotonic() - started < limit_s and open_streams:
+                rows = []
+                try:
+                    label, line = lines.get(timeout=0.2)
+                    if line is None:
+                        open_streams -= 1
+                    elif label in streams:
+                        rows = context.feed(line)
+                        found = steps.search(line)
+                        total = int(found["total"]) if found and found["total"] else total
+                except queue.Empty:
+                    pass
+                if not open_streams:  # it exited: what its last step printed, then what it wrote last
+                    rows += context.close(crashed=proc.wait() != 0) if streams else []
+                written, offset = read_metrics_file(metrics_file, offset, step_key)
+                rows += written + (events.poll(rows + written) if events else [])
+                for row in rows:
+                    if row[step_key] not in seen:  # an epoch ended: the first row of its step
+                        seen.add(row[step_key])
+                        ends.append(time.monotonic() - started)
+            ran_s = time.monotonic() - started
+        finally:
+            terminate_group(proc, 2.0)
+        code = proc.wait() if not open_streams else None  # None: stopped here, not ended by itself
+    return CellTiming(ends, ran_s, times.get("snapshot_s", 0.0), times.get("fill_s", 0.0), total, code)
+
+
 def _command_env(args, cell: dict, folders: tuple, command: tuple, metrics_file: Path) -> dict:
     """The command's environment, as a trial's (`command_env`, no GPU share), with W&B and MLflow pointed
     at `{trial_dir}` where the environment leaves them unset (`tracker_env`); each setting of a tracker
@@ -117,9 +191,11 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
     return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
 
 
-def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
+def _prepare_folder(args, folder: Path, metrics_name: str, times: dict | None = None) -> tuple[Path, Path]:
     """Make `folder`/work (a copy of the code, as in a sweep, unless --in-place) and an empty metrics
-    file; returns their paths. Raises UsageError when the code is too large to copy."""
+    file; returns their paths. With `times` (--estimate): silent, and the seconds of the sweep's copy
+    of the code (`snapshot_s`, once per sweep) and of the trial's (`fill_s`, once per trial) go there.
+    Raises UsageError when the code is too large to copy."""
     from trainables.command.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
     from trainables.experiment import records
 
@@ -128,12 +204,17 @@ def _prepare_folder(args, folder: Path, metrics_name: str) -> tuple[Path, Path]:
     if args.in_place:
         work_dir.mkdir()
         return work_dir, metrics_file
+    started = time.monotonic()
     try:  # the trial's working folder: a copy of the code in the launch folder's place, as in a sweep
         snapshot_code(Path.cwd(), records.code_dir(folder), skip=(Path(args.storage_path),))
     except SnapshotTooLarge as e:
         raise UsageError(str(e)) from None
+    copied = time.monotonic()
     working = fill_work_dir(records.code_dir(folder), work_dir)
-    print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
+    if times is not None:
+        times.update(snapshot_s=copied - started, fill_s=time.monotonic() - copied)
+    else:
+        print(f"--check runs in a copy of {Path.cwd().resolve()}: {working}", flush=True)
     return work_dir, metrics_file
 
 

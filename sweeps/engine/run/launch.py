@@ -26,7 +26,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import grid
+from sweeps.engine import estimate, grid
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -45,6 +45,7 @@ from sweeps.engine.run.sweep_end import print_summary
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
 from trainables import ray_private
+from trainables.command.failure_gate import SURVIVAL_WINDOW_S
 from trainables.command.initial_failures import InitialFailures
 from trainables.config import METRIC, MODE
 from trainables.experiment import records
@@ -132,9 +133,9 @@ class Sweep:
             raise ValueError("Sweep.fit: call sweep.tune_config(...) first (the OOM rounds and the record need it)")
         experiment_dir, reused = self.options.experiment_dir, reused or {}
         if not self.options.resume:
-            records.write_settings(
-                experiment_dir, sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
-            )
+            info = sweep_info(self.tuned, self.param_space, self.settings, self.options.test_metric)
+            kept = estimate.take_pending_estimate(self.options.storage_path, self.options.name)
+            records.write_settings(experiment_dir, info | ({"estimate": kept} if kept else {}))
         first, ending = sweep_end.fit(tuner)
         oom = (self.trainable_for, self.gpus, self.run_config, self.tuned)
         rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
@@ -143,7 +144,8 @@ class Sweep:
         notify.sweep_ended(code, rounds, self.metric, self.mode, reused)
         self.held.record_end(code, ending.stopped, ending.ended)  # the summary and report read the sweep as over
         print_summary(experiment_dir, self.metric, self.mode, self.options.test_metric, shutdown_ray=self.starts_ray)
-        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]))
+        checked = estimate.record_actual(experiment_dir, self.options.resume)
+        print(f"results: {experiment_dir}" + "".join(f", {r.experiment_path}" for r in rounds[1:]) + f" | {checked}")
         sweep_end.say_interrupted(ending, len(reused))
         self.held.release(code)
         return code, rounds
@@ -193,6 +195,7 @@ def start_sweep(
         mode=mode,
         checkpoint_config=checkpoint_config,
         max_initial_failures=options.max_initial_failures if gated else None,
+        survival_window_s=options.survival_window_s,
     )
     no_cluster = options.address == "local" or not (options.address or os.environ.get("RAY_ADDRESS"))
     starts_ray = not ray.is_initialized() and no_cluster
@@ -312,6 +315,7 @@ def sweep_run_config(
     mode: str = MODE,
     checkpoint_config: CheckpointConfig | None = None,
     max_initial_failures: int | None = None,
+    survival_window_s: float = SURVIVAL_WINDOW_S,
     **overrides,
 ) -> RunConfig:
     """The `RunConfig` every sweep starts from.
@@ -326,14 +330,15 @@ def sweep_run_config(
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
     `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
     sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
-    repeats is not retried, and that many of them before any metric stop the sweep.
+    repeats is not retried, and that many of them before any metric stop the sweep; until one
+    command has run `survival_window_s` seconds or reported a metric, only that many start.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
-    initial = [InitialFailures(max_initial_failures)] if max_initial_failures is not None else []
+    initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
     ending = sweep_end.SweepEnding(initial[0] if initial else None)  # first: the outcome and the last line read it
     settings = {
         "name": name,

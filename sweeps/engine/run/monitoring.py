@@ -159,8 +159,8 @@ class SweepProgress(tune.Callback):
         self.started = time.monotonic()
         self.last_print = -math.inf
         self.last_key = None
-        self.epochs_at_start: int | None = None  # epochs already done when this run began (resume)
         self.ending = None  # the `sweep_end.Ending` of the fit under way
+        self.slots = 0  # the most trials seen running at once: the slots of the ETA's model
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
         self.total_trials = total_num_samples
@@ -169,16 +169,15 @@ class SweepProgress(tune.Callback):
 
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()
-        if self.epochs_at_start is None:
-            self.epochs_at_start = sweep_status(trials, self.total_trials, self.metric, self.mode)["epochs_done"]
+        self.slots = max(self.slots, sum(t.status == "RUNNING" for t in trials))
         if self.quiet or now - self.last_print < self.interval_s:
             return
-        status = sweep_status(trials, self.total_trials, self.metric, self.mode)
+        status = sweep_status(trials, self.total_trials, self.metric, self.mode) | {"slots": self.slots}
         key = tuple(status[k] for k in ("running", "pending", "done", "errored", "diverged", "epochs_done", "best"))
         if key == self.last_key and now - self.last_print < HEARTBEAT_S:
             return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
         self.last_print, self.last_key = now, key
-        self._print(format_progress(status, now - self.started, self.epochs_at_start, self.metric))
+        self._print(format_progress(status, now - self.started, self.metric))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
@@ -194,7 +193,7 @@ class SweepProgress(tune.Callback):
         status = sweep_status(
             trials, None if complete else self.total_trials, self.metric, self.mode, over=True, stopped=stopped
         )
-        lines = format_progress(status, time.monotonic() - self.started, self.epochs_at_start or 0, self.metric)
+        lines = format_progress(status, time.monotonic() - self.started, self.metric)
         saved = (self.total_trials or 0) - len(trials) if complete else 0
         line = lines[0].replace("] ", "] sweep finished: " if not cut else "] sweep interrupted: ", 1)
         self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])

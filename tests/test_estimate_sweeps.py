@@ -1,0 +1,60 @@
+"""`--estimate` against the sweeps it estimates (issue 41): each sweep is estimated, then run as a user runs it
+on the session's shared Ray (`sweep_env`: joining it is this sweep's Ray start-up), and timed from its start to
+its exit. The error is printed; it must be within 25 %, on the loaded 2-core machine too: the estimate scales
+raysweep's fixed costs by how fast this machine imports Ray Tune at the moment it is made, just before the run.
+The figures of a quieter machine and of a local Ray are in docs/performance.md (benchmarks/estimate_error.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from benchmarks.estimate_error import SHAPES, measure
+
+TOLERANCE = 0.25
+
+
+def check(figures: dict, what: str) -> None:
+    print(
+        f"{what}: estimate {figures['estimate_s']:.1f} s, measured {figures['measured_s']:.1f} s, "
+        f"error {100 * figures['error']:+.1f} %, load {' -> '.join(f'{x:.1f}' for x in figures['load'])}"
+    )
+    assert abs(figures["error"]) <= TOLERANCE, figures
+    assert ", estimated " in figures["final_line"], figures["final_line"]  # the sweep's own line: kept at launch
+
+
+@pytest.mark.slow
+def test_a_command_of_known_epoch_times_on_two_slots(tmp_path, sweep_env):
+    """Start-up 1 s, 8 epochs of 1.5 s, 8 trials on 2 slots (52 s of trials): 2-3 minutes under load."""
+    figures = measure(SHAPES["command_8x2"], tmp_path, sweep_env)
+    assert figures["estimate"]["trials"] == 8 and figures["estimate"]["epochs"] == 64
+    assert figures["estimate"]["basis"]["first_cell"]["epoch_s"] == pytest.approx(1.5, abs=0.5)
+    check(figures, "command, 8 trials of 8 epochs on 2 slots")
+
+
+@pytest.mark.slow
+def test_a_command_with_an_epochs_axis(tmp_path, sweep_env):
+    """--axis epochs=4,8,16 x 2 seeds, start-up 1 s, epochs of 1.5 s (45 s of trials): 2-3 minutes under load."""
+    figures = measure(SHAPES["epochs_axis"], tmp_path, sweep_env)
+    assert figures["estimate"]["epochs"] == 56
+    assert figures["estimate"]["basis"]["epochs_from"] == "each trial's {epochs}"
+    check(figures, "command with an epochs axis")
+
+
+@pytest.mark.slow
+def test_the_smoke_grid_estimate_and_the_run_it_was_kept_for(smoke_grid):
+    """The README's smoke grid (conftest's `smoke_grid`), estimated with --estimate just before it ran."""
+    assert smoke_grid.estimated.returncode == 0, smoke_grid.estimated.stderr[-3000:]
+    assert smoke_grid.proc.returncode == 0, smoke_grid.proc.stderr[-3000:]
+    document = json.loads(smoke_grid.estimated.stdout)  # one JSON document, nothing else on stdout
+    made = document["estimate"]
+    assert (made["trials"], made["epochs"], made["slots"]) == (12, 24, os.cpu_count())
+    kept = json.loads((smoke_grid.experiment / "raysweep.json").read_text())["estimate"]
+    assert kept["wall_s"] == pytest.approx(made["wall_s"])  # kept at launch, with the wall time measured
+    assert kept["actual_wall_s"] == pytest.approx(smoke_grid.elapsed_s, abs=5.0)
+    assert not list((smoke_grid.folder / "runs").glob(".*.estimate.json"))  # taken by the launch
+    final = smoke_grid.proc.stdout.strip().splitlines()[-1]
+    figures = {"estimate_s": made["wall_s"], "measured_s": smoke_grid.elapsed_s, "load": [os.getloadavg()[0]]}
+    check(figures | {"error": made["wall_s"] / smoke_grid.elapsed_s - 1, "final_line": final}, "smoke grid")
