@@ -327,3 +327,11 @@ def test_printed_rows_win_when_they_hold_the_metric_and_a_disagreeing_tracker_is
         "the printed val_acc and the csv records (metrics.csv) disagree at epoch 2: 0.85 printed, 0.9 recorded" in said
     )
     assert "epoch 1" not in said  # 0.8123 prints as 0.812: they agree
+
+
+def test_printed_rows_without_the_metric_are_reported_at_the_end_when_no_tracker_holds_it(tmp_path):
+    reader = TrackerResults(tmp_path, "epoch", complete_when=("val_acc",), since=0.0, auto=True)
+    assert reader.poll([{"epoch": 1, "loss": 1.0}]) == []  # held back: a tracker's rows may hold val_acc
+    # none does: the printed rows are the trial's, so its error can name the keys they held
+    assert reader.close([{"epoch": 2, "loss": 0.5}]) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    assert reader.source is None
