@@ -37,7 +37,7 @@ from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_r
 from analysis.figures.packing import run_efficiencies, sweep_efficiency
 from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline
 from analysis.figures.search import search_pictures
-from analysis.progress import format_duration
+from analysis.progress import describe_counts, format_duration
 from analysis.reading.load import (
     ExperimentError,
     config_column,
@@ -45,6 +45,7 @@ from analysis.reading.load import (
     guess_mode,
     load_experiment,
     metric_column,
+    outcome_column,
     reported_metrics,
 )
 from analysis.reading.provenance import report_lines as provenance_lines
@@ -56,6 +57,7 @@ from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.search_table import experiment_search_table, format_search_table, search_caption
 from analysis.tables.summary import best_cell, cell_trials, summary_text
+from trainables.experiment.outcome import count_outcomes
 from trainables.experiment.rules import (
     DEFAULT_K,
     DEFAULT_METRIC,
@@ -290,14 +292,12 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
 
 
 def _overview_lines(trials: pd.DataFrame, metric: str, mode: str, rule: str) -> list[str]:
-    """The report's bullet list: experiment, trial counts by status, duplicates, metric, efficiency
-    (per run of the sweep when it ran more than once, `efficiency_lines`)."""
-    counts = trials["status"].value_counts()
-    status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
-    diverged = int(trials["diverged"].sum())
+    """The report's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
+    metric, efficiency (per run of the sweep when it ran more than once, `efficiency_lines`)."""
+    counts = count_outcomes(outcome_column(trials))
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({status}; {diverged} diverged)",
+        f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{metric}` ({mode}); each trial's value: {rule}",
         *efficiency_lines(trials, _runs(trials)),

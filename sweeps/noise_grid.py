@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
-    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
+    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing, relaunch=not args.resume)
     if not args.resume and not plan.todo and not auto:
         return report_finished(plan, options.experiment_dir, METRIC, MODE, options.test_metric)
     preflight.probe_storage(options.experiment_dir)

@@ -16,6 +16,7 @@ from typing import Any
 
 from analysis.progress import eta_seconds
 from analysis.reading.driver_record import exit_code, resume_command
+from trainables.experiment.outcome import COUNTS, count_outcomes
 from trainables.experiment.rules import DEFAULT_K, DEFAULT_SELECT, DEFAULT_TEST_METRIC
 
 STATUS_SCHEMA = "raysweep.status/1"
@@ -38,7 +39,7 @@ def status_document(report: dict) -> dict:
         "experiment": report["where"],
         "metric": report["metric"],
         "mode": report["mode"],
-        "counts": {k: s[k] for k in ("total", "running", "pending", "done", "errored", "diverged")},
+        "counts": {k: s[k] for k in ("total", *COUNTS)},
         "epochs": {"done": s["epochs_done"], "planned": s["epochs_planned"]},
         "elapsed_s": report["elapsed_s"],
         "eta_s": eta,
@@ -46,7 +47,7 @@ def status_document(report: dict) -> dict:
         "running": [_running_trial(report, *trial) for trial in s["running_trials"]],
         "driver": _driver(report),
         "left": report["left"],
-        "resume_command": resume_command(report["argv"]) if report["argv"] else None,
+        "resume_command": resume_command(report["launch"]) if report["argv"] else None,
         "duplicates": list(report["duplicates"]),
         "exit_code": exit_code(report),
     }
@@ -80,6 +81,7 @@ def summary_document(
     Raises:
         ExperimentError: as :func:`analysis.paper_table` (a metric not reported, a bad rule).
     """
+    from analysis.reading.load import outcome_column
     from analysis.tables.paper import paper_table
     from analysis.tables.summary import best_cell
 
@@ -103,11 +105,7 @@ def summary_document(
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
         "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
-        "trials": {
-            "total": len(trials),
-            "errored": int((trials["status"] == "ERROR").sum()),
-            "diverged": int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum()),
-        },
+        "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
         "duplicates": list(trials.attrs.get("duplicates") or []),
         "seed_rule": a.get("seed_rule"),
         "search": _search(trials, history, metric, mode, select, k),
@@ -195,10 +193,14 @@ def _gpu_ids(value: Any) -> list:
 
 
 def _cell(row) -> dict:
+    from analysis.tables.paper_format import empty_cell
+
     cell = {
         "n": int(row["n"]),
         "n_failed": int(row["n_failed"]),
         "n_diverged": int(row["n_diverged"]),
+        **{c: int(row[c]) for c in ("n_no_metric", "n_interrupted", "n_not_run")},
+        "why": empty_cell(row),
         "mean": _number(row["mean"]),
         "std": _number(row["std"]),
         "ci95": _number(row["ci95"]),

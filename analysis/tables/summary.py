@@ -9,11 +9,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.reading.load import duplicates_line, load_experiment
+from analysis.progress import describe_counts
+from analysis.reading.load import duplicates_line, load_experiment, outcome_column
 from analysis.tables.formatting import format_value
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_cell
 from trainables.experiment.errors import ExperimentError
+from trainables.experiment.outcome import count_outcomes
 from trainables.experiment.rules import (
     DEFAULT_K,
     DEFAULT_METRIC,
@@ -93,14 +95,13 @@ def summary_text(
         baseline=None,
     )
     wide = "noise_type" in a["columns"]
-    errored = int((trials["status"] == "ERROR").sum())
-    diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
+    counts = count_outcomes(outcome_column(trials))
     lines = [
         f"{test_metric}{' (%)' if a['percent'] else ''}: {a['rule']}; mean ± std (n seeds) over seeds"
         + (", columns: noise type" if wide else ""),
         *([f"(n=…, decision), decided on {a['val_metric']}: {a['seed_rule']}"] if a.get("seed_rule") else []),
         *_grid_lines(test, test_metric),
-        f"failed trials (left out of the cells): {errored} errored, {diverged} diverged",
+        f"failed trials (left out of the cells): {describe_counts(counts, shown=('errored', 'diverged'))}",
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
