@@ -18,33 +18,41 @@ from collections.abc import Mapping
 
 from analysis.wall_time import TrialCost, makespan
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import COUNTS, LEFT_OUT, PENDING, RUNNING, count_outcomes, trial_outcome
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import show_value
 
 RUNNING_LINES = 8  # running trials listed under each block; the rest are counted
 
 
-def sweep_status(trials: list, total_trials: int | None, objective: Objective = Objective()) -> dict:
-    """Count trials by state and add up epochs done and planned.
+def sweep_status(
+    trials: list, total_trials: int | None, objective: Objective = Objective(), *, over=False, stopped=()
+) -> dict:
+    """Count trials by how they ended (`trainables.experiment.outcome.trial_outcome`) and add up epochs
+    done and planned.
 
     Args:
-        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`
-            and a `str()` name); the searcher may not have created all of them yet.
+        trials: Tune `Trial`s (anything with `status`, `config`, `last_result`, `metric_analysis`, a
+            `str()` name, and `trial_id` for `stopped`); the searcher may not have created all of them yet.
         total_trials: trials the sweep will run in all (Tune's `total_num_samples`), or None.
         objective: what "best" means (its metric and mode).
+        over: the sweep has ended (its driver finished or is gone): running trials were interrupted,
+            pending ones never ran. stopped: ids of the trials the driver stopped before they ended.
     Returns:
-        dict with `running`, `pending` (waiting or paused, or not created yet), `done`, `errored`,
-        `diverged` (finished with `diverged: True` in the last result), `total`, `best`
-        (value, trial name) or None, `epochs_done`, `epochs_planned` (finished trials count the
-        epochs they ran, others as `_add_unplanned` says; None when unknown), `running_trials`:
-        (name, last result, planned epochs or None) per running trial, best first, `slots` (trials
-        running now) and `time_left`: the seconds each unfinished trial needs (`_left`), or None.
+        dict with the `count_outcomes` counts (`running`, `pending` (waiting or paused, or not created
+        yet), `done`, `errored` (`no_metric` among them), `diverged`, `interrupted`, `not_run`), `total`,
+        `best` (`_best`), `epochs_done`, `epochs_planned` (finished trials count the epochs they ran, others
+        as `_add_unplanned` says; None when unknown), `running_trials`: (name, last result, planned
+        epochs or None) per running trial, best first, `slots` (trials running now) and `time_left`: the
+        seconds each unfinished trial needs (`_left`), or None.
     """
-    metric, mode = objective.metric, objective.mode
-    counts = dict.fromkeys(("running", "pending", "done", "errored", "diverged"), 0)
-    best, epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = None, 0, 0, [], [], [], []
+    outcomes = [
+        trial_outcome(t.status, t.last_result, over=over, stopped=getattr(t, "trial_id", None) in stopped)
+        for t in trials
+    ]
+    epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = 0, 0, [], [], [], []
     timed, left_running, left_pending = [], [], []
-    for trial in trials:
+    for trial, outcome in zip(trials, outcomes):
         result = trial.last_result or {}
         epochs = _epochs_done(result)
         planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
@@ -60,36 +68,23 @@ def sweep_status(trials: list, total_trials: int | None, objective: Objective = 
         else:
             epochs_planned += max(planned, epochs)
         planned_per_trial.append(planned if planned is not None or not finished else epochs)
-        if trial.status == "RUNNING":
-            counts["running"] += 1
+        if outcome == RUNNING:
             running.append((str(trial), result, planned))
             left_running.append((planned, epochs, result.get("time_this_iter_s") if epochs >= 2 else None))
-        elif trial.status == "ERROR":
-            counts["errored"] += 1
-        elif trial.status == "TERMINATED":
-            counts["diverged" if result.get("diverged") else "done"] += 1
-        else:  # PENDING, PAUSED
-            counts["pending"] += 1
+        elif outcome == PENDING:
             left_pending.append((planned, epochs))
-        value = (trial.metric_analysis or {}).get(metric, {}).get(mode)
-        if (
-            value is not None
-            and not math.isnan(value)
-            and (best is None or (value > best[0] if mode == "max" else value < best[0]))
-        ):
-            best = (value, str(trial))
     total = max(total_trials or 0, len(trials))
     not_created = total - len(trials)
-    counts["pending"] += not_created
     epochs_planned = _add_unplanned(epochs_planned, unknown, ran, planned_per_trial, not_created)
-    sign = -1 if mode == "max" else 1
-    running.sort(key=lambda item: sign * _finite(item[1].get(metric), sign * math.inf))
+    sign = -1 if objective.mode == "max" else 1
+    running.sort(key=lambda item: sign * _finite(item[1].get(objective.metric), sign * math.inf))
     per_trial = _mean_planned(ran, planned_per_trial)
     left_pending += [(None, 0)] * not_created
+    counts = count_outcomes(outcomes, not_created, over)
     return {
         **counts,
         "total": total,
-        "best": best,
+        "best": _best(trials, outcomes, objective),
         "epochs_done": epochs_done,
         "epochs_planned": epochs_planned,
         "running_trials": running,
@@ -135,6 +130,34 @@ def _left(cost: TrialCost | None, running: list, pending: list, per_trial: float
         "pending": [cost.seconds(epochs_left(planned, done)) for planned, done in pending],
         "cost": cost,
     }
+
+
+def _best(trials: list, outcomes: list[str], objective: Objective) -> tuple | None:
+    """(best value of the objective's metric by its mode, trial name) over the trials neither failed nor
+    stopped (as the tables rank them: `outcome.LEFT_OUT`), from Tune's `metric_analysis`; None before any value."""
+    metric, mode, best = objective.metric, objective.mode, None
+    for trial, outcome in zip(trials, outcomes):
+        value = (trial.metric_analysis or {}).get(metric, {}).get(mode) if outcome not in LEFT_OUT else None
+        if value is None or math.isnan(value):
+            continue
+        if best is None or (value > best[0] if mode == "max" else value < best[0]):
+            best = (value, str(trial))
+    return best
+
+
+_OPTIONAL = ("running", "pending", "interrupted", "not_run")
+
+
+def describe_counts(counts: dict, shown=("running", "pending", "done", "errored", "diverged")) -> str:
+    """`4 running, 6 pending, 2 done, 1 errored (1 no metric), 0 diverged, 2 interrupted, 3 not run`: the
+    counts of `count_outcomes` in the words of the progress line, `--status`, the summary and the report;
+    the `shown` ones always, trials running, pending or not finished when there are some."""
+    words = []
+    for key in [k for k in COUNTS if k in shown] + [k for k in _OPTIONAL if k not in shown]:
+        if key in shown or counts.get(key):
+            no_metric = f" ({counts['no_metric']} no metric)" if key == "errored" and counts.get("no_metric") else ""
+            words.append(f"{counts[key]} {key.replace('_', ' ')}{no_metric}")
+    return ", ".join(words)
 
 
 def _epochs_done(result: dict) -> int:
@@ -188,8 +211,7 @@ def format_progress(
     planned = s["epochs_planned"]
     epochs = f"{s['epochs_done']}" + (f"/{planned}" if planned is not None else "")
     lines = [
-        f"[{format_duration(elapsed_s)}] {s['total']} trials: {s['running']} running, {s['pending']} pending, "
-        f"{s['done']} done, {s['errored']} errored, {s['diverged']} diverged | {best} | "
+        f"[{format_duration(elapsed_s)}] {s['total']} trials: {describe_counts(s)} | {best} | "
         f"epochs {epochs} | ETA {eta}"
     ]
     width = max((len(name) for name, _, _ in s["running_trials"][:RUNNING_LINES]), default=0)
@@ -213,8 +235,10 @@ def eta_seconds(status: dict) -> float | None:
     each running trial needs its epochs left at its own latest epoch's time, each trial not started
     its start-up and epochs, and they share the sweep's slots (`slots`: the most trials seen
     running at once, at least those running now and one), longest first. None until an epoch has
-    been timed, while a trial's length is unknown, or when none is left but trials still run (never
-    `0:00:00` then)."""
+    been timed, while a trial's length is unknown, when none is left but trials still run (never
+    `0:00:00` then), or when the sweep was stopped with trials left."""
+    if not status["running"] + status["pending"] and status.get("interrupted", 0) + status.get("not_run", 0):
+        return None  # the sweep was stopped: nothing runs until it is resumed
     left = status.get("time_left")
     if left is None:
         return None

@@ -65,6 +65,7 @@ class TrialRecord:
     end: float | None = None  # Unix seconds of its last result
     folder: str | None = None  # its folder in the experiment
     state: str | None = None  # the experiment_state-*.json listing it, None for a folder found by scanning
+    trial_id: str | None = None  # Tune's id, None for a folder found by scanning
 
     def __str__(self) -> str:
         return self.name
@@ -80,8 +81,9 @@ def read_status(source, now: float | None = None) -> dict:
         dict with `status` (`analysis.progress.sweep_status`), `metric`, `mode`, `elapsed_s` (seconds
         from the first trial's start to now, or to the last result once the sweep is over),
         `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
-        `driver_alive` (bool or None when unknown), `left` (trials running or pending), `argv` (the
-        sweep's command line, or None), `where`, `resumable` and `duplicates`: the folders of trials
+        `driver_alive` (bool or None when unknown), `left` (trials not finished: running, pending,
+        interrupted or not run), `argv` (the sweep's command line, or None), `launch` (what
+        `resume_command` reads), `where`, `resumable` and `duplicates`: the folders of trials
         left out as repeats of another (`analysis.reading.tune_state.repeats`: a copied folder, an
         unfinished rerun of a finished cell).
     Raises:
@@ -104,10 +106,11 @@ def read_status(source, now: float | None = None) -> dict:
 
     trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, objective.metric)
     total = max(int(info.get("total_trials") or 0), len(trials))
-    status = sweep_status(trials, total, objective)
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
-    left = status["running"] + status["pending"]
+    stopped = set((driver or {}).get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
+    status = sweep_status(trials, total, objective, over=alive is False, stopped=stopped)
+    left = sum(status[k] for k in ("running", "pending", "interrupted", "not_run"))
     starts, ends = [t.start for t in trials if t.start], [t.end for t in trials if t.end]
     until = now if left and alive is not False else max(ends, default=now)  # an ended sweep's clock stops
     return {
@@ -121,6 +124,7 @@ def read_status(source, now: float | None = None) -> dict:
         "driver_alive": alive,
         "left": left,
         "argv": info.get("argv"),
+        "launch": {"argv": info.get("argv"), "python": info.get("python")},  # for `resume_command`
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
         "duplicates": duplicates,
     }
@@ -135,19 +139,19 @@ def format_status(state: dict, now: float | None = None) -> list[str]:
     lines.append(driver_line(state, time.time() if now is None else now))
     if state["driver_alive"] is False and state["left"]:
         if state["resumable"]:
-            lines.append(f"  {state['left']} trial(s) left: continue the sweep with {_quoted(state['argv'])}")
+            lines.append(f"  {state['left']} trial(s) left: continue the sweep with {_quoted(state['launch'])}")
         else:  # killed before Tune saved the sweep: nothing to restore yet
             lines.append(
                 f"  {state['left']} trial(s) left, none saved yet: start the sweep again with "
-                f"{_quoted(state['argv'], resume=False)}"
+                f"{_quoted(state['launch'], resume=False)}"
             )
     return lines
 
 
-def _quoted(argv: list | None, resume: bool = True) -> str:
+def _quoted(launch: dict, resume: bool = True) -> str:
     """`resume_command` in backticks (Markdown code) when the command line is known."""
-    command = resume_command(argv, resume)
-    return f"`{command}`" if argv else command
+    command = resume_command(launch, resume)
+    return f"`{command}`" if launch.get("argv") else command
 
 
 def driver_line(state: dict, now: float) -> str:
@@ -207,6 +211,7 @@ def _trial_records(
             t["end"],
             t["dir"],
             t["state"],
+            t["trial_id"],
         )
         for t in listed
     ]

@@ -39,10 +39,17 @@ from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_r
 from analysis.figures.packing import run_efficiencies, sweep_efficiency
 from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline
 from analysis.figures.search import search_pictures
-from analysis.progress import format_duration
-from analysis.reading.load import ExperimentError, config_column, duplicates_line, load_experiment, resolve_objective
+from analysis.progress import describe_counts, format_duration
+from analysis.reading.load import (
+    ExperimentError,
+    config_column,
+    duplicates_line,
+    load_experiment,
+    resolve_objective,
+)
 from analysis.reading.provenance import sweep_runs
 from analysis.reading.provenance import writeup_lines as provenance_lines
+from analysis.reading.trial_outcomes import outcome_column
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
 from analysis.tables.paper_format import format_paper_table, write_paper_table
@@ -50,6 +57,7 @@ from analysis.tables.search_table import experiment_search_table, format_search_
 from analysis.tables.summary import SweepTables, cell_trials, format_summary, sweep_tables
 from analysis.writeup_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import count_outcomes
 
 
 def write_up(
@@ -204,14 +212,12 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
 
 
 def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> list[str]:
-    """The write-up's bullet list: experiment, trial counts by status, duplicates, metric, efficiency
-    (per run of the sweep when it ran more than once, `efficiency_lines`)."""
-    counts = trials["status"].value_counts()
-    status = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
-    diverged = int(trials["diverged"].sum())
+    """The write-up's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
+    metric, efficiency (per run of the sweep when it ran more than once, `efficiency_lines`)."""
+    counts = count_outcomes(outcome_column(trials))
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({status}; {diverged} diverged)",
+        f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
         *efficiency_lines(trials, _runs(trials)),

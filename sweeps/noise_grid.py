@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
-    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing)
+    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing, relaunch=not args.resume)
     if not args.resume and not plan.todo and not auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
     preflight.probe_storage(options.experiment_dir)

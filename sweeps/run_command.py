@@ -328,7 +328,12 @@ def main(argv: list[str]) -> int:
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).
     plan = plan_grid(
-        cells, args.axes, options.experiment_dir, skip_existing=args.skip_existing, hash_fn=resume.command_hash
+        cells,
+        args.axes,
+        options.experiment_dir,
+        skip_existing=args.skip_existing,
+        hash_fn=resume.command_hash,
+        relaunch=not args.resume,
     )
     if not args.resume and not plan.todo and not args.auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)

@@ -40,13 +40,13 @@ def test_load_trials_one_row_per_trial(grid):
         "trial_id",
         "trial_name",
         "status",
+        "outcome",
         "diverged",
         "error",
         "start_time",
         "end_time",
         "duration_s",
         "iterations",
-        "node",
     ]
     row = trials.set_index("trial_name").loc["asym_0.4_seed2"]
     assert row["status"] == "TERMINATED" and not row["diverged"] and row["error"] is None
@@ -536,7 +536,7 @@ def test_write_report(grid):
     report = (out / "report.md").read_text()
     for png in ("learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"):
         assert f"]({png})" in report
-    assert "- trials: 18 (18 terminated; 0 diverged)" in report
+    assert "- trials: 18 (18 done, 0 errored, 0 diverged)" in report
     assert analysis.load_trials(grid).shape[0] == 18  # the report folder is not taken for a trial
 
 

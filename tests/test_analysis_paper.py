@@ -168,7 +168,7 @@ def test_failed_and_diverged_cells_and_missing_seeds(tmp_path):
     assert cell.loc[("ce", "asym", 0.4), ["n", "n_failed", "n_diverged"]].tolist() == [0, 3, 3]
     md = analysis.format_paper_table(table, "markdown").splitlines()
     ce, gce = md[-2].split(" | "), md[-1].split(" | ")
-    assert ce[2] == "diverged" and gce[1] == "error"
+    assert ce[2] == "diverged" and gce[1] == "errored"
     assert gce[4].rstrip(" |").endswith("(n=2)") and "(n=" not in gce[3]
 
 
@@ -415,6 +415,7 @@ def test_analysis_imports_only_the_record_owner_from_trainables():
         "trainables.experiment.confidence",
         "trainables.experiment.errors",
         "trainables.experiment.objective",
+        "trainables.experiment.outcome",
         "trainables.experiment.records",
         "trainables.experiment.rules",
         "trainables.experiment.storage",

@@ -4,7 +4,11 @@ tears the file the script is writing."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -12,6 +16,7 @@ from tests.test_command_scripts import run_sweep
 from trainables.command.sources import ATTEMPT_LINE
 
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 SAVE_MIB = 96
 
@@ -34,6 +39,8 @@ def test_a_nan_line_then_a_large_save_leaves_every_saved_file_whole(tmp_path, sw
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # diverged trials: not ranked
     assert proc.stdout.count("diverged (not ranked)") == 2, proc.stdout[-3000:]
+    final = next(line for line in proc.stdout.splitlines() if "sweep finished: " in line)
+    assert "0 done, 0 errored, 2 diverged | best val_acc - |" in final  # no best run where the table has none
     saved = sorted((tmp_path / "runs" / "command").glob("*/work/checkpoint.pth.tar"))
     assert len(saved) == 2, proc.stdout[-3000:]
     for path in saved:
@@ -81,6 +88,20 @@ def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_exp
     assert "/work" in hint and "--in-place" in hint, hint
     assert "    => loading data" in out  # the script's last stderr lines
     assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
+    # no trial is done: those that crashed are errored, the others never ran their command, alike everywhere
+    final = next(line for line in out.splitlines() if "sweep interrupted: 6 trials: " in line)
+    counts = re.search(r" 0 done, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
+    assert counts and sum(int(n or 0) for n in counts.groups()) == 6, final
+    assert re.search(rf"^interrupted: {counts[1]} of 6 trials finished \(its first 3 trial attempts failed", out, re.M)
+    status = subprocess.run(
+        [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--status", "--json"],
+        **{"cwd": ROOT, "capture_output": True, "text": True, "timeout": 300},
+    )
+    document = json.loads(status.stdout)["counts"]
+    assert (document["done"], document["errored"], document["interrupted"], document["not_run"]) == (
+        0,
+        *(int(n or 0) for n in counts.groups()),
+    ), document
 
 
 def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(tmp_path, sweep_env):
@@ -129,20 +150,28 @@ def test_the_gate_lets_three_attempts_start_until_a_result_and_knows_a_repeated_
 
 
 def test_a_failure_signature_blanks_the_trial_and_the_hint_names_the_missing_relative_path():
-    from trainables.command.failure_gate import missing_path, signature
+    from trainables.command.failure import crash_failure
+    from trainables.command.failure_gate import missing_path
     from trainables.command.initial_failures import hint
 
     tails = [
         ["Traceback (most recent call last):", f"FileNotFoundError: [Errno 2] No such file: '/runs/{t}/work/x'"]
         for t in ("t0", "t1")
     ]
-    assert len({signature(1, tail, {f"/runs/{t}/work": "{trial_dir}"}) for tail, t in zip(tails, ("t0", "t1"))}) == 1
+    signatures = {
+        crash_failure(1, tail, "python x.py", f"/runs/{t}/work", {f"/runs/{t}/work": "{trial_dir}"}, True).signature
+        for tail, t in zip(tails, ("t0", "t1"))
+    }
+    assert len(signatures) == 1
     line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
     assert missing_path(line) == "../data/train"
-    text = hint({"tail": [line], "exception": line, "folder": "/runs/t0/work", "exit": "exit code 1 "})
+    failure = crash_failure(1, ["=> loading", line], "python x.py", "/runs/t0/work", {}, early=True)
+    assert (failure.missing_path, failure.exception, failure.exit_code) == ("../data/train", line, 1)
+    text = hint(failure)
     assert "'../data/train' is relative to the trial's working folder /runs/t0/work" in text
     assert "/runs/t0/data/train" in text and "--in-place" in text
-    assert "--check" in hint({"tail": ["KeyError: 'lr'"], "exception": "KeyError: 'lr'", "folder": "/w", "exit": ""})
+    assert "--check" in hint(crash_failure(1, ["KeyError: 'lr'"], "python x.py", "/w", {}, early=True))
+    assert "argparse's usage error" in hint(crash_failure(2, ["x.py: error: bad"], "python x.py", "/w", {}, True))
 
 
 def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_reported():
@@ -165,24 +194,31 @@ def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_re
     assert not working.stop_all()  # failures after a result keep Tune's retries
 
 
-def test_explain_prints_each_distinct_early_error_once(capsys):
-    from trainables.command.failure import command_failed
-    from trainables.command.failure_gate import EARLY_FAILURE, WORKING_FOLDER
-    from trainables.command.initial_failures import explain, is_early
+def test_explain_prints_each_distinct_early_error_once_from_the_failure_records(tmp_path, capsys, monkeypatch):
+    from trainables.command import failure as command_failure
+    from trainables.command.failure import crash_failure, fail
+    from trainables.command.failure_gate import EARLY_FAILURE
+    from trainables.command.initial_failures import explain
+    from trainables.experiment import records
+    from trainables.experiment.outcome import FAILED_METRIC
 
+    reported = []
+    monkeypatch.setattr(command_failure.tune, "report", reported.append)
     line = "FileNotFoundError: [Errno 2] No such file or directory: '../data/train'"
-    errors = {
-        f"/runs/command/t{i}": command_failed(
-            f"command exited with exit code 1 {EARLY_FAILURE}: python x.py\n{WORKING_FOLDER}/runs/command/t{i}/work",
-            ["=> loading", "Traceback (most recent call last):", line],
-            "stderr",
-            False,
-            "",
+    for i in range(3):
+        work = f"/runs/command/t{i}/work"
+        failure = crash_failure(
+            1, ["=> loading", "Traceback (most recent call last):", line], "python x.py", work, {}, True
         )
-        for i in range(3)
-    }
-    assert all(is_early(e) for e in errors.values())
-    explain(errors)
+        (tmp_path / f"t{i}").mkdir()
+        error = fail(failure, tmp_path / f"t{i}")
+        assert str(error).startswith(
+            f"command exited with exit code 1 {EARLY_FAILURE}: python x.py\nworking folder: {work}"
+        )
+    assert reported == [{FAILED_METRIC: 1, "command/failed_early": 1}] * 3  # retried (no no-retry mark), counted early
+    failures = {str(tmp_path / f"t{i}"): records.read_failure(tmp_path / f"t{i}") for i in range(3)}
+    assert all(f.early and f.exception == line for f in failures.values())  # read back typed, not parsed
+    explain(failures)
     out = capsys.readouterr().out
     assert [line[:7] for line in out.splitlines()].count(
         "error: "

@@ -325,11 +325,12 @@ def test_a_missing_metric_names_the_nearest_keys_and_the_lines_not_read():
 
 
 def test_check_hint_for_a_crash_in_check_is_not_run_check():
+    from trainables.command.failure import crash_failure
     from trainables.command.initial_failures import hint
 
-    parts = {"tail": ["ValueError: bad"], "exception": "ValueError: bad", "folder": "/tmp/x", "exit": "exit code 1 "}
-    assert "with --check" in hint(parts) and "--check again" in hint(parts, in_check=True)
-    assert "with --check" not in hint(parts, in_check=True)
+    failure = crash_failure(1, ["ValueError: bad"], "python x.py", "/tmp/x", {}, early=True)
+    assert "with --check" in hint(failure) and "--check again" in hint(failure, in_check=True)
+    assert "with --check" not in hint(failure, in_check=True)
 
 
 def test_one_number_parser_for_printed_values_tracker_cells_and_axis_values():

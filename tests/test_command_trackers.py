@@ -257,12 +257,13 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
 def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from trainables.command import runner
-    from trainables.command.failure import verdict
+    from trainables.command import failure, runner
     from trainables.command.process import Reading
+    from trainables.experiment import records
+    from trainables.experiment.outcome import FAILED_METRIC, NO_METRIC, NO_METRIC_METRIC
 
     reported = []
-    monkeypatch.setattr(runner.tune, "report", reported.append)
+    monkeypatch.setattr(failure.tune, "report", reported.append)
     events = TrackerResults(
         tmp_path, "epoch", ("csv",), objective=Objective("val/acc", test_metric=None), since=0.0
     )  # then the command
@@ -272,10 +273,11 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
     output = SimpleNamespace(events=events, tails={"OUT": [], "ERR": []})
     reading = Reading("epoch", [], None, "csv", tmp_path / "m.jsonl", tmp_path)
     with pytest.raises(
-        runner.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
+        failure.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
     ):
-        verdict(0, ["python", "x.py"], reporter, output, reading, None)
-    assert reported == [{runner.NO_RETRY_METRIC: 1}]  # not retried: it would log the same
+        failure.verdict(0, ["python", "x.py"], reporter, output, reading, None)
+    assert reported == [{FAILED_METRIC: 1, NO_METRIC_METRIC: 1, "command/no_retry": 1}]  # not retried: it logs the same
+    assert records.read_failure(tmp_path).kind == NO_METRIC
 
 
 def test_tracker_settings_are_said_only_for_a_tracker_the_command_or_its_script_names(tmp_path):
@@ -330,3 +332,11 @@ def test_printed_rows_win_when_they_hold_the_metric_and_a_disagreeing_tracker_is
         "the printed val_acc and the csv records (metrics.csv) disagree at epoch 2: 0.85 printed, 0.9 recorded" in said
     )
     assert "epoch 1" not in said  # 0.8123 prints as 0.812: they agree
+
+
+def test_printed_rows_without_the_metric_are_reported_at_the_end_when_no_tracker_holds_it(tmp_path):
+    reader = TrackerResults(tmp_path, "epoch", objective=Objective("val_acc", test_metric=None), since=0.0, auto=True)
+    assert reader.poll([{"epoch": 1, "loss": 1.0}]) == []  # held back: a tracker's rows may hold val_acc
+    # none does: the printed rows are the trial's, so its error can name the keys they held
+    assert reader.close([{"epoch": 2, "loss": 0.5}]) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    assert reader.source is None

@@ -276,7 +276,7 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
     rows = {line.split()[0]: line.split()[1:] for line in table[2:6]}
     assert float(rows["0.1"][0]) > 50 and rows["0.1"][-1] == "(1)"
     assert float(rows["0.2"][0]) > 50 and rows["0.2"][-1] == "(1)"
-    assert rows["0.3"] == ["error"] and rows["0.4"] == ["diverged"]
+    assert rows["0.3"] == ["errored"] and rows["0.4"] == ["diverged"]
     assert "1 errored, 1 diverged" in out
 
 

@@ -46,7 +46,10 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
     document = json.loads(result.stdout)
     validate(document, STATUS_SCHEMA)
     assert document["schema"] == "raysweep.status/1"
-    assert document["counts"] == {"total": 8, "running": 1, "pending": 3, "done": 2, "errored": 1, "diverged": 1}
+    assert document["counts"] == {
+        **{"total": 8, "running": 1, "pending": 3, "done": 2, "errored": 1, "diverged": 1},
+        **{"no_metric": 0, "interrupted": 0, "not_run": 0},  # the driver is alive: nothing stopped yet
+    }
     [running] = document["running"]
     assert (running["name"], running["gpu_ids"], running["step"], running["steps_planned"]) == (
         "sym_0.2_seed4",
@@ -106,14 +109,19 @@ def test_summary_json_validates_with_cells_n_mean_std_and_the_rule(tmp_path):
         "n": 1,
         "n_failed": 0,
         "n_diverged": 0,
+        **{"n_no_metric": 0, "n_interrupted": 0, "n_not_run": 0, "why": None},
         "mean": pytest.approx(0.9 - 0.1 + 0.03 + 0.01),  # base + the test bump at the val peak
         "std": None,
         "ci95": None,
     }
-    assert cells[("ce", "sym", 0.4)]["n"] == 0 and cells[("ce", "sym", 0.4)]["mean"] is None
+    errored = cells[("ce", "sym", 0.4)]
+    assert (errored["n"], errored["mean"], errored["n_failed"], errored["why"]) == (0, None, 1, "errored")
     assert document["best"]["key"] == {"loss": "gce", "noise_type": "sym", "noise_rate": 0.2}
     assert document["best"]["test"]["mean"] == pytest.approx(0.84)
-    assert document["trials"] == {"total": 8, "errored": 1, "diverged": 0}
+    assert document["trials"] == {
+        **{"total": 8, "errored": 1, "diverged": 0, "done": 7},
+        **{"running": 0, "pending": 0, "no_metric": 0, "interrupted": 0, "not_run": 0},
+    }
     assert not (experiment / "report").exists()  # --json writes nothing
 
 

@@ -418,6 +418,7 @@ def test_progress_block_and_final_line_name_the_sweeps_metric():
         path="/runs/lr0.1",
     )
     progress.on_step_end(iteration=1, trials=[trial])
+    trial.status = "TERMINATED"  # as Tune leaves every trial at the experiment's end
     progress.on_experiment_end(trials=[trial])
     blocks = [line for line in out.getvalue().splitlines() if " trials: " in line]
     assert len(blocks) == 2 and all("best val_accuracy 70.00% (lr0.1)" in line for line in blocks)

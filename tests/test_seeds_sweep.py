@@ -68,8 +68,9 @@ def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_pa
     assert f"{ran} finished trial(s) reused" in proc.stdout
 
 
-def _finished(experiment) -> list[tuple]:
-    """(cell, method, seed) of every trial folder whose command reported its val_acc."""
+def _finished(experiment, polling: bool = False) -> list[tuple]:
+    """(cell, method, seed) of every trial folder whose command reported its val_acc; `polling`: while the
+    sweep runs, a params.json that Tune is writing is read at the next poll (after it, one is an error)."""
     done = []
     try:
         results = list(experiment.glob("*/result.json")) if experiment.exists() else []
@@ -78,7 +79,12 @@ def _finished(experiment) -> list[tuple]:
     for trial in results:
         rows = [json.loads(line) for line in trial.read_text().splitlines() if line.strip().endswith("}")]
         if any("val_acc" in r for r in rows):
-            config = json.loads(trial.with_name("params.json").read_text())
+            try:
+                config = json.loads(trial.with_name("params.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):  # Tune writes it in place
+                if polling:
+                    continue
+                raise
             done.append((config["cell"], config["method"], config["seed"]))
     return done
 
@@ -103,7 +109,7 @@ def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_en
     )
     experiment = tmp_path / "runs" / "auto"
     deadline = time.monotonic() + 300
-    while len(_finished(experiment)) < 4 and time.monotonic() < deadline and driver.poll() is None:
+    while len(_finished(experiment, polling=True)) < 4 and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.05)
     assert driver.poll() is None, "the sweep ended before it could be killed"
     os.kill(driver.pid, signal.SIGKILL)

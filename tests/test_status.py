@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -207,7 +208,7 @@ def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(t
         json.dumps({"metric": "val/acc", "mode": "max", "total_trials": 12, "argv": ["sweeps/noise_grid.py"]})
     )
     report = read_status(experiment)
-    assert (report["status"]["pending"], report["left"], exit_code(report)) == (12, 12, 1)
+    assert (report["status"]["not_run"], report["left"], exit_code(report)) == (12, 12, 1)  # its driver is gone
     assert format_status(report)[-1] == (
         "  12 trial(s) left, none saved yet: start the sweep again with `python sweeps/noise_grid.py`"
     )  # --resume needs Tune's tuner.pkl
@@ -215,13 +216,30 @@ def test_a_sweep_killed_before_tunes_first_snapshot_has_only_its_driver_record(t
 
 def test_resume_command_keeps_the_sweeps_own_flags():
     assert (
-        resume_command(["sweeps/run_command.py", "--name", "a b", "--resume"])
-        == "python sweeps/run_command.py --name 'a b' --resume"
+        resume_command({"argv": ["sweeps/run_command.py", "--name", "a b", "--resume"]})
+        == "python sweeps/run_command.py --name 'a b' --resume"  # a sweep recorded before its interpreter was
     )
     assert resume_command(None) == "its command line and --resume"
-    assert resume_command(["sweeps/run_command.py", "--resume"], resume=False) == "python sweeps/run_command.py"
+    assert (
+        resume_command({"argv": ["sweeps/run_command.py", "--resume"]}, resume=False) == "python sweeps/run_command.py"
+    )
     launched = ["/home/u/.venv/bin/raysweep", "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]
-    assert resume_command(launched) == "raysweep run --axis lr=0.1,0.01 --resume -- python train.py '{lr}'"
+    assert resume_command({"argv": launched, "python": "/home/u/.venv/bin/python"}) == (
+        "raysweep run --axis lr=0.1,0.01 --resume -- python train.py {lr}"
+    )  # launched by the raysweep command: resumed by it
+
+
+def test_resume_command_runs_the_recorded_interpreter_with_resume_before_the_command_and_placeholders_unquoted():
+    launch = {
+        "python": "/opt/my env/bin/python",
+        "argv": ["sweeps/run_command.py", "--axis", "lr=0.1,0.01", "--", "python", "main.py", "--lr", "{lr}"]
+        + ["--save", "{trial_dir}/model.pt", "--resume", "{trial_dir}/ckpt", "--tag", "{a,b}", "it's"],
+    }
+    assert resume_command(launch) == (
+        "'/opt/my env/bin/python' sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python main.py --lr {lr} "
+        "--save {trial_dir}/model.pt --resume {trial_dir}/ckpt --tag '{a,b}' 'it'\"'\"'s'"
+    )  # the script's own --resume stays after `--`; `{a,b}` would be brace-expanded: quoted
+    assert shlex.split(resume_command(launch))[-12:] == launch["argv"][-12:]  # the shell reads back each word
 
 
 @pytest.mark.parametrize(

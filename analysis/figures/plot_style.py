@@ -41,7 +41,10 @@ def colors(n: int, sequential: bool = False) -> list:
 
 
 def legend(ax, n: int) -> None:
-    """A legend of ``n`` entries: inside the Axes up to 8, outside to the right beyond."""
+    """A legend of ``n`` entries: inside the Axes up to 8, outside to the right beyond; none without any
+    (every trial failed or was interrupted: an empty plot, without matplotlib's warning)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     if n > 8:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncols=1 + n // 25)
     else:

@@ -15,6 +15,7 @@ No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local 
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 import time
@@ -71,19 +72,45 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def resume_command(argv: list | None, resume: bool = True) -> str:
-    """The sweep's own command line (from `raysweep.json`) with `--resume` (or, `resume=False`,
-    without it) as plain shell text, e.g. ``python sweeps/noise_grid.py --resume``, or for a sweep the
-    `raysweep` command launched (its `sys.argv[0]` is that program) ``raysweep grid --resume``; a
-    generic hint when the command line is unknown. `--resume` goes before a `--` (what follows is a
-    command sweep's own command)."""
+def resume_command(launch: dict | None, resume: bool = True) -> str:
+    """The command that continues a sweep (`resume`), or starts it again, as shell text to run as printed.
+
+    Built from what the launch recorded in `raysweep.json` (`sweeps/engine/run/launch.py:sweep_info`):
+    `python`, the interpreter that ran the sweep (`sys.executable`), then `argv`, the script's path as
+    launched and its flags, with `--resume` added before a command's `--` (a script's own `--resume`
+    after it is left alone). Each word is quoted for the shell once; a placeholder such as `{lr}` or
+    `--out={trial_dir}/x` is left unquoted (braces without `,` or `..` are no brace expansion).
+    e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py --lr {lr}``;
+    a sweep the `raysweep` command launched (its `argv[0]` is that program) resumes as ``raysweep grid --resume``.
+
+    Args:
+        launch: the `raysweep.json` record (or any dict with `argv` and `python`); None or no `argv`:
+            a generic hint. A record without `python` (an older sweep) starts with `python`.
+        resume: add `--resume` (else the command line as launched, without it).
+    """
+    argv = (launch or {}).get("argv")
     if not argv:
         return "its command line and --resume" if resume else "its command line"
-    own, command = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
-    args = [a for a in own if a != "--resume"] + (["--resume"] if resume else []) + command
-    if Path(str(args[0])).name == "raysweep":
-        return " ".join(shlex.quote(str(a)) for a in ["raysweep", *args[1:]])
-    return "python " + " ".join(shlex.quote(str(a)) for a in args)
+    argv = [str(a) for a in argv]
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a != "--resume"] + (["--resume"] if resume else [])
+    if Path(argv[0]).name == "raysweep":  # the console command, as the user typed it
+        words = ["raysweep", *flags[1:], *argv[end:]]
+    else:
+        words = [launch.get("python") or "python", *flags, *argv[end:]]
+    return " ".join(_shell_word(word) for word in words)
+
+
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")  # shlex's safe characters and braces
+_BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
+def _shell_word(word: str) -> str:
+    """`word` quoted for a POSIX shell (`shlex.quote`), except a word of safe characters whose braces
+    the shell leaves as they are (a placeholder: `{lr}`, `{trial_dir}/ckpt`)."""
+    if "{" in word and _PLAIN_WORD.fullmatch(word) and not _BRACE_EXPANSION.search(word):
+        return word
+    return shlex.quote(word)
 
 
 def exit_code(state: dict) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
+from analysis.reading.trial_outcomes import trial_outcomes
 from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files
 from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
@@ -63,7 +64,9 @@ def load_experiment(
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
     trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
-    trials_df, history = assemble([trials[i] for i in order], rows, order, prefix, root, modes or {})
+    trials = [trials[i] for i in order]
+    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
+    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, prefix + root))
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
@@ -102,17 +105,18 @@ def load_trials(
 
         - ``trial_id`` (str), ``trial_name`` (str: custom name such as ``asym_0.375_seed1``, else
           ``<trainable>_<trial_id>``, else the folder name),
-        - ``status``: TERMINATED / ERROR / RUNNING / PENDING (PAUSED) as Tune recorded it; without
-          a state file: ERROR if ``error.txt`` exists, TERMINATED if the last result has
-          ``done``, RUNNING if it has results, else PENDING,
+        - ``status``: TERMINATED / ERROR / RUNNING / PENDING (PAUSED) as Tune recorded it (no state
+          file: ERROR with ``error.txt``, TERMINATED if the last result has ``done``, RUNNING with results),
+        - ``outcome``: ``done``, ``errored``, ``no metric``, ``diverged``, ``interrupted``, ``not run``,
+          ``running`` or ``pending`` (:func:`trainables.experiment.outcome.trial_outcome`),
         - ``diverged`` (bool): a reported metric was NaN or ±inf at some iteration, or the trial
           reported ``diverged=True``,
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
         - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
           start time and the time of the last result (see the module docstring); NaT when unknown,
-        - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later),
-        - ``node``: hostname of the last result,
-        - ``ended`` (str): why it ended (``finished``, ``pruned``, ``budget``, ...: :mod:`analysis.reading.trial_end`),
+        - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later);
+          ``node``: its hostname; ``ended``: why it ended (``finished``, ``pruned``, ``budget``, ...:
+          :mod:`analysis.reading.trial_end`),
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
           ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
         - ``trial_dir`` (str): the trial folder, as a local path or URI,

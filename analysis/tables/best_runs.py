@@ -9,15 +9,18 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.load import SEED_KEY, config_column, metric_column, varying_config_columns
+from analysis.reading.trial_outcomes import outcome_column
 from analysis.statistics.seed_marks import attach_decisions, decision_mark
 from analysis.statistics.stats import cell_stats
 from analysis.tables.formatting import bare, format_number, latex_escape, render_table
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import LEFT_OUT
 
 
 def failed(trials: pd.DataFrame) -> pd.Series:
-    """Boolean Series: the trial errored or diverged (its values are left out of statistics)."""
-    return (trials["status"] == "ERROR") | trials["diverged"].astype(bool)
+    """Boolean Series: the trial errored (`no metric` included), diverged, or did not end by itself
+    (interrupted, not run): its values are left out of statistics."""
+    return outcome_column(trials).isin(LEFT_OUT)
 
 
 def best_runs(

@@ -17,6 +17,7 @@ from typing import Any
 from analysis.progress import eta_seconds
 from analysis.reading.driver_record import exit_code, resume_command
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import COUNTS, count_outcomes
 
 STATUS_SCHEMA = "raysweep.status/1"
 SUMMARY_SCHEMA = "raysweep.summary/1"
@@ -38,7 +39,7 @@ def status_document(state: dict) -> dict:
         "experiment": state["where"],
         "metric": state["metric"],
         "mode": state["mode"],
-        "counts": {k: s[k] for k in ("total", "running", "pending", "done", "errored", "diverged")},
+        "counts": {k: s[k] for k in ("total", *COUNTS)},
         "epochs": {"done": s["epochs_done"], "planned": s["epochs_planned"]},
         "elapsed_s": state["elapsed_s"],
         "eta_s": eta,
@@ -46,7 +47,7 @@ def status_document(state: dict) -> dict:
         "running": [_running_trial(state, *trial) for trial in s["running_trials"]],
         "driver": _driver(state),
         "left": state["left"],
-        "resume_command": resume_command(state["argv"]) if state["argv"] else None,
+        "resume_command": resume_command(state["launch"]) if state["argv"] else None,
         "duplicates": list(state["duplicates"]),
         "exit_code": exit_code(state),
     }
@@ -70,6 +71,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
     Raises:
         ExperimentError: as :func:`analysis.tables.summary.sweep_tables` (a metric not reported).
     """
+    from analysis.reading.trial_outcomes import outcome_column
     from analysis.tables.summary import sweep_tables
 
     tables = sweep_tables(trials, history, objective, rows=rows)
@@ -91,7 +93,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
         "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
-        "trials": {"total": len(trials), "errored": tables.errored, "diverged": tables.diverged},
+        "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
         "duplicates": list(trials.attrs.get("duplicates") or []),
         "seed_rule": a.get("seed_rule"),
         "search": _search(trials, history, objective),
@@ -180,10 +182,14 @@ def _gpu_ids(value: Any) -> list:
 
 
 def _cell(row) -> dict:
+    from analysis.tables.paper_format import empty_cell
+
     cell = {
         "n": int(row["n"]),
         "n_failed": int(row["n_failed"]),
         "n_diverged": int(row["n_diverged"]),
+        **{c: int(row[c]) for c in ("n_no_metric", "n_interrupted", "n_not_run")},
+        "why": empty_cell(row),
         "mean": _number(row["mean"]),
         "std": _number(row["std"]),
         "ci95": _number(row["ci95"]),

@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.load import SEED_KEY, config_column, resolve_objective, varying_config_columns
+from analysis.reading.trial_outcomes import outcome_column
 from analysis.statistics.seed_marks import attach_decisions, load_decisions
 from analysis.statistics.select import select_values
 from analysis.statistics.stats import BOOTSTRAP_METHOD, bootstrap_ci, cell_stats, holm, paired_test
 from analysis.tables.formatting import bare, format_value, label
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import DIVERGED, ERRORED, INTERRUPTED, LEFT_OUT, NO_METRIC, NOT_RUN
 from trainables.experiment.rules import shown_as_percent
 
 NOISE_TYPE, NOISE_RATE = "config/noise_type", "config/noise_rate"
@@ -33,6 +35,9 @@ COLUMNS = [
     "n",
     "n_failed",
     "n_diverged",
+    "n_no_metric",
+    "n_interrupted",
+    "n_not_run",
     "mean",
     "std",
     "ci95",
@@ -51,8 +56,9 @@ COLUMNS = [
 ]
 """Statistics of a :func:`paper_table` cell, after its row keys and noise type / rate:
 
-- ``n`` usable seeds (not errored, not diverged, finite value); ``n_failed`` errored or diverged
-  trials; ``n_diverged``;
+- ``n`` usable seeds (not errored, not diverged, not stopped, finite value); ``n_failed`` errored or
+  diverged trials; ``n_diverged``; ``n_no_metric`` (errored: a command that never reported its metric);
+  ``n_interrupted`` and ``n_not_run``: trials the sweep stopped or never started (not failed);
 - ``mean``, ``std`` (ddof = 1, NaN for n < 2), ``ci95`` (Student-t half width,
   :func:`analysis.statistics.stats.seed_stats`);
 - ``rank``: 1 = best in its column, ties share; NaN when n = 0 or fewer than two methods in the
@@ -149,13 +155,15 @@ def _attrs(table, objective, keys, columns, base_label, n_seeds: int, bootstrap:
 def _per_trial(trials: pd.DataFrame, values: pd.Series, cell: list[str], seed_column: str | None) -> pd.DataFrame:
     """One row per trial: its cell columns, seed, selected value, and whether it errored, diverged or is usable."""
     value = values.reindex(trials["trial_id"]).to_numpy(dtype=float)
-    errored = (trials["status"] == "ERROR").to_numpy()
-    diverged = trials["diverged"].astype(bool).to_numpy() & ~errored
+    outcome = outcome_column(trials).to_numpy()
     work = pd.DataFrame({c: trials[c].to_numpy() for c in dict.fromkeys(cell)})
     work["_seed"] = trials[seed_column].to_numpy() if seed_column else np.arange(len(trials))
     work["_value"] = value
-    work["_usable"] = ~errored & ~diverged & np.isfinite(value)
-    work["_errored"], work["_diverged"] = errored, diverged
+    work["_usable"] = ~np.isin(outcome, LEFT_OUT) & np.isfinite(value)
+    work["_errored"], work["_diverged"] = np.isin(outcome, (ERRORED, NO_METRIC)), outcome == DIVERGED
+    work["_no_metric"], work["_interrupted"], work["_not_run"] = (
+        outcome == o for o in (NO_METRIC, INTERRUPTED, NOT_RUN)
+    )
     return work
 
 
@@ -166,6 +174,7 @@ def _cells(work: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFr
         return {
             "n_failed": int(group["_errored"].sum() + group["_diverged"].sum()),
             "n_diverged": int(group["_diverged"].sum()),
+            **{f"n{c}": int(group[c].sum()) for c in ("_no_metric", "_interrupted", "_not_run")},
             "_seeds": dict(zip(ok["_seed"], ok["_value"].to_numpy(dtype=float))),
         }
 

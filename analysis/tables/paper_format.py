@@ -116,13 +116,11 @@ def _latex_spans(column_values: list[tuple], nk: int) -> list[str]:
 def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
     """One cell: ``mean ± std``, ``[low, high]`` when the table has bootstrap intervals,
     ``(n=…)`` below ``attrs["n_seeds"]``, best/second marks in ``"markdown"``/``"latex"``, †
-    when significant after Holm's correction; ``failed``/``diverged``/``error`` when no seed
-    is usable; ``(n)`` always in ``"console"`` style (no marks, no intervals). A ``--seeds auto`` cell shows
+    when significant after Holm's correction; why, when no seed is usable (:func:`empty_cell`);
+    ``(n)`` always in ``"console"`` style (no marks, no intervals). A ``--seeds auto`` cell shows
     ``(n=3, worse)`` instead of ``(n=…)`` (:func:`analysis.statistics.seed_marks.decision_mark`), in every style."""
     if row["n"] == 0:
-        if row["n_failed"] == 0:
-            return "--" if style == "latex" else "–"
-        return "diverged" if row["n_diverged"] == row["n_failed"] else ("error" if row["n_diverged"] == 0 else "failed")
+        return empty_cell(row)
     percent = attrs["percent"]
     pm = r" $\pm$ " if style == "latex" else " ± "
     text = format_metric(row["mean"], percent)
@@ -144,6 +142,23 @@ def format_cell(row: pd.Series, attrs: dict, style: str = "text") -> str:
     if bool(row.get("significant", False)):
         text += r"$^\dagger$" if style == "latex" else "†"
     return text
+
+
+def empty_cell(row: pd.Series) -> str | None:
+    """Why a cell of :func:`analysis.paper_table` has no usable value (None when it has one): ``no metric``,
+    ``diverged`` or ``errored`` when every failed trial of it failed that way (``failed`` for a mix);
+    with none failed, ``interrupted`` or ``not run`` (the sweep stopped them, or never started them);
+    else ``no metric`` (its trials ended without a finite value of the table's metric)."""
+    if row["n"] > 0:
+        return None
+    failed, diverged, no_metric = (int(row.get(c, 0)) for c in ("n_failed", "n_diverged", "n_no_metric"))
+    if failed:
+        if no_metric == failed:
+            return "no metric"
+        return "diverged" if diverged == failed else "errored" if diverged == 0 else "failed"
+    if row.get("n_interrupted", 0):
+        return "interrupted"
+    return "not run" if row.get("n_not_run", 0) else "no metric"
 
 
 def write_paper_table(table: pd.DataFrame, path: str | Path) -> list[Path]:

@@ -12,12 +12,15 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.progress import describe_counts
 from analysis.reading.load import duplicates_line, load_experiment
+from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_cell
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import count_outcomes
 
 
 def sweep_summary(experiment: Any, objective: Objective = Objective()) -> str:
@@ -69,14 +72,14 @@ class SweepTables:
         val: the paper table of its validation metric on the same rows: the best configuration is
             chosen on it, never on the test metric.
         best: that configuration, its row of `val` (`best_cell`); None when no cell has a usable value.
-        errored, diverged: trials left out of the cells (one that diverged and errored counts as errored).
+        counts: the trials by how they ended (`trainables.experiment.outcome.count_outcomes`); those
+            errored, diverged, interrupted or not run are left out of the cells.
     """
 
     test: pd.DataFrame
     val: pd.DataFrame
     best: pd.Series | None
-    errored: int
-    diverged: int
+    counts: dict
 
 
 def sweep_tables(
@@ -103,9 +106,7 @@ def sweep_tables(
         raise ExperimentError(f"no trial reported {metric!r}: nothing to summarise")
     test = paper_table(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
     val = paper_table(trials, history, objective.validation(), rows=test.attrs["rows"], baseline=None)
-    errored = int((trials["status"] == "ERROR").sum())
-    diverged = int((trials["diverged"].astype(bool) & (trials["status"] != "ERROR")).sum())
-    return SweepTables(test, val, best_cell(val), errored, diverged)
+    return SweepTables(test, val, best_cell(val), count_outcomes(outcome_column(trials)))
 
 
 def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
@@ -117,7 +118,7 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
         + (", columns: noise type" if wide else ""),
         *([f"(n=…, decision), decided on {a['val_metric']}: {a['seed_rule']}"] if a.get("seed_rule") else []),
         *_grid_lines(test, a["metric"]),
-        f"failed trials (left out of the cells): {tables.errored} errored, {tables.diverged} diverged",
+        f"failed trials (left out of the cells): {describe_counts(tables.counts, shown=('errored', 'diverged'))}",
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))

@@ -78,3 +78,13 @@ def short_forms(values: list) -> dict:
         if list(forms.values()).count(forms[v]) > 1 or len(forms[v]) > 60:
             forms[v] = f"{forms[v][:40]}-{hashlib.sha1(v.encode()).hexdigest()[:8]}"
     return forms
+
+
+def grid_size(param_space: dict) -> int:
+    """Trials per sample of `param_space`: the product of the lengths of its `tune.grid_search` lists
+    (nested dicts included); 1 without a grid."""
+    size = 1
+    for value in param_space.values():
+        if isinstance(value, dict):
+            size *= len(value["grid_search"]) if set(value) == {"grid_search"} else grid_size(value)
+    return size

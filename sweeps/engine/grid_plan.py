@@ -69,6 +69,7 @@ def plan_grid(
     *,
     skip_existing: bool,
     hash_fn: Callable[[dict], str] = config_hash,
+    relaunch: bool = False,
 ) -> GridPlan:
     """Plan a grid: skip the cells already finished in `experiment_dir`, order the rest longest first.
 
@@ -81,10 +82,11 @@ def plan_grid(
         experiment_dir: `RunOptions.experiment_dir` (a path or a URI).
         skip_existing: False runs every cell again.
         hash_fn: a config's id (`config_hash`; `resume.command_hash` for command trials).
+        relaunch: a new run of the sweep, not `--resume` (`resume.plan_cells` says what reruns where).
     Returns:
         the `GridPlan`; its `todo` is empty when every cell is finished.
     """
-    todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing, hash_fn=hash_fn)
+    todo, reused = resume.plan_cells(cells, experiment_dir, skip_existing, hash_fn=hash_fn, relaunch=relaunch)
     todo = longest_first(todo)
     flat = {}  # setting -> its values, in first-seen order
     for cell in cells:

@@ -1,13 +1,13 @@
 """The driver's side of `trainables/command/failure_gate.py`: the sweep's gate, the stop once its first trials
 all failed before reporting any metric (`--max-initial-failures`, W&B's `WANDB_AGENT_MAX_INITIAL_FAILURES`),
-and one explanation per distinct error of such failures, with a hint that fits its cause.
+and one explanation per distinct error of such failures (read from each trial's failure record, never
+from an error's text), with a hint that fits its cause.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-import re
 from collections import defaultdict
 
 from ray import tune
@@ -17,18 +17,12 @@ from trainables.command.failure_gate import (
     EARLY_FAILURE_METRIC,
     SURVIVAL_WINDOW_S,
     WORKING_FOLDER,
-    exception_line,
-    missing_path,
     open_gate,
 )
 from trainables.command.parse import NO_RETRY_METRIC
+from trainables.experiment.outcome import NOT_STARTED, TrialFailure
 
-NOT_STARTED = "not started: "  # the error of a trial that waited at the gate when the sweep stopped
 QUOTED_STDERR_LINES = 8  # of a failure before any metric, the last stderr lines printed
-# Ray's `RayTaskError` text puts `ray::ImplicitFunc.train() (pid=.., ip=..)` in place of each `Traceback ...` line,
-# the script's own ones (in the stderr tail) included: they are put back.
-_RAY_HEADER = re.compile(r"ray::\S+\(\).*\(pid=\d+")
-_TRACEBACK = "Traceback (most recent call last):"
 
 
 class InitialFailures(tune.Callback, tune.Stopper):
@@ -41,6 +35,7 @@ class InitialFailures(tune.Callback, tune.Stopper):
     def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S):
         """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them); survival_s:
         --survival-window-s, seconds a command runs without failing that open the gate."""
+        self.why = f"its first {limit} trial attempts failed before reporting any metric"  # once it stops
         self.limit, self.stopping, self.failures, self.reported, self._gate = limit, False, 0, False, None
         self.survival_s = survival_s
 
@@ -80,47 +75,40 @@ class InitialFailures(tune.Callback, tune.Stopper):
         return {**self.__dict__, "_gate": None}  # the Tuner pickles its RunConfig; the actor is this run's
 
 
-def is_early(error) -> bool:
-    """Whether a trial's error is a command's failure before any metric, or a start the gate refused."""
-    text = str(error)
-    return EARLY_FAILURE in text or NOT_STARTED in text
-
-
-def explain(errors: dict[str, object]) -> None:
+def explain(failures: dict[str, TrialFailure]) -> None:
     """Print each distinct failure before any metric once: how many trials it ended, the command's
     exit and working folder, the last stderr lines, and a hint fitting the cause.
 
     Args:
-        errors: trial folder -> its error (`Result.error`), each `is_early`.
+        failures: trial folder -> its failure record (`records.read_failure`), each `early`.
     """
     groups, not_started = defaultdict(list), 0
-    for folder, error in errors.items():
-        parts = _parts(str(error))
-        if parts is None:
+    for folder, failure in failures.items():
+        if failure.kind == NOT_STARTED:
             not_started += 1
-            continue
-        blanked = (parts["exception"] or parts["last"]).replace(parts["folder"], "{trial_dir}")
-        groups[blanked].append((folder, parts))
-    for _, members in sorted(groups.items(), key=lambda item: -len(item[1])):
-        folder, parts = members[0]
+        else:
+            groups[failure.signature].append((folder, failure))
+    for members in sorted(groups.values(), key=len, reverse=True):
+        folder, failure = members[0]
+        tail = [line for line in failure.tail if line.strip()]
         print(
             f"error: {len(members)} trial(s) failed {EARLY_FAILURE}, with the same error: "
-            f"{parts['exception'] or parts['last']}\n"
-            f"  {parts['exit']}\n  {WORKING_FOLDER}{parts['folder']} (trial {posixpath.basename(str(folder))})\n"
+            f"{failure.exception or (tail[-1].strip() if tail else '(no stderr output)')}\n"
+            f"  {failure.summary}: {failure.command}\n"
+            f"  {WORKING_FOLDER}{failure.working_folder} (trial {posixpath.basename(str(folder))})\n"
             f"  its last stderr lines ({posixpath.join(str(folder), 'error.txt')}):\n"
-            + "\n".join(f"    {line}" for line in parts["tail"][-QUOTED_STDERR_LINES:])
-            + f"\n{hint(parts)}"
+            + "\n".join(f"    {line}" for line in tail[-QUOTED_STDERR_LINES:])
+            + f"\n{hint(failure)}"
         )
     if not_started:
         print(f"{not_started} trial(s) not started: the sweep stopped after its first trials failed")
 
 
-def hint(parts: dict, in_check: bool = False) -> str:
-    """A hint fitting a failure before any metric: a missing relative path names the path, the trial's
-    working folder and what it resolves to there; an absolute one, the path; else --check (`in_check`:
-    the failure is --check's own run, whose output is shown above)."""
-    path = missing_path("\n".join([*parts["tail"], parts["exception"] or ""]))
-    folder = parts["folder"]
+def hint(failure: TrialFailure, in_check: bool = False) -> str:
+    """A hint fitting a command's failure: a missing relative path names the path, the trial's working
+    folder and what it resolves to there; an absolute one, the path; exit code 2, argparse; else --check
+    (`in_check`: the failure is --check's own run, whose output is shown above)."""
+    path, folder = failure.missing_path, failure.working_folder
     if path and not os.path.isabs(path):
         return (
             f"hint: {path!r} is relative to the trial's working folder {folder}, where it resolves to "
@@ -130,28 +118,8 @@ def hint(parts: dict, in_check: bool = False) -> str:
         )
     if path:
         return f"hint: {path} does not exist on the node that ran the trial"
-    if "exit code 2 " in parts["exit"]:
+    if failure.exit_code == 2:
         return "hint: exit code 2 is argparse's usage error: the script refused the arguments the command gives it"
     if in_check:
         return "hint: the error is the script's own (its output is above): fix it, then run --check again"
     return "hint: run the first cell alone, in the foreground, with --check (a retry cannot fix an error at start)"
-
-
-def _parts(text: str) -> dict | None:
-    """The pieces of a `trainables/command/runner.py` error of a failure before any metric: the exit line,
-    the working folder, the stderr tail, its exception line and last line; None for a start refused."""
-    lines = [_TRACEBACK if _RAY_HEADER.search(line) else line for line in text.splitlines()]
-    start = next((i for i, line in enumerate(lines) if EARLY_FAILURE in line and "command exited" in line), None)
-    if start is None:
-        return None
-    exit_line = lines[start][lines[start].index("command exited") :]
-    folder = next((line[len(WORKING_FOLDER) :] for line in lines[start:] if line.startswith(WORKING_FOLDER)), "")
-    tail_start = next((i + 1 for i in range(start, len(lines)) if lines[i].startswith("last ")), len(lines))
-    tail = [line for line in lines[tail_start:-1] if line.strip()]
-    return {
-        "exit": exit_line,
-        "folder": folder,
-        "tail": tail,
-        "exception": exception_line(tail),
-        "last": tail[-1].strip() if tail else "(no stderr output)",
-    }

@@ -24,11 +24,10 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence
-from trainables.command.failure import CommandFailed, take_turn, verdict
+from trainables.command.failure import fail, take_turn, verdict
 from trainables.command.failure_gate import GateTicket
 from trainables.command.parse import (
     METRICS_FROM,
-    NO_RETRY_METRIC,
     STEP_KEY,
     STREAMS_READ,
     StepContext,
@@ -61,6 +60,7 @@ from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, st
 from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import MISSING_ON_NODE, TrialFailure
 from trainables.gpu import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 
@@ -94,7 +94,8 @@ def train_command(
         metrics_from: `output`, `stdout`, `stderr`, `jsonl`, `tensorboard`, `wandb`, `mlflow`, `csv` or
             `hf`: where results are read (docs/command-trial-internals.md).
         objective: the sweep's: the presence of its metric and test metric completes a step's result
-            at once (`Objective.step_metrics`); otherwise a step is reported when the next one starts.
+            at once (`Objective.step_metrics`; else a step is reported when the next one starts); a command
+            that exits 0 without each fails.
         grace_period_s: seconds between SIGTERM and SIGKILL when the trial's processes are ended.
         write_wait_s: before that SIGTERM, the longest wait for its writes to finish (`watchdog.wait_for_writes`).
         cwd: folder the command runs in when there is no `code_dir` (`--in-place`: the launch
@@ -105,9 +106,8 @@ def train_command(
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
     Raises:
-        CommandFailed: the command exited non-zero (its code and the last 30 stderr lines), or
-            exited 0 without any result; exit code 2, "no result" and a failure before any metric
-            that repeats (`trainables/command/failure_gate.py`) are not retried (`failure.command_failed`).
+        CommandFailed: the command exited non-zero, or exited 0 without a metric of the objective (`no
+            metric`); see `trainables/command/failure.py` (its record, and which failures are not retried).
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
@@ -146,6 +146,8 @@ class StepReporter:
     recorded: set | None = None  # the steps in the trial's own history; a checkpoint may outlive its row
     restarted: bool = False  # a retry or --resume of this trial
     parsed: int = 0  # results seen in this run, reported or skipped as reported before
+    seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
+    reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
 
@@ -159,7 +161,7 @@ class StepReporter:
         if restarted and (trial_folder / "result.json").exists():
             recorded = recorded_steps(trial_folder / "result.json")
             last_step = max(recorded, default=None)
-        return cls(step_key, trial_folder, last_step, recorded, restarted)
+        return cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
 
     def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
         """Report the results not reported before; True when one diverged (the trial then ends).
@@ -169,6 +171,7 @@ class StepReporter:
         key = self.step_key
         for result in results:
             self.parsed += 1
+            self.seen.update(dict.fromkeys(result))
             if non_finite(result):
                 _report_divergence(result, key, self.trial_folder)
                 return True
@@ -238,8 +241,9 @@ def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics
         try:
             cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
         except MissingOnNode as e:
-            tune.report({NO_RETRY_METRIC: 1})
-            raise CommandFailed(f"{e} (not retried: the path is missing on this node)") from None
+            why = "the path is missing on this node"
+            failure = TrialFailure(MISSING_ON_NODE, MISSING_ON_NODE, None, None, None, (), "stderr", str(e))
+            raise fail(dataclasses.replace(failure, not_retried=why), metrics_file.parent) from None
     else:
         work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))

@@ -181,7 +181,8 @@ class TrackerResults:
         out = self.poll(printed)
         if self.source is None and not self.printed:
             if self.waiting:  # no source holds --metric: the printed rows, as they are
-                self.printed, out = True, out + self._printed_rows([])
+                self.printed = True  # first: `_printed_rows` gives the rows held back only then
+                out += self._printed_rows([])
             elif source := next((s for s in self.sources if self.unread[s]), None):
                 out += self._take(source)
         if self.source is not None:

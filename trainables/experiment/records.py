@@ -14,6 +14,7 @@
             confusion.json                  clean-test confusion matrices, "last" and "best-val"
             divergence.json                 the dump of a diverged trial
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
+            failure.json                    a command trial's last failure (`outcome.TrialFailure`)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
             work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
@@ -34,6 +35,7 @@ import warnings
 from pathlib import Path
 
 from trainables.experiment import storage
+from trainables.experiment.outcome import TrialFailure
 
 SETTINGS_FILE = "raysweep.json"
 DRIVER_FILE = "driver.json"
@@ -50,6 +52,7 @@ NOISE_FILE = "noise.json"
 CONFUSION_FILE = "confusion.json"
 DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
+FAILURE_FILE = "failure.json"
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
@@ -287,6 +290,17 @@ def read_oom_marker(trial: Folder) -> dict | None:
 def write_oom_marker(trial: Folder, marker: dict) -> str:
     """Leave the out-of-GPU-memory marker in the trial folder; returns its path."""
     return write_record(record_path(trial, OOM_MARKER), marker)
+
+
+def read_failure(trial: Folder) -> TrialFailure | None:
+    """A command trial's last failure (`failure.json`), or None (none, torn, or not a failure record)."""
+    record = read_record(record_path(trial, FAILURE_FILE))
+    return TrialFailure.from_record(record) if record is not None else None
+
+
+def write_failure(trial: Folder, failure: TrialFailure) -> str:
+    """Write a command trial's failure (`failure.json`), replacing an earlier attempt's; returns its path."""
+    return write_record(record_path(trial, FAILURE_FILE), failure.to_record(), indent=1)
 
 
 def read_command_step(checkpoint: Folder) -> dict | None:

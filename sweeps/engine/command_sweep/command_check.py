@@ -217,17 +217,18 @@ COPY_REMOVED = "(a copy of the launch folder, as each trial's; removed now)"
 
 def _crashed(code: int, stderr: list[str], folder: str) -> int:
     """Say that the command crashed, not that a metric was missing: its exit, its exception line (or
-    last stderr line), the folder it ran in, and a hint fitting the cause. Returns 1."""
-    from trainables.command.failure_gate import exception_line
+    last stderr line), the folder it ran in, and a hint fitting the cause (from the failure record a
+    trial would write, `failure.crash_failure`). Returns 1."""
+    from trainables.command.failure import crash_failure
     from trainables.command.initial_failures import hint
     from trainables.command.process import exit_status
 
     lines = [line for line in stderr if line.strip()]
-    error = exception_line(lines) or (lines[-1].strip() if lines else "(no stderr output)")
+    failure = crash_failure(code, lines[-30:], "", folder.split(" (")[0], {}, early=True)
+    error = failure.exception or (lines[-1].strip() if lines else "(no stderr output)")
     print(f"the command crashed ({exit_status(code)}) before --check could judge its metrics: {error}", flush=True)
     print(f"it ran in {folder}", flush=True)
-    parts = {"tail": lines[-30:], "exception": error, "folder": folder.split(" (")[0], "exit": exit_status(code) + " "}
-    print(hint(parts, in_check=True), file=sys.stderr, flush=True)
+    print(hint(failure, in_check=True), file=sys.stderr, flush=True)
     return 1
 
 

@@ -29,7 +29,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import estimate_record
+from sweeps.engine import estimate_record, grid
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -40,7 +40,7 @@ from sweeps.engine.cluster.gpus import (
 from sweeps.engine.cluster.ray_start import check_resources, init_ray
 from sweeps.engine.cluster.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
 from sweeps.engine.flags import UsageError
-from sweeps.engine.run import notify, resume
+from sweeps.engine.run import notify, resume, sweep_end
 from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.run.monitoring import monitoring_callbacks
 from sweeps.engine.run.no_retry import NoRetryOnMarkedError
@@ -110,13 +110,14 @@ class Sweep:
             reused: finished trials of earlier runs (`resume.plan_cells`), counted in the outcome.
         Returns:
             (exit code: 0 all done, 1 a trial errored or diverged or no trial reported the objective's
-            metric; the `ResultGrid`s: the sweep's, then one per OOM re-queue round).
+            metric, 130 Ctrl-C, 143 SIGTERM; the `ResultGrid`s: the sweep's, then one per OOM re-queue round;
+            a sweep stopped early re-queues nothing and says so last: `sweep_end.say_interrupted`).
         Raises:
             ValueError: no trial_name_creator.
         """
         if tune_config.trial_name_creator is None:
             raise ValueError("the sweep's TuneConfig needs a trial_name_creator (it also names the trial folders)")
-        options, objective = self.options, self.options.objective
+        options, objective, reused = self.options, self.options.objective, reused or {}
         at_once = max_concurrent_trials(options, self.gpus, self.trial_function, tune_config)
         tune_config = sweep_tune_config(tune_config, at_once, options)
         announce(options, self.gpus, tune_config)
@@ -130,13 +131,18 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             kept = estimate_record.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
-        rounds = rerun_oom_trials(tuner.fit(), self.trainable_for, self.gpus, self.run_config, tune_config)
-        code = resume.say_outcome(rounds, reused or {}, objective.metric, requeued_trial_paths(rounds))
+        first, ending = sweep_end.fit(tuner)
+        oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
+        rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
+        code = resume.say_outcome(rounds, reused, objective.metric, requeued_trial_paths(rounds), ending)
+        code = sweep_end.EXIT_CODES.get(ending.signal, code)
         notify.sweep_ended(code, rounds, objective, reused)
+        self.held.record_end(code, ending.stopped, ending.ended)  # the summary and report read the sweep as over
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
         checked = estimate_record.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
         print(f"results: {', '.join(folders)} | {checked}")
+        sweep_end.say_interrupted(ending, len(reused))
         self.held.release(code)
         return code, rounds
 
@@ -231,10 +237,11 @@ def sweep_info(objective: Objective, tune_config: TuneConfig, param_space: dict,
         "test_metric": objective.test_metric,
         "searcher": type(tune_config.search_alg).__name__ if tune_config.search_alg is not None else None,
         "scheduler": type(tune_config.scheduler).__name__ if tune_config.scheduler is not None else None,
-        "argv": sys.argv,
+        "argv": sys.argv,  # the script's path as launched and its flags, and the interpreter: `resume_command`
+        "python": sys.executable,
         "settings": settings or {},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "total_trials": tune_config.num_samples * grid_size(param_space),
+        "total_trials": tune_config.num_samples * grid.grid_size(param_space),
     }
 
 
@@ -281,6 +288,7 @@ def set_tune_environment(experiment_dir: str) -> None:
     # Tune logs every trial error with its traceback; each is in the trial's error.txt, the progress
     # block names that file, and the outcome prints each error once (trainables/command/initial_failures.py).
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    sweep_end.quiet_tune_end()  # Tune's own lines at an early stop: the sweep's outcome says it instead
     # A diverged trial's last report has no `metric`, so that schedulers skip it: allow that.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
@@ -323,6 +331,7 @@ def sweep_run_config(
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
     initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
+    ending = sweep_end.SweepEnding(initial[0] if initial else None)  # first: the outcome and the last line read it
     settings = {
         "name": name,
         "storage_path": str(storage_path),
@@ -335,7 +344,7 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": [*(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
         "stop": initial[0] if initial else None,
         "verbose": 0,
     }
@@ -388,13 +397,3 @@ def rerun_oom_trials(
             file=sys.stderr,
         )
     return rounds
-
-
-def grid_size(param_space: dict) -> int:
-    """Trials per sample of `param_space`: the product of the lengths of its `tune.grid_search` lists
-    (nested dicts included); 1 without a grid."""
-    size = 1
-    for value in param_space.values():
-        if isinstance(value, dict):
-            size *= len(value["grid_search"]) if set(value) == {"grid_search"} else grid_size(value)
-    return size

@@ -29,6 +29,7 @@ from ray import tune
 
 from analysis.progress import format_duration, format_progress, sweep_status
 from sweeps.engine.flags import UsageError
+from sweeps.engine.run.sweep_end import current_fit
 from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI, RunOptions
 from trainables.experiment.objective import Objective
 
@@ -156,11 +157,13 @@ class SweepProgress(tune.Callback):
         self.started = time.monotonic()
         self.last_print = -math.inf
         self.last_key = None
+        self.ending = None  # the `sweep_end.Ending` of the fit under way
         self.slots = 0  # the most trials seen running at once: the slots of the ETA's model
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
         self.total_trials = total_num_samples
         self.started = time.monotonic()
+        self.ending = current_fit()  # `SweepEnding`'s, set up just before: which trials the sweep stopped
 
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()
@@ -180,12 +183,16 @@ class SweepProgress(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         # every trial finished: the planned ones never created were not needed (a searcher such as
-        # --seeds auto's said FINISHED), so the line counts only the trials that ran and says how many were saved
-        complete = all(t.status in ("TERMINATED", "ERROR") for t in trials)
-        status = sweep_status(trials, None if complete else self.total_trials, self.objective)
+        # --seeds auto's said FINISHED), so the line counts only the trials that ran and says how many were saved;
+        # a sweep stopped early (`SweepEnding`: Ctrl-C, a time budget) counts them as not run
+        cut = self.ending is not None and self.ending.unfinished()
+        complete = all(t.status in ("TERMINATED", "ERROR") for t in trials) and not cut
+        stopped = self.ending.stopped if self.ending is not None else set()
+        total = None if complete else self.total_trials
+        status = sweep_status(trials, total, self.objective, over=True, stopped=stopped)
         lines = format_progress(status, time.monotonic() - self.started, self.objective.metric)
         saved = (self.total_trials or 0) - len(trials) if complete else 0
-        line = lines[0].replace("] ", "] sweep finished: ", 1)
+        line = lines[0].replace("] ", "] sweep finished: " if not cut else "] sweep interrupted: ", 1)
         self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])
 
     def _print(self, lines: list[str]) -> None:

@@ -30,8 +30,10 @@ import pandas as pd
 
 from analysis import ExperimentError, load_trials
 from trainables.command import initial_failures
+from trainables.command.failure import failure_line
 from trainables.config import config_hash
 from trainables.experiment import records, storage
+from trainables.experiment.outcome import ERRORED, INTERRUPTED, NO_METRIC, NOT_RUN
 
 
 def command_hash(config: dict) -> str:
@@ -50,7 +52,13 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
     `hash_fn` of its config. The folder may be local or on object storage (s3://...): trial
     folders are returned as strings, local paths or URIs, and read through pyarrow.
     """
+    return _scan(experiment_dir, hash_fn)[0]
+
+
+def _scan(experiment_dir: str | Path, hash_fn: Callable[[dict], str]) -> tuple[dict[str, str], dict[str, list]]:
+    """(`finished_trials`, {config hash: folders of its trials that did not finish}) of an experiment folder."""
     found: dict[str, tuple[float, str]] = {}
+    unfinished: dict[str, list] = {}
     for row in _trials_of(experiment_dir).to_dict("records"):
         trial_dir = row["trial_dir"]
         saved = records.read_trial_config(trial_dir)  # a torn one: warned, then hashed from Tune's config
@@ -61,15 +69,20 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
                 {k[len("config/") :]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)}
             )
         if not _finished(row):
+            unfinished.setdefault(key, []).append(trial_dir)
             continue
         mtime = storage.modified(storage.join(trial_dir, "result.json"))
         if mtime is not None and (key not in found or mtime > found[key][0]):
             found[key] = (mtime, trial_dir)
-    return {h: d for h, (_, d) in found.items()}
+    return {h: d for h, (_, d) in found.items()}, unfinished
 
 
 def plan_cells(
-    cells: list[dict], experiment_dir: str | Path, skip_existing: bool, hash_fn: Callable[[dict], str] = config_hash
+    cells: list[dict],
+    experiment_dir: str | Path,
+    skip_existing: bool,
+    hash_fn: Callable[[dict], str] = config_hash,
+    relaunch: bool = False,
 ) -> tuple[list[dict], dict[str, str]]:
     """Split the grid into cells to run and finished trials to reuse.
 
@@ -78,13 +91,26 @@ def plan_cells(
         experiment_dir: `<storage-path>/<name>`.
         skip_existing: False runs every cell.
         hash_fn: a config's id (`config_hash` for the built-in trainable, `command_hash` for commands).
+        relaunch: a new run of the sweep (not `--resume`): when cells to run have unfinished trials of an
+            earlier run there (interrupted, errored, never run), say that they run again from the start in
+            new folders, and what --resume or a new --name would do instead.
     Returns:
         (configs to run, {config hash: trial folder} of the reused cells).
     """
-    done = finished_trials(experiment_dir, hash_fn) if skip_existing else {}
+    done, unfinished = _scan(experiment_dir, hash_fn) if skip_existing or relaunch else ({}, {})
+    done = done if skip_existing else {}
     hashes = [hash_fn(c) for c in cells]
     todo = [c for c, h in zip(cells, hashes) if h not in done]
     reused = {h: done[h] for h in hashes if h in done}
+    again = [h for h in hashes if h not in done and h in unfinished]
+    if relaunch and again:
+        print(
+            f"{experiment_dir} holds this sweep already: {len(again)} of its cells did not finish there (interrupted, "
+            "errored or never run) and run again from the start, in new folders beside the old ones "
+            "(<trial>_<id>). To continue them from their checkpoints instead, stop this run and add --resume "
+            "to the same command; for a separate sweep, use a new --name.",
+            flush=True,
+        )
     return todo, reused
 
 
@@ -105,7 +131,9 @@ def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = co
     return [c for c in cells if hash_fn(c) not in ran]
 
 
-def say_outcome(grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset()) -> int:
+def say_outcome(
+    grids: list | None, reused: dict[str, str], metric: str, requeued: set[str] = frozenset(), ending=None
+) -> int:
     """Print errored and diverged trials, and why no trial has a result if none has; return the exit code.
 
     Args:
@@ -114,17 +142,45 @@ def say_outcome(grids: list | None, reused: dict[str, str], metric: str, requeue
         reused: finished trials of earlier runs, from `plan_cells`.
         metric: the sweep metric; a trial that never reported it has no result.
         requeued: folders of trials that ran out of GPU memory and were re-run (not errors).
+        ending: how the first fit ended (`sweep_end.Ending`): each trial's outcome, so that a trial the
+            sweep stopped after its command failed counts as errored, not done.
     Returns:
-        0 when every trial finished; 1 when any trial of this run errored or diverged, or when no
-        trial (run now or reused) reported `metric`.
+        0 when every trial finished; 1 when any trial of this run errored (`no metric` included) or
+        diverged, or when no trial (run now or reused) reported `metric`.
+    A command trial's failure is read from its record (`records.read_failure`), never from its error's text.
     """
     results = [r for grid in (grids or []) for r in grid if r.path not in requeued]
     ran = {Path(r.path).name for r in results}
     reused = {h: d for h, d in reused.items() if posixpath.basename(str(d)) not in ran}  # a resumed sweep holds some
     if reused:
         print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
-    diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
     reused_diverged = _diverged_rows(reused)
+    diverged = _say_diverged(results, reused_diverged)
+    outcomes = ending.outcomes if ending is not None else {}
+    failed = [r for r in results if r.error is not None or outcomes.get(r.path) in (ERRORED, NO_METRIC)]
+    failures = {r.path: records.read_failure(_trial_uri(r)) for r in failed}  # None: not a command's failure
+    early = {path: failure for path, failure in failures.items() if failure is not None and failure.early}
+    for r in (r for r in failed if r.path not in early):
+        print(f"error: trial {Path(r.path).name} failed: {_error_line(r, failures[r.path])}")
+    initial_failures.explain(early)  # each distinct error once, with a hint: a retry cannot fix it
+    retryable = [r for r in failed if r.path not in early and not getattr(failures[r.path], "not_retried", None)]
+    if retryable:  # a command that exited 0 without its metric, or 2, would do the same again
+        print(
+            f"{len(retryable)} trial(s) ended in error; "
+            "`--resume --retry-errored` continues them from their checkpoints"
+        )
+    scored = [r for r in results if r not in failed and _reported(r, metric)]
+    if not scored and len(reused) == len(reused_diverged):
+        why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"
+        print(f"no result: no trial reported {metric} ({why})")
+        return 1
+    return 1 if failed or diverged else 0
+
+
+def _say_diverged(results: list, reused_diverged: list[dict]) -> list:
+    """Print each diverged trial of this run (`results`) and of the reused ones (their `load_trials` rows):
+    where and when, and its dump; returns them as (folder, last result)."""
+    diverged = [(Path(r.path), r.metrics) for r in results if r.error is None and r.metrics.get("diverged")]
     diverged += [
         (
             Path(row["trial_dir"])
@@ -145,26 +201,23 @@ def say_outcome(grids: list | None, reused: dict[str, str], metric: str, requeue
             f"step {last.get('diverged/step')}{seed}; "
             f"dump: {records.record_path(folder, records.DIVERGENCE_FILE)}"
         )
-    failed = [r for r in results if r.error is not None]
-    early = {r.path: r.error for r in failed if initial_failures.is_early(r.error)}  # before any metric
-    for r in (r for r in failed if r.path not in early):
-        error = str(r.error).strip().splitlines()
-        print(
-            f"error: trial {Path(r.path).name} failed: {error[-1] if error else type(r.error).__name__}; "
-            f"error file: {Path(r.path) / 'error.txt'}"
-        )
-    initial_failures.explain(early)  # each distinct error once, with a hint: a retry cannot fix it
-    if len(failed) > len(early):
-        print(
-            f"{len(failed) - len(early)} trial(s) ended in error; "
-            "`--resume --retry-errored` continues them from their checkpoints"
-        )
-    scored = [r for r in results if r.error is None and _reported(r, metric)]
-    if not scored and len(reused) == len(reused_diverged):
-        why = f"{len(failed)} errored, {len(diverged)} diverged" if results or reused else "no trial ran"
-        print(f"no result: no trial reported {metric} ({why})")
-        return 1
-    return 1 if failed or diverged else 0
+    return diverged
+
+
+def _error_line(result, failure) -> str:
+    """What a failed trial's outcome line says: its failure record's line (for `no metric`, with what each
+    source held), else the last line of its error; then its error file."""
+    if failure is not None:
+        detail = f"\n  {failure.detail}" if failure.kind == NO_METRIC and failure.detail else ""
+        return f"{failure_line(failure)}; error file: {Path(result.path) / 'error.txt'}{detail}"
+    error = str(result.error).strip().splitlines()
+    return f"{error[-1] if error else type(result.error).__name__}; error file: {Path(result.path) / 'error.txt'}"
+
+
+def _trial_uri(result) -> str:
+    """A `Result`'s trial folder as `trainables.experiment.storage` names it: a local path, or `s3://...`."""
+    kind = getattr(getattr(result, "filesystem", None), "type_name", "local")
+    return result.path if kind == "local" else f"{kind}://{result.path}"
 
 
 def _reported(result, metric: str) -> bool:
@@ -186,12 +239,21 @@ def _diverged_rows(reused: dict[str, str]) -> list[dict]:
 
 
 def _finished(row: dict) -> bool:
-    """A trial row of `load_trials` that diverged, reached its `epochs`, or (no `epochs` in its
-    config: a command) ended TERMINATED without error."""
+    """A trial row of `load_trials` that diverged, reached its `epochs`, or (no `epochs` in its config: a
+    command) ended TERMINATED without error after a step and was not stopped by the sweep (its `outcome`);
+    never one whose failure was marked or that never ran."""
     if bool(row.get("diverged")):
         return True
-    if _missing(row.get("config/epochs")):  # a command: one that reported no step (stopped before) is not finished
-        return row.get("status") == "TERMINATED" and _missing(row.get("error")) and not _missing(row.get("last/epoch"))
+    if row.get("outcome") in (ERRORED, NO_METRIC, NOT_RUN):  # a failure marked, or a trial stopped before it ran
+        return False
+    if _missing(row.get("config/epochs")):  # a command: one that reported no step, or the sweep stopped, is not
+        stopped = row.get("outcome") == INTERRUPTED
+        return (
+            row.get("status") == "TERMINATED"
+            and _missing(row.get("error"))
+            and not _missing(row.get("last/epoch"))
+            and not stopped
+        )
     return row.get("last/epoch") == row.get("config/epochs")
 
 

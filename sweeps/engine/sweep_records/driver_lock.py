@@ -59,15 +59,33 @@ class DriverHold:
             except OSError:  # storage briefly unreachable: the next beat tries again
                 pass
 
+    def record_end(self, exit_code: int, stopped=(), ended=()) -> None:
+        """Stop the heartbeat and record `ended`, `exit_code` and `stopped`: the ids of the trials this run
+        stopped before they ended, and those an earlier run stopped that did not end in this one (`ended`),
+        still holding the folder: the summary and report written next read the sweep as over. `release`
+        then lets the folder go."""
+        earlier = set((self.previous or {}).get("stopped") or ()) - set(ended)
+        self._stop.set()
+        self.record.update(
+            heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code), stopped=sorted({*stopped, *earlier})
+        )
+        try:
+            self._write()
+        except OSError:
+            pass
+
     def release(self, exit_code: int) -> None:
-        """Stop the heartbeat and record `ended` and `exit_code`; a second call does nothing.
+        """Stop the heartbeat and record `ended` and `exit_code` (unless `record_end` did); a second call
+        does nothing.
 
         Exit code 2 (a usage error: no trial started) leaves the folder as it was found: the
         previous record back, or no record, and the folders `hold` created removed when empty."""
-        if self._stop.is_set():
+        if _HELD.get(self.experiment_dir) is not self:  # released already
             return
+        ended = self.record["ended"] is not None and self.record["exit_code"] == int(exit_code)
         self._stop.set()
-        self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code))
+        if not ended:
+            self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code))
         try:
             if exit_code != 2:
                 self._write()

@@ -1,0 +1,133 @@
+"""How a trial ended, as data: a failed command trial's record, and the one word every count uses.
+
+A trial is *done* only when it ended by itself with its metric: the driver's final line, `--status`
+(text and JSON), `python -m analysis --json`, the tables and the report all count trials with
+`trial_outcome`, so they cannot disagree. The words:
+
+    done         ended by itself (or by the scheduler's decision), not diverged, not failed
+    errored      raised, or its command failed (Tune's ERROR, or a failure marked in its last report)
+    no metric    its command exited 0 but never reported the sweep's metric (an errored trial)
+    diverged     a reported metric was NaN or inf
+    interrupted  started, then stopped by Ctrl-C, SIGTERM, a time budget or a sweep-wide stop
+    not run      never started before the sweep ended
+    running, pending   while the sweep runs
+
+A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
+`trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
+never the error's text. A failure that is not retried, or that came before any metric, is marked in the
+report before its error (`FAILED_METRIC`; `NO_METRIC_METRIC` for `no metric`, `NOT_STARTED_METRIC` for a
+command the sweep's failure gate never let start, which counts as not run): a trial the sweep
+stopped before Tune saw that error still counts as failed, and counting needs no file but Tune's.
+No Ray, pandas or torch here: `--status` imports this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+FAILED_METRIC = "command/failed"  # 1 in the report before a command trial's error (it did not finish)
+NO_METRIC_METRIC = "command/no_metric"  # 1 in that report when the command exited 0 without the sweep's metric
+NOT_STARTED_METRIC = "command/not_started"  # 1 in it when the sweep stopped before the command's turn to start
+
+# the kinds of a command trial's failure
+CRASHED = "crashed"  # the command exited non-zero
+NO_METRIC = "no metric"  # it exited 0 but never reported --metric (or --test-metric)
+NOT_STARTED = "not started"  # the sweep stopped before its turn at the failure gate
+MISSING_ON_NODE = "missing on node"  # a folder around the launch folder is missing on the trial's node
+
+DONE, ERRORED, DIVERGED = "done", "errored", "diverged"
+INTERRUPTED, NOT_RUN, RUNNING, PENDING = "interrupted", "not run", "running", "pending"
+OUTCOMES = (DONE, ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN, RUNNING, PENDING)
+FINISHED = (DONE, ERRORED, NO_METRIC, DIVERGED)  # ended by itself: "N of M trials finished"
+LEFT_OUT = (ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN)  # no table, statistic or "best" uses their values
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialFailure:
+    """One failed attempt of a command trial, as `trainables/command/failure.py` saw it."""
+
+    kind: str  # CRASHED, NO_METRIC, NOT_STARTED or MISSING_ON_NODE
+    signature: str  # what makes two failures the same: exit code and exception line, the trial blanked
+    exit_code: int | None  # the command's (negative: killed by that signal); None when it did not run
+    exception: str | None  # the last line of the tail that reads like a raised exception
+    missing_path: str | None  # the path of a `No such file or directory: '...'` in the tail
+    tail: tuple[str, ...]  # the last lines of `source`
+    source: str  # the stream the tail comes from: stderr or stdout
+    summary: str  # what happened, in a few words: the line the console shows
+    detail: str = ""  # the rest of the first line: for `no metric`, what was expected and what each source held
+    command: str = ""  # the command as run
+    working_folder: str = ""  # where it ran
+    early: bool = False  # before the trial reported any metric
+    not_retried: str | None = None  # why Tune does not retry it; None: retried as --max-failures says
+
+    def to_record(self) -> dict:
+        """The JSON object of `failure.json`."""
+        return {**dataclasses.asdict(self), "tail": list(self.tail)}
+
+    @classmethod
+    def from_record(cls, record: dict) -> TrialFailure | None:
+        """The failure in a `failure.json` object; None for one that is not (a foreign or older file)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in record.items() if k in names} | {"tail": tuple(record.get("tail") or ())})
+        except TypeError:  # a required field missing
+            return None
+
+
+# What Tune puts in a trial's last result before its first report (`Trainable.get_auto_filled_metrics`)
+_FILLED_BY_TUNE = {
+    *("trial_id", "date", "timestamp", "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip", "config"),
+    *("time_since_restore", "iterations_since_restore", "timesteps_since_restore", "experiment_tag"),
+}
+
+
+_KIND_MARKS = {NO_METRIC: NO_METRIC_METRIC, NOT_STARTED: NOT_STARTED_METRIC}
+
+
+def failure_marks(kind: str) -> dict:
+    """The marks of the report before a failed command trial's error (see the module docstring)."""
+    return {FAILED_METRIC: 1} | {mark: 1 for word, mark in _KIND_MARKS.items() if word == kind}
+
+
+def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = False, stopped: bool = False) -> str:
+    """The word for how a trial ended (or where it is), one of `OUTCOMES`.
+
+    Args:
+        status: Tune's: TERMINATED, ERROR, RUNNING, PAUSED or PENDING (None: PENDING).
+        last_result: the trial's last reported result ({} or None: it reported nothing).
+        over: the sweep has ended (its driver finished or is gone): a trial still RUNNING or PENDING
+            in Tune's last snapshot was interrupted or never ran.
+        stopped: the driver stopped this trial after it started, before it ended by itself (a time
+            budget or a sweep-wide stop end trials as TERMINATED; the driver's record lists them).
+    """
+    result = last_result or {}
+    if result.get(NOT_STARTED_METRIC):  # the gate refused its command: it never ran
+        return NOT_RUN
+    if status == "ERROR" or result.get(FAILED_METRIC):  # a failure marked, then stopped before Tune saw the error
+        return NO_METRIC if result.get(NO_METRIC_METRIC) else ERRORED
+    if result.get("diverged") is True:
+        return DIVERGED
+    if over and status in ("RUNNING", "PAUSED"):
+        return INTERRUPTED
+    if over and status in ("PENDING", None):
+        return NOT_RUN
+    if stopped:
+        return INTERRUPTED
+    if status == "TERMINATED":  # with no report of its own: stopped before it started (a sweep-wide stop)
+        return DONE if any(key not in _FILLED_BY_TUNE for key in result) else NOT_RUN
+    return RUNNING if status == "RUNNING" else PENDING
+
+
+COUNTS = ("running", "pending", "done", "errored", "diverged", "no_metric", "interrupted", "not_run")
+"""The keys of `count_outcomes`: `errored` includes `no_metric`."""
+
+
+def count_outcomes(outcomes, not_created: int = 0, over: bool = False) -> dict[str, int]:
+    """Trials per word (`COUNTS`) of the `trial_outcome`s of a sweep's trials; `not_created` trials the
+    searcher has not made yet count as pending, or, once the sweep is `over`, as not run."""
+    counts = dict.fromkeys(COUNTS, 0)
+    for outcome in outcomes:
+        counts["errored" if outcome == NO_METRIC else outcome.replace(" ", "_")] += 1
+        counts["no_metric"] += outcome == NO_METRIC
+    counts["not_run" if over else "pending"] += max(0, not_created)
+    return counts
