@@ -20,6 +20,7 @@ import pytest
 from tests.analysis_fixtures import trial_spec, write_experiment
 from tests.test_command_scripts import run_sweep
 from trainables.experiment import outcome as words
+from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import trial_outcome
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,9 @@ def test_a_command_that_exits_0_without_the_metric_fails_as_no_metric_naming_the
     reporter.seen["val_acc"] = None
     failure.verdict(0, ["python", "x.py"], reporter, output, reading, None)  # its metric: no error
     earlier = StepReporter("epoch", tmp_path, parsed=1, last_step=3, seen={"epoch": None}, reported_before=True)
-    failure.verdict(0, ["python", "x.py"], earlier, output, reading)  # a restart: the first attempt may have had it
+    failure.verdict(
+        0, ["python", "x.py"], earlier, output, reading, None
+    )  # a restart: the first attempt may have had it
 
 
 def test_a_cell_with_no_usable_value_says_why():
@@ -114,7 +117,7 @@ def test_the_progress_line_counts_by_outcome_and_ranks_no_stopped_trial():
         trial("quiet", "ERROR", {**RESULT, words.FAILED_METRIC: 1, words.NO_METRIC_METRIC: 1}),
         trial("waiting", "PENDING", NOT_YET),
     ]
-    status = sweep_status(trials, 5, "val_acc", "max", over=True, stopped={"cut"})
+    status = sweep_status(trials, 5, Objective("val_acc", test_metric=None), over=True, stopped={"cut"})
     assert {k: status[k] for k in words.COUNTS} == {
         **{"running": 0, "pending": 0, "done": 1, "errored": 1, "diverged": 0},
         **{"no_metric": 1, "interrupted": 1, "not_run": 2},
