@@ -340,7 +340,8 @@ def test_ctrl_c_on_the_built_in_grid_exits_130_and_every_table_shows_the_unfinis
     argv = [PY, "sweeps/noise_grid.py", "--smoke-test", "--epochs", "40", "--noise-rates", "0.2", "--name", "grid"]
     argv += ["--storage-path", str(tmp_path / "runs"), "--progress-every", "1"]
     driver = start_driver(argv, sweep_env, tmp_path / "grid.log")
-    wait_for(lambda: list(experiment.glob("*/result.json")) or driver.poll() is not None, 240, "a first epoch")
+    reported = lambda: any("val/acc" in f.read_text() for f in experiment.glob("*/result.json"))  # noqa: E731
+    wait_for(lambda: reported() or driver.poll() is not None, 240, "a first epoch")  # Tune makes the file first
     driver.send_signal(signal.SIGINT)
     assert driver.wait(120) == 130, (tmp_path / "grid.log").read_text()[-3000:]
     out = (tmp_path / "grid.log").read_text()
