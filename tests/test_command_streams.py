@@ -122,6 +122,22 @@ def test_restart_recovers_every_printed_step_the_history_lacks(tmp_path):
     ]
 
 
+def test_a_restart_before_any_logged_row_reports_from_the_first_step(tmp_path):
+    """A worker killed after storing step 1's checkpoint but before the driver logged any row (no
+    result.json, no Tune checkpoint to restore): the retry reports every printed step, epoch 1 included
+    (seen once in a full suite: the history began at epoch 2); beside a history the folders still count."""
+    from trainables.command.runner import StepReporter
+    from trainables.experiment import records
+
+    (tmp_path / STDOUT_LOG).write_text(ATTEMPT_LINE + "2026-11-26 00:05:11\nepoch=1 val_acc=0.5\nepoch=2 val_acc=0.6\n")
+    records.write_command_step(tmp_path / "checkpoint_000000", 1)
+    fresh = StepReporter.after_restart("epoch", tmp_path, None)
+    assert fresh.restarted and fresh.last_step is None and fresh.recorded is None
+    (tmp_path / "result.json").write_text('{"epoch": 1, "val_acc": 0.5}\n')
+    logged = StepReporter.after_restart("epoch", tmp_path, None)
+    assert logged.last_step == 1 and logged.recorded == {1}
+
+
 def test_the_command_writes_to_files_and_the_trial_reads_each_line_once(tmp_path):
     """Both streams go to the trial folder's output files (no pipe) and are read into command_stdout.txt,
     a last line without a newline included; nothing is left for a retry to catch up."""

@@ -154,12 +154,15 @@ class StepReporter:
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
         """The reporter of a trial whose Tune `checkpoint` (None on a first start) and folder say
-        where a retry or `--resume` goes on from."""
-        last_step = last_reported_step(checkpoint, trial_folder)
+        where a retry or `--resume` goes on from. Its `checkpoint_*` folders count only beside the trial's
+        history (`result.json`): the worker stores a step's checkpoint before the driver logs its row, and a
+        worker killed before any row was logged left a folder whose rows the history never got."""
+        history = trial_folder / "result.json"
+        last_step = last_reported_step(checkpoint, trial_folder if history.exists() else None)
         restarted = last_step is not None or (trial_folder / STDOUT_LOG).exists()
         recorded = None
-        if restarted and (trial_folder / "result.json").exists():
-            recorded = recorded_steps(trial_folder / "result.json")
+        if restarted and history.exists():
+            recorded = recorded_steps(history)
             last_step = max(recorded, default=None)
         return cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
 

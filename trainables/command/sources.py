@@ -179,13 +179,14 @@ def read_metrics_file(path: Path, offset: int, step_key: str) -> tuple[list[dict
     return results, offset + end
 
 
-def last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path) -> float | None:
-    """The highest step in Tune's checkpoint for this trial and in its `checkpoint_*` folders; None: none yet."""
+def last_reported_step(checkpoint: Checkpoint | None, trial_folder: Path | None) -> float | None:
+    """The highest step in Tune's checkpoint for this trial and in its `checkpoint_*` folders (none read
+    when `trial_folder` is None); None: none yet."""
     steps = []
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             steps += read_step(Path(folder))
-    for path in trial_folder.glob(f"checkpoint_*/{records.COMMAND_STEP_FILE}"):
+    for path in trial_folder.glob(f"checkpoint_*/{records.COMMAND_STEP_FILE}") if trial_folder else ():
         steps += read_step(path.parent)
     return max(steps) if steps else None
 
