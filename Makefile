@@ -29,14 +29,14 @@ smoke: install
 	$(PY) sweeps/noise_grid.py --smoke-test $(SWEEP_ARGS)
 
 test: install  # two pytest-xdist workers, each with its own Ray heads, S3 server and temp dirs (tests/conftest.py)
-	$(PY) -m pytest tests -q -n 2 --dist loadgroup --durations=15
+	$(PY) -m pytest tests -q -n 2 --dist loadgroup --durations=40
 
 lint: install  # ruff (configured in pyproject.toml): lint and format check, as .ci/run does
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 test-fast: install
-	$(PY) -m pytest tests -q -m "not slow"
+	$(PY) -m pytest tests -q -n 2 -m "not slow"
 
 BENCH_OUT ?= benchmarks/results
 bench: install  # full forms: tens of minutes on 2 cores
