@@ -223,10 +223,20 @@ def test_resume_command_keeps_the_sweeps_own_flags():
     assert (
         resume_command({"argv": ["sweeps/run_command.py", "--resume"]}, resume=False) == "python sweeps/run_command.py"
     )
-    launched = ["/home/u/.venv/bin/raysweep", "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]
-    assert resume_command({"argv": launched, "python": "/home/u/.venv/bin/python"}) == (
-        "raysweep run --axis lr=0.1,0.01 --resume -- python train.py {lr}"
-    )  # launched by the raysweep command: resumed by it
+
+
+def test_a_sweep_the_raysweep_command_launched_resumes_by_its_name_where_path_finds_it_else_by_its_path(
+    tmp_path, monkeypatch
+):
+    program = tmp_path / "venv" / "bin" / "raysweep"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    launch = {"argv": [str(program), "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]}
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv not activated: `raysweep` would not be found
+    assert resume_command(launch) == f"{program} run --axis lr=0.1,0.01 --resume -- python train.py {{lr}}"
+    monkeypatch.setenv("PATH", f"{program.parent}:/usr/bin:/bin")
+    assert resume_command(launch) == "raysweep run --axis lr=0.1,0.01 --resume -- python train.py {lr}"
 
 
 def test_resume_command_runs_the_recorded_interpreter_with_resume_before_the_command_and_placeholders_unquoted():

@@ -15,8 +15,10 @@ No Ray, pandas or torch here: `python -m analysis EXP --status` reads it. Local 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -81,7 +83,8 @@ def resume_command(launch: dict | None, resume: bool = True) -> str:
     after it is left alone). Each word is quoted for the shell once; a placeholder such as `{lr}` or
     `--out={trial_dir}/x` is left unquoted (braces without `,` or `..` are no brace expansion).
     e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py --lr {lr}``;
-    a sweep the `raysweep` command launched (its `argv[0]` is that program) resumes as ``raysweep grid --resume``.
+    a sweep the `raysweep` command launched (its `argv[0]` is that program) resumes as ``raysweep grid --resume``
+    where this process's PATH finds that same program, else by its path (``/venv/bin/raysweep grid --resume``).
 
     Args:
         launch: the `raysweep.json` record (or any dict with `argv` and `python`); None or no `argv`:
@@ -94,8 +97,10 @@ def resume_command(launch: dict | None, resume: bool = True) -> str:
     argv = [str(a) for a in argv]
     end = argv.index("--") if "--" in argv else len(argv)
     flags = [a for a in argv[:end] if a != "--resume"] + (["--resume"] if resume else [])
-    if Path(argv[0]).name == "raysweep":  # the console command, as the user typed it
-        words = ["raysweep", *flags[1:], *argv[end:]]
+    if Path(argv[0]).name == "raysweep":  # the console command: by name where this PATH finds that one
+        found = shutil.which("raysweep")
+        same = found is not None and os.path.realpath(found) == os.path.realpath(argv[0])
+        words = ["raysweep" if same else argv[0], *flags[1:], *argv[end:]]
     else:
         words = [launch.get("python") or "python", *flags, *argv[end:]]
     return " ".join(_shell_word(word) for word in words)
