@@ -380,7 +380,8 @@ def test_asha_stops_the_worse_trial_and_its_process_tree_is_gone(ray_gpus, tmp_p
     from ray.tune import TuneConfig
     from ray.tune.schedulers import ASHAScheduler
 
-    # The noisy trial starts late, so it meets the clean trial's score at each rung and is cut.
+    # The noisy trial starts once the clean one has ended, so it meets the clean trial's score at each rung and is
+    # cut (a fixed 3 s head start was not enough with both cores burnt: the noisy trial ran all 8 epochs).
     template = [
         *SCRIPT,
         "--noise-rate",
@@ -390,14 +391,18 @@ def test_asha_stops_the_worse_trial_and_its_process_tree_is_gone(ray_gpus, tmp_p
         "--sleep",
         "0.2",
         "--spawn-child",
-        "--start-delay",
-        "{start_delay}",
+        "--start-after",
+        "{start_after}",
+        "--touch-when-done",
+        "{done}",
         "--out",
         "{trial_dir}",
     ]
+    clean_done = str(tmp_path / "clean_done")
     space = {
         "noise_rate": tune.grid_search([0.0, 0.95]),
-        "start_delay": tune.sample_from(lambda spec: 3.0 if spec.config["noise_rate"] > 0.5 else 0.0),
+        "start_after": tune.sample_from(lambda spec: clean_done if spec.config["noise_rate"] > 0.5 else ""),
+        "done": tune.sample_from(lambda spec: "" if spec.config["noise_rate"] > 0.5 else clean_done),
     }
     scheduler = ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1, reduction_factor=2)
     grid = tune_command(

@@ -32,6 +32,8 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds of extra work per epoch")
     p.add_argument("--start-delay", type=float, default=0.0, help="seconds to wait before training")
+    p.add_argument("--start-after", default="", help="wait (at most 120 s) until this file exists before training")
+    p.add_argument("--touch-when-done", default="", help="create this file after the last epoch")
     p.add_argument(
         "--kill-self-at-epoch", type=int, default=0, help="SIGKILL itself after this epoch, first attempt only"
     )
@@ -59,6 +61,9 @@ def main() -> int:
         (out / "grandchild.pid").write_text(str(child.pid))
 
     time.sleep(args.start_delay)
+    deadline = time.monotonic() + 120
+    while args.start_after and not Path(args.start_after).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(12345)  # the same data for every seed
@@ -109,6 +114,8 @@ def main() -> int:
         if epoch == args.kill_self_at_epoch and not marker.exists():
             marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
+    if args.touch_when_done:
+        Path(args.touch_when_done).touch()
     if args.exit_code:
         print("Traceback (most recent call last):\nRuntimeError: injected failure for the test", file=sys.stderr)
         return args.exit_code
