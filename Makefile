@@ -35,8 +35,8 @@ lint: install  # ruff (configured in pyproject.toml): lint and format check, as 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test-fast: install
-	$(PY) -m pytest tests -q -n 2 -m "not slow"
+test-fast: install  # the unit tests: no Ray, no sweep subprocess (tests/README.md)
+	$(PY) -m pytest tests/unit -q -n 2 --durations=10
 
 BENCH_OUT ?= benchmarks/results
 bench: install  # full forms: tens of minutes on 2 cores

@@ -2,7 +2,7 @@
 
 A trial takes `startup_s + epochs x epoch_s` (`TrialCost`); the sweep places its trials on `slots`
 slots longest first, each on the first slot that frees up (Graham's LPT list scheduling, 1969, as
-`sweeps/engine/grid_plan.py` orders a grid's cells), so its trials end after `makespan`; around that
+`sweeps/engine/grid/plan.py` orders a grid's cells), so its trials end after `makespan`; around that
 come the fixed costs of the sweep process (imports, Ray's start-up, the report: `sweep_seconds`).
 Where the figures come from differs: `--estimate` times the first cell, `--dry-run` reads a finished
 experiment's trials, the ETA reads the epochs of the running sweep. No Ray, pandas or torch here.

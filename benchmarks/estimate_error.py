@@ -10,7 +10,7 @@ machine's speed probed), then `SWEEP` itself as a fresh process, timed from its 
 (Ray's start-up or join, the imports, the report included). error = (estimate - measured) / measured.
 `implied_units` is what the run says the fixed costs were, in units of the probe (`import ray.tune`):
 (measured - the estimate's trial part - Ray - what the estimate timed) / probe_s: the figure that
-`sweeps/engine/estimate.py:FIXED_COSTS` (launch + end) is set from. The machine's load average is
+`sweeps/engine/estimate/prediction.py:FIXED_COSTS` (launch + end) is set from. The machine's load average is
 recorded before and after each run: the estimate is right for the load it saw.
 Shapes:
     command_8x2   tests/scripts/timed_epochs.py: start-up 1 s, 8 epochs of 1.5 s; 8 trials on 2 slots

@@ -119,7 +119,7 @@ def run_tune(scheme: str, work: list[float], storage: str) -> dict:
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
-    from sweeps.engine.grid_plan import longest_first
+    from sweeps.engine.grid.plan import longest_first
     from sweeps.engine.run.launch import sweep_run_config, sweep_tune_config
     from trainables.experiment.objective import Objective
 

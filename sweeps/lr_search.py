@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import flags, run_flags, search_estimate  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import estimate, flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.command_sweep import command_template  # noqa: E402
 from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
@@ -327,8 +327,8 @@ def choose_trial_function(args, options, cfg, data):
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.estimate:  # before the search's checks of its folder: nothing is written
-        point = search_estimate.search_point(args)
-        return search_estimate.estimate_search(args, *point, upper_bound="ASHA stops trials early")
+        point = estimate.search_point(args)
+        return estimate.estimate_search(args, *point, upper_bound="ASHA stops trials early")
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
     if args.template:  # the built-in trainable's data is not loaded

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import estimate, estimate_flags, flags, grid, history_estimate, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
 
@@ -74,15 +74,15 @@ def check_and_load(cells: list[dict]) -> tuple[list, dict]:
 
 def estimate_sweep(args, cells: list[dict], data: dict, auto: dict | None, load_s: float) -> int:
     """`--estimate`: the first cell trained for a few epochs in this process (`first_cell.time_builtin`),
-    the grid's cost predicted (`sweeps/engine/estimate.py`); `load_s`: the data load, once per sweep."""
-    from sweeps.engine.first_cell import time_builtin
+    the grid's cost predicted (`sweeps/engine/estimate/prediction.py`); `load_s`: the data load, once per sweep."""
+    from sweeps.engine.estimate.first_cell import time_builtin
 
     minimum = [c for c in cells if c["seed"] < auto["min_seeds"]] if auto else None
     return estimate.run_estimate(
         args,
         estimate.Plan(cells, "builtin", minimum=minimum),
         lambda epochs, limit_s, gpus: time_builtin(cells[0], data, epochs, limit_s, args.cpus_per_trial),
-        lambda cell, gpus: time_builtin(cell, data, 0, estimate_flags.ESTIMATE_LIMIT_S, args.cpus_per_trial),
+        lambda cell, gpus: time_builtin(cell, data, 0, estimate.ESTIMATE_LIMIT_S, args.cpus_per_trial),
         measured_s=load_s,
     )
 
@@ -95,12 +95,10 @@ def main(argv: list[str]) -> int:
     cells = grid.grid_cells(axes, args.max_trials)
     print(f"{len(cells)} trials in the grid", file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.dry_run and args.estimate:  # the estimate from a finished experiment, as --estimate prints it
-        history_estimate.dry_run_estimate(args, cells, options.experiment_dir)
+        estimate.dry_run_estimate(args, cells, options.experiment_dir)
         return 0
     if args.dry_run:  # before Ray, torch or the data load
-        estimated = history_estimate.estimate_lines(
-            cells, options.experiment_dir, **history_estimate.run_flags_of(args)
-        )
+        estimated = estimate.estimate_lines(cells, options.experiment_dir, **estimate.run_flags_of(args))
         print(*estimated, "nothing was run (--dry-run)", sep="\n")
         return 0
     preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads
@@ -112,14 +110,14 @@ def main(argv: list[str]) -> int:
 
     from ray.tune import Tuner
 
-    from sweeps.engine.grid_plan import fit_grid, plan_grid, say_all_finished
+    from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished
     from sweeps.engine.run import resume
     from sweeps.engine.run.launch import TrialFunction, start_sweep
     from sweeps.engine.seeds_auto import seed_search
     from trainables import train_classifier
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
-    # trials differ in length (epochs, model), the cells longest first (`grid_plan.longest_first`).
+    # trials differ in length (epochs, model), the cells longest first (`grid.plan.longest_first`).
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing, relaunch=not args.resume)
     if not args.resume and not plan.todo and not auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)

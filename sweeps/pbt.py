@@ -110,7 +110,7 @@ def pbt_settings(args) -> dict:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.estimate:  # before the search's checks of its folder: nothing is written
-        from sweeps.engine.search_estimate import estimate_search, middle
+        from sweeps.engine.estimate.search_estimate import estimate_search, middle
 
         searched = {"lr": middle(args.lr_range), "weight_decay": middle(args.weight_decay_range)}
         note = "PBT: every member trains all its epochs; each exploit's checkpoint restore adds a little"

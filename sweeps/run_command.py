@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
-from sweeps.engine import estimate, estimate_flags, flags, grid, history_estimate, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.command_sweep import code_snapshot, command_template
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
@@ -217,12 +217,12 @@ def warn_gpu_choice(template: list[str]) -> None:
 def dry_run(args) -> int:
     """Print each cell's trial name and rendered command, one per line: `{trial_dir}` as the folder it
     will be, `{gpu}` empty on CPU trials, else `GPU_IDS` (Ray assigns the ids when the trial starts).
-    With --estimate, only the estimate, from a finished experiment (`history_estimate.dry_run_estimate`)."""
+    With --estimate, only the estimate, from a finished experiment (`estimate.dry_run_estimate`)."""
     gpu = "" if args.gpus_per_trial == 0 else "GPU_IDS"
     namer = grid.trial_namer(command_template.cell_axes(args.cells))
     experiment_dir = run_flags.run_options(args).experiment_dir
     if args.estimate:
-        history_estimate.dry_run_estimate(args, args.cells, experiment_dir)
+        estimate.dry_run_estimate(args, args.cells, experiment_dir)
         return 0
     for cell in args.cells:
         name = namer(types.SimpleNamespace(config=cell))
@@ -232,7 +232,7 @@ def dry_run(args) -> int:
     if gpu and "gpu" in command_template.placeholders(args.template):
         print("GPU_IDS: the ids of the GPUs Ray assigns to the trial when it starts, e.g. 3 or 2,3")
     print(
-        *history_estimate.estimate_lines(args.cells, experiment_dir, **history_estimate.run_flags_of(args)),
+        *estimate.estimate_lines(args.cells, experiment_dir, **estimate.run_flags_of(args)),
         sep="\n",
     )
     print(f"{len(args.cells)} trials; nothing was run (--dry-run)")
@@ -241,7 +241,7 @@ def dry_run(args) -> int:
 
 def estimate_sweep(args) -> int:
     """`--estimate`: the first cell's command timed as `--check` runs it, and the sweep's cost predicted
-    (`sweeps/engine/estimate.py`); with `--seeds auto`, from its minimum seeds to the cap."""
+    (`sweeps/engine/estimate/prediction.py`); with `--seeds auto`, from its minimum seeds to the cap."""
     from sweeps.engine.command_sweep.command_check import time_command
 
     minimum = [c for c in args.cells if c["seed"] < args.auto["min_seeds"]] if args.auto else None
@@ -249,7 +249,7 @@ def estimate_sweep(args) -> int:
         args,
         estimate.Plan(args.cells, "command", minimum=minimum),
         lambda epochs, limit_s, gpus: time_command(args, args.cells[0], epochs, limit_s, gpus),
-        lambda cell, gpus: time_command(args, cell, 0, estimate_flags.ESTIMATE_LIMIT_S, gpus),
+        lambda cell, gpus: time_command(args, cell, 0, estimate.ESTIMATE_LIMIT_S, gpus),
     )
 
 
@@ -280,11 +280,11 @@ def command_trial_function(args, snapshot: dict | None):
 
 
 def run_grid(args, options, plan, snapshot: dict | None) -> int:
-    """Run the planned grid of commands (`grid_plan.plan_grid`) with Ray Tune, or resume it
-    (`grid_plan.fit_grid` around this script's `Tuner`); returns the exit code."""
+    """Run the planned grid of commands (`grid.plan.plan_grid`) with Ray Tune, or resume it
+    (`grid.plan.fit_grid` around this script's `Tuner`); returns the exit code."""
     from ray.tune import CheckpointConfig, Tuner
 
-    from sweeps.engine.grid_plan import fit_grid
+    from sweeps.engine.grid.plan import fit_grid
     from sweeps.engine.run.launch import start_sweep
 
     sweep = start_sweep(
@@ -321,7 +321,7 @@ def main(argv: list[str]) -> int:
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
 
-    from sweeps.engine.grid_plan import plan_grid, say_all_finished
+    from sweeps.engine.grid.plan import plan_grid, say_all_finished
     from sweeps.engine.run import resume
     from sweeps.engine.seeds_auto import seed_search
 

@@ -85,7 +85,7 @@ def shared_ray_head(tmp_path_factory):
 @pytest.fixture(scope="session")
 def eight_slot_head(tmp_path_factory):
     """A second `ray start --head`, with 8 logical CPUs and 4 logical GPUs: 8 slots at 0.5 GPU per trial, as
-    on a GPU box (the failure gate's start at 8 slots, tests/test_gate_slots.py); yields the environment
+    on a GPU box (the failure gate's start at 8 slots, tests/clusters/test_gate_slots.py); yields the environment
     that joins it. Started only by the tests that ask for it."""
     from tests.ray_cluster import shared_head
 
@@ -103,9 +103,9 @@ def sweep_env(shared_ray_head) -> dict:
 @pytest.fixture(scope="session")
 def smoke_grid(shared_ray_head, tmp_path_factory) -> types.SimpleNamespace:
     """The README's quick start `python sweeps/noise_grid.py --smoke-test`, run once per session as written, in a
-    scratch folder (its storage is `./runs`), on the shared Ray: tests/test_sweeps.py checks its trials and
-    tests/test_docs_commands.py analyses them, without a second run of the same 12 trials. Just before it,
-    the same command with `--estimate --json` (tests/test_estimate_sweeps.py sets it against the run).
+    scratch folder (its storage is `./runs`), on the shared Ray: tests/sweeps/test_sweeps.py checks its trials and
+    tests/sweeps/test_docs_commands.py analyses them, without a second run of the same 12 trials. Just before it,
+    the same command with `--estimate --json` (tests/sweeps/test_estimate_sweeps.py sets it against the run).
 
     Returns:
         `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid), `proc` (its
@@ -172,3 +172,31 @@ def two_raylets(two_raylet_cluster):
     `.worker_ip`); a test may kill the second node's raylet."""
     two_raylet_cluster.second_node_up()
     return two_raylet_cluster
+
+
+# The docs' commands (tests/unit/test_docs_commands.py parses them, tests/sweeps/test_docs_commands.py runs some)
+@pytest.fixture
+def python_on_path(tmp_path, monkeypatch):
+    """`python` on PATH is this interpreter: the docs' `-- python train.py` must find a program, also in CI."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return bin_dir
+
+
+@pytest.fixture
+def scratch(tmp_path, python_on_path, monkeypatch):
+    """A folder standing in for a user's project: train.py printing the docs' metric shapes, configs/fast.yaml."""
+    work = tmp_path / "project"
+    (work / "configs").mkdir(parents=True)
+    (work / "configs" / "fast.yaml").write_text("lr: 0.1\n")
+    (work / "train.py").write_text(
+        "import sys\n"
+        "print(f'config {sys.argv[1]}')\n"
+        "for epoch in (1, 2):\n"
+        "    print(f'epoch={epoch} loss={1 / epoch:.2f} val_acc={0.5 + epoch / 10:.2f}')\n"
+        "print('* accuracy: 97.0%')\n"
+    )
+    monkeypatch.chdir(work)
+    return work

@@ -1,6 +1,6 @@
 """Run a small noise_grid sweep on a two-node Ray cluster made by `ray.cluster_utils.Cluster`.
 
-Used by tests/test_gpus.py in a subprocess (one Ray per process). Usage:
+Used by tests/clusters/test_gpus.py in a subprocess (one Ray per process). Usage:
     python tests/two_node_sweep.py STORAGE_DIR
 Each node has 1 CPU and 2 logical GPUs, so two 1-CPU trials can only run at once on both nodes.
 First checks that local storage is refused on a multi-node cluster, then runs with

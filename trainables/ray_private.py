@@ -3,7 +3,7 @@
 Ray keeps no promise about these names between minor versions, so `pyproject.toml` pins
 `ray[tune,default]>=2.54,<2.61` (the versions this module was tested with: 2.54 when each use
 was written, 2.60.0 installed now). A newer Ray that moves one of them breaks only this file;
-`tests/test_ray_private.py` keeps every other file off Ray's private modules. Each accessor
+`tests/unit/test_ray_private.py` keeps every other file off Ray's private modules. Each accessor
 imports when called (ImportError when this Ray lacks it), so importing this module costs nothing
 and callers keep their own fallback. It lives in `trainables/`, the bottom layer, so that
 `trainables`, `analysis`, `sweeps` and `benchmarks` can all import it.

@@ -21,7 +21,7 @@ from trainables.experiment.outcome import COUNTS, count_outcomes
 
 STATUS_SCHEMA = "raysweep.status/1"
 SUMMARY_SCHEMA = "raysweep.summary/1"
-ESTIMATE_SCHEMA = "raysweep.estimate/1"  # `--estimate --json` (sweeps/engine/estimate.py:Estimate.to_json)
+ESTIMATE_SCHEMA = "raysweep.estimate/1"  # `--estimate --json` (sweeps/engine/estimate/prediction.py:Estimate.to_json)
 SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json", ESTIMATE_SCHEMA: "estimate-1.json"}
 
 

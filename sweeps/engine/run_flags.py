@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import os
 
-from sweeps.engine.estimate_flags import add_estimate_args, check_estimate_args
+from sweeps.engine.estimate.estimate_flags import add_estimate_args, check_estimate_args
 from sweeps.engine.flags import (
     UsageError,
     check_dashboard_host,

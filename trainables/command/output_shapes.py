@@ -1,7 +1,7 @@
 """Common training-log shapes read with no --metric-pattern: one small pure function per shape.
 
 Each function takes one printed line (no trailing newline) and returns what it reads; the table in
-`docs/output-shapes.md` names the repo each shape comes from, and `tests/test_command_parse.py`
+`docs/output-shapes.md` names the repo each shape comes from, and `tests/unit/test_command_parse.py`
 holds their recorded lines. `command_parse.line_metrics` applies them before the `key=value` pairs.
 """
 

@@ -2,7 +2,7 @@
 
 The only module that touches W&B's file format and its generated protobuf classes
 (`wandb.proto.wandb_internal_pb2`, not a documented API); `pyproject.toml`'s `trackers` extra pins the
-wandb versions it is tested with (tests/test_trackers.py). Since wandb 0.18 the Python reader of the
+wandb versions it is tested with (tests/sweeps/test_trackers.py). Since wandb 0.18 the Python reader of the
 log (`wandb.sdk.internal.datastore`) is gone: wandb-core (Go) writes the file; this reads it.
 
 The log is LevelDB's log format (https://github.com/google/leveldb/blob/main/doc/log_format.md) behind

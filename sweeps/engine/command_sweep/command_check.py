@@ -90,11 +90,11 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
         args: the parsed flags of a command sweep (template, step key, patterns, --metrics-from, --metric).
         gpus: the GPU share per trial (`RAYSWEEP_GPU_MEMORY_FRACTION`, `{gpu}`: the first GPU when > 0).
     Returns:
-        `sweeps.engine.first_cell.CellTiming`: seconds from the command's start to the end of each
+        `sweeps.engine.estimate.first_cell.CellTiming`: seconds from the command's start to the end of each
         epoch (a row of its step key, as a trial reports it), the copies of the code, the epoch total
         it printed (`epoch 3/50`), whether it exited by itself and with which code.
     """
-    from sweeps.engine.first_cell import CellTiming
+    from sweeps.engine.estimate.first_cell import CellTiming
     from trainables.command.parse import step_pattern
     from trainables.command.runner import (
         METRICS_FILE,

@@ -29,7 +29,7 @@ import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import estimate_record, grid
+from sweeps.engine import estimate, grid
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -129,7 +129,7 @@ class Sweep:
         else:
             tuner = new_tuner(tune_config)
             info = sweep_info(objective, tune_config, param_space, self.settings)
-            kept = estimate_record.take_pending_estimate(options.storage_path, options.name)
+            kept = estimate.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
         first, ending = sweep_end.fit(tuner)
         oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
@@ -139,7 +139,7 @@ class Sweep:
         notify.sweep_ended(code, rounds, objective, reused)
         self.held.record_end(code, ending.stopped, ending.ended)  # the summary and report read the sweep as over
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
-        checked = estimate_record.record_actual(options.experiment_dir, options.resume)
+        checked = estimate.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
         print(f"results: {', '.join(folders)} | {checked}")
         sweep_end.say_interrupted(ending, len(reused))

@@ -1,0 +1,91 @@
+"""A search's report draws the search (issue 42): why each trial ended, the search record, Optuna's own
+pictures and PBT's schedule checked as data, grid pictures only where they mean something, the search
+table in the report and in --json, no library warning on the console, and the ten-trial lr_search run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analysis
+from analysis.figures.search import OPTUNA_PICTURES, search_pictures
+from tests.analysis_fixtures import search_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_history_time.png"}
+
+
+def drawn(pictures) -> dict:
+    return {p.name: p.draw() for p in pictures if p.draw is not None}
+
+
+# --- end to end: sweeps/lr_search.py and sweeps/pbt.py -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_ten_trial_search_reports_the_search_without_a_warning(tmp_path, sweep_env):
+    """The issue's check: `lr_search.py` with 10 trials (TPE + ASHA); its console and its report."""
+    argv = ["--num-samples", "10", "--epochs", "2", "--grace-period", "1", "--reduction-factor", "2"]
+    argv += ["--batch-sizes", "64,256", "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--max-concurrent", "2"]
+    proc = subprocess.run(
+        [sys.executable, "sweeps/lr_search.py", *argv, "--storage-path", str(tmp_path), "--name", "s10", "--quiet"],
+        cwd=REPO,
+        env=sweep_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    assert "Warning" not in console, [line for line in console.splitlines() if "Warning" in line]
+    experiment = tmp_path / "s10"
+    settings = json.loads((experiment / "raysweep.json").read_text())
+    assert (settings["searcher"], settings["scheduler"]) == ("OptunaSearch", "AsyncHyperBandScheduler")
+    files = {p.name for p in (experiment / "report").iterdir()}
+    assert SEARCH_PNGS | {"search_table.csv", "learning_curves.png"} <= files
+    assert not {"heatmap.png", "metric_vs_noise_rate.png", "noise_rate_curves.png"} & files
+    # The pictures, as data, from the experiment the report was drawn from.
+    trials, history = analysis.load_experiment(experiment)
+    selected = analysis.add_selected(trials, history, ["val/acc"], analysis.Objective())
+    pruned = int((trials["ended"] == "pruned").sum())
+    assert f"10 of 10 trials ran; ASHA stopped {pruned} early" in proc.stdout
+    complete = int((trials["ended"] == "finished").sum())
+    assert complete + pruned == 10 and complete >= 2
+    figures = drawn(search_pictures(selected, history, analysis.Objective("val/acc", "max")))
+    slice_axes = {ax.get_xlabel(): ax for ax in figures["slice"].axes if ax.get_label() != "<colorbar>"}
+    assert slice_axes["lr"].get_xscale() == "log" and slice_axes["weight_decay"].get_xscale() == "log"
+    assert slice_axes["batch_size"].get_xscale() == "linear"
+    assert len(slice_axes["lr"].collections[0].get_offsets()) == complete
+    assert len(figures["parallel_coordinate"].axes[0].collections[0].get_paths()) == complete
+    assert len(figures["optimization_history"].axes[0].collections[0].get_offsets()) == complete
+    table = pd.read_csv(experiment / "report" / "search_table.csv")
+    assert len(table) == 10 and set(table["ended"]) <= {"finished", "pruned"}
+
+
+@pytest.mark.slow
+def test_the_search_notebook_runs_headless_on_a_small_search(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    search_experiment(tmp_path / "runs", errored=1)  # the latest experiment under ./runs
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    notebook = nbformat.read(REPO / "notebooks" / "search_analysis.ipynb", as_version=4)
+    assert (
+        "parameters" in notebook.cells[0].metadata.get("tags", []) and "EXPERIMENT = None" in notebook.cells[0].source
+    )
+    client = nbclient.NotebookClient(
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # raises CellExecutionError on any cell error
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert f"{tmp_path / 'runs' / 'lr_search'}: 12 trials, a search (OptunaSearch, AsyncHyperBandScheduler)" in text
+    assert not [o for o in outputs if o.output_type == "stream" and o.name == "stderr"]  # no warning
+    markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    assert any("| rank | trial | lr | weight_decay |" in m for m in markdown)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 6  # history, history over time, slice, importances, parallel coordinates, curves

@@ -1,0 +1,147 @@
+"""GPU selection, memory caps, packing, OOM re-queue, DDP trials and clusters, tested on CPU.
+
+No GPU here: NVML readings are recorded values (an 8-GPU box with two cards in use), CUDA
+out-of-memory errors are injected, and Ray's logical GPUs stand in for devices.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeps import noise_grid
+from trainables.experiment import records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- with Ray --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypatch):
+    """A trial given 0.25 GPU hits an injected CUDA OOM; the sweep re-runs it at 0.5 and it finishes.
+
+    One trial only: Tune first retries it at 0.25 (`FailureConfig.max_failures=2`, each retry fails at
+    once on the OOM marker), and every attempt costs an actor start on 2 busy cores."""
+
+    def oom_below_half_gpu(config, data=None):
+        import torch as t
+
+        import trainables.trial as trial
+        from trainables.gpu import trial_gpu_fraction
+
+        real = trial.train_epochs
+
+        def train_epochs(*args, **kwargs):
+            if trial_gpu_fraction() < 0.5:
+                raise t.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+            yield from real(*args, **kwargs)
+
+        trial.train_epochs = train_epochs
+        try:
+            trial.train_classifier(config, data)
+        finally:
+            trial.train_epochs = real
+
+    monkeypatch.setattr("trainables.trial.train_classifier", oom_below_half_gpu)  # what the sweep imports
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2",
+            "--epochs",
+            "1",
+            "--gpus-per-trial",
+            "0.25",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "oom",
+        ]
+    )
+    assert code == 0
+    first = sorted(p for p in (tmp_path / "oom").iterdir() if p.is_dir() and (p / "params.json").exists())
+    assert [p.name for p in first] == ["sym_0.2_seed0"]
+    for trial in first:
+        assert records.read_oom_marker(trial)["gpus_per_trial"] == 0.25
+    retried = sorted(p for p in (tmp_path / "oom_oom_gpu0.5").iterdir() if (p / "result.json").exists())
+    assert [p.name for p in retried] == ["sym_0.2_seed0"]
+    for trial in retried:
+        result = json.loads((trial / "result.json").read_text().splitlines()[-1])
+        assert result["gpu/fraction"] == 0.5 and result["gpu/memory_cap"] == 0.0 and result["epoch"] == 1
+
+
+@pytest.mark.slow
+def test_two_gpu_trial_trains_data_parallel_with_gloo(ray_gpus, tmp_path):
+    """--gpus-per-trial 2: one Tune trial, a TorchTrainer of 2 workers (gloo on CPU), rank 0 checkpoints."""
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.2",
+            "--epochs",
+            "2",
+            "--gpus-per-trial",
+            "2",
+            "--cpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "ddp",
+        ]
+    )
+    assert code == 0
+    trial = tmp_path / "ddp" / "sym_0.2_seed0"
+    results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["epoch"] for r in results] == [1, 2]
+    single_gpu_names = {
+        "train/loss",
+        "train/acc",
+        "val/loss",
+        "val/acc",
+        "test/loss",
+        "test/acc",
+        "lr",
+        "grad_norm",
+        "noise/flip_rate",
+        "gpu_ids",
+        "gpu/fraction",
+    }
+    assert single_gpu_names <= set(results[-1])
+    assert results[-1]["ddp/world_size"] == 2
+    assert results[-1]["val/acc"] > 0.5  # it learns: digits, 2 epochs
+    checkpoints = sorted(p for p in (trial / "ddp").glob("checkpoint_*") if p.is_dir())  # rank 0 only: one file each
+    assert checkpoints and all([f.name for f in c.iterdir()] == ["checkpoint.pt"] for c in checkpoints)
+
+
+@pytest.mark.slow
+def test_sweep_spreads_over_a_two_node_cluster(tmp_path):
+    """Two Ray nodes (1 CPU, 2 logical GPUs each) from `ray.cluster_utils.Cluster`, in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "tests/two_node_sweep.py", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "is on a local file system" in proc.stdout  # the storage check refused local storage first
+    spans = []
+    for trial in (tmp_path / "two_nodes").iterdir():
+        if (trial / "result.json").exists():
+            results = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+            assert results[-1]["epoch"] == 4 and results[-1]["gpu_ids"] != ""
+            spans.append(
+                (results[0]["wall_time"] - results[0]["time_this_iter_s"], results[-1]["wall_time"], results[-1]["pid"])
+            )
+    assert len(spans) == 2
+    (s1, e1, pid1), (s2, e2, pid2) = spans
+    assert s1 < e2 and s2 < e1 and pid1 != pid2  # ran at once, which one node (1 CPU) cannot do

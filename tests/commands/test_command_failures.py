@@ -1,0 +1,105 @@
+"""How a command sweep fails and stops, through `python sweeps/run_command.py` as a user types it, on the
+session's shared Ray (conftest's `sweep_env`): a failure that repeats explains itself once; a stop never
+tears the file the script is writing."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from tests.unit.test_command_failures import MISSING_DATA
+from tests.unit.test_command_scripts import run_sweep
+from trainables.command.sources import ATTEMPT_LINE
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+SAVE_MIB = 96
+
+# pytorch/examples imagenet: the eval line, then `torch.save(checkpoint.pth.tar)` of the model it holds, at once;
+# here the line holds a NaN.
+NAN_THEN_SAVE = f"""
+import torch
+weights = torch.ones({SAVE_MIB} * {MIB} // 4)
+print("epoch=1 val_acc=nan", flush=True)
+torch.save({{"weights": weights}}, "checkpoint.pth.tar")
+print("saved", flush=True)
+"""
+
+
+def test_a_nan_line_then_a_large_save_leaves_every_saved_file_whole(tmp_path, sweep_env):
+    script = tmp_path / "nan_then_save.py"
+    script.write_text(NAN_THEN_SAVE)
+    proc = run_sweep(
+        tmp_path, "--axis", "seed=0,1", "--metric", "val_acc", "--", PY, str(script), "{seed}", env=sweep_env
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # diverged trials: not ranked
+    assert proc.stdout.count("diverged (not ranked)") == 2, proc.stdout[-3000:]
+    final = next(line for line in proc.stdout.splitlines() if "sweep finished: " in line)
+    assert "0 done, 0 errored, 2 diverged | best val_acc - |" in final  # no best run where the table has none
+    saved = sorted((tmp_path / "runs" / "command").glob("*/work/checkpoint.pth.tar"))
+    assert len(saved) == 2, proc.stdout[-3000:]
+    for path in saved:
+        assert torch.load(path)["weights"].numel() == SAVE_MIB * MIB // 4, path
+
+
+# a failure after a metric: a crash in epoch 2
+CRASH_AFTER_A_METRIC = """
+import sys
+print("epoch=1 val_acc=0.5", flush=True)
+sys.exit("CUDA error: an illegal memory access was encountered")
+"""
+
+
+def attempts(experiment) -> dict[str, int]:
+    """How many times each trial's command started (`command_stdout.txt` marks each start)."""
+    return {p.parent.name: p.read_text().count(ATTEMPT_LINE) for p in experiment.glob("*/command_stdout.txt")}
+
+
+def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_explains_itself_once(tmp_path, sweep_env):
+    script = tmp_path / "missing_data.py"
+    script.write_text(MISSING_DATA)
+    seeds = "seed=" + ",".join(map(str, range(6)))
+    proc = run_sweep(tmp_path, "--axis", seeds, "--", PY, str(script), "--seed", "{seed}", env=sweep_env)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    assert sum(attempts(tmp_path / "runs" / "command").values()) <= 3, attempts(tmp_path / "runs" / "command")
+    assert "stopping the sweep: its first 3 trial attempts failed before reporting any metric" in out, out
+    explained = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(explained) == 1, out  # the error once, not per trial
+    assert "failed before reporting any metric, with the same error: FileNotFoundError" in explained[0]
+    assert "../imagenet_synth_missing/train/index.csv" in explained[0]
+    hint = next(line for line in out.splitlines() if line.startswith("hint: "))
+    assert "'../imagenet_synth_missing/train/index.csv' is relative to the trial's working folder" in hint, hint
+    assert "/work" in hint and "--in-place" in hint, hint
+    assert "    => loading data" in out  # the script's last stderr lines
+    assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
+    # no trial is done: those that crashed are errored, the others never ran their command, alike everywhere
+    final = next(line for line in out.splitlines() if "sweep interrupted: 6 trials: " in line)
+    counts = re.search(r" 0 done, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
+    assert counts and sum(int(n or 0) for n in counts.groups()) == 6, final
+    assert re.search(rf"^interrupted: {counts[1]} of 6 trials finished \(its first 3 trial attempts failed", out, re.M)
+    status = subprocess.run(
+        [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--status", "--json"],
+        **{"cwd": ROOT, "capture_output": True, "text": True, "timeout": 300},
+    )
+    document = json.loads(status.stdout)["counts"]
+    assert (document["done"], document["errored"], document["interrupted"], document["not_run"]) == (
+        0,
+        *(int(n or 0) for n in counts.groups()),
+    ), document
+
+
+def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(tmp_path, sweep_env):
+    script = tmp_path / "crash_after_a_metric.py"
+    script.write_text(CRASH_AFTER_A_METRIC)
+    proc = run_sweep(tmp_path, "--max-failures", "1", "--", PY, str(script), env=sweep_env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list(attempts(tmp_path / "runs" / "command").values()) == [2]  # retried once, as --max-failures says
+    assert "1 trial(s) ended in error; `--resume --retry-errored` continues them" in proc.stdout, proc.stdout
+    assert "before reporting any metric" not in proc.stdout

@@ -1,0 +1,129 @@
+"""Command trials whose script prints nothing and logs through a tracker: W&B offline runs, MLflow's
+default store, a Lightning-style `metrics.csv` and a Hugging Face `trainer_state.json`
+(`trainables/command/trackers.py`, `trainables/command/wandb_reader.py`), with the real packages."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.commands.test_command_scripts import history, trials
+from tests.unit.test_command_scripts import PY, ROOT, run_sweep
+
+SCRIPT = "tests/scripts/tracker_only.py"
+
+
+@pytest.mark.slow
+def test_check_names_each_source_and_the_keys_when_the_metric_is_missing(tmp_path):
+    for tracker in ("wandb", "mlflow", "csv", "hf"):
+        proc = subprocess.run(
+            [PY, "sweeps/run_command.py", "--check", "--metric", "val_acc", "--"]
+            + [PY, SCRIPT, "--tracker", tracker, "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert (
+            f"metrics source: {tracker} (its records under {{trial_dir}}; found by --metrics-from output" in proc.stdout
+        )
+        assert re.search(r"metrics row: .*val_acc=0\.52", proc.stdout), proc.stdout[-2000:]
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", "--check", "--metric", "val/acc", "--metrics-from", "csv", "--"]
+        + [PY, SCRIPT, "--tracker", "csv", "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 1
+    assert "metrics source: csv (its records under {trial_dir})" in proc.stdout
+    assert "csv held step, train_loss, val_acc" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_epoch(tmp_path, sweep_env):
+    """Default --metrics-from: each tracker found by itself, 2 trials each; the csv trials' workers are
+    SIGKILLed after epoch 2 (a row Tune may not have had yet) and the script resumes after it."""
+    proc = run_sweep(
+        tmp_path,
+        "--axis",
+        "tracker,kill=wandb:0,mlflow:0,csv:2,hf:0",
+        "--axis",
+        "lr=0.1,0.2",
+        "--metric",
+        "val_acc",
+        "--max-failures",
+        "1",
+        "--",
+        PY,
+        SCRIPT,
+        "--tracker",
+        "{tracker}",
+        "--kill-worker-at",
+        "{kill}",
+        "--lr",
+        "{lr}",
+        "--out",
+        "{trial_dir}",
+        "--epochs",
+        "4",
+        "--sleep",
+        "0.5",
+        env=sweep_env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "metrics from output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric" in proc.stdout
+    found = trials(tmp_path / "runs" / "command")
+    assert len(found) == 8, sorted(found)
+    for name, trial in found.items():
+        lr = 0.1 if "lr0.1" in name else 0.2
+        rows = history(trial)
+        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once, also after the kill
+        assert rows["val_acc"].round(4).tolist() == [round(0.5 + lr * e / 10, 4) for e in (1, 2, 3, 4)], name
+    killed = [t for n, t in found.items() if n.startswith("csv")]
+    assert all((t / "work" / "killed").exists() for t in killed)
+    assert all(len(list((t / "work" / "lightning_logs").iterdir())) == 2 for t in killed)  # ran twice
+    for trial in killed:  # epoch 2's row could not be complete before the kill: it came from the records
+        assert re.search(
+            r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv records",
+            (trial / "stdout").read_text(),
+        )
+    wandb_trial = next(t for n, t in found.items() if n.startswith("wandb"))
+    assert history(wandb_trial)["train/loss"].tolist() == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
+
+
+@pytest.mark.slow
+def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
+    from ray import tune
+    from ray.tune import RunConfig, TuneConfig, Tuner
+    from ray.tune.schedulers import ASHAScheduler
+
+    from trainables.command.runner import train_command
+
+    template = [sys.executable, SCRIPT, "--tracker", "wandb", "--lr", "{lr}", "--out", "{trial_dir}"]
+    template += ["--epochs", "8", "--sleep", "0.3", "--start-delay", "{start_delay}"]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from="wandb")
+    space = {  # the worse trial starts late, so it meets the better one's score at each rung and is cut
+        "lr": tune.grid_search([0.5, -0.5]),
+        "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
+    }
+    grid = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=TuneConfig(
+            metric="val_acc", mode="max", scheduler=ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1)
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    ).fit()
+    assert not grid.errors
+    by_lr = {r.config["lr"]: r for r in grid}
+    assert by_lr[0.5].metrics["epoch"] == 8
+    assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5

@@ -1,0 +1,42 @@
+"""A command trial's working folder is the launch folder's copy in the launch folder's place
+(`trainables/command/workdir.py`): relative paths through `..` read and write what they would from the
+launch folder, inside the repository and beside it. Repo-like layouts under tmp_path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_work_tree import make_layout
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def git_status(repo: Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+def test_four_trials_read_through_dotdot_keep_their_own_checkpoints_and_leave_the_repo_clean(tmp_path, sweep_env):
+    launch = make_layout(tmp_path)
+    out = tmp_path / "out"
+    argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--axis", "lr=0.1,0.2", "--seeds", "2"]
+    argv += ["--metric", "val_acc", "--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.25"]
+    argv += ["--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+    proc = subprocess.run(argv, cwd=launch, env={**sweep_env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("code snapshot taken"))
+    assert f"own copy of {launch.resolve()}" in line and f"from {tmp_path.resolve()} down to" in line
+    trials = sorted(p for p in (out / "command").iterdir() if (p / "result.json").exists())
+    assert len(trials) == 4
+    for trial in trials:
+        config = json.loads((trial / "params.json").read_text())
+        assert json.loads((trial / "work" / "checkpoint.json").read_text()) == config
+        rows = [json.loads(x) for x in (trial / "result.json").read_text().splitlines()]
+        expected = config["lr"] + config["seed"] / 100 + 2 / 1000 + 3 + 1
+        assert rows[-1]["val_acc"] == pytest.approx(expected)
+    assert git_status(launch.parent) == "" and not list(launch.parent.rglob("checkpoint.json"))

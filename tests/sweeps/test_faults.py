@@ -1,0 +1,281 @@
+"""Fault injection: killed workers and drivers, raising and diverging trials, torn and malicious
+checkpoints, extending a finished grid, bad flags, and the dashboard's bind address."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweeps import noise_grid
+from trainables import train_epochs
+
+ROOT = Path(__file__).resolve().parents[2]
+DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
+
+
+def results_of(trial_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
+
+
+# --- Ray: a killed worker, a raising trial, a diverging trial in one sweep -----------------------
+
+
+@pytest.mark.slow
+def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, monkeypatch, capsys):
+    """(a) sym_0.2 is SIGKILLed in epoch 3 on its first attempt, (c) sym_0.3 always raises,
+    (d) sym_0.4 diverges; sym_0.1 is healthy. --max-failures 1: two attempts each."""
+    from ray import tune
+
+    from trainables import train_classifier
+
+    marker = tmp_path / "killed_once"
+
+    def faulty_trainable(config, data=None):  # pickled by value into the workers (a closure)
+        rate = config["noise_rate"]
+        if rate == 0.3:
+            raise RuntimeError("injected fault: this trial always raises")
+        if rate == 0.4:
+            config = {**config, **DIVERGING}
+        if rate == 0.2 and not marker.exists():
+            marker.touch()
+            real_report = tune.report
+
+            def report(metrics, checkpoint=None):
+                real_report(metrics, checkpoint=checkpoint)
+                if metrics["epoch"] == 2:  # kill this worker process while it trains epoch 3
+                    threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGKILL)).start()
+
+            tune.report = report
+        return train_classifier(config, data)
+
+    monkeypatch.setattr("trainables.trial.train_classifier", faulty_trainable)  # what the sweep imports
+    code = noise_grid.main(
+        [
+            "--noise-types",
+            "sym",
+            "--noise-rates",
+            "0.1,0.2,0.3,0.4",
+            "--epochs",
+            "6",
+            "--max-failures",
+            "1",
+            "--gpus-per-trial",
+            "0",
+            "--storage-path",
+            str(tmp_path),
+            "--name",
+            "faults",
+        ]
+    )
+    out = capsys.readouterr().out
+    experiment = tmp_path / "faults"
+    assert code == 1  # a trial ended in error
+
+    healthy = results_of(experiment / "sym_0.1_seed0")
+    assert [r["epoch"] for r in healthy] == [1, 2, 3, 4, 5, 6] and not (
+        experiment / "sym_0.1_seed0" / "error.txt"
+    ).exists()
+
+    killed = results_of(experiment / "sym_0.2_seed0")
+    epochs = [r["epoch"] for r in killed]  # a result row written as the worker died may be lost; no epoch twice
+    assert marker.exists() and epochs[-1] == 6 and all(b > a for a, b in zip(epochs, epochs[1:]))
+    assert len({r["pid"] for r in killed}) >= 2  # the later epochs ran in a new worker, resumed from a checkpoint
+    torch.set_num_threads(1)  # as in a 1-CPU Ray worker, so the floats match bit for bit
+    reference = list(train_epochs({"noise_type": "sym", "noise_rate": 0.2, "seed": 0, "epochs": 6}))[-1][0]
+    for key in ("train/loss", "val/acc", "val/loss", "test/acc"):
+        assert killed[-1][key] == pytest.approx(reference[key], rel=1e-6), key
+
+    error_file = experiment / "sym_0.3_seed0" / "error.txt"
+    assert error_file.read_text().count("Failure # ") == 2  # max_failures + 1 attempts
+    assert (
+        "error: trial sym_0.3_seed0 failed: RuntimeError: injected fault: this trial always raises; "
+        f"error file: {error_file}" in out
+    )
+
+    diverged = results_of(experiment / "sym_0.4_seed0")[-1]
+    assert diverged["diverged"] is True and "val/acc" not in diverged
+    dump = json.loads((experiment / "sym_0.4_seed0" / "divergence.json").read_text())
+    assert dump["gradients"] and dump["step"] == diverged["diverged/step"]
+    assert "diverged (not ranked): sym_0.4_seed0" in out
+    # The table counts the errored (0.3) and diverged (0.4) trials but shows no value for them.
+    table = out[out.index("test/acc (%)") : out.index("report:")].splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in table[2:6]}
+    assert float(rows["0.1"][0]) > 50 and rows["0.1"][-1] == "(1)"
+    assert float(rows["0.2"][0]) > 50 and rows["0.2"][-1] == "(1)"
+    assert rows["0.3"] == ["errored"] and rows["0.4"] == ["diverged"]
+    assert "1 errored, 1 diverged" in out
+
+
+# --- Ray: the driver killed three times, resumed each time; then the grid extended --------------
+
+
+def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> None:
+    """Run a sweep driver; with `kill_after`, SIGKILL it that many seconds after its experiment state
+    first exists (else it must exit 0)."""
+    proc = subprocess.Popen(
+        [sys.executable, "sweeps/noise_grid.py", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    if kill_after is not None:
+        before = set(experiment.glob("experiment_state-*.json")) if experiment.exists() else set()
+        while proc.poll() is None and not (
+            set(experiment.glob("experiment_state-*.json")) - before if experiment.exists() else set()
+        ):
+            time.sleep(0.05)
+        time.sleep(kill_after)
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=300)
+    reader.join(timeout=10)
+    assert kill_after is not None or proc.returncode == 0, "".join(lines)[-3000:]
+
+
+@pytest.mark.slow
+def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsys):
+    """(b) Every trial completes exactly once and never redoes an epoch. The drivers join the test's Ray
+    (--address) so a restart costs a driver, not a whole cluster. (What the kills cost in time is a speed:
+    not measured here.)"""
+    address = ray_gpus.get_runtime_context().gcs_address
+    grid = [
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.1,0.2,0.3,0.4",
+        "--epochs",
+        "30",
+        "--gpus-per-trial",
+        "0",
+        "--address",
+        address,
+        "--storage-path",
+        str(tmp_path),
+    ]
+    rng = random.Random(0)
+    experiment = tmp_path / "killed"
+    for attempt in range(4):
+        kill_after = rng.uniform(0.5, 2.5) if attempt < 3 else None
+        run_driver([*grid, "--name", "killed", *(["--resume"] if attempt else [])], kill_after, experiment)
+
+    trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
+    assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3", "0.4")]  # one folder per cell
+    for name in trials:
+        epochs = [r["epoch"] for r in results_of(experiment / name)]
+        assert epochs[-1] == 30 and epochs.count(30) == 1, (name, epochs)  # completed exactly once
+        assert all(b > a for a, b in zip(epochs, epochs[1:])), (name, epochs)  # never went backwards
+
+    # Extend the finished grid by one noise rate: only the new cell runs (in-process, same Ray).
+    code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4,0.5", *grid[4:], "--name", "killed"])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 to run, 4 reused" in out and "4 finished trial(s) reused" in out
+    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 5
+    table = out[out.index("test/acc (%)") : out.index("results:")].splitlines()
+    assert [line.split()[0] for line in table[2:7]] == ["0.1", "0.2", "0.3", "0.4", "0.5"]  # every cell, old and new
+    assert all(line.split()[-1] == "(1)" for line in table[2:7])
+
+
+# --- the dashboard listens on loopback only ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dashboard_listens_on_loopback_only(tmp_path):
+    """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
+    script = (
+        "import psutil, ray\n"
+        "from sweeps.engine.cluster.ray_start import init_ray\n"
+        "init_ray(None, '127.0.0.1')\n"
+        "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
+        "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"
+        "print('LISTEN', port, sorted(ips))\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    env.pop("RAY_ADDRESS")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
+    line = [text for text in proc.stdout.splitlines() if text.startswith("LISTEN")]
+    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _, port, ips = line[0].split(" ", 2)
+    assert ips == "['127.0.0.1']", line
+    other_ip = socket.gethostbyname(socket.gethostname())
+    if not other_ip.startswith("127."):
+        with pytest.raises(OSError):
+            socket.create_connection((other_ip, int(port)), timeout=2)
+
+
+@pytest.mark.slow
+def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus, tmp_path):
+    """The driver is SIGKILLed right after a trial's last epoch, likely before Tune's next snapshot
+    of its experiment state; on --resume that trial trains nothing again and the other completes."""
+    address = ray_gpus.get_runtime_context().gcs_address
+    argv = [
+        "sweeps/noise_grid.py",
+        "--noise-types",
+        "sym",
+        "--noise-rates",
+        "0.1,0.2",
+        "--epochs",
+        "4",
+        "--max-concurrent",
+        "1",
+        "--gpus-per-trial",
+        "0",
+        "--address",
+        address,
+        "--storage-path",
+        str(tmp_path),
+        "--name",
+        "window",
+        "--quiet",
+    ]
+    experiment = tmp_path / "window"
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    finished = None
+    while finished is None:
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before a trial finished"
+        for trial in experiment.glob("sym_*"):
+            rows = results_of(trial) if (trial / "result.json").exists() else []
+            if rows and rows[-1].get("epoch") == 4:
+                finished = trial
+        time.sleep(0.02)
+    # The trial's `stdout` reaches storage by Tune's background artifact sync, after its last result:
+    # the test counts its epoch lines, so it waits (deadline) until all 4 are there, then kills.
+    stdout = finished / "stdout"
+    while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the trial's stdout never reached storage with 4 epoch lines: "
+            f"{stdout.read_text() if stdout.exists() else 'absent'}"
+        )
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    rows_before = results_of(finished)
+    log_before = (finished / "stdout").read_text()
+
+    resumed = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert [r["epoch"] for r in results_of(finished)] == [r["epoch"] for r in rows_before] == [1, 2, 3, 4]
+    assert (finished / "stdout").read_text().count("Epoch [") == log_before.count("Epoch [") == 4  # not trained again
+    # The other cell completed once. (Killed before Tune's state named its folder, it may have run in a
+    # fresh `<name>_<trial_id>` folder next to an empty one: old folders are kept, never overwritten.)
+    others = [t for t in experiment.glob("sym_*") if t != finished and (t / "result.json").exists() and results_of(t)]
+    assert len(others) == 1 and [r["epoch"] for r in results_of(others[0])] == [1, 2, 3, 4], others

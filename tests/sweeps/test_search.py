@@ -1,0 +1,121 @@
+"""F6 searches: lr_search (TPE + ASHA, seeds, resume), the seed-mean trainable, analysis/figures/search.py."""
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps import lr_search
+from sweeps.engine.flags import UsageError
+
+
+def trial_results(experiment: Path) -> dict[str, list[dict]]:
+    """Trial folder name -> its result rows."""
+    return {
+        p.name: [json.loads(line) for line in (p / "result.json").read_text().splitlines() if line.strip()]
+        for p in sorted(experiment.iterdir())
+        if (p / "params.json").exists()
+    }
+
+
+def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
+    return [
+        "--num-samples",
+        "6",
+        "--epochs",
+        str(epochs),
+        "--grace-period",
+        "1",
+        "--reduction-factor",
+        "2",
+        "--batch-sizes",
+        "256",
+        "--gpus-per-trial",
+        "0",
+        "--cpus-per-trial",
+        "1",
+        "--max-concurrent",
+        "2",
+        "--storage-path",
+        str(tmp_path),
+        *extra,
+    ]
+
+
+# --- the search, with Ray --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_path, capsys):
+    assert lr_search.main(search_argv(tmp_path, "--name", "asha")) == 0
+    out = capsys.readouterr().out
+    trials = trial_results(tmp_path / "asha")
+    assert len(trials) == 6
+    for name in trials:
+        assert re.fullmatch(r"lr_search_0000[1-6]_(ce|gce|sce)_lr[0-9.e+-]+", name), name
+    epochs_run = {name: rows[-1]["epoch"] for name, rows in trials.items()}
+    assert any(e < 3 for e in epochs_run.values()), f"ASHA stopped nothing: {epochs_run}"
+    assert any(e == 3 for e in epochs_run.values()), epochs_run
+    # ASHA's STOP at max_t ends a trial that ran all its epochs: finished, not stopped
+    assert f"6 of 6 trials ran; ASHA stopped {sum(e < 3 for e in epochs_run.values())} early" in out
+    configs = [rows[-1]["config"] for rows in trials.values()]
+    assert all("gce_q" in c for c in configs if c["loss"] == "gce")
+    assert all("gce_q" not in c for c in configs if c["loss"] != "gce")  # conditional space
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path):
+    experiment = tmp_path / "resumed"
+    argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", epochs=2)
+
+    def interrupt_after_three_trials_exist():  # as Ctrl+C would: Tune saves its state and returns
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if experiment.exists() and len([p for p in experiment.iterdir() if (p / "params.json").exists()]) >= 3:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=interrupt_after_three_trials_exist, daemon=True)
+    watcher.start()
+    assert lr_search.main(argv) == 0
+    watcher.join()
+    before = trial_results(experiment)
+    assert 3 <= len(before) <= 6, sorted(before)  # on a fast machine all six may have started
+    # Finished as the saved experiment state records it: what Tune's restore promises not to rerun. (A
+    # trial that finished in the instant between Tune's last state snapshot and the interrupt is rerun.)
+    import analysis
+
+    terminated = set(
+        analysis.load_trials(experiment).query("status == 'TERMINATED'")["trial_dir"].map(lambda d: Path(d).name)
+    )
+    finished_before = {n: len(rows) for n, rows in before.items() if rows and rows[-1].get("done") and n in terminated}
+
+    with pytest.raises(UsageError, match="already holds a search"):
+        lr_search.main(argv)
+    with pytest.raises(UsageError, match="noise_rate=0.4 differs"):
+        lr_search.main([*argv, "--resume", "--noise-rate", "0.4"])
+
+    assert lr_search.main([*argv, "--resume"]) == 0
+    after = trial_results(experiment)
+    assert len(after) == 6
+    assert set(before) <= set(after)
+    numbers = sorted(int(n.split("_")[2]) for n in after)
+    assert numbers == [1, 2, 3, 4, 5, 6]
+    # A searcher that lost its state would, with the same TPE seed, propose the first configs again.
+    lrs = [rows[-1]["config"]["lr"] for rows in after.values()]
+    assert len(set(lrs)) == 6
+    for name, count in finished_before.items():  # finished trials were not run again
+        assert len(after[name]) == count, name
+    for rows in after.values():
+        assert rows[-1]["num_seeds"] == 2
+        epochs = [r["epoch"] for r in rows]
+        # No epoch trained twice (resumed from the newest checkpoint on disk) and none skipped after the
+        # first one reported. Interrupted mid-epoch, a trial can have persisted its epoch-1 checkpoint
+        # before its epoch-1 result reached Tune: that one row is lost, not retrained (so epochs[0] <= 2).
+        assert epochs == list(range(epochs[0], epochs[-1] + 1)) and epochs[0] <= 2, (rows[-1]["trial_id"], epochs)

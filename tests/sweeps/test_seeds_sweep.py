@@ -1,0 +1,111 @@
+"""`--seeds auto` end to end: `sweeps/run_command.py` on a scripted command, and the built-in trainable's pairing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from tests.unit.test_command_scripts import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+
+
+def _auto_sweep(tmp_path, max_seeds: int, env: dict):
+    return run_sweep(
+        tmp_path,
+        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
+        # two slots for four open methods: with as many slots as open methods a free slot gets a seed
+        # run ahead (never left idle), and a clear cell can end one seed past its decision
+        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
+        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
+        env=env,
+    )
+
+
+@pytest.mark.slow
+def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path, sweep_env):
+    proc = _auto_sweep(tmp_path, 6, sweep_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
+    assert table.loc["gap", "n"].max() <= 4
+    assert (table.loc["same", "n"] == 6).all()
+    assert set(table.loc["same", "decision"]) == {"best", "undecided"}
+    ran = sum(1 for p in (tmp_path / "runs" / "auto").iterdir() if (p / "result.json").exists())
+    assert ran < 2 * 2 * 6
+    assert f"trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
+
+    # a higher cap later reopens only the undecided cell; the finished trials are reused
+    proc = _auto_sweep(tmp_path, 8, sweep_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()
+    assert f"{ran} finished trial(s) reused" in proc.stdout
+
+
+def _finished(experiment, polling: bool = False) -> list[tuple]:
+    """(cell, method, seed) of every trial folder whose command reported its val_acc; `polling`: while the
+    sweep runs, a params.json that Tune is writing is read at the next poll (after it, one is an error)."""
+    done = []
+    try:
+        results = list(experiment.glob("*/result.json")) if experiment.exists() else []
+    except FileNotFoundError:  # the storage probe makes the folder and removes it again before the sweep starts
+        results = []
+    for trial in results:
+        rows = [json.loads(line) for line in trial.read_text().splitlines() if line.strip().endswith("}")]
+        if any("val_acc" in r for r in rows):
+            try:
+                config = json.loads(trial.with_name("params.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):  # Tune writes it in place
+                if polling:
+                    continue
+                raise
+            done.append((config["cell"], config["method"], config["seed"]))
+    return done
+
+
+@pytest.mark.slow
+def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_env):
+    argv = [
+        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", "5"),
+        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
+        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}"),
+        *("--seed", "{seed}", "--sleep", "1"),
+    ]
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
+    driver = subprocess.Popen(
+        [PY, "sweeps/run_command.py", *flags, *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    experiment = tmp_path / "runs" / "auto"
+    deadline = time.monotonic() + 300
+    while len(_finished(experiment, polling=True)) < 4 and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    assert driver.poll() is None, "the sweep ended before it could be killed"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    before = set(_finished(experiment))
+    proc = subprocess.run(
+        [PY, "sweeps/run_command.py", *flags, "--resume", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = Counter(_finished(experiment))
+    assert before <= set(done) and max(done.values()) == 1, done  # nothing finished twice
+    table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert (table.loc["same", "n"] == 5).all() and table.loc[("gap", "B"), "decision"] == "worse"
+    assert f"--seeds auto: {len(done)} trials run vs 20 in the fixed 5-seed grid" in proc.stdout

@@ -1,0 +1,166 @@
+"""How a trial and a sweep end, and how they are counted: a command without its metric is never done, an
+interrupted sweep says so and exits 130, its printed resume command runs as printed, and the final line,
+`--status`, `--status --json`, `python -m analysis --json` and the report count alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_command_scripts import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+# --- sweeps, on the session's shared Ray ------------------------------------------------------------
+
+HALF = """
+import sys
+for epoch in (1, 2):
+    if sys.argv[1] == "quiet":  # a Lightning console: progress-bar postfixes, never --metric
+        print(f"epoch={epoch} loss={1 / epoch:.2f} v_num=0", flush=True)
+    else:
+        print(f"epoch={epoch} val_acc={0.5 + epoch / 10:.2f} loss={1 / epoch:.2f}", flush=True)
+"""
+
+
+def analysis_cli(experiment: Path, *flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [PY, "-m", "analysis", str(experiment), *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_a_sweep_where_half_the_trials_never_print_the_metric_exits_1_and_counts_them_alike(tmp_path, sweep_env):
+    """About 40 s on 2 busy cores."""
+    script = tmp_path / "half.py"
+    script.write_text(HALF)
+    proc = run_sweep(tmp_path, "--axis", "variant=loud,quiet", "--", PY, str(script), "{variant}", env=sweep_env)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored (1 no metric), 0 diverged" in out, out
+    assert re.search(r"^error: trial quiet failed: command exited 0 but reported no val_acc \(not retried", out, re.M)
+    assert "  its results held loss (each step's epoch)" in out  # v_num: Lightning's logger version, no metric
+    assert re.search(r"^quiet +no metric$", out, re.M), out  # the cell says why
+    experiment = tmp_path / "runs" / "command"
+    status = json.loads(analysis_cli(experiment, "--status", "--json").stdout)
+    counts = {"done": 1, "errored": 1, "no_metric": 1, "diverged": 0, "interrupted": 0, "not_run": 0}
+    assert {k: status["counts"][k] for k in counts} == counts
+    summary = json.loads(analysis_cli(experiment, "--json").stdout)
+    assert {k: summary["trials"][k] for k in counts} == counts
+    assert [c["why"] for c in summary["cells"] if c["key"]["variant"] == "quiet"] == ["no metric"]
+    report = (experiment / "report" / "report.md").read_text()
+    assert "- trials: 2 (1 done, 1 errored (1 no metric), 0 diverged)" in report
+
+
+SLOW_EPOCHS = """
+import sys, time
+seed = int(sys.argv[1])
+for epoch in range(1, 6):
+    time.sleep(0.6)
+    print(f"epoch={epoch} val_acc={0.5 + epoch / 100 + seed / 1000:.3f}", flush=True)
+"""
+
+
+def start_driver(argv: list[str], env: dict, log: Path, shell: bool = False) -> subprocess.Popen:
+    """A sweep driver in its own process group, its output to `log`."""
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, shell=shell
+        )
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def epochs(trial: Path) -> list:
+    lines = (trial / "result.json").read_text().splitlines() if (trial / "result.json").exists() else []
+    return [json.loads(line).get("epoch") for line in lines if line.strip()]
+
+
+def reported(experiment: Path) -> int:
+    return sum(len(epochs(t)) for t in experiment.glob("seed*"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_the_printed_resume_command_then_a_kill_then_the_status_resume_command_run_each_epoch_once(
+    tmp_path, sweep_env
+):
+    """A command sweep: SIGINT after the first results (Tune's handler) exits 130 and names what finished; its
+    printed command resumes it; SIGKILL to that driver; the command `--status --json` prints finishes it, with
+    every epoch in each trial's history once. About 100 s on 2 busy cores."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_EPOCHS)
+    experiment = tmp_path / "runs" / "command"
+    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
+    argv = [PY, "sweeps/run_command.py", "--axis", "seed=0,1,2", *flags, "--", PY, str(script), "{seed}"]
+    first = start_driver(argv, sweep_env, tmp_path / "first.log")
+    wait_for(lambda: reported(experiment) or first.poll() is not None, 240, "a first result")
+    first.send_signal(signal.SIGINT)
+    assert first.wait(120) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    out = (tmp_path / "first.log").read_text()
+    assert "FileNotFoundError" not in out and "Trials did not complete" not in out, out
+    line = re.search(r"^interrupted: (\d) of 3 trials finished \(Ctrl-C\); continue with: (.+)$", out, re.M)
+    assert line and int(line[1]) < 3, out[-3000:]
+    assert (
+        line[2] == f"{PY} sweeps/run_command.py --axis seed=0,1,2 {' '.join(flags)} --resume -- {PY} {script} {{seed}}"
+    )
+    status = json.loads(analysis_cli(experiment, "--status", "--json").stdout)
+    assert status["counts"]["interrupted"] + status["counts"]["not_run"] == 3 - int(line[1]), status["counts"]
+    assert status["resume_command"] == line[2] and status["exit_code"] == 1
+
+    resumed = start_driver(line[2], sweep_env, tmp_path / "resumed.log", shell=True)  # run as printed
+    before = reported(experiment)
+    wait_for(lambda: reported(experiment) > before or resumed.poll() is not None, 240, "a result after --resume")
+    os.killpg(resumed.pid, signal.SIGKILL)  # the driver dies; the shared Ray ends its trials
+    resumed.wait(30)
+    status = json.loads(wait_for(lambda: analysis_cli(experiment, "--status", "--json").stdout, 60, "status"))
+    assert status["driver"]["state"] == "gone" and status["resume_command"] == line[2], status
+    final = subprocess.run(
+        status["resume_command"], shell=True, cwd=ROOT, env=sweep_env, capture_output=True, text=True, timeout=400
+    )
+    assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+    assert "sweep finished: 3 trials: 0 running, 0 pending, 3 done, 0 errored, 0 diverged" in final.stdout
+    for trial in sorted(experiment.glob("seed*")):
+        assert epochs(trial) == [1, 2, 3, 4, 5], trial.name  # each epoch once, across the three drivers
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_built_in_grid_exits_130_and_every_table_shows_the_unfinished_trials(tmp_path, sweep_env):
+    """`noise_grid.py`, SIGINT to the driver after the first epoch. About 40 s on 2 busy cores."""
+    experiment = tmp_path / "runs" / "grid"
+    argv = [PY, "sweeps/noise_grid.py", "--smoke-test", "--epochs", "40", "--noise-rates", "0.2", "--name", "grid"]
+    argv += ["--storage-path", str(tmp_path / "runs"), "--progress-every", "1"]
+    driver = start_driver(argv, sweep_env, tmp_path / "grid.log")
+    reported = lambda: any("val/acc" in f.read_text() for f in experiment.glob("*/result.json"))  # noqa: E731
+    wait_for(lambda: reported() or driver.poll() is not None, 240, "a first epoch")  # Tune makes the file first
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(120) == 130, (tmp_path / "grid.log").read_text()[-3000:]
+    out = (tmp_path / "grid.log").read_text()
+    assert "FileNotFoundError" not in out and "sweep finished" not in out, out[-3000:]
+    assert re.search(r"sweep interrupted: 2 trials: 0 running, 0 pending, 0 done, .* (1|2) interrupted", out), out
+    assert re.search(r"^0\.2 +(interrupted|not run) +(interrupted|not run)$", out, re.M), out[-3000:]
+    assert "best configuration: none" in out
+    assert re.search(
+        rf"^interrupted: 0 of 2 trials finished \(Ctrl-C\); continue with: {re.escape(PY)} sweeps/noise_grid", out, re.M
+    )
+    assert out.rstrip().endswith("--progress-every 1 --resume")
+    status = analysis_cli(experiment, "--status")
+    assert status.returncode == 1 and "0 done" in status.stdout and " interrupted" in status.stdout, status.stdout
+    assert "exit code 130" in status.stdout and "--resume`" in status.stdout

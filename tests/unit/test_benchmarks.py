@@ -1,0 +1,191 @@
+"""The logic of the performance work, without timing anything: trial order, the start-up
+milestones, the per-trial overhead breakdown, and the GPU packing kit's table and plot on recorded
+(here: made-up) figures."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from benchmarks import gpu_packing, startup, sweep_efficiency
+from sweeps.engine.grid.plan import expected_cost, longest_first
+
+
+def test_longest_first_orders_by_epochs_times_model_and_keeps_ties_in_order():
+    cells = [
+        {"epochs": 2, "seed": 0},
+        {"epochs": 5, "model": "cnn"},
+        {"seed": 1},
+        {"epochs": 5, "model": "mlp"},
+        {"epochs": 2, "seed": 1},
+    ]
+    ordered = longest_first(cells)
+    # cnn x 5 epochs (60) > default 30 mlp epochs (30) > mlp x 5 (5) > the two 2-epoch cells, in their order
+    assert ordered == [cells[1], cells[2], cells[3], cells[0], cells[4]]
+    assert (
+        expected_cost({"model": "resnet18", "epochs": 1})
+        > expected_cost({"model": "cnn", "epochs": 1})
+        > expected_cost({"epochs": 1})
+    )
+
+
+def test_longest_first_leaves_a_grid_of_equal_trials_unchanged():
+    cells = [{"noise_rate": r, "seed": s} for r in (0.2, 0.4) for s in (0, 1)]
+    assert longest_first(cells) == cells  # so noise_grid keeps its plain grid_search
+
+
+def test_per_trial_overhead_breaks_down_into_its_parts_and_sums_to_the_total():
+    # two trials on one slot: 3 reports each (the last one's costs fall after the trial's end stamp)
+    trials = [
+        {
+            "slot": "0",
+            "start": 0.0,
+            "end": 3.5,
+            "work": 3.0,
+            "write_s": 0.03,
+            "reports": 3,
+            "report_s": 0.05,
+            "persist_s": 0.01,
+        },
+        {
+            "slot": "0",
+            "start": 3.7,
+            "end": 6.9,
+            "work": 3.0,
+            "write_s": 0.01,
+            "reports": 3,
+            "report_s": 0.03,
+            "persist_s": 0.01,
+        },
+    ]
+    parts = sweep_efficiency.overhead_breakdown(trials, gaps=[0.2])
+    assert parts["overhead_write_s"] == pytest.approx(0.02)
+    assert parts["overhead_persist_s"] == pytest.approx(0.02)  # 0.01 s x 2 reports inside the trial
+    assert parts["overhead_report_s"] == pytest.approx((0.04 * 2 + 0.02 * 2) / 2)
+    assert parts["overhead_reuse_gap_s"] == pytest.approx(0.2)
+    in_trial = (0.5 + 0.2) / 2
+    assert sum(
+        v for k, v in parts.items() if k.startswith("overhead_") and k != "overhead_reuse_gap_s"
+    ) == pytest.approx(in_trial)
+    summary = sweep_efficiency.summarise({"t0": -1.0, "end": 7.0, "trials": trials})
+    assert summary["per_trial_overhead_s"] == pytest.approx(in_trial + 0.2)
+    assert (
+        sweep_efficiency.overhead_breakdown([{"slot": "0", "start": 0, "end": 1, "work": 1}], []) == {}
+    )  # batches: no parts
+
+
+def test_startup_milestones_are_recognised_from_the_sweep_lines():
+    assert startup.milestone_of("12 trials in the grid\n") == "args"
+    assert startup.milestone_of("data: digits (1221 train / 216 val / 360 test); 12 to run, 0 reused\n") == "data"
+    assert startup.milestone_of("Ray started in 5.2 s; dashboard: http://127.0.0.1:8265\n") == "ray"  # --baseline
+    assert (
+        startup.milestone_of("started a local Ray with 2 CPUs and 0 GPUs in 5.2 s; dashboard: http://127.0.0.1:8265\n")
+        == "ray"
+    )
+    assert startup.milestone_of("[0:00:16] sweep finished: 12 trials: 0 running\n") == "last_trial"
+    assert startup.milestone_of("report: runs/noise_grid/report/report.md\n") == "report"
+    assert startup.milestone_of("results: runs/noise_grid\n") is None
+
+
+def test_startup_table_gives_times_and_phases():
+    run = dict(zip(startup.MILESTONES, [0.1, 2.0, 7.0, 9.0, 20.0, 20.2, 22.0, 23.0]))
+    later = {k: v + 1.0 for k, v in run.items()}
+    report = {"help_s": [0.1, 0.1, 0.1], "forms": {"smoke": {"runs": [run, later, run]}}}
+    table = startup.format_table(report)
+    first_trial = next(line for line in table.splitlines() if line.startswith("first_trial"))
+    assert "9.00 [9.00, 10.00]" in first_trial and "2.00 [2.00, 2.00]" in first_trial  # at, and phase since `ray`
+
+
+RECORDED = {  # made-up figures in the kit's JSON layout (no GPU measured them)
+    "device": "Test GPU",
+    "total_memory_bytes": 80 * 2**30,
+    "epochs": 4,
+    "n_train": 20000,
+    "rows": [
+        {
+            "model": "resnet18",
+            "amp": "off",
+            "trials_per_gpu": 1,
+            "gpu_per_trial": 1.0,
+            "total_samples_per_s": 5000.0,
+            "trials": [
+                {
+                    "samples_per_s": 5000.0,
+                    "peak_memory_bytes": 2 * 2**30,
+                    "memory_cap_bytes": None,
+                    "utilization_percent": 60.0,
+                }
+            ],
+        },
+        {
+            "model": "resnet18",
+            "amp": "off",
+            "trials_per_gpu": 4,
+            "gpu_per_trial": 0.25,
+            "total_samples_per_s": 9000.0,
+            "trials": [
+                {
+                    "samples_per_s": 2250.0,
+                    "peak_memory_bytes": 2 * 2**30,
+                    "memory_cap_bytes": 18 * 2**30,
+                    "utilization_percent": 95.0,
+                }
+            ]
+            * 4,
+        },
+        {"model": "resnet18", "amp": "off", "trials_per_gpu": 8, "errors": ["GpuOutOfMemory: ran out at 0.125 GPU"]},
+    ],
+    "oom": {
+        "batch_size": 4000,
+        "share": 0.125,
+        "cap_bytes": 9 * 2**30,
+        "first_round_oom": True,
+        "requeued_shares": [0.25],
+        "finished_after_requeue": True,
+    },
+}
+
+
+def test_gpu_table_shows_speedup_memory_against_cap_and_the_oom_requeue():
+    lines = gpu_packing.format_table(RECORDED).splitlines()
+    packed = next(line for line in lines if line.split()[:3] == ["resnet18", "off", "4"])
+    assert "9,000" in packed and "1.80" in packed  # total samples/s and x vs one trial on the whole GPU
+    assert "2.00 / 18.00" in packed and packed.rstrip().endswith("95")  # peak vs cap in GiB, NVML utilisation
+    assert any("failed: GpuOutOfMemory" in line for line in lines)
+    assert "re-queued at 0.25 GPU; finished yes" in lines[-1]
+
+
+def test_gpu_plot_has_one_line_per_model_and_precision_over_trials_per_gpu():
+    figure = gpu_packing.plot_throughput(RECORDED)
+    (line,) = figure.axes[0].get_lines()  # the failed 8x row is left out
+    assert list(line.get_xdata()) == [1, 4] and list(line.get_ydata()) == [5000.0, 9000.0]
+
+
+def test_gpu_trial_figures_skip_the_first_epoch_and_read_the_cap_as_a_share_of_the_device():
+    history = pd.DataFrame(
+        {
+            "samples_per_s": [100.0, 1000.0, 1100.0, 900.0],
+            "cuda/peak_memory_bytes": [1, 5, 7, 6],
+            "gpu/memory_cap": [0.225] * 4,
+            "gpu/utilization_mean": [50.0, 60.0, 70.0, 80.0],
+        }
+    )
+    figures = gpu_packing.trial_figures(history, total_memory_bytes=1000)
+    assert figures == {
+        "samples_per_s": 1000.0,
+        "peak_memory_bytes": 7,
+        "memory_cap_bytes": 225,
+        "utilization_percent": 80.0,
+    }
+    uncapped = gpu_packing.trial_figures(history.assign(**{"gpu/memory_cap": 0.0}), total_memory_bytes=1000)
+    assert uncapped["memory_cap_bytes"] is None
+
+
+def test_gpu_kit_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["gpu_packing.py", "--quick", "--json", str(tmp_path / "g.json")])
+    gpu_packing.main()
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert (tmp_path / "g.json").read_text().count("no CUDA GPU") == 1

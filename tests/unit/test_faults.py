@@ -1,0 +1,179 @@
+"""Fault injection: killed workers and drivers, raising and diverging trials, torn and malicious
+checkpoints, extending a finished grid, bad flags, and the dashboard's bind address."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweeps import noise_grid
+from sweeps.engine.cluster.ray_start import secure_dashboard
+from sweeps.engine.flags import UsageError
+from sweeps.engine.run import resume
+from trainables import train_epochs
+from trainables.checkpoints import load_latest_state
+from trainables.config import config_hash
+
+DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
+
+
+def save_state(folder: Path, epoch: int) -> None:
+    folder.mkdir(parents=True)
+    torch.save({"epoch": epoch, "model": {"w": torch.ones(2)}}, folder / "checkpoint.pt")
+
+
+# --- divergence, without Ray -------------------------------------------------------------------
+
+
+def test_diverging_run_stops_with_a_forensic_dump(tiny_config):
+    history = list(train_epochs({**tiny_config, "epochs": 5, **DIVERGING}))
+    metrics, dump = history[-1]
+    assert metrics["diverged"] is True and "val/acc" not in metrics  # schedulers skip it
+    assert len(history) < 5 + 1 and all(not m.get("diverged") for m, _ in history[:-1])
+    assert dump["step"] >= 1 and dump["epoch"] == metrics["epoch"]
+    assert isinstance(dump["last_finite_loss"], float)
+    assert dump["gradients"], "the non-finite gradients are named"
+    first = dump["gradients"][0]
+    assert first["name"].endswith(("weight", "bias")) and first["nan"] + first["inf"] > 0
+    json.dumps(dump)  # plain JSON, no NaN literals
+    assert "NaN" not in json.dumps(dump)
+
+
+# --- checkpoints: torn, missing, stale, malicious ---------------------------------------------
+
+
+def test_torn_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    save_state(tmp_path / "checkpoint_000001", epoch=2)
+    latest = tmp_path / "checkpoint_000001" / "checkpoint.pt"
+    latest.write_bytes(latest.read_bytes()[:200])  # killed half-way through the copy
+    with pytest.warns(UserWarning, match="resuming from epoch 1"):
+        state = load_latest_state(tmp_path / "checkpoint_000001", tmp_path)
+    assert state["epoch"] == 1
+
+
+def test_missing_latest_checkpoint_falls_back_and_none_loadable_is_a_clear_error(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    with pytest.warns(UserWarning, match="checkpoint_000003"):
+        assert load_latest_state(tmp_path / "checkpoint_000003", tmp_path)["epoch"] == 1
+    (tmp_path / "checkpoint_000000" / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
+    with pytest.raises(RuntimeError, match=r"no checkpoint of this trial can be loaded.*checkpoint_000000"):
+        load_latest_state(tmp_path / "checkpoint_000000", tmp_path)
+
+
+def test_stale_experiment_state_resumes_from_the_newest_recorded_checkpoint(tmp_path):
+    save_state(tmp_path / "checkpoint_000000", epoch=1)
+    save_state(tmp_path / "checkpoint_000001", epoch=3)  # written after Tune last saved its state
+    rows = [
+        {"epoch": 1, "checkpoint_dir_name": "checkpoint_000000"},
+        {"epoch": 3, "checkpoint_dir_name": "checkpoint_000001"},
+    ]
+    (tmp_path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))  # the history has its row
+    assert load_latest_state(tmp_path / "checkpoint_000000", tmp_path)["epoch"] == 3
+    assert load_latest_state(None, tmp_path / "no_such_trial") is None
+
+
+def test_a_checkpoint_whose_row_never_reached_the_history_is_not_resumed_from(tmp_path):
+    """The worker stored checkpoint_000002 (epoch 3) and was killed before the driver logged its row:
+    the retry resumes from epoch 2, so epoch 3 is trained and logged once, not lost."""
+    for index in range(3):
+        save_state(tmp_path / f"checkpoint_{index:06d}", epoch=index + 1)
+    rows = [{"epoch": e, "checkpoint_dir_name": f"checkpoint_{e - 1:06d}"} for e in (1, 2)]
+    (tmp_path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_latest_state(tmp_path / "checkpoint_000001", tmp_path)["epoch"] == 2
+    assert load_latest_state(None, tmp_path)["epoch"] == 2  # --resume with a snapshot older than every checkpoint
+    (tmp_path / "result.json").unlink()
+    assert load_latest_state(None, tmp_path) is None  # no row at all: the trial starts again
+
+
+class Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_checkpoint_with_pickled_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    (tmp_path / "checkpoint_000000").mkdir()
+    torch.save({"epoch": 9, "model": Evil(marker)}, tmp_path / "checkpoint_000000" / "checkpoint.pt")
+    with pytest.raises(RuntimeError, match="UnpicklingError"):
+        load_latest_state(tmp_path / "checkpoint_000000", tmp_path)
+    assert not marker.exists()
+
+
+# --- extend / skip existing, without Ray --------------------------------------------------------
+
+
+def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, diverged=False) -> Path:
+    trial = experiment / name
+    trial.mkdir(parents=True)
+    full = {"epochs": 3, **config}
+    (trial / "params.json").write_text(json.dumps(full))
+    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": {"epochs": 3}}))
+    rows = [{"epoch": e, "val/acc": 0.5 + e / 10, "trial_id": name} for e in range(1, epochs_done + 1)]
+    if diverged:
+        rows.append({"epoch": epochs_done, "diverged": True})
+    (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return trial
+
+
+def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
+    cells = [{"epochs": 3, "noise_rate": r, "seed": 0} for r in (0.1, 0.2, 0.3, 0.4)]
+    done = fake_trial(tmp_path, "sym_0.1_seed0", cells[0], 3)
+    fake_trial(tmp_path, "sym_0.2_seed0", cells[1], 2)  # killed before the end: runs again
+    fake_trial(tmp_path, "sym_0.3_seed0", cells[2], 1, diverged=True)  # would diverge again: reused
+    todo, reused = resume.plan_cells(cells, tmp_path, skip_existing=True)
+    assert [c["noise_rate"] for c in todo] == [0.2, 0.4]
+    assert reused[config_hash(cells[0])] == str(done) and len(reused) == 2
+    assert len(resume.plan_cells(cells, tmp_path, skip_existing=False)[0]) == 4
+    assert config_hash({**cells[0], "checkpoint_every": 5}) == config_hash(cells[0])  # run-only key
+    assert config_hash({**cells[0], "lr": 0.05}) == config_hash(cells[0])  # the default, spelled out
+    assert resume.say_outcome(None, reused, "val/acc") == 1  # a diverged trial: exit code 1
+    assert "diverged (not ranked): sym_0.3_seed0 at epoch 1" in capsys.readouterr().out
+    del reused[config_hash(cells[2])]
+    assert resume.say_outcome(None, reused, "val/acc") == 0
+    assert resume.say_outcome(None, {}, "val/acc") == 1  # nothing reported val/acc
+
+
+# --- bad input: refused before Ray starts, nothing written --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--max-failures", "-1"], "--max-failures=-1 must be a whole number >= 0"),
+        (["--fail-fast", "--max-failures", "3"], "--fail-fast stops at the first error"),
+        (["--retry-errored"], "--retry-errored needs --resume"),
+        (["--resume"], "--resume: no sweep to resume in"),
+        (["--resume", "--no-skip-existing"], "--no-skip-existing .* contradicts"),
+        (["--dashboard-host", "my-laptop"], "--dashboard-host='my-laptop' is not an IP address"),
+        (["--name", "../elsewhere"], "--name='../elsewhere' must be a plain folder name"),
+        (["--cpus-per-trial", "0"], "--cpus-per-trial=0.0 must be > 0"),
+        (["--max-concurrent", "0"], "--max-concurrent=0 must be a whole number >= 1"),
+        (["--noise-rates", "0.1,0.1"], "repeats a value"),
+    ],
+)
+def test_bad_fault_flags_are_refused_before_ray_starts(argv, match, tmp_path):
+    storage = tmp_path / "runs"
+    with pytest.raises(UsageError, match=match):
+        noise_grid.main([*argv, "--storage-path", str(storage)])
+    assert not storage.exists()
+
+
+def test_non_loopback_dashboard_warns_and_turns_on_token_auth(monkeypatch, capsys):
+    # A plain dict, not the process environment: Ray's C++ side caches RAY_AUTH_MODE once read.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    monkeypatch.setattr(os, "environ", env)
+    secure_dashboard("127.0.0.1")
+    assert "RAY_AUTH_MODE" not in env and capsys.readouterr().err == ""
+    secure_dashboard("0.0.0.0")
+    assert env["RAY_AUTH_MODE"] == "token"
+    err = capsys.readouterr().err
+    assert "anyone who can reach its port can run code" in err and "CVE-2023-48022" in err
+    env["RAY_AUTH_MODE"] = "disabled"
+    secure_dashboard("10.1.2.3")
+    assert "RAY_AUTH_MODE=disabled was set" in capsys.readouterr().err

@@ -1,0 +1,136 @@
+"""Real training output: every epoch's value in a trial's history is the one the script logged, at its own
+epoch, with nothing extra (issue 38).
+
+`tests/recorded/` holds what unmodified public scripts printed and wrote, run on CPU with tiny data for 2
+epochs: pytorch/examples `word_language_model/main.py` (stdout), timm `train.py --device cpu` (stderr,
+stdout, `summary.csv`), Lightning 2.6.6 `examples/pytorch/basics/backbone_image_classifier.py` (a
+console excerpt, stderr, CSVLogger's `metrics.csv`, the default TensorBoard logger's event files). The
+values expected are those of the scripts' own files and lines. `tests/scripts/lightning_style.py` runs
+the real `lightning` package.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_command_scripts import ROOT
+from trainables.command.output_shapes import pipe_pairs
+from trainables.command.parse import StepContext
+from trainables.command.trackers import TrackerResults
+from trainables.experiment.objective import Objective
+
+RECORDED = ROOT / "tests" / "recorded"
+
+
+def console(lines: list[str], *metrics: str) -> list[dict]:
+    """The rows a trial reads from `lines` (both streams, in order) with --metric/--test-metric `metrics`."""
+    context = StepContext("epoch", objective=Objective(metrics[0], test_metric=metrics[-1]) if metrics else None)
+    return [row for line in lines for row in context.feed(line)] + context.close()
+
+
+def recorded_lines(*names: str) -> list[str]:
+    return [line for name in names for line in (RECORDED / name).read_text(encoding="utf-8").splitlines()]
+
+
+def file_rows(path: Path, column: str) -> dict:
+    """{epoch: value} of `column` in a CSV file, read with nothing but `csv` (rows with an epoch and a value)."""
+    with open(path, newline="") as f:
+        return {int(r["epoch"]): float(r[column]) for r in csv.DictReader(f) if r["epoch"] and r[column]}
+
+
+def read_records(work: Path, write, metric: str, sources=None, printed=(), step_key="epoch") -> list[dict]:
+    """The rows a trial reads from the records `write(work)` leaves (a reader made before, as a trial's is)."""
+    kwargs = {"sources": sources} if sources else {"auto": True}
+    reader = TrackerResults(work, step_key, objective=Objective(metric, test_metric=None), since=0.0, **kwargs)
+    write(work)
+    return reader.poll(printed) + reader.close()
+
+
+def test_word_language_model_pipe_pairs_and_its_end_of_training_line():
+    lines = recorded_lines("word_language_model.stdout.txt")
+    assert pipe_pairs(lines[1]) == {"epoch": 1, "lr": 20.0, "ms/batch": 1301.4, "loss": 7.26, "ppl": 1424.85}
+    assert pipe_pairs(lines[5]) == {"epoch": 1, "valid_loss": 6.49, "valid_ppl": 658.06}  # `time: 60.40s` skipped
+    rows = console(lines, "valid_loss", "test_loss")
+    assert [(r["epoch"], r["valid_loss"], r["valid_ppl"]) for r in rows] == [(1, 6.49, 658.06), (2, 6.49, 655.85)]
+    assert (rows[1]["test_loss"], rows[1]["test_ppl"]) == (6.43, 620.74) and "test_loss" not in rows[0]
+    assert all(set(r) == {"epoch", "lr", "ms/batch", "loss", "ppl", "valid_loss", "valid_ppl"} for r in rows[:1])
+    # without a test metric, the end-of-training line is the final result at the last epoch (joined to it)
+    assert console(lines, "valid_loss")[2] == {"test_loss": 6.43, "test_ppl": 620.74, "epoch": 2}
+
+
+def test_fairseq_pipes_name_the_subset():
+    line = "epoch 001 | valid on 'valid' subset | loss 9.1 | nll_loss 8.9 | ppl 477.5 | num_updates 100"
+    assert pipe_pairs(line) == {"epoch": 1, "valid_loss": 9.1, "valid_nll_loss": 8.9, "valid_ppl": 477.5,
+                                "valid_num_updates": 100}  # fmt: skip
+    assert pipe_pairs("  | Name     | Type     | Params | Mode") == {}  # Lightning's model summary
+    assert pipe_pairs("0 | backbone | Backbone | 101 K  | train") == {}
+
+
+def test_timm_console_best_metric_and_result_dump_are_not_epochs():
+    """timm logs on stderr, then prints `--result` and a JSON list of its best epochs on stdout."""
+    rows = console(recorded_lines("timm_train.stderr.txt", "timm_train.stdout.txt"), "Acc@1")
+    summary = file_rows(RECORDED / "timm_summary.csv", "eval_top1")
+    assert [r["epoch"] for r in rows] == [0, 1]
+    assert [r["Acc@1"] for r in rows] == [round(summary[e], 3) for e in (0, 1)] == [20.0, 36.667]
+    assert all(set(r) == set(rows[0]) for r in rows) and not {"metric", "top1", "loss", "count"} & set(rows[0])
+
+
+def test_timm_summary_csv_is_read_when_it_holds_the_metric(tmp_path, capsys):
+    printed = console(recorded_lines("timm_train.stderr.txt", "timm_train.stdout.txt"), "eval_top1")
+
+    def write(work):
+        (work / "output" / "train" / "x").mkdir(parents=True)
+        shutil.copy(RECORDED / "timm_summary.csv", work / "output" / "train" / "x" / "summary.csv")
+        (work / "data.csv").write_text("epoch,label\n0,1\n")  # a CSV without --metric: not read
+
+    rows = read_records(tmp_path, write, "eval_top1", printed=printed)
+    with open(RECORDED / "timm_summary.csv", newline="") as f:
+        expected = [{k: float(v) if k != "epoch" else int(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    assert rows == expected  # each epoch once, every column as written, nothing printed added
+    assert "metrics from csv records: output/train/x/summary.csv (the printed lines hold no --metric eval_top1)" in (
+        capsys.readouterr().out
+    )
+
+
+def lightning_csv(work: Path) -> None:
+    (work / "lightning_logs" / "version_1").mkdir(parents=True)
+    shutil.copy(RECORDED / "lightning_metrics.csv", work / "lightning_logs" / "version_1" / "metrics.csv")
+
+
+def test_lightning_console_does_not_hide_its_csv_logger(tmp_path):
+    """Lightning's bar prints only `v_num=1`, its stderr "`Trainer.fit` stopped: `max_epochs=2` reached.":
+    no row; the CSV holds --metric: its epoch-level values at their epoch, `test_loss` joined to the last."""
+    err = recorded_lines("lightning.stderr.txt")  # its banner comes first, "`Trainer.fit` stopped" after the bars
+    end = next(i for i, line in enumerate(err) if "Trainer.fit" in line)
+    printed = console(err[:end] + recorded_lines("lightning_console.txt") + err[end:], "valid_loss_epoch")
+    assert printed == []
+    rows = read_records(tmp_path, lightning_csv, "valid_loss_epoch", printed=printed)
+    metrics = RECORDED / "lightning_metrics.csv"
+    assert [r["epoch"] for r in rows] == [0, 1, 1]  # the last: test_loss, logged at epoch 2 after the fit
+    for column in ("valid_loss_epoch", "train_loss_epoch"):
+        assert {r["epoch"]: r[column] for r in rows[:2]} == file_rows(metrics, column)
+    assert rows[2] == {"test_loss": 0.27978435158729553, "epoch": 1}
+    assert not any("valid_loss_step" in r for r in rows)  # validation steps count on their own: never epochs
+    steps = read_records(tmp_path / "s", lightning_csv, "valid_loss_epoch", ("csv",), step_key="step")
+    assert min(r["step"] for r in steps) == 49 and steps[-1]["step"] == 3437  # no validation step 0..313
+
+
+@pytest.mark.parametrize("sources", [("tensorboard",), None], ids=["tensorboard", "auto"])
+def test_lightning_tensorboard_logger_epoch_values_at_their_epoch(tmp_path, sources):
+    def write(work):
+        (work / "lightning_logs" / "version_0").mkdir(parents=True)
+        for path in (RECORDED / "lightning_tb").iterdir():
+            shutil.copy(path, work / "lightning_logs" / "version_0" / path.name)
+
+    rows = read_records(tmp_path, write, "valid_loss_epoch", sources)
+    # the values the event files hold (tensorboard's EventFileLoader; the same run's metrics.csv agrees)
+    assert [(r["epoch"], r["valid_loss_epoch"], r["train_loss_epoch"]) for r in rows[:2]] == [
+        (0, 0.5871946811676025, 1.2091004848480225),
+        (1, 0.2884407341480255, 0.3866567611694336),
+    ]
+    assert rows[2:] == [{"test_loss": 0.27978435158729553, "epoch": 1}]
+    assert not any("valid_loss_step" in r or "hp_metric" in r for r in rows)

@@ -1,0 +1,156 @@
+"""The research record (docs/research-record.md): provenance per run, --notify messages, --dry-run's estimate."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from analysis.reading.provenance import changed_files, format_provenance
+from sweeps.engine.flags import UsageError, check_notify_urls
+from sweeps.engine.run import notify
+from sweeps.engine.sweep_records import provenance_capture
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+SCRIPT = """import sys, time
+for e in range(1, 4):
+    time.sleep(0.5)
+    print(f"epoch={e} val_acc={0.5 + e / 10 + int(sys.argv[1]) / 100}", flush=True)
+"""
+
+
+def git_repo(folder: Path) -> Path:
+    """A git repository holding train.py, committed, then changed without a commit, and an untracked file."""
+    folder.mkdir()
+    (folder / "train.py").write_text(SCRIPT)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=folder, check=True)
+    subprocess.run(git + ["add", "train.py"], cwd=folder, check=True)
+    subprocess.run(git + ["commit", "-qm", "first"], cwd=folder, check=True)
+    (folder / "train.py").write_text(SCRIPT + "# lr warm-up tried\n")
+    (folder / "notes.py").write_text("x = 1\n")
+    return folder
+
+
+class Receiver:
+    """An HTTP server on loopback that keeps every JSON body POSTed to it (apprise's json:// target)."""
+
+    def __init__(self):
+        self.messages = []
+        messages = self.messages
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"json://127.0.0.1:{self.server.server_port}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"json://127.0.0.1:{s.getsockname()[1]}/"  # nothing listens once the socket is closed
+
+
+# --- fast: provenance and notifications without Ray -------------------------------------------
+
+
+def test_collect_records_commit_branch_diff_and_untracked_files_of_the_scripts_repo(tmp_path):
+    repo = git_repo(tmp_path / "repo")
+    assert provenance_capture.code_folder({"data": None}) == str(ROOT)  # a built-in sweep: this project
+    folder = provenance_capture.code_folder({"template": [PY, "train.py", "--seed", "{seed}"], "cwd": str(repo)})
+    record, patch = provenance_capture.collect(folder)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert record["code"]["commit"] == head and record["code"]["branch"] == "main"
+    assert list(record["code"]["diff_files"]) == ["train.py"] and record["code"]["untracked"] == ["notes.py"]
+    assert "+# lr warm-up tried" in patch
+    assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["packages"]["ray"] == record["versions"]["ray"]
+    assert record["command"].startswith(PY)
+    assert record["nodes"][0]["host"] == socket.gethostname()
+
+
+def test_record_run_writes_a_record_and_patch_that_provenance_prints(tmp_path, capsys):
+    repo, experiment = git_repo(tmp_path / "repo"), str(tmp_path / "runs" / "exp")
+    params = {"template": [PY, "train.py"], "cwd": str(repo)}
+    provenance_capture.record_run(experiment, params)
+    (repo / "train.py").write_text(SCRIPT)  # the change undone: train.py differs from the first run
+    second = provenance_capture.record_run(experiment, params)
+    assert "code changed since the previous run: train.py" in capsys.readouterr().out
+    assert second["code"]["diff_files"] == {}
+    text = format_provenance(experiment)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert text.count(f"commit {head} (branch main)") == 2 and text.count("+# lr warm-up tried") == 1
+    assert "code changed since the previous run: train.py" in text
+
+
+def test_changed_files_names_the_files_whose_diff_or_commit_changed():
+    before = {"code": {"diff_files": {"a.py": "1", "b.py": "2"}, "untracked": ["n.py"]}}
+    after = {"code": {"diff_files": {"a.py": "1", "b.py": "3"}, "untracked": [], "since_previous": ["c.py"]}}
+    assert changed_files(before, after) == ["b.py", "c.py", "n.py"]
+    assert changed_files(before, before) == []
+
+
+def test_a_bad_notify_url_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="'slackk://x'"):
+        check_notify_urls(["json://127.0.0.1:9/", "slackk://x"])
+
+
+def test_a_driver_crash_sends_one_stop_message_naming_the_exception(receiver, monkeypatch):
+    from sweeps.engine.run import process_exit
+
+    def crash(argv):
+        raise RuntimeError("the head node went away")
+
+    notify.watch((receiver.url,), "noise_grid")
+    monkeypatch.setattr(sys, "argv", ["sweep"])
+    with pytest.raises(RuntimeError):
+        process_exit.run_main(crash)  # re-raised after the message: Python's traceback, exit code 1
+    notify.sweep_stopped(RuntimeError("again"))  # told once only
+    assert len(receiver.messages) == 1
+    assert receiver.messages[0]["title"] == "sweep noise_grid stopped"
+    assert "RuntimeError: the head node went away" in receiver.messages[0]["message"]
+
+
+def test_undeliverable_notification_is_one_warning_line(capsys):
+    notify.watch((closed_port_url(),), "s")
+    assert notify.send("t", "b", "info") is False
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("warning: --notify")
+
+
+def test_estimate_scales_seconds_per_step_by_epochs_and_places_trials_longest_first():
+    from sweeps.engine.estimate.history_estimate import makespan, trial_seconds
+
+    per_step = {(("lr", 0.1),): 2.0, None: 1.0, "steps": 3.0}
+    epochs = lambda cell: cell.get("epochs", 30)  # noqa: E731
+    assert trial_seconds({"lr": 0.1, "epochs": 5}, per_step, epochs) == 10.0  # same config, other epochs
+    assert trial_seconds({"lr": 0.5, "epochs": 5}, per_step, epochs) == 5.0  # unseen config: the mean
+    assert trial_seconds({"lr": 0.5}, per_step) == 3.0  # a command: the history's mean steps
+    assert makespan([2, 3, 2, 3, 2], 2) == 7.0  # LPT: 3|3, 2|2, then 2 on one slot
+    assert makespan([4.0], 8) == 4.0
