@@ -157,7 +157,8 @@ NOT_RUN = {  # command -> why the test only parses it
     "python sweeps/noise_grid.py --address HEAD_IP:6379 --storage-path /mnt/nfs/runs --seeds 3": CLUSTER,
     "python sweeps/noise_grid.py --mlflow-uri": GRID_MINUTES + "; tests/sweeps/test_trackers.py logs to sqlite",
     "python sweeps/noise_grid.py --mlflow-uri http://mlflow-host:5000": "needs an MLflow server",
-    "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES + "; tests/sweeps/test_trackers.py runs W&B offline",
+    "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES
+    + "; tests/sweeps/test_trackers.py runs W&B offline",
     "python sweeps/run_command.py --axis dataset,num_classes=caltech101:100,oxford_pets:37 --seeds 3 "
     "--metric val_acc --test-metric accuracy -- python train.py --dataset '{dataset}' --num-classes "
     "'{num_classes}' --seed '{seed}' --out '{trial_dir}'": "needs the user's train.py and its data sets",
@@ -183,7 +184,8 @@ NOT_RUN.update(
         "python sweeps/noise_grid.py --seeds 3 --estimate": "trains the first cell and joins Ray for its slots; "
         "tests/sweeps/test_estimate_sweeps.py sets --estimate against real sweeps",
         "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 3 --estimate -- python train.py --lr '{lr}' "
-        "--seed '{seed}'": "needs the user's train.py; tests/sweeps/test_estimate_sweeps.py estimates a scripted command",
+        "--seed '{seed}'": "needs the user's train.py; "
+        "tests/sweeps/test_estimate_sweeps.py estimates a scripted command",
         "python sweeps/lr_search.py --num-samples 40 --estimate --json": "trains the first cell; "
         "tests/unit/test_estimate.py checks the document against its schema",
         "python sweeps/noise_grid.py --seeds 5 --dry-run --estimate --json": "needs a finished sweep runs/noise_grid; "
