@@ -136,10 +136,9 @@ def train_epochs(
             torch.distributed.all_reduce(correct)
         train_seconds = time.perf_counter() - started
 
-        val_loss, val_acc, _ = evaluate(raw_model, splits["x_val"], splits["y_val"], mean, std, device, amp_dtype)
-        test_loss, test_acc, test_pred = evaluate(
-            raw_model, splits["x_test"], splits["y_test"], mean, std, device, amp_dtype
-        )
+        numerics = (mean, std, device, amp_dtype, layout)
+        val_loss, val_acc, _ = evaluate(raw_model, splits["x_val"], splits["y_val"], *numerics)
+        test_loss, test_acc, test_pred = evaluate(raw_model, splits["x_test"], splits["y_test"], *numerics)
         confusion = np.bincount(data["y_test"] * num_classes + test_pred, minlength=num_classes**2).reshape(
             num_classes, -1
         )
@@ -177,16 +176,16 @@ def train_epochs(
 
 @torch.no_grad()
 def evaluate(
-    model, x: torch.Tensor, y: torch.Tensor, mean, std, device, amp_dtype=None, batch_size: int = 1024
+    model, x: torch.Tensor, y: torch.Tensor, mean, std, device, amp_dtype=None, layout=torch.contiguous_format
 ) -> tuple[float, float, np.ndarray]:
     """Mean cross-entropy, accuracy (fraction in [0, 1]) and predicted classes (N,) of `model` on clean labels `y`.
 
-    `x` (N, ...) and `y` (N,) are tensors on `device` or on the CPU (`trainables.data.place_data`); the
-    sums stay on `device` (the loss in float64, as a Python float sum was) and are read once.
+    `x` (N, ...) and `y` (N,) are tensors on `device` or on the CPU (`trainables.data.place_data`), read in
+    batches of 1024 in the model's memory `layout`; the sums stay on `device` (the loss in float64, as a
+    Python float sum was) and are read once.
     """
     model.eval()
-    layout = next(model.parameters()).is_contiguous(memory_format=torch.channels_last)
-    layout = torch.channels_last if layout and x.ndim == 4 else torch.contiguous_format
+    batch_size = 1024
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct, predictions = torch.zeros((), dtype=torch.long, device=device), []
     for start in range(0, len(y), batch_size):
