@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainables.command.process import CAP_HOOK_DIR
+from trainables.command.gpu_sharing import CAP_HOOK_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with cwd=ROOT, like a user's sweep

@@ -15,9 +15,9 @@ import pytest
 
 from sweeps.engine.cluster import mps_daemons
 from sweeps.engine.flags import UsageError
-from trainables.command.gpu_sharing import MPS_DEVICE_FILE, GpuSharing, cap_line, mps_env
+from trainables.command.gpu_sharing import CAP_HOOK_DIR, MPS_DEVICE_FILE, GpuSharing, cap_line, mps_env
 from trainables.command.parse import StepContext
-from trainables.command.process import CAP_HOOK_DIR, command_env
+from trainables.command.process import command_env
 
 GIB = 2**30
 

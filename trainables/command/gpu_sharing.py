@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from trainables.config import TrainConfig
 
+CAP_HOOK_DIR = Path(__file__).with_name("gpu_cap")  # its sitecustomize.py caps the command's torch at CUDA start
 MPS_CONTROL = "nvidia-cuda-mps-control"  # NVIDIA's MPS control daemon, shipped with the driver
 MPS_DEVICE_FILE = "device.json"  # in a GPU's MPS folder: {"index", "memory_total"} (bytes), written by the sweep
 MIB = 2**20
@@ -44,7 +46,7 @@ def mps_gpu_folder(mps_dir: str | Path, gpu: str) -> Path:
 def cap_line(env: dict) -> str | None:
     """The trial's log line saying the command's PyTorch is capped at CUDA start, or None when it is not."""
     fraction = env.get("RAYSWEEP_GPU_MEMORY_FRACTION")
-    if fraction is None or str(Path(__file__).with_name("gpu_cap")) not in env.get("PYTHONPATH", ""):
+    if fraction is None or str(CAP_HOOK_DIR) not in env.get("PYTHONPATH", "").split(os.pathsep):
         return None
     return (
         f"GPU memory cap {fraction} of the device, set in the command's PyTorch when CUDA starts there "

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from trainables.command.gpu_sharing import CAP_HOOK_DIR
 from trainables.command.parse import StepContext, format_value
 from trainables.command.sources import StreamLog, decode_line, read_metrics_file
 from trainables.command.trackers import TrackerResults
@@ -34,7 +35,6 @@ STREAM_NAMES = {"OUT": "stdout", "ERR": "stderr"}  # the log prefix's name of a 
 TAIL_POLL_S = 0.02  # how long a reader waits for more output at the end of its file
 
 SHIM = Path(__file__).with_name("shim.py")
-CAP_HOOK_DIR = Path(__file__).with_name("gpu_cap")  # its sitecustomize.py caps the command's torch at CUDA start
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
