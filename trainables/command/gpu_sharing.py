@@ -17,11 +17,11 @@ the whole card. So, for a trial given 0 < g < 1 GPU:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from trainables.config import TrainConfig
+from trainables.experiment import records
 
 CAP_HOOK_DIR = Path(__file__).with_name("gpu_cap")  # its sitecustomize.py caps the command's torch at CUDA start
 MPS_CONTROL = "nvidia-cuda-mps-control"  # NVIDIA's MPS control daemon, shipped with the driver
@@ -73,9 +73,8 @@ def mps_env(env: dict, gpus: float, sharing: GpuSharing) -> str | None:
         return None
     gpu = env.get("CUDA_VISIBLE_DEVICES", "")
     folder = mps_gpu_folder(sharing.mps_dir, gpu)
-    try:
-        device = json.loads((folder / MPS_DEVICE_FILE).read_text())
-    except (OSError, ValueError):
+    device = records.read_record(str(folder / MPS_DEVICE_FILE))  # written once the daemon runs
+    if device is None:
         return f"--mps: no MPS daemon of this sweep for GPU {gpu or '(none)'} on this node: running without MPS"
     env.pop("CUDA_VISIBLE_DEVICES")
     env["CUDA_MPS_PIPE_DIRECTORY"] = str(folder / "pipe")

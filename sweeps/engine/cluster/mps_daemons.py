@@ -15,7 +15,6 @@ and their logs say so. NVIDIA MPS docs: "Appendix: Tools and Interface Reference
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -26,6 +25,7 @@ from collections.abc import Iterator
 
 from sweeps.engine.flags import UsageError
 from trainables.command.gpu_sharing import MPS_CONTROL, MPS_DEVICE_FILE, mps_gpu_folder
+from trainables.experiment import records
 
 START_WAIT_S = 10.0  # the longest wait for a daemon's control pipe
 STOP_WAIT_S = 10.0  # the longest wait for a daemon to quit before SIGTERM, then SIGKILL, to its group
@@ -111,7 +111,7 @@ def start_daemon(root: str, gpu: str, memory_total: int | None) -> subprocess.Po
     folder = mps_gpu_folder(root, gpu)
     for sub in ("pipe", "log"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    with open(folder / "control.out", "wb") as out:
+    with open(folder / "control.out", "ab") as out:  # the daemon's own output: a log
         proc = subprocess.Popen(
             [MPS_CONTROL, "-f"],
             env=daemon_env(root, gpu),
@@ -126,7 +126,7 @@ def start_daemon(root: str, gpu: str, memory_total: int | None) -> subprocess.Po
     if proc.poll() is not None:
         said = (folder / "control.out").read_text(errors="replace").strip()[-500:]
         raise UsageError(f"--mps: {MPS_CONTROL} for GPU {gpu} exited with code {proc.returncode}: {said}")
-    (folder / MPS_DEVICE_FILE).write_text(json.dumps({"index": gpu, "memory_total": memory_total}))
+    records.write_record(str(folder / MPS_DEVICE_FILE), {"index": gpu, "memory_total": memory_total})
     return proc
 
 
