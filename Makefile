@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 PY := $(VENV)/bin/python
 SWEEP_ARGS ?=
 
-.PHONY: install sweep smoke test test-fast lint bench bench-quick bench-gpu analysis clean
+.PHONY: install sweep smoke test test-fast lint bench bench-quick bench-gpu gpu-check analysis clean
 
 install: $(VENV)/.installed
 
@@ -52,6 +52,9 @@ bench-quick: install  # what CI runs: seconds to a minute each; they report, the
 bench-gpu: install  # on a GPU machine: trials packed 1, 2, 4, 8 per GPU (table, JSON, plot); without a GPU it says so
 	@mkdir -p $(BENCH_OUT)
 	$(PY) benchmarks/gpu_packing.py --json $(BENCH_OUT)/gpu_packing.json --plot $(BENCH_OUT)/gpu_packing.png
+
+gpu-check: install  # on a CUDA machine: every GPU path checked, one table, exit 1 on a failure (docs/gpus-and-clusters.md)
+	$(PY) benchmarks/gpu_check.py
 
 analysis: install
 	$(PY) -m analysis runs/noise_grid

@@ -18,9 +18,11 @@ training steps only), peak CUDA memory against its cap (`gpu/memory_cap` x the d
 memory), NVML utilisation (`gpu/utilization_mean`, the device's, sampled every second). Total
 samples/s = the sum over the k concurrent trials.
 
-OOM check: one resnet18 trial at the smallest share, with a batch size estimated from the measured
-memory per sample to need about 1.5x its cap; it must raise `GpuOutOfMemory` and finish after
-`launch.rerun_oom_trials` re-queues it at twice the share.
+OOM check: one resnet18 trial at the smallest share, its batch first estimated from the measured memory
+per sample to need about 1.5x its cap, then doubled (on synthetic data as large as the batch) until that
+first attempt really runs out of memory (`GpuOutOfMemory`); it must then finish after
+`launch.rerun_oom_trials` re-queues it at twice the share. If no batch up to `OOM_MAX_BATCH` runs out of
+memory, the table says the check proved nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ MODELS = ("mlp", "cnn", "resnet18")
 AMPS = ("off", "bf16")  # fp32 and bf16 autocast (`TrainConfig.amp`)
 TRIALS_PER_GPU = (1, 2, 4, 8)
 BATCH_SIZE = 128
+OOM_MAX_BATCH = 2**16  # the OOM check's largest batch (its synthetic data: 200 MB of CIFAR-shaped images)
 
 
 def write_synthetic_cifar(path: Path, n_train: int, n_test: int, seed: int = 0) -> Path:
@@ -124,16 +127,28 @@ def run_packing(
     }
 
 
+def grow_until_oom(start: int, attempt, max_batch: int = OOM_MAX_BATCH) -> tuple[list[int], str, object]:
+    """Double the batch from `start` until `attempt(batch)` -> (status, result) says "oom" (or anything but
+    "finished": an error); returns (the batches tried, the last status, its result). A last status of
+    "finished" means no batch up to `max_batch` ran out of memory."""
+    tried, status, result, batch = [], "finished", None, max(1, start)
+    while batch <= max_batch and status == "finished":
+        tried.append(batch)
+        status, result = attempt(batch)
+        batch *= 2
+    return tried, status, result
+
+
 def check_oom_requeue(
-    rows: list[dict], *, data: dict, data_root: str, cpus_per_trial: float, storage: str, total_memory_bytes: int
+    rows: list[dict], *, workdir: str, cpus_per_trial: float, storage: str, total_memory_bytes: int
 ) -> dict:
-    """Run one resnet18 trial sized to exceed its cap at the smallest share; check it is re-queued at twice
-    the share."""
+    """Grow one resnet18 trial's batch until it runs out of memory at the smallest share (`grow_until_oom`),
+    then check it is re-queued at twice the share and finishes."""
     from ray import tune
 
     from sweeps.engine.cluster.trial_resources import with_resources
     from sweeps.engine.run.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
-    from trainables import train_classifier
+    from trainables import load_data, parse_config, train_classifier
     from trainables.experiment.objective import Objective
     from trainables.gpu import is_gpu_oom
 
@@ -143,27 +158,36 @@ def check_oom_requeue(
         return {"skipped": "no fp32 resnet18 row to size the batch from"}
     per_sample = max(t["peak_memory_bytes"] for t in measured[0]["trials"]) / BATCH_SIZE
     cap = share * (1 - 0.1) * total_memory_bytes  # TrainConfig.gpu_memory_headroom = 0.1
-    batch_size = int(1.5 * cap / per_sample)
-    space = {"dataset": "npz", "data_root": data_root, "model": "resnet18", "epochs": 1, "batch_size": batch_size}
-
-    def trainable_for(gpu_share: float):
-        return with_resources(
-            TrialFunction(train_classifier, {"data": data}), gpu_share, cpus_per_trial, f"{storage}/oom"
-        )
-
-    run_config = sweep_run_config("oom", storage, max_failures=0)
     tune_config = sweep_tune_config(
         tune.TuneConfig(
             metric=Objective.metric, mode=Objective.mode, trial_name_creator=lambda trial: f"oom_{trial.trial_id}"
         )
     )
-    first = tune.Tuner(trainable_for(share), param_space=space, tune_config=tune_config, run_config=run_config).fit()
-    rounds = rerun_oom_trials(first, trainable_for, share, run_config, tune_config)
-    return {
-        "batch_size": batch_size,
-        "share": share,
-        "cap_bytes": int(cap),
-        "first_round_oom": any(r.error is not None and is_gpu_oom(r.error) for r in rounds[0]),
+
+    def trainable_for(gpu_share: float, data: dict):
+        return with_resources(TrialFunction(train_classifier, {"data": data}), gpu_share, cpus_per_trial, storage)
+
+    def attempt(batch: int):
+        """One epoch at `share` on synthetic data of `batch` training samples (the split keeps 85 %)."""
+        root = str(write_synthetic_cifar(Path(workdir) / f"oom_{batch}.npz", math.ceil(batch / 0.85) + 10, 1000))
+        data = load_data(parse_config({"dataset": "npz", "data_root": root}))
+        space = {"dataset": "npz", "data_root": root, "model": "resnet18", "epochs": 1, "batch_size": batch}
+        run_config = sweep_run_config(f"oom_batch{batch}", storage, max_failures=0)
+        trainable = trainable_for(share, data)
+        first = tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config).fit()
+        errors = [r.error for r in first if r.error is not None]
+        status = "finished" if not errors else "oom" if all(is_gpu_oom(e) for e in errors) else "error"
+        return status, (first, data, run_config, errors)
+
+    start = min(int(1.5 * cap / per_sample), OOM_MAX_BATCH)  # the estimate, fp32: the growth does the rest
+    tried, status, (first, data, run_config, errors) = grow_until_oom(start, attempt)
+    report = {"batch_sizes": tried, "batch_size": tried[-1], "share": share, "cap_bytes": int(cap)}
+    if status != "oom":
+        why = str(errors[0])[:200] if errors else f"no batch up to {tried[-1]} ran out of memory"
+        return report | {"first_round_oom": False, "requeued_shares": [], "finished_after_requeue": False, "why": why}
+    rounds = rerun_oom_trials(first, lambda s: trainable_for(s, data), share, run_config, tune_config)
+    return report | {
+        "first_round_oom": True,
         "requeued_shares": [share * 2**i for i in range(1, len(rounds))],
         "finished_after_requeue": len(rounds) > 1 and all(r.error is None for r in rounds[-1]),
     }
@@ -204,12 +228,18 @@ def format_table(report: dict) -> str:
             f"{(f'{statistics.mean(utils):.0f}' if utils else '-'):>8}"
         )
     oom = report.get("oom") or {}
-    if "first_round_oom" in oom:
+    tried = f" (batches tried: {', '.join(map(str, oom.get('batch_sizes', [])))})" if oom.get("batch_sizes") else ""
+    if oom.get("first_round_oom"):
         lines.append(
             f"OOM check: batch {oom['batch_size']} at {oom['share']:g} GPU (cap {oom['cap_bytes'] / gib:.2f} GiB): "
-            f"out of memory {'yes' if oom['first_round_oom'] else 'NO'}; re-queued at "
+            f"out of memory yes{tried}; re-queued at "
             f"{', '.join(f'{s:g}' for s in oom['requeued_shares']) or '-'} GPU; "
             f"finished {'yes' if oom['finished_after_requeue'] else 'NO'}"
+        )
+    elif "first_round_oom" in oom:
+        lines.append(
+            f"OOM check proved nothing: {oom.get('why', 'no out-of-memory')} at {oom['share']:g} GPU "
+            f"(cap {oom['cap_bytes'] / gib:.2f} GiB){tried}"
         )
     elif oom:
         lines.append(f"OOM check skipped: {oom.get('skipped')}")
@@ -287,8 +317,7 @@ def measure(quick: bool) -> dict | None:
                     )
         report["oom"] = check_oom_requeue(
             report["rows"],
-            data=data,
-            data_root=data_root,
+            workdir=tmp,
             cpus_per_trial=cpus_per_trial,
             storage=f"{tmp}/runs",
             total_memory_bytes=props.total_memory,

@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.cluster import mps_daemons
 from sweeps.engine.command_sweep import code_snapshot, command_template
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
@@ -152,6 +153,18 @@ def add_command_flags(parser) -> None:
         help="the code snapshot travels to every node as Ray's runtime_env working_dir (as with s3:// storage), "
         "for a cluster whose nodes share no folder (default: the snapshot is read from --storage-path)",
     )
+    parser.add_argument(
+        "--no-memory-cap",
+        action="store_true",
+        help="leave a fractional trial's PyTorch uncapped (default: its GPU memory is capped at the share minus "
+        "10%% when CUDA starts in the command's Python, through a sitecustomize hook on its PYTHONPATH)",
+    )
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="run fractional trials under NVIDIA MPS, one control daemon per GPU of this machine, each trial "
+        "limited to its share of the GPU's threads and memory (needs nvidia-cuda-mps-control)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every cell's command, one per line, and exit")
     parser.add_argument(
         "--check",
@@ -206,6 +219,7 @@ def check_command_args(args) -> None:
             raise UsageError(f"{flag}={getattr(args, flag[2:].replace('-', '_'))} must be >= 0 seconds")
     if args.dry_run and args.check:
         raise UsageError("--dry-run prints the commands and --check runs the first one; give one of them")
+    mps_daemons.check_mps(args.mps and not (args.dry_run or args.check))
 
 
 def warn_gpu_choice(template: list[str]) -> None:
@@ -253,10 +267,12 @@ def estimate_sweep(args) -> int:
     )
 
 
-def command_trial_function(args, snapshot: dict | None):
-    """`train_command` with the command, how its metrics are read, and the code copy (`snapshot`,
-    None with --in-place) it runs in; a snapshot with a `runtime_env` reaches the trials through it."""
+def command_trial_function(args, snapshot: dict | None, mps_dir: str | None = None):
+    """`train_command` with the command, how its metrics are read, the code copy (`snapshot`, None with
+    --in-place) it runs in, and how fractional trials share a GPU (--no-memory-cap; `mps_dir`: --mps's
+    daemons' folder); a snapshot with a `runtime_env` reaches the trials through it."""
     from sweeps.engine.run.launch import TrialFunction
+    from trainables.command.gpu_sharing import GpuSharing
     from trainables.command.runner import train_command
     from trainables.command.workdir import RUNTIME_ENV_CODE
 
@@ -274,6 +290,7 @@ def command_trial_function(args, snapshot: dict | None):
             "write_wait_s": args.write_wait_s,
             "cwd": os.getcwd(),
             "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
+            "gpu_sharing": GpuSharing(memory_cap=not args.no_memory_cap, mps_dir=mps_dir),
         },
         runtime_env=runtime_env or None,
     )
@@ -287,21 +304,23 @@ def run_grid(args, options, plan, snapshot: dict | None) -> int:
     from sweeps.engine.grid.plan import fit_grid
     from sweeps.engine.run.launch import start_sweep
 
-    sweep = start_sweep(
-        options,
-        command_trial_function(args, snapshot),
-        # every result carries a small step checkpoint; keep the latest two, whatever the metric
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
-        settings={"code_snapshot": snapshot},
-    )
-    code, _ = fit_grid(
-        sweep,
-        plan,
-        grid.trial_namer(command_template.cell_axes(args.cells)),
-        lambda tune_config: Tuner(
-            sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
-        ),
-    )
+    with mps_daemons.mps_folder(args.mps) as mps_dir:  # --mps: the daemons' folder, removed at the end
+        sweep = start_sweep(
+            options,
+            command_trial_function(args, snapshot, mps_dir),
+            # every result carries a small step checkpoint; keep the latest two, whatever the metric
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            settings={"code_snapshot": snapshot},
+        )
+        with mps_daemons.mps_daemons(mps_dir, sweep.gpus, *mps_daemons.sweep_gpus() if mps_dir else ([], {})):
+            code, _ = fit_grid(
+                sweep,
+                plan,
+                grid.trial_namer(command_template.cell_axes(args.cells)),
+                lambda tune_config: Tuner(
+                    sweep.trainable, param_space=plan.param_space, tune_config=tune_config, run_config=sweep.run_config
+                ),
+            )
     return code
 
 

@@ -49,6 +49,17 @@ def pytest_collection_modifyitems(config, items):
         group = next((g for name, g in SESSION_GROUPS.items() if name in item.fixturenames), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Tests marked `gpu` run where torch sees a CUDA GPU (`make gpu-check`), and are skipped elsewhere.
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_tests and not _cuda_available():
+        for item in gpu_tests:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (make gpu-check runs it on one)"))
+
+
+def _cuda_available() -> bool:
+    import torch  # only when a `gpu` test was collected
+
+    return torch.cuda.is_available()
 
 
 def pytest_unconfigure(config):

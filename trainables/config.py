@@ -17,7 +17,7 @@ MODELS = ("mlp", "cnn", "resnet18")
 LOSSES = ("ce", "label_smoothing", "gce", "sce")
 NOISE_TYPES = ("sym", "asym")
 OPTIMIZERS = ("sgd", "adamw")
-AMP_MODES = ("off", "bf16", "fp16")
+AMP_MODES = ("auto", "off", "bf16", "fp16")
 RUN_ONLY_KEYS = ("checkpoint_every", "gpu_memory_headroom")  # change how a trial runs, not what it learns
 
 
@@ -52,7 +52,7 @@ class TrainConfig:
     grad_clip: float = 5.0  # max global grad norm; 0 disables clipping
     epochs: int = 30  # passes over the training set
     warmup_epochs: float = 1.0  # linear warm-up before the cosine decay, in epochs
-    amp: str = "off"  # off | bf16 | fp16 autocast; used on CUDA only
+    amp: str = "auto"  # auto (bf16 autocast on a GPU with native bf16, else none) | off | bf16 | fp16; CUDA only
     seed: int = 0  # seeds init and data order: the seed axis of a sweep
     checkpoint_every: int = 1  # save a Tune checkpoint every N epochs (and at the last epoch)
     gpu_memory_headroom: float = 0.1  # share of a fractional GPU left free of the memory cap

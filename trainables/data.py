@@ -2,19 +2,25 @@
 
 A sweep calls `load_data` once in the driver and hands the dict to every trial through
 Ray's object store (`tune.with_parameters`): numpy arrays come back zero-copy and read-only,
-so eight trials over a 200 MB data set hold one copy, not eight.
+so eight trials over a 200 MB data set hold one copy, not eight. Inside a trial, `place_data` puts
+the splits where the training loop indexes its batches: on the GPU when they fit (`DEVICE_DATA_MAX_BYTES`).
 """
 
 from __future__ import annotations
 
 import math
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 CIFAR10_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+PLACED_SPLITS = ("x_train", "x_val", "x_test", "y_val", "y_test")  # what `place_data` puts where batches are read
+DEVICE_DATA_MAX_BYTES = 2 * 2**30  # larger data stays in host memory; digits is 0.5 MB, CIFAR-10 (uint8) 184 MB
+DEVICE_DATA_SHARE = 0.25  # ... and so does data above this share of the GPU memory the trial may allocate
+_placed: list = []  # [(the data dict's arrays, device, their tensors)]: the seeds of one trial share one copy
 
 
 def data_key(cfg) -> tuple:
@@ -78,6 +84,46 @@ def load_data(cfg) -> dict:
         "mean": mean,
         "std": std,
     }
+
+
+def place_data(data: dict, device) -> dict:
+    """The splits of `data` (`PLACED_SPLITS`) as tensors where the training loop indexes its batches.
+
+    On a CUDA `device` they are copied there once when they fit: at most `DEVICE_DATA_MAX_BYTES` and
+    `DEVICE_DATA_SHARE` of the memory this process may allocate (its `set_per_process_memory_fraction`
+    cap); batches are then gathered and normalised on the GPU, with no copy from the host per step.
+    Larger data stays in host memory (a batch is gathered there and copied each step). On the CPU the
+    tensors share the arrays' memory (no copy; the object store's read-only arrays are only read).
+    The seeds of one trial (`--repeat`) get the same tensors: the last placement is kept for reuse.
+    Args:
+        data: the dict of `load_data` (numpy arrays, uint8 or float32 images, int64 labels).
+        device: the `torch.device` the model trains on.
+    Returns:
+        {split: tensor} for `PLACED_SPLITS`, all on `device` or all on the CPU.
+    """
+    import torch
+
+    arrays = [data[k] for k in PLACED_SPLITS]
+    for kept, kept_device, tensors in _placed:
+        if kept_device == device and all(a is b for a, b in zip(kept, arrays)):
+            return tensors
+    size = sum(a.nbytes for a in arrays)
+    fits = device.type != "cuda" or size <= DEVICE_DATA_SHARE * _allocatable_bytes(device)
+    where = device if fits and size <= DEVICE_DATA_MAX_BYTES else torch.device("cpu")
+    with warnings.catch_warnings():  # read-only arrays (Ray's object store): shared, never written
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        tensors = {k: torch.from_numpy(a).to(where) for k, a in zip(PLACED_SPLITS, arrays)}
+    _placed[:] = [(arrays, device, tensors)]
+    return tensors
+
+
+def _allocatable_bytes(device) -> float:
+    """The bytes this process may allocate on CUDA `device`: its memory times the allocator's cap (1 if none)."""
+    import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch 2.6+
+    return total * (get_fraction(device) if get_fraction else 1.0)
 
 
 def check_data(

@@ -1,6 +1,7 @@
 """Divergence: a trial whose loss or gradient norm turns NaN/inf stops as `diverged`, not as a crash.
 
-`train_epochs` calls `is_finite` once per optimizer step (one host-device sync) and, on the first
+`train_epochs` flags each optimizer step finite or not on the device (`finite`) and reads the flags
+through a `StepWatch`, which never makes the CPU wait for the GPU mid-epoch; on the first
 non-finite step, `forensics` describes the model: which parameters and gradients hold NaN or inf
 (name, shape, counts), the step, the last finite loss. The trainable writes it to
 `<trial>/divergence.json` (`write_dump`) and ends with one last report, `diverged_metrics`, that
@@ -11,6 +12,7 @@ This replaces the per-process NaN debug output of the hand-run workflow (seeds/0
 
 from __future__ import annotations
 
+import collections
 import math
 from pathlib import Path
 
@@ -19,8 +21,9 @@ import torch
 from trainables.experiment import records
 
 
-def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> bool:
-    """True while training is healthy: the running loss sum and the step's gradient norm are finite.
+def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> torch.Tensor:
+    """A bool scalar tensor on their device, True while training is healthy: the running loss sum
+    and the step's gradient norm are finite. Computed on the device: no host sync.
 
     Args:
         loss_sum: scalar tensor, the epoch's summed loss so far (NaN in any micro-batch makes it NaN).
@@ -29,8 +32,64 @@ def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflo
             skips that step and lowers its scale), so only the loss is checked.
     """
     if grads_may_overflow:
-        return bool(torch.isfinite(loss_sum))
-    return bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))
+        return torch.isfinite(loss_sum)
+    return torch.isfinite(loss_sum) & torch.isfinite(grad_norm)
+
+
+class StepWatch:
+    """The steps' `finite` flags, read without making the CPU wait for the GPU.
+
+    Reading a CUDA tensor's value (`bool(flag)`) waits until the GPU has run every queued kernel: once
+    per step, that drains the GPU's queue each step (it idles while the CPU queues the next step).
+    On CUDA each flag is therefore copied to pinned host memory behind an event and read once the GPU
+    has got there, which is at most `max_lag` steps later (the CPU then waits for the oldest); `flush`
+    reads the rest at the epoch's end. So a step that turns NaN/inf is caught within `max_lag` steps, and
+    `forensics` then describes the model after those updates (the step, its loss and gradient norm and the
+    last finite loss are the bad step's own). On the CPU every flag is read at once: the bad step is caught
+    before its update, as a per-step check does.
+    """
+
+    def __init__(self, device: torch.device, max_lag: int = 2):
+        self.cuda = device.type == "cuda"
+        self.max_lag = max_lag
+        self.pending = collections.deque()  # (flag on the host, its event or None, step, loss, grad_norm)
+        self.last_finite_loss = None  # a tensor: the loss of the last step read as finite
+
+    def push(self, step: int, flag: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict | None:
+        """Add step `step`'s flag (from `finite`); returns `forensics`' keyword arguments of the first
+        non-finite step read so far (step, loss, grad_norm, last_finite_loss), else None."""
+        event = None
+        if self.cuda:
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(flag, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            flag = host
+        self.pending.append((flag, event, step, loss, grad_norm))
+        return self._read(lambda: len(self.pending) > self.max_lag)
+
+    def flush(self) -> dict | None:
+        """Read every flag still pending (waiting for the GPU); as `push`."""
+        return self._read(lambda: True)
+
+    def _read(self, must_wait) -> dict | None:
+        while self.pending:
+            flag, event, step, loss, grad_norm = self.pending[0]
+            if event is not None and not event.query():
+                if not must_wait():
+                    return None
+                event.synchronize()
+            self.pending.popleft()
+            if not bool(flag):
+                last = self.last_finite_loss
+                return {
+                    "step": step,
+                    "loss": loss,
+                    "grad_norm": grad_norm,
+                    "last_finite_loss": None if last is None else last.item(),
+                }
+            self.last_finite_loss = loss
+        return None
 
 
 def forensics(

@@ -19,7 +19,7 @@ import torch
 
 from trainables import divergence
 from trainables.config import TrainConfig, parse_config
-from trainables.data import data_key, load_data
+from trainables.data import data_key, load_data, place_data
 from trainables.losses import build_loss
 from trainables.models import build_model
 from trainables.noise import add_label_noise
@@ -46,12 +46,13 @@ def train_epochs(
     if data is None or data.get("key") != data_key(cfg):
         data = load_data(cfg)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    splits = place_data(data, device)  # on the GPU when they fit: batches are gathered there
     num_classes = data["num_classes"]
     y_noisy = add_label_noise(
         data["y_train"], cfg.noise_type, cfg.noise_rate, num_classes, noise_seed(cfg), cfg.dataset
     )
     flip_rate = float(np.mean(y_noisy != data["y_train"]))
-    y_noisy = torch.from_numpy(y_noisy).to(device)
+    y_noisy = torch.from_numpy(y_noisy).to(splits["x_train"].device)
     mean, std = (torch.tensor(data[k], device=device) for k in ("mean", "std"))
 
     # Derived sizes, computed once.
@@ -60,19 +61,22 @@ def train_epochs(
     steps_per_epoch = math.ceil(n_train / cfg.batch_size)
     total_steps = steps_per_epoch * cfg.epochs
     warmup_steps = round(cfg.warmup_epochs * steps_per_epoch)
+    # On CUDA: cuDNN picks the fastest kernels for the fixed input shape, and image models run in
+    # channels-last layout (NHWC: tensor cores' native layout, with AMP). The CPU keeps its defaults.
+    layout = torch.channels_last if device.type == "cuda" and data["x_train"].ndim == 4 else torch.contiguous_format
+    torch.backends.cudnn.benchmark = device.type == "cuda"
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, data["x_train"].shape[1:], num_classes).to(device)
+    model = build_model(cfg.model, data["x_train"].shape[1:], num_classes).to(device, memory_format=layout)
     rank, world = _rank_and_world()  # (0, 1) unless run data-parallel by trainables/ddp.py
     loss_fn = build_loss(cfg)
     optimizer = _build_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: get_lr_factor(s, total_steps, warmup_steps))
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if device.type == "cuda" else None
+    amp_dtype = autocast_dtype(cfg.amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     order_rng = torch.Generator().manual_seed(cfg.seed)  # data order, saved in checkpoints
 
     start_epoch = 0
-    last_finite_loss = None  # a tensor: reading it every step would cost a sync
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -92,10 +96,11 @@ def train_epochs(
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         model.train()
         started = time.perf_counter()
-        order = torch.randperm(n_train, generator=order_rng).numpy()
-        loss_sum = torch.zeros((), device=device)
+        order = torch.randperm(n_train, generator=order_rng).to(y_noisy.device)  # drawn on the CPU, as ever
+        loss_sum = torch.zeros((), device=device)  # summed on the device, read once per epoch
         correct = torch.zeros((), device=device, dtype=torch.long)
         grad_norms = []
+        steps = divergence.StepWatch(device)  # reads each step's finiteness without waiting on the GPU
         for step_start in range(0, n_train, cfg.batch_size):
             batch_idx = order[step_start : step_start + cfg.batch_size][
                 rank::world
@@ -103,8 +108,8 @@ def train_epochs(
             # Gradient accumulation: micro-batches of one optimizer step add up their gradients.
             for micro in range(0, len(batch_idx), micro_batch):
                 idx = batch_idx[micro : micro + micro_batch]
-                x = _to_input(data["x_train"][idx], mean, std, device)
-                y = y_noisy[idx]
+                x = _to_input(splits["x_train"][idx], mean, std, device, layout)
+                y = y_noisy[idx].to(device, non_blocking=True)
                 with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext():
                     logits = model(x)
                     loss = loss_fn(logits, y)
@@ -113,18 +118,14 @@ def train_epochs(
                 correct += (logits.argmax(1) == y).sum()
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
-            if not divergence.is_finite(loss_sum, grad_norm, grads_may_overflow=scaler.is_enabled()):
-                dump = divergence.forensics(
-                    model,
-                    epoch=epoch,
-                    step=scheduler.last_epoch + 1,
-                    loss=loss,
-                    grad_norm=grad_norm,
-                    last_finite_loss=None if last_finite_loss is None else last_finite_loss.item(),
-                )
+            finite = divergence.finite(loss_sum, grad_norm, grads_may_overflow=scaler.is_enabled())
+            bad = steps.push(scheduler.last_epoch + 1, finite, loss.detach(), grad_norm)
+            if bad is None and step_start + cfg.batch_size >= n_train:
+                bad = steps.flush()  # the epoch's last step: every flag is read before the epoch ends
+            if bad is not None:
+                dump = divergence.forensics(model, epoch=epoch, **bad)
                 yield divergence.diverged_metrics(dump), dump
                 return
-            last_finite_loss = loss.detach()
             grad_norms.append(grad_norm)
             scaler.step(optimizer)
             scaler.update()
@@ -135,10 +136,9 @@ def train_epochs(
             torch.distributed.all_reduce(correct)
         train_seconds = time.perf_counter() - started
 
-        val_loss, val_acc, _ = evaluate(raw_model, data["x_val"], data["y_val"], mean, std, device, amp_dtype)
-        test_loss, test_acc, test_pred = evaluate(
-            raw_model, data["x_test"], data["y_test"], mean, std, device, amp_dtype
-        )
+        numerics = (mean, std, device, amp_dtype, layout)
+        val_loss, val_acc, _ = evaluate(raw_model, splits["x_val"], splits["y_val"], *numerics)
+        test_loss, test_acc, test_pred = evaluate(raw_model, splits["x_test"], splits["y_test"], *numerics)
         confusion = np.bincount(data["y_test"] * num_classes + test_pred, minlength=num_classes**2).reshape(
             num_classes, -1
         )
@@ -176,20 +176,41 @@ def train_epochs(
 
 @torch.no_grad()
 def evaluate(
-    model, x: np.ndarray, y: np.ndarray, mean, std, device, amp_dtype=None, batch_size: int = 1024
+    model, x: torch.Tensor, y: torch.Tensor, mean, std, device, amp_dtype=None, layout=torch.contiguous_format
 ) -> tuple[float, float, np.ndarray]:
-    """Mean cross-entropy, accuracy (fraction in [0, 1]) and predicted classes (N,) of `model` on clean labels `y`."""
+    """Mean cross-entropy, accuracy (fraction in [0, 1]) and predicted classes (N,) of `model` on clean labels `y`.
+
+    `x` (N, ...) and `y` (N,) are tensors on `device` or on the CPU (`trainables.data.place_data`), read in
+    batches of 1024 in the model's memory `layout`; the sums stay on `device` (the loss in float64, as a
+    Python float sum was) and are read once.
+    """
     model.eval()
-    loss_sum, correct, predictions = 0.0, 0, []
+    batch_size = 1024
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct, predictions = torch.zeros((), dtype=torch.long, device=device), []
     for start in range(0, len(y), batch_size):
-        xb = _to_input(x[start : start + batch_size], mean, std, device)
-        yb = torch.from_numpy(y[start : start + batch_size].copy()).to(device)
+        xb = _to_input(x[start : start + batch_size], mean, std, device, layout)
+        yb = y[start : start + batch_size].to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext():
             logits = model(xb).float()
-        loss_sum += torch.nn.functional.cross_entropy(logits, yb, reduction="sum").item()
+        loss_sum += torch.nn.functional.cross_entropy(logits, yb, reduction="sum").double()
         predictions.append(logits.argmax(1))
-        correct += (predictions[-1] == yb).sum().item()
-    return loss_sum / len(y), correct / len(y), torch.cat(predictions).cpu().numpy()
+        correct += (predictions[-1] == yb).sum()
+    return loss_sum.item() / len(y), correct.item() / len(y), torch.cat(predictions).cpu().numpy()
+
+
+def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of `TrainConfig.amp` on `device`: None on the CPU and for `off`; `auto` is
+    bfloat16 on a GPU that computes it natively (compute capability 8.0+: A100, H100, RTX 30xx+), else None."""
+    if device.type != "cuda" or amp == "off":
+        return None
+    if amp == "auto":
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch < 2.3 has no emulation to leave out
+            native = torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if native else None
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
 
 
 def get_lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
@@ -200,16 +221,14 @@ def get_lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _to_input(x: np.ndarray, mean: torch.Tensor, std: torch.Tensor, device) -> torch.Tensor:
-    """A numpy batch (uint8 or float in [0, 1]) as a normalised float32 tensor on `device`."""
-    x = x if x.flags.writeable else x.copy()  # arrays from Ray's object store are read-only views
-    xb = torch.from_numpy(np.ascontiguousarray(x)).to(device, non_blocking=True).float()
-    if x.dtype == np.uint8:
-        xb = xb / 255.0
+def _to_input(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, device, layout=torch.contiguous_format):
+    """A batch (uint8 or float in [0, 1], on `device` or the CPU) as a normalised float32 tensor on `device`."""
+    xb = x.to(device, non_blocking=True)
+    xb = xb.float() / 255.0 if xb.dtype == torch.uint8 else xb.float()
     shape = (1, -1, 1, 1) if xb.ndim == 4 else (1, -1)
     if xb.ndim == 2 and mean.numel() != xb.shape[1]:
         shape = (1, -1)
-    return (xb - mean.view(shape)) / std.view(shape)
+    return ((xb - mean.view(shape)) / std.view(shape)).contiguous(memory_format=layout)
 
 
 def _build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from trainables.command.gpu_sharing import CAP_HOOK_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with cwd=ROOT, like a user's sweep
 
@@ -161,9 +163,11 @@ def test_grid_of_two_axes_and_two_seeds_at_half_a_gpu(ray_gpus, tmp_path):
         assert trial.name.startswith(env["RAYSWEEP_TRIAL_NAME"])
         assert env["RAYSWEEP_METRICS_FILE"] == str(trial / "metrics.jsonl")
         assert float(env["RAYSWEEP_GPU_MEMORY_FRACTION"]) == pytest.approx(0.45)
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(CAP_HOOK_DIR)  # the cap at CUDA start
         gpu = env["CUDA_VISIBLE_DEVICES"]
         assert gpu != "" and "," not in gpu  # one GPU id, set by Ray
         stdout = (trial / "stdout").read_text()
+        assert f"{env['RAYSWEEP_TRIAL_NAME']}: GPU memory cap 0.45 of the device, set in the command's" in stdout
         assert f"{env['RAYSWEEP_TRIAL_NAME']}:OUT | [GPU {gpu} | pid {env['pid']}] epoch=3 val_acc=" in stdout
         intervals.append((gpu, env["started"], (trial / "work" / "ckpt.pt").stat().st_mtime))
     for gpu, start, _ in intervals:

@@ -53,6 +53,7 @@ def main() -> int:
                 "argv": sys.argv[1:],
                 "cwd": os.getcwd(),
                 **{k: v for k, v in os.environ.items() if k.startswith("RAYSWEEP_") or k == "CUDA_VISIBLE_DEVICES"},
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
             }
         )
     )

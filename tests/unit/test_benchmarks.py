@@ -155,6 +155,25 @@ def test_gpu_table_shows_speedup_memory_against_cap_and_the_oom_requeue():
     assert "re-queued at 0.25 GPU; finished yes" in lines[-1]
 
 
+def test_the_oom_check_doubles_the_batch_until_the_first_attempt_runs_out_of_memory():
+    attempts = []
+
+    def attempt(batch):
+        attempts.append(batch)
+        return ("oom" if batch >= 5000 else "finished"), batch
+
+    assert gpu_packing.grow_until_oom(1500, attempt) == ([1500, 3000, 6000], "oom", 6000) and attempts[-1] == 6000
+    tried, status, _ = gpu_packing.grow_until_oom(1500, lambda batch: ("finished", batch), max_batch=10_000)
+    assert tried == [1500, 3000, 6000] and status == "finished"  # 12000 is past the largest batch
+    nothing = {"batch_sizes": tried, "batch_size": 6000, "share": 0.125, "cap_bytes": 9 * 2**30}
+    nothing |= {"first_round_oom": False, "why": "no batch up to 6000 ran out of memory", "requeued_shares": []}
+    last = gpu_packing.format_table({**RECORDED, "oom": nothing}).splitlines()[-1]
+    assert last == (
+        "OOM check proved nothing: no batch up to 6000 ran out of memory at 0.125 GPU (cap 9.00 GiB) "
+        "(batches tried: 1500, 3000, 6000)"
+    )
+
+
 def test_gpu_plot_has_one_line_per_model_and_precision_over_trials_per_gpu():
     figure = gpu_packing.plot_throughput(RECORDED)
     (line,) = figure.axes[0].get_lines()  # the failed 8x row is left out

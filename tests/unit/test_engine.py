@@ -66,7 +66,7 @@ def test_smoke_test_sets_the_epochs_unless_given():
         (["--loss", "ce,mae,gce"], "--loss: loss='mae' is not one of ce, label_smoothing, gce, sce"),
         (["--batch-size", "64,6.5"], "--batch-size='6.5' is not a whole number"),
         (["--lr", "0,0.1"], r"--lr: lr=0.0 is outside the allowed range \(0.0, 10.0\]"),
-        (["--amp", "fp8"], "--amp: amp='fp8' is not one of off, bf16, fp16"),
+        (["--amp", "fp8"], "--amp: amp='fp8' is not one of auto, off, bf16, fp16"),
         (["--optimizer", "adam"], "optimizer='adam' is not one of sgd, adamw"),
         (["--seeds", "2", "--seed", "1"], "--seeds N .* and --seed are both given"),
         (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),

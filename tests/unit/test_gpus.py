@@ -196,7 +196,8 @@ def test_memory_fraction_is_the_share_minus_headroom():
 
 
 def test_cap_gpu_memory_calls_torch_with_the_fraction(monkeypatch):
-    assert gpu.cap_gpu_memory(0.25, 0.1) is None or torch.cuda.is_available()  # no CUDA: nothing capped
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine: no cap on this process
+    assert gpu.cap_gpu_memory(0.25, 0.1) is None  # no CUDA: nothing capped
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
@@ -224,7 +225,7 @@ def test_pack_fraction_refuses_a_model_larger_than_the_gpu():
         gpus.pack_fraction(70 * GIB, 80 * GIB, headroom=0.1)
 
 
-def test_auto_means_cpu_without_gpus_and_a_probe_with_them():
+def test_auto_means_cpu_without_gpus_and_a_probe_with_them(monkeypatch):
     def no_probe():
         raise AssertionError("probe must not run without GPUs")
 
@@ -233,7 +234,8 @@ def test_auto_means_cpu_without_gpus_and_a_probe_with_them():
     recorded = {"peak_bytes": int(9.5 * GIB), "total_bytes": 80 * GIB}  # resnet18 on CIFAR-10, batch 512, bf16
     fraction, why = gpus.auto_gpus_per_trial(4, lambda: recorded, 0.1)
     assert fraction == pytest.approx(1 / 6) and "1/6 GPU" in why
-    assert gpu.peak_memory_of_probe(None, None, None) is None or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the probe on a GPU: tests/unit/test_gpu_device.py
+    assert gpu.peak_memory_of_probe(None, None, None) is None
 
 
 # --- OOM -------------------------------------------------------------------------------------

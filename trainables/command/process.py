@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from trainables.command.gpu_sharing import CAP_HOOK_DIR
 from trainables.command.parse import StepContext, format_value
 from trainables.command.sources import StreamLog, decode_line, read_metrics_file
 from trainables.command.trackers import TrackerResults
@@ -38,7 +39,9 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Path, gpus: float) -> dict:
+def command_env(
+    config: dict, work_dir: Path, trial_name: str, metrics_file: Path, gpus: float, memory_cap: bool = True
+) -> dict:
     """The command's environment: the worker's (with Ray's `CUDA_VISIBLE_DEVICES`) plus raysweep's.
 
     Args:
@@ -47,6 +50,8 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
         work_dir, trial_name, metrics_file: `RAYSWEEP_TRIAL_DIR`, `RAYSWEEP_TRIAL_NAME`, `RAYSWEEP_METRICS_FILE`.
         gpus: the trial's GPU share; for 0 < gpus < 1 `RAYSWEEP_GPU_MEMORY_FRACTION` = gpus * 0.9,
             the value a cooperative script passes to `torch.cuda.set_per_process_memory_fraction`.
+        memory_cap: for 0 < gpus < 1, put `CAP_HOOK_DIR` first on PYTHONPATH: the command's PyTorch then
+            caps itself at that fraction when CUDA starts in it (`gpu_cap/sitecustomize.py`); False: --no-memory-cap.
     Also sets `PYTHONUNBUFFERED=1` (unless set), so a Python script's lines arrive as it prints them.
     """
     env = dict(os.environ)
@@ -59,6 +64,8 @@ def command_env(config: dict, work_dir: Path, trial_name: str, metrics_file: Pat
     fraction = memory_fraction_for(gpus, TrainConfig.gpu_memory_headroom)  # the built-in trainable's default
     if fraction is not None:
         env["RAYSWEEP_GPU_MEMORY_FRACTION"] = format_value(fraction)
+        if memory_cap:
+            env["PYTHONPATH"] = os.pathsep.join([str(CAP_HOOK_DIR), *filter(None, [env.get("PYTHONPATH")])])
     else:
         env.pop("RAYSWEEP_GPU_MEMORY_FRACTION", None)
     return env

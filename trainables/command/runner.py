@@ -26,6 +26,7 @@ from ray.tune import Checkpoint
 from trainables import divergence
 from trainables.command.failure import fail, take_turn, verdict
 from trainables.command.failure_gate import GateTicket
+from trainables.command.gpu_sharing import GpuSharing, cap_line, mps_env
 from trainables.command.parse import (
     METRICS_FROM,
     STEP_KEY,
@@ -81,6 +82,7 @@ def train_command(
     write_wait_s: float = WRITE_WAIT_S,
     cwd: str | None = None,
     code_dir: str | None = None,
+    gpu_sharing: GpuSharing = GpuSharing(),
 ) -> None:
     """Run one trial's command and report what it prints (Tune Function API).
 
@@ -102,6 +104,7 @@ def train_command(
             folder); None: the worker's folder, which Tune sets to the trial folder.
         code_dir: the launch's code snapshot (`sweeps/engine/command_sweep/code_snapshot.py`; `workdir.code_folder`),
             copied at the launch folder's place (`workdir.fill_work_dir`), where the command runs.
+        gpu_sharing: a fractional trial's memory cap at CUDA start and MPS (`trainables/command/gpu_sharing.py`).
     Reports: each result's metrics, plus `epoch` (= the step) when `step_key` is not `epoch`;
         a diverged trial's last report is `divergence.diverged_metrics` plus `diverged/metrics`.
         A retry or `--resume` first reports the printed results never reported (`StepReporter`).
@@ -117,7 +120,7 @@ def train_command(
     recovered = _report_recovered(reporter, trial_name, reading)
     if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
-    argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from)
+    argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from, gpu_sharing)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     reporter.ticket.call("started")  # the gate's survival window runs from the command's start
@@ -233,12 +236,12 @@ def _report_recovered(reporter: StepReporter, trial_name: str, reading: Reading)
     return diverged
 
 
-def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from) -> tuple[list, dict, str]:
+def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from, sharing) -> tuple:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
     there is one (`code_dir`, `fill_work_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics
     file. A folder around the launch folder missing on this node fails the trial once, not retried
     (`workdir.MissingOnNode`). W&B and MLflow point at `{trial_dir}` where the environment leaves them
-    unset (`tracker_env`), said in the log."""
+    unset (`tracker_env`), said in the log; so is a fractional trial's GPU sharing (`sharing`)."""
     work_dir, metrics_file = files
     if code_dir:
         try:
@@ -250,7 +253,10 @@ def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics
     else:
         work_dir.mkdir(parents=True, exist_ok=True)
     argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
-    env = command_env(config, work_dir, trial_name, metrics_file, trial_gpu_fraction())
+    share = trial_gpu_fraction()
+    env = command_env(config, work_dir, trial_name, metrics_file, share, sharing.memory_cap)
+    for line in filter(None, (cap_line(env), mps_env(env, share, sharing))):
+        print(f"{trial_name}: {line}", flush=True)
     set_now = tracker_env(env, work_dir, metrics_from, trackers_named(argv, Path(cwd or os.getcwd()), metrics_from))
     if set_now:
         print(f"{trial_name}: {' '.join(set_now)} (unset in the environment; the trackers' records stay in the trial)")
@@ -282,7 +288,7 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     pid = command_pid(proc)  # the script's, not the shim's
     return proc, CommandOutput(
         start_readers(proc, log, outputs),
-        {name: log_prefix(trial_name, name, env.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
+        {name: log_prefix(trial_name, name, os.environ.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
         echo,
         StepContext(step_key, reading.patterns, reading.objective),
         STREAMS_READ.get(metrics_from, ()),

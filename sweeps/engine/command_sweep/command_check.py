@@ -115,7 +115,7 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
     with tempfile.TemporaryDirectory(prefix="raysweep-estimate-") as folder:
         work_dir, metrics_file = _prepare_folder(args, Path(folder), METRICS_FILE, times)
         argv = command_template.render(args.template, cell, str(work_dir), name, gpu="0" if gpus else "")
-        env = command_env(cell, work_dir, name, metrics_file, gpus)
+        env = command_env(cell, work_dir, name, metrics_file, gpus, not getattr(args, "no_memory_cap", False))
         tracker_env(env, work_dir, metrics_from)
         context = StepContext(step_key, [re.compile(p) for p in getattr(args, "metric_pattern", [])], args.objective)
         events = record_reader(metrics_from, work_dir, step_key, args.objective, since=time.time() - 2.0)
