@@ -32,7 +32,7 @@ def main() -> int:
             f.write(f"{time.time()}\n")
     time.sleep(args.startup)
     if float(os.environ.get("RAYSWEEP_GPU_MEMORY_FRACTION", "1")) < args.oom_below:
-        print("Traceback (most recent call last):\n  File \"train.py\", line 42, in <module>", file=sys.stderr)
+        print('Traceback (most recent call last):\n  File "train.py", line 42, in <module>', file=sys.stderr)
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", file=sys.stderr)
         return 1
     if args.crash:
