@@ -33,6 +33,7 @@ from analysis.reading.trial_outcomes import trial_outcomes
 from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files
 from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
+from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.rules import guess_mode
@@ -284,7 +285,8 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
 
     ``root`` is looked up relative to the working directory and then its parents, so
     ``"runs"`` also works from ``notebooks/``. An experiment folder is a direct subfolder with
-    an ``experiment_state-*.json`` file; "updated" is that file's modification time.
+    an ``experiment_state-*.json`` file; "updated" is that file's modification time. A sweep's out-of-memory
+    re-run round (``<name>_oom_gpu<share>``) is not an experiment of its own: it updates its sweep.
 
     Raises:
         ExperimentError: no ``root`` folder, or no experiment in it.
@@ -294,7 +296,10 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
     folder = next((c for c in candidates if c.is_dir()), None)
     if folder is None:
         raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
-    stamps = {state.parent: state.stat().st_mtime for state in folder.glob("*/experiment_state-*.json")}
+    stamps: dict[Path, float] = {}
+    for state in sorted(folder.glob("*/experiment_state-*.json"), key=lambda s: len(s.parent.name)):
+        sweep = next((s for s in stamps if records.oom_round_share(state.parent.name, s.name)), state.parent)
+        stamps[sweep] = max(stamps.get(sweep, 0.0), state.stat().st_mtime)  # shorter names (sweeps) first
     if not stamps:
         raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
     return max(stamps, key=stamps.get)

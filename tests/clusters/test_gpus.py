@@ -97,7 +97,7 @@ def test_command_trials_name_their_gpu_and_one_out_of_memory_at_a_quarter_is_req
     from sweeps import run_command
 
     script = [sys.executable, str(ROOT / "tests" / "scripts" / "timed_epochs.py"), "--seed", "{seed}"]
-    script += ["--startup", "0", "--epochs", "2", "--epoch-s", "0.5", "--oom-below", "0.4"]
+    script += ["--startup", "0", "--epochs", "2", "--epoch-s", "0.2", "--oom-below", "0.4"]
     flags = ["--seeds", "4", "--gpus-per-trial", "0.25", "--cpus-per-trial", "0.5", "--progress-every", "0.2"]
     assert run_command.main([*flags, "--storage-path", str(tmp_path), "--name", "cmd", "--", *script]) == 0
     out = capsys.readouterr().out

@@ -4,8 +4,9 @@ report's summary, `--json` and `--status` count a re-run in place of its failure
 from __future__ import annotations
 
 import json
+import os
 
-from analysis.reading.load import load_experiment
+from analysis.reading.load import latest_experiment, load_experiment
 from analysis.reading.oom_rounds import reruns
 from analysis.status import format_status, read_status
 from analysis.tables.json_output import status_document, summary_document
@@ -80,6 +81,15 @@ def test_status_shows_a_re_run_still_running_in_place_of_its_failure(tmp_path):
     assert [(name, result["gpu_ids"]) for name, result, _ in state["status"]["running_trials"]] == [
         ("sym_0.2_seed3", "2")
     ]
+
+
+def test_the_latest_experiment_is_the_sweep_not_its_newer_re_run_round(tmp_path):
+    experiment = sweep_with_a_round(tmp_path)
+    state = next((tmp_path / "sweep_oom_gpu0.5").glob("experiment_state-*"))
+    os.utime(state, (state.stat().st_mtime + 100,) * 2)
+    write_experiment(tmp_path, "other", [trial_spec("a", {}, [{"acc": 1}])])  # older than the round, not the sweep
+    os.utime(next((tmp_path / "other").glob("experiment_state-*")), (state.stat().st_mtime - 50,) * 2)
+    assert latest_experiment(tmp_path) == experiment
 
 
 def test_a_round_trial_replaces_only_an_errored_trial_of_its_config_once():
