@@ -148,6 +148,16 @@ def gpu_metrics(gpus_per_trial: float, memory_fraction: float | None, utilizatio
     return metrics
 
 
+def gpu_report(gpu_ids: str, gpus: float, samples: list) -> Callable[[], dict]:
+    """What each result of a command trial on a GPU adds, as the built-in trainable's results hold it: `gpu_ids`
+    (Ray's `CUDA_VISIBLE_DEVICES`), then `gpu_metrics` of the `TreeReading` samples of its command's process
+    tree so far (share, utilisation, peak memory; `gpu/memory_cap` 0: a cap is the command's own). A function,
+    called per result; `dict` (nothing) on CPU."""
+    if not gpu_ids:
+        return dict
+    return lambda: {"gpu_ids": gpu_ids, **gpu_metrics(gpus, None, samples)}
+
+
 def _nvml():
     """`pynvml`, initialised (NVML counts its users: each call may init again); None without NVML."""
     try:

@@ -63,7 +63,7 @@ from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import MISSING_ON_NODE, TrialFailure
 from trainables.gpu import trial_gpu_fraction
-from trainables.gpu_use import gpu_metrics, process_tree_reader, record_placement, sample_gpu_utilization
+from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
 from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
@@ -118,7 +118,7 @@ def train_command(
     work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
     reading = Reading(step_key, patterns, objective, metrics_from, metrics_file, work_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
-    reporter.extra_metrics = _gpu_report(gpu_ids, gpus, [])
+    reporter.extra_metrics = gpu_report(gpu_ids, gpus, [])
     recovered = _report_recovered(reporter, trial_name, reading)
     if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
@@ -131,7 +131,7 @@ def train_command(
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         with sample_gpu_utilization(process_tree_reader(proc.pid, gpu_ids) if gpu_ids else None) as samples:
-            reporter.extra_metrics = _gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
+            reporter.extra_metrics = gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
             if not _read_and_report(proc, output, reporter, grace_period_s):
                 verdict(proc.wait(), argv, reporter, output, reading, cwd, gpus)
                 _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
@@ -157,7 +157,7 @@ class StepReporter:
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
-    extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`_gpu_report`)
+    extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -197,15 +197,6 @@ class StepReporter:
             self.last_result = result
             self.last_step = result[key] if last is None else max(last, result[key])
         return False
-
-
-def _gpu_report(gpu_ids: str, gpus: float, samples: list) -> Callable[[], dict]:
-    """What each result of a trial on a GPU adds, as the built-in trainable's do: `gpu_ids` (Ray's
-    `CUDA_VISIBLE_DEVICES`), then `gpu_use.gpu_metrics` of the NVML `samples` of its command's process
-    tree so far (share, utilisation, peak memory); nothing on CPU."""
-    if not gpu_ids:
-        return dict
-    return lambda: {"gpu_ids": gpu_ids, **gpu_metrics(gpus, None, samples)}
 
 
 def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
