@@ -34,7 +34,9 @@ import pyarrow.fs as pafs
 
 from analysis.progress import format_duration, format_progress, sweep_status
 from analysis.reading.driver_record import exit_code, holder_alive, read_holder, resume_command
+from analysis.reading.oom_rounds import reruns, round_folders
 from analysis.reading.tune_state import (
+    config_key,
     describe_duplicates,
     list_dir,
     listed_trials,
@@ -46,6 +48,7 @@ from analysis.reading.tune_state import (
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import ERRORED, trial_outcome
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -105,6 +108,8 @@ def read_status(source, now: float | None = None) -> dict:
     objective = Objective(**{name: settings[name] for name in ("metric", "mode") if settings.get(name)})
 
     trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, objective.metric)
+    for folder in round_folders(fs, root):  # out-of-memory re-runs count in place of their failures
+        _add_reruns(fs, folder, objective.metric, trials, log_lines, duplicates)
     total = max(int(info.get("total_trials") or 0), len(trials))
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
@@ -231,13 +236,42 @@ def _trial_records(
         _update_from_rows(trial, rows, metric)
         if trial.status == "RUNNING":
             log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
-            if not trial.last_result.get("gpu_ids") and (gpus := _GPU_IN_LOG.search(log_lines[trial.name] or "")):
-                trial.last_result = {**trial.last_result, "gpu_ids": gpus.group(1)}
+            if not trial.last_result.get("gpu_ids") and (gpus := _placed_on(fs, root, folder, log_lines[trial.name])):
+                trial.last_result = {**trial.last_result, "gpu_ids": gpus}
     dropped = set(repeats([vars(t) for t in trials]))  # a copied folder or a repeat is not another trial
     duplicates = sorted(trials[i].folder or trials[i].name for i in dropped)
     trials = [t for i, t in enumerate(trials) if i not in dropped]
     names = {t.name for t in trials}
     return trials, {name: line for name, line in log_lines.items() if name in names}, duplicates
+
+
+def _placed_on(fs, root: str, folder: str, log_line: str | None) -> str | None:
+    """The GPU ids of a running trial that has reported none yet: its `placement.json` (written at its
+    start, `trainables/gpu_use.py:record_placement`), else its log line's prefix `[GPU 0 | pid 42]`."""
+    placed = records.parse_record(read_bytes(fs, posixpath.join(root, folder, records.PLACEMENT_FILE)) or b"{}", folder)
+    if (placed or {}).get("gpu_ids"):
+        return str(placed["gpu_ids"])
+    gpus = _GPU_IN_LOG.search(log_line or "")
+    return gpus.group(1) if gpus else None
+
+
+def _add_reruns(fs, folder: str, metric: str, trials: list, log_lines: dict, duplicates: list) -> None:
+    """Put the trials of an out-of-memory re-run round (`folder`) in place of the errored trials they re-ran
+    (`analysis.reading.oom_rounds.reruns`), with their log lines and repeats left out."""
+    try:
+        entries = list_dir(fs, folder, folder)
+    except ExperimentError:
+        return
+    files = {e.base_name for e in entries if e.type == pafs.FileType.File}
+    dirs = sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
+    _, listed = listed_trials(fs, folder, files, dirs)
+    rerun, rerun_lines, rerun_duplicates = _trial_records(fs, folder, dirs, listed, metric)
+    earlier = [(config_key(t.config), trial_outcome(t.status, t.last_result) == ERRORED) for t in trials]
+    for i, j in reruns(earlier, [config_key(t.config) for t in rerun]).items():
+        trials[i] = rerun[j]
+        if rerun[j].name in rerun_lines:
+            log_lines[rerun[j].name] = rerun_lines[rerun[j].name]
+    duplicates += rerun_duplicates
 
 
 def _result_rows(fs, path: str) -> list[dict]:

@@ -47,6 +47,7 @@ from analysis.reading.load import (
     load_experiment,
     resolve_objective,
 )
+from analysis.reading.oom_rounds import reruns_line
 from analysis.reading.provenance import sweep_runs
 from analysis.reading.provenance import writeup_lines as provenance_lines
 from analysis.reading.trial_outcomes import outcome_column
@@ -213,12 +214,14 @@ def _has(trials: pd.DataFrame, key: str) -> bool:
 
 def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> list[str]:
     """The write-up's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
-    metric, efficiency (per run of the sweep when it ran more than once, `efficiency_lines`)."""
+    out-of-memory re-runs counted in place of their failures, metric, efficiency (per run of the sweep when it ran
+    more than once, `efficiency_lines`)."""
     counts = count_outcomes(outcome_column(trials))
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
         f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
+        *([f"- {reruns}"] if (reruns := reruns_line(trials.attrs.get("oom_reruns") or ())) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
         *efficiency_lines(trials, _runs(trials)),
         "",

@@ -29,7 +29,8 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from trainables.checkpoints import CHECKPOINT_FILE
 from trainables.config import parse_config
 from trainables.data import data_key, load_data
-from trainables.gpu import gpu_metrics, nvml_utilization_reader, sample_gpu_utilization
+from trainables.gpu import nvml_utilization_reader
+from trainables.gpu_use import gpu_metrics, record_placement, sample_gpu_utilization
 from trainables.proctitle import report_then_refresh, trial_process_title
 from trainables.train import train_epochs
 from trainables.trial import report_epochs, start_trial
@@ -98,6 +99,7 @@ def _train_worker(loop_config: dict) -> None:
     trial_dir = Path(loop_config["trial_dir"]) if context.get_world_rank() == 0 else None
     if trial_dir is not None:
         trial_dir.mkdir(parents=True, exist_ok=True)
+        record_placement(trial_dir, 1.0)  # rank 0's GPU, as its results name it
     with (
         trial_process_title(loop_config.get("trial_name")),
         sample_gpu_utilization(nvml_utilization_reader()) as utilization,

@@ -1,11 +1,12 @@
-"""GPU use inside one trial: a memory cap for fractional GPUs, NVML utilisation, OOM marking.
+"""GPU use inside one trial, with torch: a memory cap for fractional GPUs, OOM marking, the `auto` probe.
 
 Ray Tune's fractional GPUs (`{"gpu": 0.25}`) are a scheduling label only: nothing stops a trial
 from taking the whole card and crashing its neighbours (ray-project/ray#10640). A trial given
 g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
 with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
-`GpuOutOfMemory`, which the sweep recognises and re-queues with a larger fraction
-(`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`).
+`GpuOutOfMemory` (`trainables/gpu_oom.py`), which the sweep recognises and re-queues with a larger
+fraction (`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`). NVML readings and the per-epoch GPU
+metrics, which need no torch, are in `trainables/gpu_use.py`.
 
 Every function here is a no-op or returns None on a machine without CUDA or without NVML.
 """
@@ -13,7 +14,6 @@ Every function here is a no-op or returns None on a machine without CUDA or with
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,10 +22,8 @@ from pathlib import Path
 import torch
 
 from trainables.experiment import records
-
-
-class GpuOutOfMemory(RuntimeError):
-    """CUDA ran out of memory at the trial's GPU fraction; the sweep re-queues it with more."""
+from trainables.gpu_oom import GpuOutOfMemory
+from trainables.gpu_use import utilization_reader
 
 
 def memory_fraction_for(gpus_per_trial: float, headroom: float) -> float | None:
@@ -92,17 +90,9 @@ def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None
         raise GpuOutOfMemory(f"ran out of GPU memory at {gpus_per_trial:g} GPU: {message}") from e
 
 
-def is_gpu_oom(error: BaseException | None) -> bool:
-    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray) was a GPU OOM."""
-    while error is not None:
-        if isinstance(error, (GpuOutOfMemory, torch.cuda.OutOfMemoryError)) or "GpuOutOfMemory" in str(error):
-            return True
-        error = error.__cause__
-    return False
-
-
 def nvml_utilization_reader(device: torch.device | None = None) -> Callable[[], float] | None:
-    """A function returning the GPU utilisation (percent, 0-100) of `device` through NVML.
+    """A function returning the GPU utilisation (percent, 0-100) of `device` through NVML
+    (`trainables/gpu_use.py:utilization_reader`).
 
     The device is found by UUID, so the NVML index order (PCI bus) and CUDA's order may differ.
     Returns:
@@ -110,57 +100,7 @@ def nvml_utilization_reader(device: torch.device | None = None) -> Callable[[], 
     """
     if not torch.cuda.is_available():
         return None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device or torch.cuda.current_device()).uuid)
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception:
-        return None
-    return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-
-
-@contextmanager
-def sample_gpu_utilization(read: Callable[[], float] | None, every_s: float = 1.0) -> Iterator[list[float]]:
-    """Call `read()` every `every_s` seconds in a background thread, collecting the readings.
-
-    Args:
-        read: e.g. `nvml_utilization_reader()`; None yields an empty list and starts no thread.
-    Yields:
-        The list the readings (percent) are appended to; read it at any time for a running mean.
-    """
-    samples: list[float] = []
-    if read is None:
-        yield samples
-        return
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                samples.append(read())
-            except Exception:  # a transient NVML error must not kill the trial
-                pass
-            stop.wait(every_s)
-
-    thread = threading.Thread(target=loop, name="gpu-utilization", daemon=True)
-    thread.start()
-    try:
-        yield samples
-    finally:
-        stop.set()
-        thread.join(timeout=2 * every_s)
-
-
-def gpu_metrics(gpus_per_trial: float, memory_fraction: float | None, utilization: list[float]) -> dict:
-    """Per-epoch GPU metrics: `gpu/fraction` (the trial's share), `gpu/memory_cap` (the allocator
-    cap as a share of the device, 0 when uncapped), `gpu/utilization_mean` (percent, NVML, only
-    when sampled)."""
-    metrics = {"gpu/fraction": gpus_per_trial, "gpu/memory_cap": memory_fraction or 0.0}
-    if utilization:
-        metrics["gpu/utilization_mean"] = sum(utilization) / len(utilization)
-    return metrics
+    return utilization_reader(str(torch.cuda.get_device_properties(device or torch.cuda.current_device()).uuid))
 
 
 def peak_memory_of_probe(train_epochs, cfg, data: dict) -> dict | None:

@@ -99,12 +99,20 @@ def train_session():
     return get_session()
 
 
-# --- Tune's trial bookkeeping (sweeps/engine/run/checkpoint_repair.py, no_retry.py, launch.py) ---
+# --- Tune's trial bookkeeping (sweeps/engine/run/checkpoint_repair.py, no_retry.py, launch.py, monitoring.py) ---
 
 
 def trial_folder_path(trial) -> str:
     """The trial's folder on its storage filesystem (`Trial.storage.trial_fs_path`)."""
     return trial.storage.trial_fs_path
+
+
+def local_trial_folder(trial) -> str | None:
+    """The trial's folder when its storage is a local (or mounted) file system, else None (object storage)."""
+    import pyarrow.fs
+
+    local = isinstance(trial.storage.storage_filesystem, pyarrow.fs.LocalFileSystem)
+    return trial.storage.trial_fs_path if local else None
 
 
 def replace_checkpoints(trial, checkpoints: list, last_index: int | None) -> None:

@@ -8,7 +8,8 @@ Around `train_epochs` it does, once for all of them:
 
 - title the worker process `ray::<trial name>` while the trial runs (`trainables/proctitle.py`);
 - resume from the newest loadable `checkpoint_*` of the trial (`trainables/checkpoints.py`);
-- write `trial_config.json` (config + hash: skip-existing) and `noise.json` (realised noise);
+- write `trial_config.json` (config + hash: skip-existing), `noise.json` (realised noise) and
+  `placement.json` (its GPU ids, from its start: `trainables/gpu_use.py:record_placement`);
 - cap a fractional GPU's memory, turn CUDA OOM into `GpuOutOfMemory` with its marker, sample
   NVML utilisation (`trainables/gpu.py`);
 - per epoch, a log line, `tune.report` of the metrics and, every `checkpoint_every` epochs, a
@@ -38,14 +39,8 @@ from trainables.config import TrainConfig, config_hash, parse_config
 from trainables.data import data_key, load_data
 from trainables.experiment import records
 from trainables.experiment.storage import trial_folder, trial_storage_dir
-from trainables.gpu import (
-    cap_gpu_memory,
-    gpu_metrics,
-    mark_gpu_oom,
-    nvml_utilization_reader,
-    sample_gpu_utilization,
-    trial_gpu_fraction,
-)
+from trainables.gpu import cap_gpu_memory, mark_gpu_oom, nvml_utilization_reader, trial_gpu_fraction
+from trainables.gpu_use import gpu_metrics, record_placement, sample_gpu_utilization
 from trainables.logs import log_epoch, trial_logger
 from trainables.noise import add_label_noise, transition_matrix
 from trainables.proctitle import report_then_refresh, titled_trial
@@ -81,9 +76,11 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
     states = restore_states(cfg, seeds) if _tune_trial_name() else {}
     if states and min(state["epoch"] for state in states.values()) >= cfg.epochs:
         return  # finished before the driver was killed (after Tune's last snapshot): nothing to run again
-    trial_dir = start_trial(cfg, data)
-    runs = [train_epochs(dataclasses.replace(cfg, seed=s), data, states.get(s)) for s in seeds]
     gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
+    trial_dir = start_trial(cfg, data)
+    if trial_dir is not None:
+        record_placement(trial_dir, gpu_fraction)  # the progress line names its GPU before its first epoch
+    runs = [train_epochs(dataclasses.replace(cfg, seed=s), data, states.get(s)) for s in seeds]
     memory_cap = cap_gpu_memory(gpu_fraction, cfg.gpu_memory_headroom)
     with sample_gpu_utilization(nvml_utilization_reader()) as utilization, mark_gpu_oom(gpu_fraction, trial_dir):
         report_epochs(

@@ -28,10 +28,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
+from analysis.reading.oom_rounds import round_folders, with_reruns
 from analysis.reading.trial_outcomes import trial_outcomes
 from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files
 from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
+from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.rules import guess_mode
@@ -61,12 +63,14 @@ def load_experiment(
     if isinstance(source, (list, tuple)):
         return _load_many(source, modes, filesystem)
     fs, root, prefix = resolve_source(source, filesystem)
-    trials, rows, sweep = read_experiment_files(fs, root, prefix)
-    trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
-    order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
-    trials = [trials[i] for i in order]
-    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
-    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, prefix + root))
+    trials_df, history, sweep, duplicates = _load_folder(fs, root, prefix, modes, prefix + root)
+    for folder in round_folders(fs, root):  # out-of-memory re-runs count in place of their failures
+        try:
+            rerun, rerun_history, _, rerun_duplicates = _load_folder(fs, folder, prefix, modes, prefix + root)
+        except ExperimentError:
+            continue  # a round that has no trial yet
+        trials_df, history = with_reruns(trials_df, history, rerun, rerun_history)
+        duplicates += rerun_duplicates
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
@@ -80,6 +84,18 @@ def load_experiment(
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
+
+
+def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, driver: str) -> tuple:
+    """(trials, history, the sweep's record, the repeats left out) of one experiment folder; ``driver``: the
+    experiment whose driver record says whether the sweep is over (a re-run round's is its sweep's)."""
+    trials, rows, sweep = read_experiment_files(fs, root, prefix)
+    trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
+    order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
+    trials = [trials[i] for i in order]
+    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
+    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, driver))
+    return trials_df, history, sweep, duplicates
 
 
 def load_trials(
@@ -130,7 +146,9 @@ def load_trials(
         ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None).
 
         Repeated trials (equal configs) are left out as the module docstring says;
-        ``df.attrs["duplicates"]`` lists them.
+        ``df.attrs["duplicates"]`` lists them. A trial the sweep re-ran after it ran out of GPU memory
+        is read from the sweep's ``<name>_oom_gpu<share>`` folder in place of its failure
+        (:mod:`analysis.reading.oom_rounds`); ``df.attrs["oom_reruns"]`` lists (failed, re-run) folders.
 
     Raises:
         ExperimentError: the folder does not exist, holds no Tune experiment, or has no trials;
@@ -267,7 +285,8 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
 
     ``root`` is looked up relative to the working directory and then its parents, so
     ``"runs"`` also works from ``notebooks/``. An experiment folder is a direct subfolder with
-    an ``experiment_state-*.json`` file; "updated" is that file's modification time.
+    an ``experiment_state-*.json`` file; "updated" is that file's modification time. A sweep's out-of-memory
+    re-run round (``<name>_oom_gpu<share>``) is not an experiment of its own: it updates its sweep.
 
     Raises:
         ExperimentError: no ``root`` folder, or no experiment in it.
@@ -277,7 +296,10 @@ def latest_experiment(root: str | os.PathLike = "runs") -> Path:
     folder = next((c for c in candidates if c.is_dir()), None)
     if folder is None:
         raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
-    stamps = {state.parent: state.stat().st_mtime for state in folder.glob("*/experiment_state-*.json")}
+    stamps: dict[Path, float] = {}
+    for state in sorted(folder.glob("*/experiment_state-*.json"), key=lambda s: len(s.parent.name)):
+        sweep = next((s for s in stamps if records.oom_round_share(state.parent.name, s.name)), state.parent)
+        stamps[sweep] = max(stamps.get(sweep, 0.0), state.stat().st_mtime)  # shorter names (sweeps) first
     if not stamps:
         raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
     return max(stamps, key=stamps.get)

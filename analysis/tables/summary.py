@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.progress import describe_counts
 from analysis.reading.load import duplicates_line, load_experiment
+from analysis.reading.oom_rounds import reruns_line
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
@@ -53,8 +54,9 @@ def summary_text(
     cell ``mean ± std (n)`` over seeds of the objective's table metric under its rule (the numbers of
     :func:`analysis.paper_table`, formatted the same way: accuracies in %); the count of
     errored and diverged trials; the duplicates left out (:func:`analysis.reading.load.duplicates_line`,
-    only when there were some); one line naming the best configuration by the objective's metric
-    under the same rule, with its metric and test metric cells.
+    only when there were some); the trials re-run after running out of GPU memory, counted in place of their
+    failures (:func:`analysis.reading.oom_rounds.reruns_line`, only when there were some); one line naming
+    the best configuration by the objective's metric under the same rule, with its metric and test metric cells.
 
     Raises:
         ExperimentError: no trial reported the table metric (nothing to show), or as
@@ -122,6 +124,8 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
+    if reruns_line(trials.attrs.get("oom_reruns") or ()):  # analysis/reading/oom_rounds.py
+        lines.append(reruns_line(trials.attrs["oom_reruns"]))
     lines.append(_best_line(tables))
     return "\n".join(lines) + "\n"
 

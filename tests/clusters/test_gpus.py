@@ -5,6 +5,7 @@ out-of-memory errors are injected, and Ray's logical GPUs stand in for devices.
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypatch):
-    """A trial given 0.25 GPU hits an injected CUDA OOM; the sweep re-runs it at 0.5 and it finishes.
+def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypatch, capsys):
+    """A trial given 0.25 GPU hits an injected CUDA OOM; the sweep re-runs it at 0.5 and it finishes: the
+    table and the report count the re-run.
 
     One trial only: Tune first retries it at 0.25 (`FailureConfig.max_failures=2`, each retry fails at
     once on the OOM marker), and every attempt costs an actor start on 2 busy cores."""
@@ -75,6 +77,54 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
     for trial in retried:
         result = json.loads((trial / "result.json").read_text().splitlines()[-1])
         assert result["gpu/fraction"] == 0.5 and result["gpu/memory_cap"] == 0.0 and result["epoch"] == 1
+    out = capsys.readouterr().out
+    assert "failed trials (left out of the cells): 0 errored" in out and "no report" not in out, out[-3000:]
+    assert (
+        "re-run after running out of GPU memory: 1 trial(s)" in (tmp_path / "oom" / "report" / "report.md").read_text()
+    )
+    assert f"results: {tmp_path / 'oom'}, {tmp_path / 'oom_oom_gpu0.5'} |" in out
+
+
+@pytest.mark.slow
+def test_command_trials_name_their_gpu_and_one_out_of_memory_at_a_quarter_is_requeued(ray_gpus, tmp_path, capsys):
+    """4 command trials at 0.25 logical GPU: every row names the GPU Ray gave, the progress line says `GPU n`.
+    The script prints PyTorch's CUDA out-of-memory error below a 0.4 memory cap: all 4 at 0.25 (not a repeated
+    failure: the gate does not stop the sweep), then they train at 0.5 after one re-queue: 4/4 done in the
+    table, the report, `status`, `--json` and `python -m analysis EXP --json`."""
+    from analysis.__main__ import main as analysis_main
+    from analysis.status import read_status
+    from analysis.tables.json_output import status_document
+    from sweeps import run_command
+
+    script = [sys.executable, str(ROOT / "tests" / "scripts" / "timed_epochs.py"), "--seed", "{seed}"]
+    script += ["--startup", "0", "--epochs", "2", "--epoch-s", "0.2", "--oom-below", "0.4"]
+    flags = ["--seeds", "4", "--gpus-per-trial", "0.25", "--cpus-per-trial", "0.5", "--progress-every", "0.2"]
+    assert run_command.main([*flags, "--storage-path", str(tmp_path), "--name", "cmd", "--", *script]) == 0
+    out = capsys.readouterr().out
+    assert "4 trial(s) ran out of GPU memory: re-queued with 0.5 GPU each" in out, out[-3000:]
+    assert "stopping the sweep" not in out and re.search(r"^  seed\d\s+epoch .*  GPU [0-3]$", out, re.M), out[-3000:]
+    first, rerun = tmp_path / "cmd", tmp_path / "cmd_oom_gpu0.5"
+    for trial in (p for p in first.iterdir() if (p / "params.json").exists()):
+        assert records.read_oom_marker(trial)["gpus_per_trial"] == 0.25
+        assert [r["gpu_ids"] for r in map(json.loads, (trial / "result.json").read_text().splitlines())] in (
+            ["0"],
+            ["1"],
+            ["2"],
+            ["3"],
+        )
+    reruns = [p for p in rerun.iterdir() if (p / "result.json").exists()]
+    assert len(reruns) == 4
+    for trial in reruns:
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+        assert [r["epoch"] for r in rows] == [1, 2] and all(
+            r["gpu_ids"] in "0123" and r["gpu/fraction"] == 0.5 for r in rows
+        )
+    assert "failed trials (left out of the cells): 0 errored" in out and f"results: {first}, {rerun} |" in out
+    assert "re-run after running out of GPU memory: 4 trial(s)" in (first / "report" / "report.md").read_text()
+    counts = status_document(read_status(first))["counts"]
+    assert (counts["total"], counts["done"], counts["errored"]) == (4, 4, 0)
+    assert analysis_main([str(first), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials"]["done"] == 4
 
 
 @pytest.mark.slow

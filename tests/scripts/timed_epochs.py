@@ -4,12 +4,16 @@
     python tests/scripts/timed_epochs.py --startup 1 --epochs 8 --epoch-s 1.5 --seed 0
 
 `--crash` exits 1 with a FileNotFoundError right after the start-up (a script that fails at start);
-`--started FILE` appends the Unix time the script started to FILE (one line per start).
+`--started FILE` appends the Unix time the script started to FILE (one line per start);
+`--oom-below F` prints PyTorch's CUDA out-of-memory traceback and exits 1 after the start-up when the trial's
+memory cap (RAYSWEEP_GPU_MEMORY_FRACTION; none: a whole GPU) is below F (a batch that fits a larger share only).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 
@@ -21,11 +25,16 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--crash", action="store_true")
     p.add_argument("--started", default=None)
+    p.add_argument("--oom-below", type=float, default=0.0)
     args = p.parse_args()
     if args.started:
         with open(args.started, "a") as f:  # one short O_APPEND write per start: whole lines whatever runs beside it
             f.write(f"{time.time()}\n")
     time.sleep(args.startup)
+    if float(os.environ.get("RAYSWEEP_GPU_MEMORY_FRACTION", "1")) < args.oom_below:
+        print('Traceback (most recent call last):\n  File "train.py", line 42, in <module>', file=sys.stderr)
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", file=sys.stderr)
+        return 1
     if args.crash:
         open("../data_that_is_not_there/train.csv").read()
     for epoch in range(1, args.epochs + 1):

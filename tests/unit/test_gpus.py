@@ -14,7 +14,7 @@ from sweeps import noise_grid
 from sweeps.engine import flags
 from sweeps.engine.cluster import gpus
 from sweeps.engine.flags import UsageError
-from trainables import gpu
+from trainables import gpu, gpu_oom, gpu_use
 from trainables.experiment import records
 
 GIB = 2**30
@@ -251,12 +251,14 @@ def test_oom_share_doubles_up_to_a_whole_gpu():
 
 
 def test_cuda_oom_becomes_gpu_out_of_memory_with_a_marker(tmp_path):
-    with pytest.raises(gpu.GpuOutOfMemory, match="at 0.25 GPU: CUDA out of memory. Tried to allocate 2.00 GiB") as info:
+    with pytest.raises(
+        gpu_oom.GpuOutOfMemory, match="at 0.25 GPU: CUDA out of memory. Tried to allocate 2.00 GiB"
+    ) as info:
         with gpu.mark_gpu_oom(0.25, tmp_path):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
-    assert gpu.is_gpu_oom(info.value)
+    assert gpu_oom.is_gpu_oom(info.value)
     assert records.read_oom_marker(tmp_path)["gpus_per_trial"] == 0.25
-    with pytest.raises(gpu.GpuOutOfMemory, match="earlier at 0.25 GPU"):  # Tune's retry at the same share
+    with pytest.raises(gpu_oom.GpuOutOfMemory, match="earlier at 0.25 GPU"):  # Tune's retry at the same share
         with gpu.mark_gpu_oom(0.25, tmp_path):
             raise AssertionError("must fail before training")
     with gpu.mark_gpu_oom(0.5, tmp_path):  # a larger share trains
@@ -269,10 +271,10 @@ def test_cuda_oom_becomes_gpu_out_of_memory_with_a_marker(tmp_path):
 def test_is_gpu_oom_sees_through_wrapping():
     wrapped = RuntimeError("trial failed")
     wrapped.__cause__ = torch.cuda.OutOfMemoryError("CUDA out of memory")
-    assert gpu.is_gpu_oom(wrapped)
-    assert gpu.is_gpu_oom(RuntimeError("ray::ImplicitFunc.train() ... trainables.gpu.GpuOutOfMemory: ran out"))
-    assert not gpu.is_gpu_oom(ValueError("bad value"))
-    assert not gpu.is_gpu_oom(None)
+    assert gpu_oom.is_gpu_oom(wrapped)
+    assert gpu_oom.is_gpu_oom(RuntimeError("ray::ImplicitFunc.train() ... trainables.gpu_oom.GpuOutOfMemory: ran out"))
+    assert not gpu_oom.is_gpu_oom(ValueError("bad value"))
+    assert not gpu_oom.is_gpu_oom(None)
 
 
 # --- utilisation sampling --------------------------------------------------------------------
@@ -280,16 +282,16 @@ def test_is_gpu_oom_sees_through_wrapping():
 
 def test_utilization_is_sampled_in_the_background():
     recorded = iter([30.0, 60.0, 90.0] * 1000)
-    with gpu.sample_gpu_utilization(lambda: next(recorded), every_s=0.005) as samples:
+    with gpu_use.sample_gpu_utilization(lambda: next(recorded), every_s=0.005) as samples:
         deadline = time.time() + 5
         while len(samples) < 6 and time.time() < deadline:
             time.sleep(0.01)
     assert len(samples) >= 6 and samples[:3] == [30.0, 60.0, 90.0]
-    metrics = gpu.gpu_metrics(0.25, 0.225, [30.0, 60.0, 90.0])
+    metrics = gpu_use.gpu_metrics(0.25, 0.225, [30.0, 60.0, 90.0])
     assert metrics == {"gpu/fraction": 0.25, "gpu/memory_cap": 0.225, "gpu/utilization_mean": 60.0}
-    with gpu.sample_gpu_utilization(None) as none:
+    with gpu_use.sample_gpu_utilization(None) as none:
         assert none == []
-    assert gpu.gpu_metrics(0.0, None, []) == {"gpu/fraction": 0.0, "gpu/memory_cap": 0.0}
+    assert gpu_use.gpu_metrics(0.0, None, []) == {"gpu/fraction": 0.0, "gpu/memory_cap": 0.0}
 
 
 # --- clusters --------------------------------------------------------------------------------

@@ -19,7 +19,11 @@ from trainables.logs import log_epoch, trial_logger
 
 
 class FakeTrial(SimpleNamespace):
-    """What SweepProgress reads from a Tune Trial: status, config, last_result, metric_analysis, str()."""
+    """What SweepProgress reads from a Tune Trial: status, config, last_result, metric_analysis, str(), and
+    its resources (none: a CPU trial, whose line says `CPU` without a look at its `placement.json`)."""
+
+    placement_group_factory = SimpleNamespace(required_resources={"CPU": 1.0})
+    storage = SimpleNamespace(storage_filesystem=None, trial_fs_path=None)  # not local: no record read
 
     def __str__(self):
         return self.name

@@ -30,13 +30,18 @@ from trainables.command.process import Reading, exit_status
 from trainables.command.sources import no_metrics_message
 from trainables.command.trackers import TrackerResults, describe_sources, sources_of
 from trainables.experiment import records
-from trainables.experiment.outcome import CRASHED, NO_METRIC, NOT_STARTED, TrialFailure, failure_marks
+from trainables.experiment.outcome import CRASHED, NO_METRIC, NOT_STARTED, OUT_OF_MEMORY, TrialFailure, failure_marks
+from trainables.gpu_oom import GpuOutOfMemory, is_oom_line
 
 QUOTED_LINES = 3  # of which the error's last line quotes this many
 
 
 class CommandFailed(RuntimeError):
     """The trial's command exited with an error, or without the sweep's metric (see `TrialFailure`)."""
+
+
+class CommandOutOfMemory(CommandFailed, GpuOutOfMemory):
+    """The command ran out of GPU memory at the trial's share: the sweep re-queues it with twice the share."""
 
 
 def crash_failure(code: int, stderr_tail, command: str, working_folder: str, blank: dict, early: bool) -> TrialFailure:
@@ -58,17 +63,23 @@ def crash_failure(code: int, stderr_tail, command: str, working_folder: str, bla
     )
 
 
-def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd: str | None) -> None:
+def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd: str | None, gpus: float = 0.0) -> None:
     """Raise CommandFailed when the command exited non-zero, or exited 0 without each metric of the
     objective (`Objective.step_metrics`; or with no result at all); `cwd`: the folder it ran in (None: the
     worker's). A non-zero exit before any result is told to the sweep's gate
     (`trainables/command/failure_gate.py`): the same error as an earlier trial's, or
-    the sweep's initial failures used up, is not retried; a command that exited 0 is never retried."""
+    the sweep's initial failures used up, is not retried; a command that exited 0 is never retried.
+    A trial on `gpus` > 0 GPUs whose last output lines show a CUDA out-of-memory error raises
+    `CommandOutOfMemory` instead (`out_of_memory`): not retried at the same share, not told to the gate."""
     cwd = cwd or os.getcwd()
     if code != 0:
         early = reporter.parsed == 0 and reporter.last_step is None
         blank = {str(reading.work_dir): "{trial_dir}", reporter.trial_folder.name: "{trial_name}"}
         failure = crash_failure(code, output.tails["ERR"], " ".join(argv), cwd, blank, early)
+        oom = out_of_memory(failure, output.tails, gpus)
+        if oom is not None:
+            records.write_oom_marker(reporter.trial_folder, {"gpus_per_trial": gpus, "error": oom.exception})
+            raise fail(oom, reporter.trial_folder, reporter.extra_metrics())
         seen, stops = (early and reporter.ticket.call("failed_early", failure.signature)) or (0, 0)  # no gate: None
         why = (
             "exit code 2 is a usage error"
@@ -79,7 +90,7 @@ def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd:
             if seen
             else None
         )
-        raise fail(dataclasses.replace(failure, not_retried=why), reporter.trial_folder)
+        raise fail(dataclasses.replace(failure, not_retried=why), reporter.trial_folder, reporter.extra_metrics())
     missing = _missing_metric(reporter, output, reading)
     if missing is not None:
         tail, source = (output.tails["OUT"], "stdout")
@@ -97,7 +108,26 @@ def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd:
             working_folder=cwd,
             not_retried="it exited 0: running it again reports the same",
         )
-        raise fail(failure, reporter.trial_folder)
+        raise fail(failure, reporter.trial_folder, reporter.extra_metrics())
+
+
+def out_of_memory(failure: TrialFailure, tails: dict, gpus: float) -> TrialFailure | None:
+    """The record of a crash (`failure`) on `gpus` > 0 GPUs whose last lines (`tails`: stream -> lines)
+    show a CUDA out-of-memory error (`gpu_oom.is_oom_line`), else None. It is never an initial failure
+    (a larger share may fit), and Tune does not retry it at the same share: the sweep re-runs it with twice
+    the share (`sweeps/engine/run/launch.py:rerun_oom_trials`), up to a whole GPU."""
+    line = next((line.strip() for name in ("ERR", "OUT") for line in reversed(tails[name]) if is_oom_line(line)), None)
+    if line is None or gpus <= 0:
+        return None
+    again = "the sweep re-runs it with twice the GPU share" if gpus < 1 else "more than a whole GPU is data-parallel"
+    return dataclasses.replace(
+        failure,
+        kind=OUT_OF_MEMORY,
+        exception=line,
+        summary=f"command ran out of GPU memory at {gpus:g} GPU (it exited with {exit_status(failure.exit_code)})",
+        early=False,
+        not_retried=f"it ran out of GPU memory: {again}",
+    )
 
 
 def _missing_metric(reporter, output, reading: Reading) -> tuple[str, str] | None:
@@ -147,16 +177,17 @@ def take_turn(reporter, stop_requested) -> bool:
     return turn == "go"
 
 
-def fail(failure: TrialFailure, trial_folder: Path) -> CommandFailed:
+def fail(failure: TrialFailure, trial_folder: Path, extra: dict | None = None) -> CommandFailed:
     """Record `failure` (the trial's `failure.json`), report its marks when it is not retried or came
     before any metric (`failure_marks`, with `NO_RETRY_METRIC` and `EARLY_FAILURE_METRIC`, which the
-    sweep's initial failures count), and return the error to raise: the summary, the tail of its stream,
-    and a last line (the one the console shows) quoting that tail."""
+    sweep's initial failures count; `extra`: what every row of the trial holds, its GPU), and return the
+    error to raise (`CommandOutOfMemory` for `OUT_OF_MEMORY`): the summary, the tail of its stream, and a
+    last line (the one the console shows) quoting that tail."""
     records.write_failure(trial_folder, failure)
     if failure.not_retried or failure.early:  # a failure Tune retries adds no row to the trial's history
         marks = failure_marks(failure.kind) | ({NO_RETRY_METRIC: 1} if failure.not_retried else {})
-        tune.report(marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}))
-    return CommandFailed(failure_text(failure))
+        tune.report((extra or {}) | marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}))
+    return (CommandOutOfMemory if failure.kind == OUT_OF_MEMORY else CommandFailed)(failure_text(failure))
 
 
 def failure_text(failure: TrialFailure) -> str:

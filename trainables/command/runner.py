@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -63,6 +64,7 @@ from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import MISSING_ON_NODE, TrialFailure
 from trainables.gpu import trial_gpu_fraction
+from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
 from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
@@ -114,9 +116,12 @@ def train_command(
     """
     patterns = [re.compile(p) for p in ([metric_pattern] if isinstance(metric_pattern, str) else metric_pattern or [])]
     trial_name, trial_folder = _trial_name_and_folder()
+    gpus = trial_gpu_fraction()
+    gpu_ids = record_placement(trial_folder, gpus)  # the progress line names its GPU from now on
     work_dir, metrics_file = files = _trial_files(trial_folder, code_dir)
     reading = Reading(step_key, patterns, objective, metrics_from, metrics_file, work_dir)
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
+    reporter.extra_metrics = gpu_report(gpu_ids, gpus, [])
     recovered = _report_recovered(reporter, trial_name, reading)
     if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
@@ -128,9 +133,11 @@ def train_command(
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
-        if not _read_and_report(proc, output, reporter, grace_period_s):
-            verdict(proc.wait(), argv, reporter, output, reading, cwd)
-            _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
+        with sample_gpu_utilization(process_tree_reader(proc.pid, gpu_ids) if gpu_ids else None) as samples:
+            reporter.extra_metrics = gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
+            if not _read_and_report(proc, output, reporter, grace_period_s):
+                verdict(proc.wait(), argv, reporter, output, reading, cwd, gpus)
+                _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
         _end_command(proc, output, reporter, grace_period_s, writes, watchdog)
 
@@ -153,6 +160,7 @@ class StepReporter:
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
+    extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -179,14 +187,14 @@ class StepReporter:
             self.parsed += 1
             self.seen.update(dict.fromkeys(result))
             if non_finite(result):
-                _report_divergence(result, key, self.trial_folder)
+                _report_divergence(result, key, self.trial_folder, self.extra_metrics())
                 return True
             last = self.last_step
             if not missing and last is not None and (result[key] < last or (result[key] == last and not final)):
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             if final and self.last_result is not None and self.last_result[key] == result[key]:
                 result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
-            _report(result, key)
+            _report(result | self.extra_metrics(), key)
             if self.last_result is None:
                 self.ticket.call("reported")  # the command works: the sweep's other trials may start
             self.last_result = result
@@ -343,8 +351,8 @@ def _report(result: dict, step_key: str) -> None:
     refresh_title()  # Ray retitled the worker around the report
 
 
-def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
-    """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report."""
+def _report_divergence(result: dict, step_key: str, trial_folder: Path, extra: dict) -> None:
+    """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report (with `extra`)."""
     bad = non_finite(result)
     dump = {
         "epoch": result.get("epoch", result[step_key]),
@@ -356,7 +364,7 @@ def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
         "result": {k: v if k not in bad else str(v) for k, v in result.items()},
     }
     divergence.write_dump(trial_folder, dump)
-    tune.report({**divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
+    tune.report({**extra, **divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
 
 
 def _stop_requested() -> bool:

@@ -34,6 +34,7 @@ CRASHED = "crashed"  # the command exited non-zero
 NO_METRIC = "no metric"  # it exited 0 but never reported --metric (or --test-metric)
 NOT_STARTED = "not started"  # the sweep stopped before its turn at the failure gate
 MISSING_ON_NODE = "missing on node"  # a folder around the launch folder is missing on the trial's node
+OUT_OF_MEMORY = "out of GPU memory"  # it printed a CUDA out-of-memory error and exited non-zero (re-queued with more)
 
 DONE, ERRORED, DIVERGED = "done", "errored", "diverged"
 INTERRUPTED, NOT_RUN, RUNNING, PENDING = "interrupted", "not run", "running", "pending"
@@ -46,7 +47,7 @@ LEFT_OUT = (ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN)  # no table, sta
 class TrialFailure:
     """One failed attempt of a command trial, as `trainables/command/failure.py` saw it."""
 
-    kind: str  # CRASHED, NO_METRIC, NOT_STARTED or MISSING_ON_NODE
+    kind: str  # CRASHED, NO_METRIC, NOT_STARTED, MISSING_ON_NODE or OUT_OF_MEMORY
     signature: str  # what makes two failures the same: exit code and exception line, the trial blanked
     exit_code: int | None  # the command's (negative: killed by that signal); None when it did not run
     exception: str | None  # the last line of the tail that reads like a raised exception

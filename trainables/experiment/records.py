@@ -2,6 +2,7 @@
 
     <storage_path>/.<name>.estimate.json    `--estimate`'s, beside the experiment until its launch keeps it
     <storage_path>/<name>/                  experiment_dir(storage_path, name)
+    <storage_path>/<name>_oom_gpu<share>/   an out-of-memory re-run round (oom_round_name): trials re-run at that share
         raysweep.json                       sweep settings: metric, mode, command line, total_trials,
                                             the estimate and the wall time measured (launch, end)
         driver.json, .driver.lock           who runs the sweep, and its heartbeat (sweep_records/driver_lock.py)
@@ -14,6 +15,7 @@
             confusion.json                  clean-test confusion matrices, "last" and "best-val"
             divergence.json                 the dump of a diverged trial
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
+            placement.json                  where the trial runs: its GPU ids, share, host and pid, from its start
             failure.json                    a command trial's last failure (`outcome.TrialFailure`)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
@@ -52,6 +54,8 @@ NOISE_FILE = "noise.json"
 CONFUSION_FILE = "confusion.json"
 DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
+PLACEMENT_FILE = "placement.json"
+OOM_ROUND = "_oom_gpu"  # <name>_oom_gpu<share>: the folder of an out-of-memory re-run round
 FAILURE_FILE = "failure.json"
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
@@ -290,6 +294,35 @@ def read_oom_marker(trial: Folder) -> dict | None:
 def write_oom_marker(trial: Folder, marker: dict) -> str:
     """Leave the out-of-GPU-memory marker in the trial folder; returns its path."""
     return write_record(record_path(trial, OOM_MARKER), marker)
+
+
+def read_placement(trial: Folder) -> dict | None:
+    """Where a trial runs (`placement.json`: gpu_ids, gpus, host, pid), or None."""
+    return read_record(record_path(trial, PLACEMENT_FILE))
+
+
+def write_placement(trial: Folder, placement: dict) -> str:
+    """Write where a trial runs, at its start (`placement.json`); returns its path."""
+    return write_record(record_path(trial, PLACEMENT_FILE), placement)
+
+
+def oom_round_name(name: str, share: float) -> str:
+    """The experiment name of the round that re-runs `name`'s out-of-memory trials at `share` GPUs:
+    `<name>_oom_gpu<share>` (e.g. `noise_grid_oom_gpu0.5`), beside the experiment folder."""
+    return f"{name}{OOM_ROUND}{share:g}"
+
+
+def oom_round_share(folder_name: str, name: str) -> float | None:
+    """The share of an out-of-memory re-run round of experiment `name` named `folder_name`
+    (`oom_round_name`), else None."""
+    prefix = name + OOM_ROUND
+    if not folder_name.startswith(prefix):
+        return None
+    try:
+        share = float(folder_name[len(prefix) :])
+    except ValueError:
+        return None
+    return share if 0 < share <= 1 else None
 
 
 def read_failure(trial: Folder) -> TrialFailure | None:

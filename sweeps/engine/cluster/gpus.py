@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
+from trainables.gpu_oom import is_gpu_oom
 
 BUSY_MIN_FREE_FRACTION = 0.5  # a GPU with less than half its memory free is busy (someone else's job)
 BUSY_MAX_UTILIZATION = 50.0  # ... or one more than 50 % utilised
@@ -346,16 +347,12 @@ def check_shared_storage(storage_path: str, num_nodes: int, trusted: bool = Fals
 
 def oom_trials(results) -> list[dict]:
     """Configs of the trials in a `ResultGrid` that failed with a GPU out-of-memory error."""
-    from trainables.gpu import is_gpu_oom
-
     return [r.config for r in results if r.error is not None and is_gpu_oom(r.error)]
 
 
 def requeued_trial_paths(rounds: list) -> set[str]:
     """Trial folders of the GPU out-of-memory failures that a later round of
     `sweeps/engine/run/launch.py:rerun_oom_trials` re-ran."""
-    from trainables.gpu import is_gpu_oom
-
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}
 
 

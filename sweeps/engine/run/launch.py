@@ -387,7 +387,7 @@ def rerun_oom_trials(
                         trial_dirname_creator=tune_config.trial_name_creator,
                     )
                 ),
-                run_config=dataclasses.replace(run_config, name=f"{run_config.name}_oom_gpu{share:g}"),
+                run_config=dataclasses.replace(run_config, name=records.oom_round_name(run_config.name, share)),
             ).fit()
         )
     if configs := oom_trials(rounds[-1]):

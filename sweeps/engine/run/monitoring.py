@@ -31,6 +31,8 @@ from analysis.progress import format_duration, format_progress, sweep_status
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run.sweep_end import current_fit
 from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI, RunOptions
+from trainables import ray_private
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
@@ -159,6 +161,7 @@ class SweepProgress(tune.Callback):
         self.last_key = None
         self.ending = None  # the `sweep_end.Ending` of the fit under way
         self.slots = 0  # the most trials seen running at once: the slots of the ETA's model
+        self.placed: dict[str, str] = {}  # running trial id -> the GPU ids of its `placement.json`
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
         self.total_trials = total_num_samples
@@ -175,11 +178,35 @@ class SweepProgress(tune.Callback):
         if key == self.last_key and now - self.last_print < HEARTBEAT_S:
             return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
         self.last_print, self.last_key = now, key
+        status["running_trials"] = self._with_placement(trials, status["running_trials"])
         self._print(format_progress(status, now - self.started, self.objective.metric))
+
+    def _with_placement(self, trials, running: list) -> list:
+        """`sweep_status`'s running trials, those on a GPU whose results hold no `gpu_ids` yet (before their first
+        report) given the GPU ids of their `placement.json` (written at their start; local storage only: on object
+        storage it arrives with the first report; `?` until then); kept once read, until the trial stops running."""
+        on_gpu = {
+            str(t): t
+            for t in trials
+            if t.status == "RUNNING" and t.placement_group_factory.required_resources.get("GPU", 0) > 0
+        }
+        self.placed = {t.trial_id: self.placed[t.trial_id] for t in on_gpu.values() if t.trial_id in self.placed}
+        shown = []
+        for name, result, planned in running:
+            trial = on_gpu.get(name)
+            if trial is not None and not result.get("gpu_ids"):
+                folder = ray_private.local_trial_folder(trial) if trial.trial_id not in self.placed else None
+                if folder and (gpu_ids := (records.read_placement(folder) or {}).get("gpu_ids")):
+                    self.placed[trial.trial_id] = gpu_ids
+                result = {**result, "gpu_ids": self.placed.get(trial.trial_id, "?")}  # on a GPU, not yet known
+            shown.append((name, result, planned))
+        return shown
 
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
-        self._print([f"[{format_duration(time.monotonic() - self.started)}] trial {trial} errored: see {where}"])
+        self._print(
+            [f"[{format_duration(time.monotonic() - self.started)}] trial {trial} {_failed(trial)}: see {where}"]
+        )
 
     def on_experiment_end(self, trials, **info):
         # every trial finished: the planned ones never created were not needed (a searcher such as
@@ -199,3 +226,14 @@ class SweepProgress(tune.Callback):
         stream = self.stream or sys.stdout
         stream.write("\n".join(lines) + "\n")
         stream.flush()
+
+
+def _failed(trial) -> str:
+    """What a trial's error was, in the words of its error line: `errored`, or, where its folder (local storage)
+    holds the out-of-memory marker, `ran out of GPU memory at 0.25 GPU (re-run with more later)`: the sweep
+    re-queues it (`launch.rerun_oom_trials`)."""
+    folder = ray_private.local_trial_folder(trial)
+    share = (records.read_oom_marker(folder) or {}).get("gpus_per_trial") if folder else None
+    if not isinstance(share, (int, float)):
+        return "errored"
+    return f"ran out of GPU memory at {share:g} GPU" + (" (re-run with more later)" if 0 < share < 1 else "")
