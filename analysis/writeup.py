@@ -217,7 +217,7 @@ def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> li
     counts = count_outcomes(outcome_column(trials))
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
+        f"- trials: {len(trials)} ({describe_counts(counts, shown=('finished', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
         *efficiency_lines(trials, _runs(trials)),

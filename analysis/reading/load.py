@@ -66,7 +66,8 @@ def load_experiment(
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
     trials = [trials[i] for i in order]
     trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
-    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, prefix + root))
+    outcomes, ended_by = trial_outcomes(trials, prefix + root, sweep.get("search"))
+    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", outcomes)
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
@@ -77,6 +78,7 @@ def load_experiment(
         test_metric=test_metric,
         duplicates=duplicates,
         search=sweep.get("search"),
+        ended_by=ended_by,
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
@@ -107,16 +109,16 @@ def load_trials(
           ``<trainable>_<trial_id>``, else the folder name),
         - ``status``: TERMINATED / ERROR / RUNNING / PENDING (PAUSED) as Tune recorded it (no state
           file: ERROR with ``error.txt``, TERMINATED if the last result has ``done``, RUNNING with results),
-        - ``outcome``: ``done``, ``errored``, ``no metric``, ``diverged``, ``interrupted``, ``not run``,
-          ``running`` or ``pending`` (:func:`trainables.experiment.outcome.trial_outcome`),
+        - ``outcome``: ``finished``, ``pruned`` (its scheduler stopped it early), ``errored``, ``no metric``,
+          ``diverged``, ``interrupted`` (the sweep's end stopped it: ``attrs["ended_by"]`` says how), ``not
+          run``, ``running`` or ``pending`` (:func:`trainables.experiment.outcome.trial_outcome`),
         - ``diverged`` (bool): a reported metric was NaN or ±inf at some iteration, or the trial
           reported ``diverged=True``,
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
         - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
           start time and the time of the last result (see the module docstring); NaT when unknown,
         - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later);
-          ``node``: its hostname; ``ended``: why it ended (``finished``, ``pruned``, ``budget``, ...:
-          :mod:`analysis.reading.trial_end`),
+          ``node``: its hostname,
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
           ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
         - ``trial_dir`` (str): the trial folder, as a local path or URI,
@@ -127,7 +129,9 @@ def load_trials(
         ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
         recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
         ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``);
-        ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None).
+        ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None);
+        ``ended_by``: why the sweep ended, as its driver recorded it (``trainables.experiment.outcome.SWEEP_ENDS``:
+        ``finished``, ``Ctrl-C``, ``time budget``, ...; None while it runs or when unknown).
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them.
@@ -170,7 +174,11 @@ def load_history(
 
 
 def resolve_objective(
-    trials: pd.DataFrame, history: pd.DataFrame, asked: Objective | Mapping[str, Any] | None = None
+    trials: pd.DataFrame,
+    history: pd.DataFrame,
+    asked: Objective | Mapping[str, Any] | None = None,
+    *,
+    reported: bool = True,
 ) -> Objective:
     """The objective to report: the one asked for, else the sweep's, else the defaults.
 
@@ -182,6 +190,8 @@ def resolve_objective(
     Args:
         asked: an `Objective` (returned as it is), or the fields given (field -> value; None or
             missing: the sweep's), e.g. ``{"metric": "val/loss"}``.
+        reported: refuse a metric no trial reported (False: `--json`, whose document says so; a sweep that
+            recorded none is then read by the default metric).
     Raises:
         ExperimentError: the metric was not reported (the message lists the reported ones), or
             no metric was asked or recorded and ``val/acc`` was not reported; a bad mode or rule.
@@ -192,11 +202,12 @@ def resolve_objective(
     recorded, recorded_mode = trials.attrs.get("metric"), trials.attrs.get("mode")
     if not recorded and Objective.metric in reported_metrics(trials):
         recorded, recorded_mode = Objective.metric, Objective.mode  # a sweep that recorded none
-    metric = asked.get("metric", recorded)
+    metric = asked.get("metric", recorded if recorded or reported else Objective.metric)
     if metric is None:
         existing = ", ".join(reported_metrics(trials)) or "none"
         raise ExperimentError(f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})")
-    metric_column(trials, metric)
+    if reported:
+        metric_column(trials, metric)
     mode = recorded_mode if metric == recorded and recorded_mode else guess_mode(metric)
     test_metric = trials.attrs.get("test_metric", Objective.test_metric)
     if test_metric is None or test_metric not in history.columns or not history[test_metric].notna().any():

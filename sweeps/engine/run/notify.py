@@ -7,6 +7,7 @@ import sys
 import time
 
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import CTRL_C, FAILURE_GATE, SIGTERM, TIME_BUDGET
 from trainables.experiment.rules import show_value
 
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
@@ -21,18 +22,39 @@ def watch(urls: tuple[str, ...], name: str) -> None:
         _WATCHED.update(urls=urls, name=name, started=process_start_time())
 
 
-def sweep_ended(code: int, rounds: list, objective: Objective, reused: dict | None = None) -> None:
-    """Send the end message: the sweep's name, exit code, outcome counts (finished, errored, reused),
-    the best configuration by `objective` and the wall time (seconds since the process started)."""
+def sweep_ended(code: int, ending, rounds: list, objective: Objective, reused: int = 0) -> None:
+    """Send the end message: the sweep's name, how it ended (`ending.ended_by`) and its exit code; its
+    trials counted as the final line, `--status` and the report count them (`sweep_end.Ending.counts`,
+    `reused` finished trials of earlier runs among the finished); what stopped it when it was cut short; the
+    first error's line; the best configuration by `objective`; and the wall time since the process started.
+
+    Args:
+        ending: the first fit's `sweep_end.Ending` (its OOM re-queue rounds counted in).
+        rounds: the `ResultGrid`s: the sweep's, then its OOM re-queue rounds.
+    """
     if not _WATCHED:
         return
-    finished = sum(r.num_terminated for r in rounds)
-    # each trial of an OOM re-queue round (`launch.rerun_oom_trials`) re-runs an error of the round before
-    errored = sum(r.num_errors for r in rounds) - sum(len(r) for r in rounds[1:])
-    counts = f"{finished} finished, {errored} errored" + (f", {len(reused)} reused" if reused else "")
-    title = f"sweep {_WATCHED['name']} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
-    body = f"{counts}\n{best_line(rounds[0], objective)}\nwall time: {wall_time()}"
-    send(title, body, "success" if code == 0 else "warning")
+    from analysis.progress import describe_counts
+    from sweeps.engine.run.resume import first_error
+
+    name = _WATCHED["name"]
+    if ending.ended_by in (CTRL_C, SIGTERM):
+        title = f"sweep {name} interrupted ({ending.ended_by}, exit code {code})"
+    elif ending.ended_by == TIME_BUDGET:
+        title = f"sweep {name} stopped by its time budget (exit code {code})"
+    elif ending.ended_by == FAILURE_GATE:
+        title = f"sweep {name} stopped by its failure gate (exit code {code})"
+    else:
+        title = f"sweep {name} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
+    counts = describe_counts(ending.counts(reused), shown=("finished", "errored"))
+    lines = [counts + (f" ({reused} reused)" if reused else "")]
+    if ending.cut():
+        lines.append(f"stopped early: {ending.why}")
+    error = first_error(rounds, ending)
+    if error:
+        lines.append(f"first error: {error}")
+    lines += [best_line(rounds[0], objective), f"wall time: {wall_time()}"]
+    send(title, "\n".join(lines), "success" if code == 0 else "warning")
 
 
 def sweep_stopped(why: BaseException | str) -> None:
