@@ -72,6 +72,13 @@ def test_a_stop_by_the_scheduler_before_the_last_epoch_is_pruned_and_a_time_budg
         "stopped by its time budget: 3 of 7 trials finished, 1 pruned, 1 interrupted, 2 not run "
         "(--time-budget-s 20 reached)\n"
     )
+    # --resume of it anyway: Tune ended that trial, it does not run again; still interrupted, by the budget
+    sweep_end.watch_driver(
+        SimpleNamespace(record={}, previous={"stopped": ["d"], "ended_by": "time budget", "why": ending.why})
+    )
+    again = fit(trials[:4], results=(), started="", ended="")
+    sweep_end._DRIVER.clear()
+    assert (again.outcomes["/runs/x/d"], again.ended_by, again.why) == ("interrupted", "time budget", ending.why)
 
 
 def test_the_failure_gate_and_fail_fast_name_their_stop_and_the_gate_continues_with_retry_errored(capsys, monkeypatch):

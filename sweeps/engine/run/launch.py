@@ -130,7 +130,7 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             kept = estimate.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
-        first, ending = sweep_end.fit(tuner, self.held.record)
+        first, ending = sweep_end.fit(tuner, self.held)
         oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
         rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
         requeued = sweep_end.count_requeued(ending, rounds)  # trials re-run count by their re-run's end

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import CTRL_C, FAILURE_GATE, SIGTERM, TIME_BUDGET
+from trainables.experiment.outcome import CTRL_C, FAILURE_GATE, LEFT_OUT, SIGTERM, TIME_BUDGET
 from trainables.experiment.rules import show_value
 
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
@@ -53,7 +54,7 @@ def sweep_ended(code: int, ending, rounds: list, objective: Objective, reused: i
     error = first_error(rounds, ending)
     if error:
         lines.append(f"first error: {error}")
-    lines += [best_line(rounds[0], objective), f"wall time: {wall_time()}"]
+    lines += [best_line(rounds[0], objective, ending.outcomes), f"wall time: {wall_time()}"]
     send(title, "\n".join(lines), "success" if code == 0 else "warning")
 
 
@@ -88,19 +89,32 @@ def send(title: str, body: str, kind: str) -> bool:
     return delivered
 
 
-def best_line(results, objective: Objective) -> str:
-    """`best: key=value ... (metric value)` of a `ResultGrid`, best by `objective`: the keys that vary
-    between its trials (all when one trial); "best: none" when no trial reported its metric."""
-    metric = objective.metric
-    try:
-        best = results.get_best_result(metric, objective.mode, scope="all", filter_nan_and_inf=True)
-    except (RuntimeError, ValueError, KeyError):
+def best_line(results, objective: Objective, outcomes: dict | None = None) -> str:
+    """`best: key=value ... (metric value)` of a `ResultGrid`: the trial with the best value of the objective's
+    metric over its epochs (the report's default rule, best-val), among those the tables rank (`outcomes`: trial
+    path -> outcome; an errored, diverged, interrupted or not-run trial's value is no result); its keys that vary
+    between the trials (all when one trial); "best: none" when no such trial reported the metric."""
+    metric, sign = objective.metric, 1 if objective.mode == "max" else -1
+    best, value = None, None
+    for result in results:
+        if (outcomes or {}).get(result.path) in LEFT_OUT:
+            continue
+        for candidate in _values(result, metric):
+            if value is None or sign * candidate > sign * value:
+                best, value = result, candidate
+    if best is None:
         return f"best: none (no trial reported {metric})"
     configs = [r.config or {} for r in results]
     keys = [k for k in best.config if len({repr(c.get(k)) for c in configs}) > 1] or list(best.config)
-    value = best.metrics.get(metric) if best.metrics else None
     shown = " ".join(f"{k}={best.config[k]}" for k in keys)
-    return f"best: {shown}" + (f" ({metric} {show_value(metric, value)})" if isinstance(value, (int, float)) else "")
+    return f"best: {shown} ({metric} {show_value(metric, value)})"
+
+
+def _values(result, metric: str) -> list[float]:
+    """The finite values of `metric` a `Result` reported, each epoch's (its history), else its last one."""
+    frame = result.metrics_dataframe
+    values = list(frame[metric]) if frame is not None and metric in frame else [(result.metrics or {}).get(metric)]
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
 def wall_time() -> str:

@@ -76,6 +76,7 @@ class Ending:
     closed: bool = False  # the fit ended (`on_experiment_end`)
     ended_by: str | None = ALL_ENDED  # why it ended (`outcome.SWEEP_ENDS`; None: stopped, cause unknown)
     why: str = ""  # the same in words, for the last line: "Ctrl-C", "--time-budget-s 20 reached", ...
+    earlier: tuple = (set(), None, "")  # the run before's (stopped trial ids, `ended_by`, `why`): a resume's
     stopper: object = None  # the sweep's `RunConfig.stop` (`InitialFailures` for command sweeps)
     budget_s: float | None = None  # --time-budget-s
     fail_fast: bool = False  # --fail-fast
@@ -103,14 +104,15 @@ class Ending:
 
 
 FITS: list[Ending] = []  # this process's fits, newest last (the callback may be a copy restored from tuner.pkl)
-_DRIVER_RECORD: dict = {}  # this driver's `driver.json` record (`record_scheduler_stops`): its heartbeat writes it
+_DRIVER: dict = {}  # this driver's hold on the experiment (`watch_driver`): its record, and the run's before
 
 
-def record_scheduler_stops(record: dict) -> None:
-    """Keep the scheduler's stops of the fits to come in `record` (the driver's hold, `DriverHold.record`,
-    whose heartbeat writes it every few seconds): `--status` of a running sweep then tells pruned trials."""
-    _DRIVER_RECORD.clear()
-    _DRIVER_RECORD["record"] = record
+def watch_driver(hold) -> None:
+    """Let the fits to come read and write this driver's record (`driver_lock.DriverHold`): the trials an earlier
+    run stopped and why it ended (`hold.previous`), and the scheduler's stops of this run as they come (into
+    `hold.record`, which its heartbeat writes every few seconds: `--status` of a running sweep tells them)."""
+    _DRIVER.clear()
+    _DRIVER.update(record=hold.record, previous=hold.previous or {})
 
 
 class SweepEnding(tune.Callback):
@@ -134,7 +136,9 @@ class SweepEnding(tune.Callback):
         stopper = getattr(self, "stopper", None)
         ending = Ending(total=total_num_samples or 0, stopper=stopper, budget_s=time_budget_s)
         ending.fail_fast = getattr(self, "fail_fast", False)
-        ending.scheduler_stops = dict((_DRIVER_RECORD.get("record") or {}).get("scheduler_stops") or {})
+        ending.scheduler_stops = dict((_DRIVER.get("record") or {}).get("scheduler_stops") or {})
+        previous = _DRIVER.get("previous") or {}
+        ending.earlier = (set(previous.get("stopped") or ()), previous.get("ended_by"), previous.get("why") or "")
         FITS.append(ending)
         if threading.current_thread() is threading.main_thread():
             _catch_signals(FITS[-1])
@@ -146,8 +150,8 @@ class SweepEnding(tune.Callback):
         if result.get("done") is True:  # Tune marks the result its scheduler stopped the trial at
             stops = {**FITS[-1].scheduler_stops, trial.trial_id: int(result.get("training_iteration") or 0)}
             FITS[-1].scheduler_stops = stops
-            if "record" in _DRIVER_RECORD:  # a new dict each time: the heartbeat thread may be writing the old one
-                _DRIVER_RECORD["record"]["scheduler_stops"] = stops
+            if "record" in _DRIVER:  # a new dict each time: the heartbeat thread may be writing the old one
+                _DRIVER["record"]["scheduler_stops"] = stops
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         FITS[-1].ended.add(trial.trial_id)
@@ -158,7 +162,9 @@ class SweepEnding(tune.Callback):
     def on_experiment_end(self, trials, **info):
         ending = FITS[-1]
         ending.closed, ending.ended_at = True, time.time()
-        ending.stopped = ending.started - ending.ended
+        # stopped: started in this fit and not ended, or stopped by an earlier run and not run again (a resume)
+        ids = {trial.trial_id for trial in trials}
+        ending.stopped = ((ending.started | ending.earlier[0]) & ids) - ending.ended
         ending.total = max(ending.total, len(trials))
         for trial in trials:
             ending.outcomes[trial.path] = trial_outcome(
@@ -189,6 +195,9 @@ def _why(ending: Ending) -> tuple[str | None, str]:
         return FAIL_FAST, "--fail-fast: a trial errored"
     if ending.budget_s and time.monotonic() - ending.began >= float(ending.budget_s):
         return TIME_BUDGET, f"--time-budget-s {float(ending.budget_s):g} reached"
+    stopped_before, ended_by, why = ending.earlier
+    if ended_by not in (None, ALL_ENDED) and ending.stopped <= stopped_before - ending.started:
+        return ended_by, why  # only trials a run before stopped are left: what stopped them then
     return None, "stopped before every trial ended"
 
 
@@ -208,13 +217,13 @@ def _catch_signals(ending: Ending) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def fit(tuner, driver_record: dict | None = None) -> tuple:
+def fit(tuner, hold=None) -> tuple:
     """`tuner.fit()` and how it ended: (its `ResultGrid`, its `Ending`; an empty one when no `SweepEnding`
-    watched it, as in a sweep resumed from an older raysweep's tuner.pkl). `driver_record`: the driver's
-    `driver.json` record (`DriverHold.record`), which gets the scheduler's stops as they come."""
+    watched it, as in a sweep resumed from an older raysweep's tuner.pkl). `hold`: this driver's
+    `driver_lock.DriverHold` (`watch_driver`)."""
     FITS.clear()
-    if driver_record is not None:
-        record_scheduler_stops(driver_record)
+    if hold is not None:
+        watch_driver(hold)
     results = tuner.fit()
     return results, FITS[0] if FITS else Ending()
 
