@@ -202,10 +202,10 @@ def format_mean(mean, ci) -> str:
 
 
 def search_outcome_lines(experiment: str, objective: Objective, planned: int, k: int = 10) -> list[str]:
-    """What a search (or PBT) prints once it ran: how many of its `planned` trials ran, by outcome (the words
-    and counts of its progress block, `--status` and its report), then the `k` best rows of its report's search
-    table (`experiment_search_table`: the same ranking, selection rule and outcomes); only the first line when
-    no trial has a value to rank (every trial errored, or it was stopped before any result).
+    """What a search (or PBT) prints once it ran: its `planned` trials by outcome (the words and counts of its
+    progress block, last line, `--status` and its report; those never created: not run), then the `k` best rows
+    of its report's search table (`experiment_search_table`: the same ranking, selection rule and outcomes); only
+    the first line when no trial has a value to rank (every trial errored, or it was stopped before any result).
 
     Args:
         experiment: the experiment folder (or URI), read as `python -m analysis` reads it, after the driver
@@ -219,10 +219,13 @@ def search_outcome_lines(experiment: str, objective: Objective, planned: int, k:
 
     try:
         trials, history = load_experiment(experiment)
-    except ExperimentError:
-        return [f"0 of {planned} trials ran"]
-    counts = describe_counts(count_outcomes(outcome_column(trials)), shown=("finished", "pruned"))
-    lines = [f"{len(trials)} of {planned} trials ran: {counts}"]
+    except ExperimentError:  # stopped before its first trial: none created
+        trials, history = None, None
+    ran = outcome_column(trials) if trials is not None else []
+    counts = count_outcomes(ran, not_created=planned - len(ran), over=True)  # never created: not run
+    lines = [f"{max(planned, len(ran))} trials: {describe_counts(counts, shown=('finished', 'pruned'))}"]
+    if trials is None:
+        return lines
     metric = objective.metric
     if metric not in history.columns or not history[metric].notna().any():
         return lines

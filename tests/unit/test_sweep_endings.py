@@ -16,7 +16,6 @@ from analysis.reading.driver_record import continue_advice, continue_command
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run import notify, sweep_end
 from tests.analysis_fixtures import trial_spec, write_driver_end, write_experiment
-from tests.unit.test_research_record import receiver  # noqa: F401  (the loopback notify receiver, a fixture)
 from trainables.experiment import outcome, records
 from trainables.experiment.objective import Objective
 
@@ -60,8 +59,10 @@ def test_a_stop_by_the_scheduler_before_the_last_epoch_is_pruned_and_a_time_budg
         trial("e", status="PENDING", result={}),
     ]
     stops = [("b", {"done": True, "training_iteration": 2}), ("c", {"done": True, "training_iteration": 4})]
+    record = {"scheduler_stops": {}}  # the driver's record: its heartbeat writes what it holds (--status reads it)
+    sweep_end.watch_driver(SimpleNamespace(record=record, previous={}))
     ending = fit(trials, budget_s=20, results=stops, started="abcd", ended="abc")
-    assert ending.scheduler_stops == {"b": 2, "c": 4}
+    assert ending.scheduler_stops == record["scheduler_stops"] == {"b": 2, "c": 4}
     assert [ending.outcomes[t.path] for t in trials] == ["finished", "pruned", "finished", "interrupted", "not run"]
     assert (ending.ended_by, ending.why) == ("time budget", "--time-budget-s 20 reached")
     counts = ending.counts(reused=1)

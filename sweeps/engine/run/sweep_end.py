@@ -60,6 +60,15 @@ def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool 
     print(f"report: {folder / 'report.md'}")
 
 
+@dataclasses.dataclass(frozen=True)
+class EarlierRun:
+    """What the run of the sweep before this one recorded in `driver.json` (a resume continues it)."""
+
+    stopped: frozenset = frozenset()  # ids of the trials it stopped before they ended
+    ended_by: str | None = None  # why it ended (`outcome.SWEEP_ENDS`)
+    why: str = ""  # the same in words
+
+
 @dataclasses.dataclass
 class Ending:
     """How one `Tuner.fit()` of this driver ended, as `SweepEnding` saw it: each trial's outcome and why the
@@ -76,7 +85,7 @@ class Ending:
     closed: bool = False  # the fit ended (`on_experiment_end`)
     ended_by: str | None = ALL_ENDED  # why it ended (`outcome.SWEEP_ENDS`; None: stopped, cause unknown)
     why: str = ""  # the same in words, for the last line: "Ctrl-C", "--time-budget-s 20 reached", ...
-    earlier: tuple = (set(), None, "")  # the run before's (stopped trial ids, `ended_by`, `why`): a resume's
+    earlier: EarlierRun = EarlierRun()  # the run before this one (a resume's): what it stopped, and why
     stopper: object = None  # the sweep's `RunConfig.stop` (`InitialFailures` for command sweeps)
     budget_s: float | None = None  # --time-budget-s
     fail_fast: bool = False  # --fail-fast
@@ -138,7 +147,9 @@ class SweepEnding(tune.Callback):
         ending.fail_fast = getattr(self, "fail_fast", False)
         ending.scheduler_stops = dict((_DRIVER.get("record") or {}).get("scheduler_stops") or {})
         previous = _DRIVER.get("previous") or {}
-        ending.earlier = (set(previous.get("stopped") or ()), previous.get("ended_by"), previous.get("why") or "")
+        ending.earlier = EarlierRun(
+            frozenset(previous.get("stopped") or ()), previous.get("ended_by"), previous.get("why") or ""
+        )
         FITS.append(ending)
         if threading.current_thread() is threading.main_thread():
             _catch_signals(FITS[-1])
@@ -164,7 +175,7 @@ class SweepEnding(tune.Callback):
         ending.closed, ending.ended_at = True, time.time()
         # stopped: started in this fit and not ended, or stopped by an earlier run and not run again (a resume)
         ids = {trial.trial_id for trial in trials}
-        ending.stopped = ((ending.started | ending.earlier[0]) & ids) - ending.ended
+        ending.stopped = ((ending.started | ending.earlier.stopped) & ids) - ending.ended
         ending.total = max(ending.total, len(trials))
         for trial in trials:
             ending.outcomes[trial.path] = trial_outcome(
@@ -195,9 +206,9 @@ def _why(ending: Ending) -> tuple[str | None, str]:
         return FAIL_FAST, "--fail-fast: a trial errored"
     if ending.budget_s and time.monotonic() - ending.began >= float(ending.budget_s):
         return TIME_BUDGET, f"--time-budget-s {float(ending.budget_s):g} reached"
-    stopped_before, ended_by, why = ending.earlier
-    if ended_by not in (None, ALL_ENDED) and ending.stopped <= stopped_before - ending.started:
-        return ended_by, why  # only trials a run before stopped are left: what stopped them then
+    earlier = ending.earlier
+    if earlier.ended_by not in (None, ALL_ENDED) and ending.stopped <= earlier.stopped - ending.started:
+        return earlier.ended_by, earlier.why  # only trials the run before stopped are left: what stopped them
     return None, "stopped before every trial ended"
 
 
