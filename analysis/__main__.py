@@ -149,14 +149,18 @@ def _status(parser: argparse.ArgumentParser, args) -> int:
 
 
 def _json_summary(source, args) -> int:
-    """`--json`: the summary table as a `raysweep.summary/1` document on stdout (`analysis/tables/json_output.py`)."""
+    """`--json`: the summary table as a `raysweep.summary/2` document on stdout (`analysis/tables/json_output.py`),
+    also when no trial reported the metric (every trial errored): then its `problem` says so and the exit code
+    is 1, as when no cell has a usable value."""
     from analysis.reading.load import load_experiment, resolve_objective
     from analysis.tables.json_output import dumps, summary_document
 
     trials, history = load_experiment(source)
-    objective = resolve_objective(trials, history, _asked(args))  # no test metric: the cells are the metric's
-    print(dumps(summary_document(trials, history, objective, rows=args.rows)))
-    return 0
+    # no test metric: the cells are the metric's; a metric no trial reported: the document says so
+    objective = resolve_objective(trials, history, _asked(args), reported=False)
+    document = summary_document(trials, history, objective, rows=args.rows)
+    print(dumps(document))
+    return 1 if document["problem"] else 0
 
 
 def _paper(source, args) -> int:

@@ -1,6 +1,6 @@
 """The sweep's progress block, shared by the driver's console and `python -m analysis EXP --status`.
 
-    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 finished, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
       | epochs 20/360 | ETA 0:12:30   (one line on the console)
       sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
       ...
@@ -18,7 +18,16 @@ from collections.abc import Mapping
 
 from analysis.wall_time import TrialCost, makespan
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import COUNTS, LEFT_OUT, PENDING, RUNNING, count_outcomes, trial_outcome
+from trainables.experiment.outcome import (
+    COUNTS,
+    ENDED,
+    LEFT_OUT,
+    PENDING,
+    RUNNING,
+    count_outcomes,
+    planned_epochs,
+    trial_outcome,
+)
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import show_value
 
@@ -26,7 +35,13 @@ RUNNING_LINES = 8  # running trials listed under each block; the rest are counte
 
 
 def sweep_status(
-    trials: list, total_trials: int | None, objective: Objective = Objective(), *, over=False, stopped=()
+    trials: list,
+    total_trials: int | None,
+    objective: Objective = Objective(),
+    *,
+    over=False,
+    stopped=(),
+    scheduler_stops: Mapping[str, int] | None = None,
 ) -> dict:
     """Count trials by how they ended (`trainables.experiment.outcome.trial_outcome`) and add up epochs
     done and planned.
@@ -38,16 +53,26 @@ def sweep_status(
         objective: what "best" means (its metric and mode).
         over: the sweep has ended (its driver finished or is gone): running trials were interrupted,
             pending ones never ran. stopped: ids of the trials the driver stopped before they ended.
+        scheduler_stops: trial id -> the iteration its scheduler stopped it at (`driver.json`): pruned trials.
     Returns:
         dict with the `count_outcomes` counts (`running`, `pending` (waiting or paused, or not created
-        yet), `done`, `errored` (`no_metric` among them), `diverged`, `interrupted`, `not_run`), `total`,
-        `best` (`_best`), `epochs_done`, `epochs_planned` (finished trials count the epochs they ran, others
-        as `_add_unplanned` says; None when unknown), `running_trials`: (name, last result, planned
-        epochs or None) per running trial, best first, `slots` (trials running now) and `time_left`: the
-        seconds each unfinished trial needs (`_left`), or None.
+        yet), `finished`, `pruned`, `errored` (`no_metric` among them), `diverged`, `interrupted`,
+        `not_run`), `total`, `best` (`_best`), `epochs_done`, `epochs_planned` (trials that ended count the
+        epochs they ran; the others, interrupted and not run included, their planned epochs, as
+        `_add_unplanned` says; None when unknown), `running_trials`: (name, last result, planned epochs or
+        None) per running trial, best first, `slots` (trials running now) and `time_left`: the seconds each
+        unfinished trial needs (`_left`), or None.
     """
+    stops = scheduler_stops or {}
     outcomes = [
-        trial_outcome(t.status, t.last_result, over=over, stopped=getattr(t, "trial_id", None) in stopped)
+        trial_outcome(
+            t.status,
+            t.last_result,
+            over=over,
+            stopped=getattr(t, "trial_id", None) in stopped,
+            stop_at=stops.get(getattr(t, "trial_id", None)),
+            planned=planned_epochs(t.config),
+        )
         for t in trials
     ]
     epochs_done, epochs_planned, planned_per_trial, running, unknown, ran = 0, 0, [], [], [], []
@@ -55,8 +80,8 @@ def sweep_status(
     for trial, outcome in zip(trials, outcomes):
         result = trial.last_result or {}
         epochs = _epochs_done(result)
-        planned = int(trial.config["epochs"]) if trial.config.get("epochs") else None
-        finished = trial.status in ("TERMINATED", "ERROR")
+        planned = planned_epochs(trial.config)
+        finished = outcome in ENDED
         epochs_done += epochs
         if epochs and isinstance(result.get("time_total_s"), (int, float)):
             timed.append((epochs, result["time_total_s"], result.get("time_this_iter_s")))
@@ -145,18 +170,15 @@ def _best(trials: list, outcomes: list[str], objective: Objective) -> tuple | No
     return best
 
 
-_OPTIONAL = ("running", "pending", "interrupted", "not_run")
-
-
-def describe_counts(counts: dict, shown=("running", "pending", "done", "errored", "diverged")) -> str:
-    """`4 running, 6 pending, 2 done, 1 errored (1 no metric), 0 diverged, 2 interrupted, 3 not run`: the
-    counts of `count_outcomes` in the words of the progress line, `--status`, the summary and the report;
-    the `shown` ones always, trials running, pending or not finished when there are some."""
+def describe_counts(counts: dict, shown=("running", "pending", "finished", "errored", "diverged")) -> str:
+    """`4 running, 6 pending, 2 finished, 1 pruned, 1 errored (1 no metric), 0 diverged, 2 interrupted, 3 not
+    run`: the counts of `count_outcomes` in the words of the progress line, `--status`, the final line, the
+    summary, the report and the `--notify` message; the `shown` ones always, the others when there are some."""
     words = []
-    for key in [k for k in COUNTS if k in shown] + [k for k in _OPTIONAL if k not in shown]:
+    for key in (k for k in COUNTS if k != "no_metric"):
         if key in shown or counts.get(key):
             no_metric = f" ({counts['no_metric']} no metric)" if key == "errored" and counts.get("no_metric") else ""
-            words.append(f"{counts[key]} {key.replace('_', ' ')}{no_metric}")
+            words.append(f"{counts.get(key, 0)} {key.replace('_', ' ')}{no_metric}")
     return ", ".join(words)
 
 

@@ -1,6 +1,6 @@
 """The status of a sweep, running or not, from its experiment folder alone: `python -m analysis EXP --status`.
 
-    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 finished, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
       | epochs 20/360 | ETA 0:12:30   (one line on the console)
       sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
         sym_0.25_seed0:INFO | [GPU 0 | pid 4242] Epoch [5/30] | Loss 0.4120 | Val Acc 0.8800 | ...
@@ -33,7 +33,7 @@ from typing import TextIO
 import pyarrow.fs as pafs
 
 from analysis.progress import format_duration, format_progress, sweep_status
-from analysis.reading.driver_record import exit_code, holder_alive, read_holder, resume_command
+from analysis.reading.driver_record import continue_advice, exit_code, holder_alive, read_holder, resume_command
 from analysis.reading.oom_rounds import reruns, round_folders
 from analysis.reading.tune_state import (
     config_key,
@@ -48,7 +48,7 @@ from analysis.reading.tune_state import (
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import ERRORED, trial_outcome
+from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, trial_outcome
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -82,7 +82,8 @@ def read_status(source, now: float | None = None) -> dict:
         now: time.time() (the default), for the driver's heartbeat and the elapsed time.
     Returns:
         dict with `status` (`analysis.progress.sweep_status`), `metric`, `mode`, `elapsed_s` (seconds
-        from the first trial's start to now, or to the last result once the sweep is over),
+        from the driver's start to now, or to its end: `_elapsed`),
+        `ended_by` and `why` (why an ended sweep ended, `driver.json`'s; None while it runs, or unknown),
         `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
         `driver_alive` (bool or None when unknown), `left` (trials not finished: running, pending,
         interrupted or not run), `argv` (the sweep's command line, or None), `launch` (what
@@ -113,17 +114,19 @@ def read_status(source, now: float | None = None) -> dict:
     total = max(int(info.get("total_trials") or 0), len(trials))
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
-    stopped = set((driver or {}).get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
-    status = sweep_status(trials, total, objective, over=alive is False, stopped=stopped)
+    record = driver or {}
+    stopped = set(record.get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
+    stops = record.get("scheduler_stops") or {}  # and those their scheduler stopped: pruned
+    status = sweep_status(trials, total, objective, over=alive is False, stopped=stopped, scheduler_stops=stops)
     left = sum(status[k] for k in ("running", "pending", "interrupted", "not_run"))
-    starts, ends = [t.start for t in trials if t.start], [t.end for t in trials if t.end]
-    until = now if left and alive is not False else max(ends, default=now)  # an ended sweep's clock stops
     return {
         "status": status,
         "metric": objective.metric,
         "mode": objective.mode,
         "where": prefix + root,
-        "elapsed_s": max(0.0, until - min(starts)) if starts else 0.0,
+        "elapsed_s": _elapsed(trials, record, alive, left, now),
+        "ended_by": record.get("ended_by") if alive is False else None,
+        "why": record.get("why") if alive is False else None,
         "log_lines": log_lines,
         "driver": driver,
         "driver_alive": alive,
@@ -135,28 +138,50 @@ def read_status(source, now: float | None = None) -> dict:
     }
 
 
+def _elapsed(trials: list[TrialRecord], record: dict, alive: bool | None, left: int, now: float) -> float:
+    """Seconds the sweep (its latest run) has taken: from its driver's start (`driver.json`'s `started`) to now,
+    or to the end its console's final block said (`elapsed_s`); a sweep without those (an older raysweep's),
+    from its first trial's start to now, or to its last result once it is over."""
+    started = record.get("started")
+    if isinstance(started, (int, float)):
+        if alive is False and isinstance(record.get("elapsed_s"), (int, float)):
+            return max(0.0, record["elapsed_s"])
+        until = record.get("ended") if alive is False and record.get("ended") else now
+        return max(0.0, until - started)
+    starts, ends = [t.start for t in trials if t.start], [t.end for t in trials if t.end]
+    until = now if left and alive is not False else max(ends, default=now)  # an ended sweep's clock stops
+    return max(0.0, until - min(starts)) if starts else 0.0
+
+
 def format_status(state: dict, now: float | None = None) -> list[str]:
-    """The status block of a `read_status` dict: the progress block, then the driver's line (and,
-    when the driver is gone with trials left, how to resume)."""
+    """The status block of a `read_status` dict: the progress block, then the driver's line (and, once the
+    driver has ended or is gone, what continues the sweep: `driver_record.continue_advice`)."""
     lines = format_progress(state["status"], state["elapsed_s"], metric=state["metric"], log_lines=state["log_lines"])
     if describe_duplicates(state["duplicates"]):
         lines.append(describe_duplicates(state["duplicates"]))
     lines.append(driver_line(state, time.time() if now is None else now))
-    if state["driver_alive"] is False and state["left"]:
-        if state["resumable"]:
-            lines.append(f"  {state['left']} trial(s) left: continue the sweep with {_quoted(state['launch'])}")
-        else:  # killed before Tune saved the sweep: nothing to restore yet
-            lines.append(
-                f"  {state['left']} trial(s) left, none saved yet: start the sweep again with "
-                f"{_quoted(state['launch'], resume=False)}"
-            )
-    return lines
+    if state["driver_alive"] is not False:
+        return lines
+    if state["left"] and not state["resumable"]:  # killed before Tune saved the sweep: nothing to restore yet
+        command = resume_command(state["launch"], resume=False)
+        quoted = f"`{command}`" if state["launch"].get("argv") else command
+        return lines + [f"  {state['left']} trial(s) left, none saved yet: start the sweep again with {quoted}"]
+    if state["ended_by"] == TIME_BUDGET and state["left"]:
+        return lines + [
+            f"  {state['left']} trial(s) left: the time budget ended the sweep ({state['why']}); "
+            "--resume would run none of them"
+        ]
+    resumed = bool((state["driver"] or {}).get("resumed", True))
+    advice = _quoted_command(continue_advice(state["launch"], state["status"], state["ended_by"], resumed))
+    left = f"{state['left']} trial(s) left: " if state["left"] else ""
+    return lines + ([f"  {left}{advice}"] if advice else [])
 
 
-def _quoted(launch: dict, resume: bool = True) -> str:
-    """`resume_command` in backticks (Markdown code) when the command line is known."""
-    command = resume_command(launch, resume)
-    return f"`{command}`" if launch.get("argv") else command
+def _quoted_command(advice: str) -> str:
+    """`continue_advice` with its command in backticks (Markdown code): after `: `, up to ` (` or the end."""
+    head, colon, rest = advice.rpartition(": ")
+    command, paren, tail = rest.partition(" (add --retry-errored")
+    return f"{head}{colon}`{command}`{paren}{tail}" if colon else advice
 
 
 def driver_line(state: dict, now: float) -> str:
@@ -172,7 +197,8 @@ def driver_line(state: dict, now: float) -> str:
         return f"driver: alive on {where}, since {record.get('since', '?')} ({ago})"
     if record.get("ended") is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["ended"]))
-        return f"driver: finished at {ended} on {where}, exit code {record.get('exit_code')}"
+        how = f" ({record['why']})" if record.get("why") and record.get("ended_by") != ALL_ENDED else ""
+        return f"driver: finished at {ended} on {where}, exit code {record.get('exit_code')}{how}"
     return f"driver: gone (was on {where}, since {record.get('since', '?')}; {ago})"
 
 

@@ -219,7 +219,7 @@ def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> li
     counts = count_outcomes(outcome_column(trials))
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({describe_counts(counts, shown=('done', 'errored', 'diverged'))})",
+        f"- trials: {len(trials)} ({describe_counts(counts, shown=('finished', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         *([f"- {reruns}"] if (reruns := reruns_line(trials.attrs.get("oom_reruns") or ())) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x
 from sweeps.engine import estimate, flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.command_sweep import command_template  # noqa: E402
 from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
+from sweeps.engine.command_sweep.programs import resolve_program  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 from trainables.command.parse import STEP_KEY  # noqa: E402
@@ -209,7 +210,9 @@ def check_command(args) -> None:
         )
     args.space = search_space_of.command_space(args.template, args.lr_range, args.space, args.fixed)
     args.epochs = search_space_of.command_epochs(args.template, args.fixed)
-    command_template.check_template(args.template, dict.fromkeys([*args.space, *args.fixed], [0]), seeds=False)
+    command_template.check_template(
+        args.template, dict.fromkeys([*args.space, *args.fixed], [0]), seeds=False, resume=args.resume
+    )
     command_template.check_metric_producible(args.objective, None, STEP_KEY)
 
 
@@ -262,30 +265,13 @@ def search_bounds(args) -> tuple[dict, dict]:
     return bounds, {**args.fixed, **bounds, "repeat": args.repeat, **common}
 
 
-def print_outcome(results, args, objective: Objective) -> None:
-    """After the search: how many trials ran and ASHA stopped early (`stopped_by_scheduler`: one that ended by
-    itself is finished), the ten best by `objective` with why each ended, as in the report, and how to go on."""
-    from analysis.figures.search import top_trials
-    from analysis.reading.scheduler_stop import STOPPED, stopped_by_scheduler
+def print_outcome(options, args, objective: Objective) -> None:
+    """After the search: its trials by outcome and its ten best by `objective`, how each ended, as its report's
+    search table says (`analysis.tables.search_table.search_outcome_lines`: pruned only where ASHA stopped a
+    trial before its last epoch; a trial that ended by itself is finished)."""
+    from analysis.tables.search_table import search_outcome_lines
 
-    df = results.get_dataframe()
-    if len(df):
-        names, stopped, errored = {}, {}, set()
-        for result in results:
-            if result.metrics:
-                names[result.metrics["trial_id"]] = Path(result.path).name
-                logged = result.metrics_dataframe  # the rows as logged: `Result.metrics` is always `done`
-                last = logged.iloc[-1] if logged is not None and len(logged) else {}
-                stopped[result.metrics["trial_id"]] = stopped_by_scheduler(last, args.epochs)
-                errored |= {result.metrics["trial_id"]} if result.error else set()
-        df["trial"] = df["trial_id"].map(names)
-        df[STOPPED] = df["trial_id"].map(stopped).fillna(False).astype(bool)
-        df["status"] = df["trial_id"].map(lambda t: "ERROR" if t in errored else "TERMINATED")
-        print(f"{len(df)} of {args.num_samples} trials ran; ASHA stopped {int(df[STOPPED].sum())} early")
-        table = top_trials(df, 10, objective, epochs=args.epochs, scheduler="ASHA")
-        print(table.to_string(index=False))
-    if len(df) < args.num_samples:
-        print(f"the search stopped before {args.num_samples} trials; continue it with the same flags and --resume")
+    print(*search_outcome_lines(options.experiment_dir, objective, args.num_samples), sep="\n")
 
 
 def launch_line(args, cfg) -> str:
@@ -298,9 +284,10 @@ def launch_line(args, cfg) -> str:
     )
 
 
-def choose_trial_function(args, options, cfg, data):
-    """The trainable each trial runs: the shared classifier (with `args.repeat` seeds), or with
-    --template the user's own script, the searched values reaching it through its {placeholders}."""
+def choose_trial_function(args, options, cfg, data, template: list[str] | None = None):
+    """The trainable each trial runs: the shared classifier (with `args.repeat` seeds), or the user's own
+    script (`template`: the command after --, its program resolved), the searched values reaching it through
+    its {placeholders}."""
     from sweeps.engine.run.launch import TrialFunction
     from trainables import train_classifier
 
@@ -315,7 +302,7 @@ def choose_trial_function(args, options, cfg, data):
     return TrialFunction(
         train_command,
         {
-            "template": args.template,
+            "template": template or args.template,
             "cwd": os.getcwd(),
             "code_dir": RUNTIME_ENV_CODE if runtime_env else snapshot and snapshot["path"],
             "objective": options.objective,  # each step reported as soon as it has the metric
@@ -331,7 +318,8 @@ def main(argv: list[str]) -> int:
         return estimate.estimate_search(args, *point, upper_bound="ASHA stops trials early")
     bounds, settings = search_bounds(args)
     options = run_flags.run_options(args)
-    if args.template:  # the built-in trainable's data is not loaded
+    if args.template:  # the built-in trainable's data is not loaded; the command's program: the launch's
+        template, settings["program"] = resolve_program(args.template, options.experiment_dir, args.resume)
         preflight.check_resume(options.experiment_dir, args.resume, settings, new_ok=False)
         preflight.probe_storage(options.experiment_dir)
         cfg = data = None
@@ -346,7 +334,7 @@ def main(argv: list[str]) -> int:
     from sweeps.engine.run.launch import start_sweep
 
     print(launch_line(args, cfg), flush=True)
-    trial_function = choose_trial_function(args, options, cfg, data)
+    trial_function = choose_trial_function(args, options, cfg, data, template if args.template else None)
     checkpoint_config = CheckpointConfig(num_to_keep=2) if args.template else None
     sweep = start_sweep(options, trial_function, checkpoint_config=checkpoint_config, settings=settings)
     objective = options.objective
@@ -379,7 +367,7 @@ def main(argv: list[str]) -> int:
             sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
         ),
     )
-    print_outcome(rounds[0], args, objective)
+    print_outcome(options, args, objective)
     return code
 
 

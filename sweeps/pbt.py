@@ -35,6 +35,13 @@ SEARCHED = {
 
 
 def parse_args(argv: list[str]):
+    """The checked flags; raises UsageError (one line, exit 2) on a bad value, or a command after `--`."""
+    if "--" in argv:  # before argparse, whose "unrecognized arguments" would not say why
+        search = "raysweep search" if flags.ArgumentParser.COMMAND else "python sweeps/lr_search.py"
+        raise UsageError(
+            "PBT trains the built-in trainable (its members continue from each other's checkpoints), not a "
+            f"command after --; to search your own script's hyperparameters use {search} [flags] -- COMMAND"
+        )
     parser = flags.ArgumentParser(prog="sweeps/pbt.py", description=__doc__.split("\n\n")[0])
     run_flags.add_search_args(parser, num_samples=8, num_samples_help="population size: trials trained side by side")
     parser.add_argument(
@@ -82,15 +89,12 @@ def trial_name(trial) -> str:
     return f"{NAME}_{int(trial.experiment_tag.split('_')[0]):05d}"
 
 
-def print_outcome(results) -> None:
-    """After PBT: the ten best members (their final lr / weight decay) and where the exploit history is."""
-    from analysis.figures.search import top_trials
+def print_outcome(options, args) -> None:
+    """After PBT: its members by outcome and the ten best (their final lr / weight decay), as its report's
+    search table says (`analysis.tables.search_table.search_outcome_lines`), and where the exploit history is."""
+    from analysis.tables.search_table import search_outcome_lines
 
-    df = results.get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
+    print(*search_outcome_lines(options.experiment_dir, options.objective, args.num_samples), sep="\n")
     print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
 
 
@@ -163,7 +167,7 @@ def main(argv: list[str]) -> int:
             sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
         ),
     )
-    print_outcome(rounds[0])
+    print_outcome(options, args)
     return code
 
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x
 from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
 from sweeps.engine.cluster import mps_daemons
 from sweeps.engine.command_sweep import code_snapshot, command_template
+from sweeps.engine.command_sweep.programs import resolve_program
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
@@ -193,7 +194,12 @@ def read_grid(args, template: list[str]) -> tuple[dict, list[dict] | None]:
     if args.seeds is not None and "seed" in settings:
         raise UsageError("--seeds and a seed in --axis or --tasks both set the seed; give only one")
     command_template.check_template(
-        template, settings, seeds=args.seeds is not None, tasks=args.tasks, task_columns=tasks[0] if tasks else ()
+        template,
+        settings,
+        seeds=args.seeds is not None,
+        tasks=args.tasks,
+        task_columns=tasks[0] if tasks else (),
+        resume=args.resume,
     )
     if args.seeds is not None:
         axes["seed"] = list(range(seed_flags.seed_count(args)))
@@ -261,16 +267,17 @@ def estimate_sweep(args) -> int:
     minimum = [c for c in args.cells if c["seed"] < args.auto["min_seeds"]] if args.auto else None
     return estimate.run_estimate(
         args,
-        estimate.Plan(args.cells, "command", minimum=minimum),
+        estimate.Plan(args.cells, "command", minimum=minimum, template=tuple(args.template)),
         lambda epochs, limit_s, gpus: time_command(args, args.cells[0], epochs, limit_s, gpus),
         lambda cell, gpus: time_command(args, cell, 0, estimate.ESTIMATE_LIMIT_S, gpus),
     )
 
 
-def command_trial_function(args, snapshot: dict | None, mps_dir: str | None = None):
-    """`train_command` with the command, how its metrics are read, the code copy (`snapshot`, None with
-    --in-place) it runs in, and how fractional trials share a GPU (--no-memory-cap; `mps_dir`: --mps's
-    daemons' folder); a snapshot with a `runtime_env` reaches the trials through it."""
+def command_trial_function(args, snapshot: dict | None, template: list[str] | None = None, mps_dir: str | None = None):
+    """`train_command` with the command (`template`, its program resolved: `programs.resolve_program`), how its
+    metrics are read, the code copy (`snapshot`, None with --in-place) it runs in, and how fractional trials
+    share a GPU (--no-memory-cap; `mps_dir`: --mps's daemons' folder); a snapshot with a `runtime_env` reaches
+    the trials through it."""
     from sweeps.engine.run.launch import TrialFunction
     from trainables.command.gpu_sharing import GpuSharing
     from trainables.command.runner import train_command
@@ -281,7 +288,7 @@ def command_trial_function(args, snapshot: dict | None, mps_dir: str | None = No
     return TrialFunction(
         train_command,
         {
-            "template": args.template,
+            "template": template or args.template,
             "step_key": args.step_key,
             "metric_pattern": args.metric_pattern or None,
             "metrics_from": args.metrics_from,
@@ -296,21 +303,23 @@ def command_trial_function(args, snapshot: dict | None, mps_dir: str | None = No
     )
 
 
-def run_grid(args, options, plan, snapshot: dict | None) -> int:
+def run_grid(args, options, plan, snapshot: dict | None, program: tuple[list[str], dict | None]) -> int:
     """Run the planned grid of commands (`grid.plan.plan_grid`) with Ray Tune, or resume it
-    (`grid.plan.fit_grid` around this script's `Tuner`); returns the exit code."""
+    (`grid.plan.fit_grid` around this script's `Tuner`); `program`: the command as the trials run it and its
+    program's record (`programs.resolve_program`). Returns the exit code."""
     from ray.tune import CheckpointConfig, Tuner
 
     from sweeps.engine.grid.plan import fit_grid
     from sweeps.engine.run.launch import start_sweep
 
+    template, program = program
     with mps_daemons.mps_folder(args.mps) as mps_dir:  # --mps: the daemons' folder, removed at the end
         sweep = start_sweep(
             options,
-            command_trial_function(args, snapshot, mps_dir),
+            command_trial_function(args, snapshot, template, mps_dir),
             # every result carries a small step checkpoint; keep the latest two, whatever the metric
             checkpoint_config=CheckpointConfig(num_to_keep=2),
-            settings={"code_snapshot": snapshot},
+            settings={"code_snapshot": snapshot, "program": program},
         )
         with mps_daemons.mps_daemons(mps_dir, sweep.gpus, *mps_daemons.sweep_gpus() if mps_dir else ([], {})):
             code, _ = fit_grid(
@@ -339,6 +348,7 @@ def main(argv: list[str]) -> int:
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
+    program = resolve_program(args.template, options.experiment_dir, args.resume)  # the launch's, on a resume
 
     from sweeps.engine.grid.plan import plan_grid, say_all_finished
     from sweeps.engine.run import resume
@@ -365,7 +375,7 @@ def main(argv: list[str]) -> int:
         plan, rule = seed_search.auto_plan(
             plan, cells, args.compare, args.auto, options.experiment_dir, options.objective
         )
-    code = run_grid(args, options, plan, snapshot)
+    code = run_grid(args, options, plan, snapshot, program)
     if args.auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
     return code

@@ -303,6 +303,14 @@ def search_accuracy(lr: float, epoch: int, epochs: int) -> float:
     return 0.9 - 0.15 * abs(math.log10(lr) + 1) - 0.2 * (epochs - 1 - epoch) / epochs
 
 
+def write_driver_end(experiment: Path, **record) -> None:
+    """The `driver.json` of a driver that has ended (exit code 0 unless given), with ``record``'s fields
+    (`stopped`, `scheduler_stops`, `ended_by`, ...)."""
+    ended = {"host": "elsewhere", "pid": 4242, "since": "2026-11-22 18:50:18", "heartbeat": T0 + 100}
+    ended |= {"ended": T0 + 100, "exit_code": 0} | record
+    (Path(experiment) / "driver.json").write_text(json.dumps(ended))
+
+
 def search_experiment(
     root: Path,
     name: str = "lr_search",
@@ -321,7 +329,8 @@ def search_experiment(
     weight decay on [1e-6, 1e-2] (log), batch size 64 or 256, loss ce or gce (with gce_q). The ``finished``
     trials closest to lr 0.1 run all ``epochs`` (ASHA's STOP at max_t: done), the next ``budget`` ones 2
     epochs and no ``done`` (the time budget stopped them), the next ``errored`` ones error after 1 epoch,
-    the rest 1 epoch with ``done`` (ASHA pruned them). ``searcher_state``: a pickled OptunaSearch state
+    the rest 1 epoch with ``done`` (ASHA pruned them); with ``budget`` trials, a driver record that says the time
+    budget ended the sweep and stopped them. ``searcher_state``: a pickled OptunaSearch state
     (its study holds the distributions, a class of this module stands for the script's search space).
     """
     lrs = [10 ** (-4 + 4 * k / (n - 1)) for k in range(n)]
@@ -359,6 +368,9 @@ def search_experiment(
             )
         )
     experiment = write_experiment(root, name, specs, record=record)
+    if budget:  # the driver recorded why it ended, and which trials it stopped (`driver.json`)
+        stopped = [f"abcde_{k:05d}" for k in sorted(k for k, f in fate.items() if f == "budget")]
+        write_driver_end(experiment, ended_by="time budget", stopped=stopped)
     if searcher_state:
         (experiment / f"searcher-state-{SESSION}.pkl").write_bytes(pickle.dumps(_optuna_state(sampled)))
     return experiment

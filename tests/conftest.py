@@ -105,6 +105,17 @@ def eight_slot_head(tmp_path_factory):
 
 
 @pytest.fixture
+def receiver():
+    """A loopback HTTP server keeping each --notify message POSTed to it (`receiver.url`, apprise's json:// target;
+    `receiver.messages`: the JSON bodies): `tests/unit/test_research_record.py:Receiver`."""
+    from tests.unit.test_research_record import Receiver
+
+    server = Receiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def sweep_env(shared_ray_head) -> dict:
     """The environment of a sweep subprocess that joins the session's shared Ray (`shared_ray_head`): pass it
     as `subprocess.run(..., env=sweep_env)`. A copy: a test may add to it."""

@@ -112,11 +112,13 @@ _STATES = {
     "finished": optuna.trial.TrialState.COMPLETE,
     "pruned": optuna.trial.TrialState.PRUNED,
     "errored": optuna.trial.TrialState.FAIL,
+    "no metric": optuna.trial.TrialState.FAIL,
     "diverged": optuna.trial.TrialState.FAIL,
     "pending": optuna.trial.TrialState.WAITING,
+    "not run": optuna.trial.TrialState.WAITING,
 }
-"""Optuna's state of each end reason (:mod:`analysis.reading.trial_end`); any other (running, paused,
-stopped by the time budget: not finished) is RUNNING, which Optuna's plots leave out as unfinished."""
+"""Optuna's state of each outcome (:mod:`trainables.experiment.outcome`); any other (running, interrupted:
+not finished) is RUNNING, which Optuna's plots leave out as unfinished."""
 
 
 def study_from_trials(
@@ -228,8 +230,9 @@ def top_trials(
     the console.
 
     Columns: `trial`, one per `config/` column that varies (prefix dropped; blank where a trial did not
-    have it), `epochs`, `ended` (an `ended` column of `df`, else :func:`analysis.reading.trial_end.end_reasons`
-    with `epochs`; in words, "pruned by <scheduler>"), `n_seeds`, and `<metric>` formatted as
+    have it), `epochs`, `ended` (an `ended` or `outcome` column of `df`, else
+    :func:`analysis.reading.trial_outcomes.outcome_column` with `epochs`; in words, "pruned by <scheduler>", an
+    interrupted trial by `df.attrs["ended_by"]`), `n_seeds`, and `<metric>` formatted as
     `0.9124 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed). Trials
     without a value of `metric` (diverged, errored) are not ranked; none at all gives an empty table.
     """
@@ -242,7 +245,8 @@ def top_trials(
     for param in table.attrs["params"]:
         out[param] = table[param].map(format_param)
     out["epochs"] = table["epochs"].astype(str)
-    out["ended"] = table["ended"].map(lambda reason: ended_words(reason, scheduler))
+    ended_by = df.attrs.get("ended_by")
+    out["ended"] = table["ended"].map(lambda outcome: ended_words(outcome, scheduler, ended_by))
     out["n_seeds"] = table["n_seeds"]
     out[metric] = [format_mean(m, c) for m, c in zip(table[metric], table[f"{metric}_ci95"])]
     return out.reset_index(drop=True)

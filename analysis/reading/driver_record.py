@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import socket
 import time
 from pathlib import Path
 
 from trainables.experiment import records
+from trainables.experiment.outcome import FAILURE_GATE, TIME_BUDGET
 
 HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
 
@@ -74,36 +74,80 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def resume_command(launch: dict | None, resume: bool = True) -> str:
-    """The command that continues a sweep (`resume`), or starts it again, as shell text to run as printed.
+def resume_command(launch: dict | None, resume: bool = True, retry_errored: bool = False) -> str:
+    """The command that continues a sweep (`resume`), or starts it again, as shell text to run as printed,
+    from the launch folder, in any shell (one without the launch's venv on its PATH included).
 
     Built from what the launch recorded in `raysweep.json` (`sweeps/engine/run/launch.py:sweep_info`):
     `python`, the interpreter that ran the sweep (`sys.executable`), then `argv`, the script's path as
-    launched and its flags, with `--resume` added before a command's `--` (a script's own `--resume`
-    after it is left alone). Each word is quoted for the shell once; a placeholder such as `{lr}` or
-    `--out={trial_dir}/x` is left unquoted (braces without `,` or `..` are no brace expansion).
-    e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py --lr {lr}``;
-    a sweep the `raysweep` command launched (its `argv[0]` is that program) resumes as ``raysweep grid --resume``
-    where this process's PATH finds that same program, else by its path (``/venv/bin/raysweep grid --resume``).
+    launched and its flags, with `--resume` (and `--retry-errored`) added before a command's `--` (a
+    script's own `--resume` after it is left alone). Each word is quoted for the shell once; a placeholder
+    such as `{lr}` or `--out={trial_dir}/x` is left unquoted (braces without `,` or `..` are no brace
+    expansion). e.g. ``/venv/bin/python sweeps/run_command.py --axis lr=0.1,0.01 --resume -- python train.py
+    --lr {lr}``; a sweep the `raysweep` command launched (its `argv[0]` is that program) names it by its
+    absolute path, ``/venv/bin/raysweep grid --resume``: a bare `raysweep` is not found where the venv is
+    not active. The command's own programs are the ones resolved at launch (`sweeps/engine/command_sweep/
+    programs.py`), whatever the new shell's PATH.
 
     Args:
         launch: the `raysweep.json` record (or any dict with `argv` and `python`); None or no `argv`:
             a generic hint. A record without `python` (an older sweep) starts with `python`.
         resume: add `--resume` (else the command line as launched, without it).
+        retry_errored: add `--retry-errored` too (with `resume`): errored trials run again.
     """
     argv = (launch or {}).get("argv")
     if not argv:
         return "its command line and --resume" if resume else "its command line"
     argv = [str(a) for a in argv]
     end = argv.index("--") if "--" in argv else len(argv)
-    flags = [a for a in argv[:end] if a != "--resume"] + (["--resume"] if resume else [])
-    if Path(argv[0]).name == "raysweep":  # the console command: by name where this PATH finds that one
-        found = shutil.which("raysweep")
-        same = found is not None and os.path.realpath(found) == os.path.realpath(argv[0])
-        words = ["raysweep" if same else argv[0], *flags[1:], *argv[end:]]
+    added = (["--resume"] if resume else []) + (["--retry-errored"] if resume and retry_errored else [])
+    flags = [a for a in argv[:end] if a not in ("--resume", "--retry-errored")] + added
+    if Path(argv[0]).name == "raysweep":  # the console command, by its path
+        words = [os.path.abspath(argv[0]), *flags[1:], *argv[end:]]
     else:
         words = [launch.get("python") or "python", *flags, *argv[end:]]
     return " ".join(_shell_word(word) for word in words)
+
+
+def continue_command(launch: dict | None, counts: dict, ended_by: str | None, resumed: bool = True) -> str | None:
+    """The command that continues an ended sweep (`resume_command`), or None when nothing does.
+
+    Args:
+        launch: as for `resume_command`.
+        counts: its trials by outcome (`trainables.experiment.outcome.count_outcomes`).
+        ended_by: why it ended (`outcome.SWEEP_ENDS`; None: unknown, a driver that is gone).
+        resumed: its last run was a `--resume` (`driver.json`'s `resumed`).
+    Returns:
+        None after the time budget (Tune ended every trial and finished the searcher: a resume runs none),
+        with nothing left to run, or after the failure gate stopped a new launch (its cause is most often the
+        script, and `--resume` keeps the launch's copy of the code: the same command again, without
+        `--resume`, runs a fixed one, as its hint says); `--resume --retry-errored` after the failure gate
+        stopped a resume (the trials it never started are held as errored, which a plain --resume leaves:
+        an interpreter or a path that changed since the launch) or when only errored trials are left; else
+        `--resume`.
+    """
+    left = sum(counts.get(key, 0) for key in ("running", "pending", "interrupted", "not_run"))
+    errored = counts.get("errored", 0)
+    if ended_by == TIME_BUDGET or not (left or errored) or (ended_by == FAILURE_GATE and not resumed):
+        return None
+    return resume_command(launch, retry_errored=ended_by == FAILURE_GATE or not left)
+
+
+def continue_advice(launch: dict | None, counts: dict, ended_by: str | None, resumed: bool = True) -> str:
+    """`continue_command` in words, as the driver's last line and `--status` say it; "" when nothing continues
+    the sweep: `continue with: CMD` (and what `--retry-errored` adds when trials errored), after the failure
+    gate `once the cause is fixed, continue with: CMD`, with only errored trials left `N trial(s) errored; to
+    run them again: CMD`."""
+    command = continue_command(launch, counts, ended_by, resumed)
+    errored = counts.get("errored", 0)
+    if command is None:
+        return ""
+    if ended_by == FAILURE_GATE:
+        return f"once the cause is fixed, continue with: {command}"
+    if "--retry-errored" in command.split():
+        return f"{errored} trial(s) errored; to run them again: {command}"
+    more = f" (add --retry-errored to run its {errored} errored trial(s) again too)" if errored else ""
+    return f"continue with: {command}{more}"
 
 
 _PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")  # shlex's safe characters and braces

@@ -19,9 +19,8 @@ and usually much closer. Both are NaT when unknown (pending trials).
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import posixpath
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -33,7 +32,6 @@ from analysis.reading.trial_outcomes import trial_outcomes
 from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files
 from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
-from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.rules import guess_mode
@@ -63,14 +61,15 @@ def load_experiment(
     if isinstance(source, (list, tuple)):
         return _load_many(source, modes, filesystem)
     fs, root, prefix = resolve_source(source, filesystem)
-    trials_df, history, sweep, duplicates = _load_folder(fs, root, prefix, modes, prefix + root)
+    read = _load_folder(fs, root, prefix, modes, prefix + root)
+    trials_df, history, sweep, duplicates = read.trials, read.history, read.sweep, read.duplicates
     for folder in round_folders(fs, root):  # out-of-memory re-runs count in place of their failures
         try:
-            rerun, rerun_history, _, rerun_duplicates = _load_folder(fs, folder, prefix, modes, prefix + root)
+            rerun = _load_folder(fs, folder, prefix, modes, prefix + root)
         except ExperimentError:
             continue  # a round that has no trial yet
-        trials_df, history = with_reruns(trials_df, history, rerun, rerun_history)
-        duplicates += rerun_duplicates
+        trials_df, history = with_reruns(trials_df, history, rerun.trials, rerun.history)
+        duplicates += rerun.duplicates
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
     test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
@@ -81,21 +80,35 @@ def load_experiment(
         test_metric=test_metric,
         duplicates=duplicates,
         search=sweep.get("search"),
+        ended_by=read.ended_by,
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
 
 
-def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, driver: str) -> tuple:
-    """(trials, history, the sweep's record, the repeats left out) of one experiment folder; ``driver``: the
-    experiment whose driver record says whether the sweep is over (a re-run round's is its sweep's)."""
+@dataclasses.dataclass
+class _Folder:
+    """One experiment folder read: its trials and history tables, the sweep's record (``raysweep.json``), the
+    repeats left out, and why the sweep ended (``ended_by``, as ``load_trials`` says)."""
+
+    trials: pd.DataFrame
+    history: pd.DataFrame
+    sweep: dict
+    duplicates: list[str]
+    ended_by: str | None
+
+
+def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, driver: str) -> _Folder:
+    """One experiment folder; ``driver``: the experiment whose driver record says whether and how the sweep
+    ended (a re-run round's is its sweep's)."""
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
     trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
     trials = [trials[i] for i in order]
     trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
-    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, driver))
-    return trials_df, history, sweep, duplicates
+    outcomes, ended_by = trial_outcomes(trials, driver, sweep.get("search"))
+    trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", outcomes)
+    return _Folder(trials_df, history, sweep, duplicates, ended_by)
 
 
 def load_trials(
@@ -123,16 +136,16 @@ def load_trials(
           ``<trainable>_<trial_id>``, else the folder name),
         - ``status``: TERMINATED / ERROR / RUNNING / PENDING (PAUSED) as Tune recorded it (no state
           file: ERROR with ``error.txt``, TERMINATED if the last result has ``done``, RUNNING with results),
-        - ``outcome``: ``done``, ``errored``, ``no metric``, ``diverged``, ``interrupted``, ``not run``,
-          ``running`` or ``pending`` (:func:`trainables.experiment.outcome.trial_outcome`),
+        - ``outcome``: ``finished``, ``pruned`` (its scheduler stopped it early), ``errored``, ``no metric``,
+          ``diverged``, ``interrupted`` (the sweep's end stopped it: ``attrs["ended_by"]`` says how), ``not
+          run``, ``running`` or ``pending`` (:func:`trainables.experiment.outcome.trial_outcome`),
         - ``diverged`` (bool): a reported metric was NaN or ±inf at some iteration, or the trial
           reported ``diverged=True``,
         - ``error`` (str or None): last line of ``error.txt`` (e.g. ``RuntimeError: boom``),
         - ``start_time``, ``end_time`` (UTC timestamps), ``duration_s`` (float seconds): Tune's
           start time and the time of the last result (see the module docstring); NaT when unknown,
         - ``iterations`` (int): last ``training_iteration`` (0 without results; the state file's when later);
-          ``node``: its hostname; ``ended``: why it ended (``finished``, ``pruned``, ``budget``, ...:
-          :mod:`analysis.reading.trial_end`),
+          ``node``: its hostname,
         - ``resources/<name>`` (float): resources requested, e.g. ``resources/CPU``,
           ``resources/GPU``, summed over the placement-group bundles (absent without a state file),
         - ``trial_dir`` (str): the trial folder, as a local path or URI,
@@ -143,7 +156,9 @@ def load_trials(
         ``df.attrs`` holds ``experiment`` (the source as a string), ``metric`` / ``mode`` as the sweep
         recorded them (``raysweep.json``, else ``TuneConfig``'s metric, :func:`guess_mode`; else None) and
         ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``);
-        ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None).
+        ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None);
+        ``ended_by``: why the sweep ended, as its driver recorded it (``trainables.experiment.outcome.SWEEP_ENDS``:
+        ``finished``, ``Ctrl-C``, ``time budget``, ...; None while it runs or when unknown).
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them. A trial the sweep re-ran after it ran out of GPU memory
@@ -188,7 +203,11 @@ def load_history(
 
 
 def resolve_objective(
-    trials: pd.DataFrame, history: pd.DataFrame, asked: Objective | Mapping[str, Any] | None = None
+    trials: pd.DataFrame,
+    history: pd.DataFrame,
+    asked: Objective | Mapping[str, Any] | None = None,
+    *,
+    reported: bool = True,
 ) -> Objective:
     """The objective to report: the one asked for, else the sweep's, else the defaults.
 
@@ -200,6 +219,8 @@ def resolve_objective(
     Args:
         asked: an `Objective` (returned as it is), or the fields given (field -> value; None or
             missing: the sweep's), e.g. ``{"metric": "val/loss"}``.
+        reported: refuse a metric no trial reported (False: `--json`, whose document says so; a sweep that
+            recorded none is then read by the default metric).
     Raises:
         ExperimentError: the metric was not reported (the message lists the reported ones), or
             no metric was asked or recorded and ``val/acc`` was not reported; a bad mode or rule.
@@ -210,11 +231,12 @@ def resolve_objective(
     recorded, recorded_mode = trials.attrs.get("metric"), trials.attrs.get("mode")
     if not recorded and Objective.metric in reported_metrics(trials):
         recorded, recorded_mode = Objective.metric, Objective.mode  # a sweep that recorded none
-    metric = asked.get("metric", recorded)
+    metric = asked.get("metric", recorded if recorded or reported else Objective.metric)
     if metric is None:
         existing = ", ".join(reported_metrics(trials)) or "none"
         raise ExperimentError(f"the sweep recorded no metric; pass one with --metric (reported metrics: {existing})")
-    metric_column(trials, metric)
+    if reported:
+        metric_column(trials, metric)
     mode = recorded_mode if metric == recorded and recorded_mode else guess_mode(metric)
     test_metric = trials.attrs.get("test_metric", Objective.test_metric)
     if test_metric is None or test_metric not in history.columns or not history[test_metric].notna().any():
@@ -278,31 +300,6 @@ def varying_config_columns(trials: pd.DataFrame, seed: str | None = SEED_KEY) ->
         if values.nunique(dropna=False) > 1:
             columns.append(column)
     return columns
-
-
-def latest_experiment(root: str | os.PathLike = "runs") -> Path:
-    """The most recently updated experiment folder under ``root``.
-
-    ``root`` is looked up relative to the working directory and then its parents, so
-    ``"runs"`` also works from ``notebooks/``. An experiment folder is a direct subfolder with
-    an ``experiment_state-*.json`` file; "updated" is that file's modification time. A sweep's out-of-memory
-    re-run round (``<name>_oom_gpu<share>``) is not an experiment of its own: it updates its sweep.
-
-    Raises:
-        ExperimentError: no ``root`` folder, or no experiment in it.
-    """
-    root = Path(root)
-    candidates = [root] if root.is_absolute() else [p / root for p in (Path.cwd(), *Path.cwd().parents)]
-    folder = next((c for c in candidates if c.is_dir()), None)
-    if folder is None:
-        raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
-    stamps: dict[Path, float] = {}
-    for state in sorted(folder.glob("*/experiment_state-*.json"), key=lambda s: len(s.parent.name)):
-        sweep = next((s for s in stamps if records.oom_round_share(state.parent.name, s.name)), state.parent)
-        stamps[sweep] = max(stamps.get(sweep, 0.0), state.stat().st_mtime)  # shorter names (sweeps) first
-    if not stamps:
-        raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
-    return max(stamps, key=stamps.get)
 
 
 def duplicates_line(trials: pd.DataFrame) -> str | None:

@@ -9,8 +9,6 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.reading.scheduler_stop import STOPPED
-from analysis.reading.trial_end import end_reasons
 from analysis.reading.tune_files import flatten
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
@@ -142,15 +140,6 @@ def _trial_columns(trials: list[dict], history: pd.DataFrame, ids: np.ndarray, p
             "node": pd.Series([t["tail"].get("hostname") for t in trials], dtype=object),
         }
     )
-    flags = pd.DataFrame(
-        {
-            STOPPED: [t["tail"].get("done") if t["tail"] else None for t in trials],
-            "done": [(t.get("last_result") or {}).get("done") for t in trials],
-            "config/epochs": [t["config"].get("epochs") for t in trials],
-        },
-        dtype=object,
-    )
-    base.insert(base.columns.get_loc("node") + 1, "ended", end_reasons(pd.concat([base, flags], axis=1)))
     resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
     resources.columns = [f"resources/{c}" for c in resources.columns]
     dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})

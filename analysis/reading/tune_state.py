@@ -18,6 +18,7 @@ import os
 import pickle
 import posixpath
 import warnings
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pyarrow.fs as pafs
@@ -278,3 +279,28 @@ def unpickle_stub(field: Any) -> dict:
     if isinstance(state, tuple):  # (state, slotstate)
         state = state[0]
     return state if isinstance(state, dict) else {}
+
+
+def latest_experiment(root: str | os.PathLike = "runs") -> Path:
+    """The most recently updated experiment folder under ``root``.
+
+    ``root`` is looked up relative to the working directory and then its parents, so
+    ``"runs"`` also works from ``notebooks/``. An experiment folder is a direct subfolder with
+    an ``experiment_state-*.json`` file; "updated" is that file's modification time. A sweep's out-of-memory
+    re-run round (``<name>_oom_gpu<share>``) is not an experiment of its own: it updates its sweep.
+
+    Raises:
+        ExperimentError: no ``root`` folder, or no experiment in it.
+    """
+    root = Path(root)
+    candidates = [root] if root.is_absolute() else [p / root for p in (Path.cwd(), *Path.cwd().parents)]
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is None:
+        raise ExperimentError(f"no folder {str(root)!r} here or in a parent folder")
+    stamps: dict[Path, float] = {}
+    for state in sorted(folder.glob("*/experiment_state-*.json"), key=lambda s: len(s.parent.name)):
+        sweep = next((s for s in stamps if records.oom_round_share(state.parent.name, s.name)), state.parent)
+        stamps[sweep] = max(stamps.get(sweep, 0.0), state.stat().st_mtime)  # shorter names (sweeps) first
+    if not stamps:
+        raise ExperimentError(f"no Tune experiment (experiment_state-*.json) under {folder}")
+    return max(stamps, key=stamps.get)

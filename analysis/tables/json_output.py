@@ -1,9 +1,9 @@
 """A sweep's status and its summary table as versioned JSON documents (`--status --json`, `--json`).
 
-The documents are described by JSON Schema files shipped with the package, `analysis/schemas/status-1.json`,
-`summary-1.json` and `estimate-1.json` (a sweep's `--estimate --json`; docs/json-output.md). A change that a
-reader could trip over (a field removed or renamed, a unit changed) is a new version: `raysweep.status/2` with
-`status-2.json` beside the old file.
+The documents are described by JSON Schema files shipped with the package, `analysis/schemas/status-2.json`,
+`summary-2.json` and `estimate-1.json` (a sweep's `--estimate --json`; docs/json-output.md). A change that a
+reader could trip over (a field removed or renamed, a unit changed) is a new version, its schema file beside
+the old one's: version 2 of status and summary counts `finished` and `pruned` where version 1 had `done`.
 No pandas at import: `--status --json` stays as light as `--status`.
 """
 
@@ -15,22 +15,29 @@ from importlib import resources
 from typing import Any
 
 from analysis.progress import eta_seconds
-from analysis.reading.driver_record import exit_code, resume_command
+from analysis.reading.driver_record import continue_command, exit_code
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import COUNTS, count_outcomes
 
-STATUS_SCHEMA = "raysweep.status/1"
-SUMMARY_SCHEMA = "raysweep.summary/1"
+STATUS_SCHEMA = "raysweep.status/2"
+SUMMARY_SCHEMA = "raysweep.summary/2"
 ESTIMATE_SCHEMA = "raysweep.estimate/1"  # `--estimate --json` (sweeps/engine/estimate/prediction.py:Estimate.to_json)
-SCHEMA_FILES = {STATUS_SCHEMA: "status-1.json", SUMMARY_SCHEMA: "summary-1.json", ESTIMATE_SCHEMA: "estimate-1.json"}
+SCHEMA_FILES = {
+    STATUS_SCHEMA: "status-2.json",
+    SUMMARY_SCHEMA: "summary-2.json",
+    ESTIMATE_SCHEMA: "estimate-1.json",
+    "raysweep.status/1": "status-1.json",  # the versions before: for readers of documents written then
+    "raysweep.summary/1": "summary-1.json",
+}
 
 
 def status_document(state: dict) -> dict:
-    """The ``raysweep.status/1`` document of a :func:`analysis.status.read_status` dict.
+    """The ``raysweep.status/2`` document of a :func:`analysis.status.read_status` dict.
 
     Times are seconds (``elapsed_s``, ``eta_s``) or Unix seconds (the driver's ``heartbeat``,
     ``ended``); ``eta_s`` is None until an epoch has finished (:func:`analysis.progress.eta_seconds`).
-    Running trials come best first, as in the text block. See ``analysis/schemas/status-1.json``.
+    Running trials come best first, as in the text block; ``resume_command`` is what continues the sweep
+    (:func:`analysis.reading.driver_record.continue_command`). See ``analysis/schemas/status-2.json``.
     """
     s = state["status"]
     eta = eta_seconds(s)
@@ -47,14 +54,15 @@ def status_document(state: dict) -> dict:
         "running": [_running_trial(state, *trial) for trial in s["running_trials"]],
         "driver": _driver(state),
         "left": state["left"],
-        "resume_command": resume_command(state["launch"]) if state["argv"] else None,
+        "ended_by": state["ended_by"],
+        "resume_command": _continue_command(state),
         "duplicates": list(state["duplicates"]),
         "exit_code": exit_code(state),
     }
 
 
 def summary_document(trials, history, objective: Objective, *, rows: list[str] | None = None) -> dict:
-    """The ``raysweep.summary/1`` document: the summary table's cells and the best configuration.
+    """The ``raysweep.summary/2`` document: the summary table's cells and the best configuration.
 
     Args:
         trials, history: :func:`analysis.load_experiment` of one experiment or several.
@@ -63,46 +71,63 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
             itself for a sweep without a test metric: then ``best.test`` is null).
         rows: as for :func:`analysis.paper_table`.
     Returns:
-        dict, see ``analysis/schemas/summary-1.json``: one cell per (method, noise type, noise rate)
+        dict, see ``analysis/schemas/summary-2.json``: one cell per (method, noise type, noise rate)
         with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of the table metric in its own
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
         ``search``: of a search or PBT experiment, its search table (every trial ranked by ``metric``
-        under the rule, searched parameters, epochs, why it ended); null for a grid.
-    Raises:
-        ExperimentError: as :func:`analysis.tables.summary.sweep_tables` (a metric not reported).
+        under the rule, searched parameters, epochs, how it ended); null for a grid. ``trials``: the trials
+        by outcome, as everywhere; ``ended_by``: why the sweep ended. When no trial reported the table
+        metric (every trial errored), the document still comes, with no cells and ``problem`` saying why.
     """
     from analysis.reading.trial_outcomes import outcome_column
     from analysis.tables.summary import sweep_tables
+    from trainables.experiment.errors import ExperimentError
 
-    tables = sweep_tables(trials, history, objective, rows=rows)
+    select = objective.select
+    document = {
+        "schema": SUMMARY_SCHEMA,
+        "experiment": trials.attrs.get("experiment"),
+        "metric": objective.table_metric,
+        "val_metric": objective.metric,
+        "val_mode": objective.mode,
+        "selection": {"rule": select, "k": objective.k if select == "last-k" else None, "description": None},
+        "rows": [],
+        "columns": [],
+        "cells": [],
+        "best": None,
+        "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
+        "duplicates": list(trials.attrs.get("duplicates") or []),
+        "seed_rule": None,
+        "search": None,
+        "ended_by": trials.attrs.get("ended_by"),
+        "problem": None,
+    }
+    try:
+        tables = sweep_tables(trials, history, objective, rows=rows)
+    except ExperimentError as error:  # nothing to tabulate: the counts still tell what happened
+        document["selection"]["description"] = objective.rule
+        return document | {"problem": str(error)}
     test, best = tables.test, tables.best
     a = test.attrs
     keys = a["rows"] + a["columns"]
     cells = {tuple(_plain(row[c]) for c in keys): _cell(row) for _, row in test.iterrows()}
     best_key = tuple(_plain(best[c]) for c in keys) if best is not None else None
     test_of_best = cells.get(best_key) if objective.test_metric else None  # None: no test metric, cells are metric's
-    select = objective.select
-    return {
-        "schema": SUMMARY_SCHEMA,
-        "experiment": trials.attrs.get("experiment"),
-        "metric": objective.table_metric,
-        "val_metric": objective.metric,
-        "val_mode": objective.mode,
-        "selection": {"rule": select, "k": objective.k if select == "last-k" else None, "description": a["rule"]},
+    document["selection"]["description"] = a["rule"]
+    return document | {
         "rows": a["rows"],
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
         "best": None if best is None else {"key": dict(zip(keys, best_key)), "val": _cell(best), "test": test_of_best},
-        "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
-        "duplicates": list(trials.attrs.get("duplicates") or []),
         "seed_rule": a.get("seed_rule"),
         "search": _search(trials, history, objective),
+        "problem": None if any(cell["n"] for cell in cells.values()) else "no cell has a usable value",
     }
 
 
 def _search(trials, history, objective: Objective) -> dict | None:
     """The search table of a search or PBT experiment (``analysis/tables/search_table.py``), None for a grid:
-    every trial ranked by the objective's metric under its rule, its searched parameters, epochs and end reason."""
+    every trial ranked by the objective's metric under its rule, its searched parameters, epochs and outcome."""
     import pandas as pd
 
     from analysis.statistics.select import add_selected
@@ -142,13 +167,21 @@ def dumps(document: dict) -> str:
 
 
 def schema(name: str) -> dict:
-    """The JSON Schema (a dict) of a document version, e.g. ``schema("raysweep.status/1")``.
+    """The JSON Schema (a dict) of a document version, e.g. ``schema("raysweep.status/2")``.
 
     Raises:
         KeyError: an unknown version.
     """
     text = resources.files("analysis").joinpath("schemas", SCHEMA_FILES[name]).read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def _continue_command(state: dict) -> str | None:
+    """`continue_command` of a `read_status` dict (None when the sweep recorded no command line)."""
+    if not state["argv"]:
+        return None
+    resumed = bool((state["driver"] or {}).get("resumed", True))
+    return continue_command(state["launch"], state["status"], state["ended_by"], resumed)
 
 
 def _running_trial(state: dict, name: str, result: dict, planned: int) -> dict:

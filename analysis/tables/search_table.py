@@ -1,5 +1,5 @@
 """The search table: every trial of a search ranked by the metric, with the parameters the search set,
-the epochs it ran and why it ended (finished, pruned by ASHA, stopped by the time budget, ...).
+the epochs it ran and how it ended (its outcome: finished, pruned by ASHA, stopped by the time budget, ...).
 
 Input: one row per trial, as ``ResultGrid.get_dataframe()`` gives it or as
 :func:`analysis.figures.search.search_frame` makes it from :func:`analysis.load_trials`:
@@ -7,8 +7,9 @@ Input: one row per trial, as ``ResultGrid.get_dataframe()`` gives it or as
     - the metric column (e.g. ``val/acc``), optionally ``<metric>_ci95`` (half-width of the 95 % CI
       over seeds) and ``num_seeds``;
     - hyperparameters as ``config/<name>`` columns;
-    - ``training_iteration`` (or ``iterations``): epochs run; ``ended`` (a key of
-      :data:`analysis.reading.trial_end.END_REASONS`), else the columns :func:`end_reasons` reads;
+    - ``training_iteration`` (or ``iterations``): epochs run; ``ended``: the trial's outcome
+      (:mod:`trainables.experiment.outcome`; else its ``outcome``, else what
+      :func:`analysis.reading.trial_outcomes.outcome_column` reads);
     - the trial's name: ``trial``, ``trial_name``, the last part of ``logdir``, or ``trial_id``.
 Inputs are never modified.
 """
@@ -20,9 +21,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.reading.trial_end import END_REASONS, end_reasons
+from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import bare, format_number, render_table
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import LEFT_OUT, TIME_BUDGET, outcome_words
 
 ASHA_NAMES = ("AsyncHyperBandScheduler", "ASHAScheduler")
 
@@ -34,15 +36,16 @@ def search_table(
     params: list[str] | None = None,
     epochs: int | None = None,
 ) -> pd.DataFrame:
-    """All trials, best first by ``objective``; errored and diverged trials and those without a value last, unranked.
+    """All trials, best first by ``objective``; errored, diverged, interrupted trials and those without a value last,
+    unranked.
 
     Args:
         df: one row per trial (the module docstring).
         objective: its metric is the column that ranks, its mode the direction.
         params: the searched parameters (without ``config/``); default every ``config/`` column
             whose value differs between trials.
-        epochs: epochs of a full trial, for :func:`analysis.reading.trial_end.end_reasons` when
-            ``df`` has no ``ended`` column (default: each trial's ``config/epochs``).
+        epochs: epochs of a full trial, for :func:`analysis.reading.trial_outcomes.outcome_column` when
+            ``df`` has no ``ended`` or ``outcome`` column (default: each trial's ``config/epochs``).
     Returns:
         DataFrame with ``rank`` (1, 2, ...; NA unranked), ``trial``, one column per
         parameter (raw values, NaN where a trial did not have it), ``epochs`` (int), ``ended``,
@@ -54,8 +57,8 @@ def search_table(
         params = [bare(c) for c in sorted(df.columns) if c.startswith("config/") and df[c].nunique(dropna=True) > 1]
     values = pd.to_numeric(df[metric], errors="coerce") if metric in df else pd.Series(np.nan, index=df.index)
     values = values.where(np.isfinite(values))
-    ended = df["ended"] if "ended" in df else end_reasons(df, epochs)
-    rankable = values.where(~ended.isin(("errored", "diverged")))  # a failed trial's last value is not its result
+    ended = df["ended"] if "ended" in df else outcome_column(df, epochs)
+    rankable = values.where(~ended.isin(LEFT_OUT))  # a failed or stopped trial's last value is not its result
     order = rankable.sort_values(ascending=(mode == "min"), na_position="last", kind="stable").index
     seeds = df["num_seeds"].fillna(1).astype(int) if "num_seeds" in df else pd.Series(1, index=df.index)
     ci = pd.to_numeric(df[f"{metric}_ci95"], errors="coerce") if f"{metric}_ci95" in df else np.nan
@@ -90,7 +93,7 @@ def search_frame(trials: pd.DataFrame, metric: str, scope: str = "select") -> pd
         metric: the metric; its ``<scope>/`` column becomes ``metric``.
     Returns:
         DataFrame with ``trial`` (name), ``trial_id``, the ``config/`` columns, ``metric``,
-        ``<metric>_ci95`` and ``num_seeds`` where reported, ``training_iteration``, ``ended``,
+        ``<metric>_ci95`` and ``num_seeds`` where reported, ``training_iteration``, ``ended`` (its ``outcome``),
         ``timestamp`` (Unix seconds of the last result) and ``time_total_s`` (seconds it ran).
     """
     ordered = trials.sort_values(["start_time", "trial_id"], na_position="last", kind="stable")
@@ -101,7 +104,7 @@ def search_frame(trials: pd.DataFrame, metric: str, scope: str = "select") -> pd
             **{c: ordered[c] for c in ordered.columns if c.startswith("config/")},
             metric: pd.to_numeric(ordered[f"{scope}/{metric}"], errors="coerce"),
             "training_iteration": ordered["iterations"],
-            "ended": ordered["ended"],
+            "ended": ordered["outcome"],
             "timestamp": ordered["end_time"].map(lambda t: t.timestamp() if pd.notna(t) else np.nan),
             "time_total_s": ordered["duration_s"],
         }
@@ -120,14 +123,17 @@ def experiment_search_table(selected: pd.DataFrame, objective: Objective) -> pd.
             and ``attrs["search"]`` (:class:`analysis.reading.search_record.SearchRecord`).
     Returns:
         the table (its parameters: those the search set), ``attrs`` as :func:`search_table` plus
-        ``kind``, ``searcher`` and ``scheduler``.
+        ``kind``, ``searcher``, ``scheduler`` and ``ended_by`` (why the sweep ended: the words of its
+        interrupted trials).
     """
     record = selected.attrs.get("search")
     if record is None:
         return None
     frame = search_frame(selected, objective.metric)
     table = search_table(frame, objective, params=[p for p in record.params if f"config/{p}" in frame])
-    table.attrs.update(kind=record.kind, searcher=record.searcher, scheduler=record.scheduler)
+    table.attrs.update(
+        kind=record.kind, searcher=record.searcher, scheduler=record.scheduler, ended_by=selected.attrs.get("ended_by")
+    )
     return table
 
 
@@ -140,11 +146,11 @@ def trial_names(df: pd.DataFrame) -> pd.Series:
     return pd.Series(range(1, len(df) + 1), index=df.index)
 
 
-def ended_words(reason: str, scheduler: str | None = None) -> str:
-    """An end reason in words: ``pruned by ASHA`` when the scheduler is ASHA, else :data:`END_REASONS`."""
-    if reason == "pruned" and scheduler:
-        return f"pruned by {'ASHA' if scheduler in ASHA_NAMES else scheduler}"
-    return END_REASONS.get(reason, str(reason))
+def ended_words(outcome: str, scheduler: str | None = None, ended_by: str | None = None) -> str:
+    """An outcome in a table's words (`outcome.outcome_words`): ``pruned by ASHA`` when the scheduler is ASHA,
+    an interrupted trial by what stopped it (``stopped by the time budget``: the sweep's ``ended_by``)."""
+    short = "ASHA" if scheduler in ASHA_NAMES else scheduler
+    return outcome_words(str(outcome), ended_by, short)
 
 
 def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str | None = None) -> str:
@@ -159,7 +165,7 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
             str(row["trial"]),
             *(format_param(row[p]) for p in params),
             str(row["epochs"]),
-            ended_words(row["ended"], scheduler),
+            ended_words(row["ended"], scheduler, table.attrs.get("ended_by")),
             str(row["n_seeds"]),
             format_mean(row[metric], row[f"{metric}_ci95"]),
         ]
@@ -171,11 +177,13 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
 def search_caption(table: pd.DataFrame, rule: str, scheduler: str | None = None) -> str:
     """The sentence above the search table: how it is ranked and what each end reason means."""
     counts = table["ended"].value_counts()
-    ended = ", ".join(f"{n} {ended_words(reason, scheduler)}" for reason, n in counts.items())
+    ended_by = table.attrs.get("ended_by")
+    ended = ", ".join(f"{n} {ended_words(reason, scheduler, ended_by)}" for reason, n in counts.items())
+    budget = "; stopped by the time budget: the sweep ended before it did" if ended_by == TIME_BUDGET else ""
     return (
         f"{len(table)} trials ranked by {rule} ({table.attrs['mode']}), mean over the seeds of a trial "
-        f"± its 95 % CI; trials without a value (errored, diverged) last. Ended: {ended}. "
-        "Pruned: the scheduler stopped it early; stopped by the time budget: the sweep ended before it did."
+        f"± its 95 % CI; trials without a value (errored, diverged, interrupted) last. Ended: {ended}. "
+        f"Pruned: the scheduler stopped it early{budget}."
     )
 
 
@@ -191,3 +199,40 @@ def format_mean(mean, ci) -> str:
     if pd.isna(mean):
         return "–"
     return format_number(mean) + ("" if pd.isna(ci) else " ± " + format_number(ci))
+
+
+def search_outcome_lines(experiment: str, objective: Objective, planned: int, k: int = 10) -> list[str]:
+    """What a search (or PBT) prints once it ran: its `planned` trials by outcome (the words and counts of its
+    progress block, last line, `--status` and its report; those never created: not run), then the `k` best rows
+    of its report's search table (`experiment_search_table`: the same ranking, selection rule and outcomes); only
+    the first line when no trial has a value to rank (every trial errored, or it was stopped before any result).
+
+    Args:
+        experiment: the experiment folder (or URI), read as `python -m analysis` reads it, after the driver
+            recorded its end (`driver.json`).
+    """
+    from analysis.progress import describe_counts
+    from analysis.reading.load import load_experiment
+    from analysis.statistics.select import add_selected
+    from trainables.experiment.errors import ExperimentError
+    from trainables.experiment.outcome import count_outcomes
+
+    try:
+        trials, history = load_experiment(experiment)
+    except ExperimentError:  # stopped before its first trial: none created
+        trials, history = None, None
+    ran = outcome_column(trials) if trials is not None else []
+    counts = count_outcomes(ran, not_created=planned - len(ran), over=True)  # never created: not run
+    lines = [f"{max(planned, len(ran))} trials: {describe_counts(counts, shown=('finished', 'pruned'))}"]
+    if trials is None:
+        return lines
+    metric = objective.metric
+    if metric not in history.columns or not history[metric].notna().any():
+        return lines
+    ci = [f"{metric}_ci95"] if f"{metric}_ci95" in history.columns else []
+    table = experiment_search_table(add_selected(trials, history, [metric, *ci], objective), objective)
+    best = table[table["rank"].notna()].head(k) if table is not None else []
+    if len(best):
+        best.attrs = dict(table.attrs)
+        lines.append(format_search_table(best, "text", table.attrs["scheduler"]).rstrip("\n"))
+    return lines

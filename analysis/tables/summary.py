@@ -120,7 +120,7 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
         + (", columns: noise type" if wide else ""),
         *([f"(n=…, decision), decided on {a['val_metric']}: {a['seed_rule']}"] if a.get("seed_rule") else []),
         *_grid_lines(test, a["metric"]),
-        f"failed trials (left out of the cells): {describe_counts(tables.counts, shown=('errored', 'diverged'))}",
+        f"failed trials (left out of the cells): {describe_counts(_not_in_cells(tables.counts), shown=FAILED)}",
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
@@ -128,6 +128,14 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
         lines.append(reruns_line(trials.attrs["oom_reruns"]))
     lines.append(_best_line(tables))
     return "\n".join(lines) + "\n"
+
+
+FAILED = ("errored", "diverged")  # the counts said always in the summary's line of trials left out
+
+
+def _not_in_cells(counts: dict) -> dict:
+    """The counts of the trials left out of the cells (`outcome.LEFT_OUT`, and those still running or pending)."""
+    return {key: n for key, n in counts.items() if key not in ("finished", "pruned")}
 
 
 def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -88,19 +89,54 @@ def test_sweep_records_provenance_notifies_once_and_dry_run_estimates_its_wall_t
     assert len(list((runs / "command" / "provenance").glob("run-*.json"))) == 2
 
 
+CRASH = """import sys
+raise RuntimeError(f"no data for seed {sys.argv[1]}")
+"""
+
+
+def analysis_json(experiment: Path, *flags: str) -> tuple[int, dict]:
+    """(exit code, JSON document) of `python -m analysis EXPERIMENT FLAGS --json`."""
+    proc = subprocess.run(
+        [PY, "-m", "analysis", str(experiment), *flags, "--json"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return proc.returncode, json.loads(proc.stdout)
+
+
 @pytest.mark.slow
-def test_a_failed_sweep_sends_one_message_and_an_undeliverable_url_only_warns(tmp_path, receiver, sweep_env):
+def test_a_script_that_raises_at_start_is_counted_alike_everywhere_and_told_once(tmp_path, receiver, sweep_env):
+    """4 trials of a script that raises at start: the failure gate (3) stops the sweep. Its final line,
+    `--status` (text and JSON), `--json` and the one --notify message (an undeliverable URL: one warning line)
+    all say 0 finished, 3 errored, 1 not run; the message says what stopped it and the exception's line."""
     folder = tmp_path / "work"
     folder.mkdir()
-    (folder / "fail.py").write_text("print('epoch=1 val_acc=0.1', flush=True)\nraise SystemExit(1)\n")
+    (folder / "crash.py").write_text(CRASH)
     dead = closed_port_url()
     proc = run_sweep(
-        folder, tmp_path / "runs", sweep_env, "--max-failures", "0", "--notify", receiver.url, "--notify", dead, "--",
-        PY, "fail.py",
+        folder, tmp_path / "runs", sweep_env, "--axis", "seed=0,1,2,3", "--notify", receiver.url, "--notify", dead,
+        "--", PY, "crash.py", "{seed}",
     )  # fmt: skip
-    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    said = "0 finished, 3 errored, 1 not run"
+    last = proc.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("interrupted: 0 of 4 trials finished, 3 errored, 1 not run (its first 3 trial"), last
+    assert "--resume" not in last  # a new launch: fix the script, then run the same command (its hint says)
+    experiment = tmp_path / "runs" / "command"
+    status = subprocess.run(
+        [PY, "-m", "analysis", str(experiment), "--status"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert f"4 trials: 0 running, 0 pending, {said.replace('3 errored', '3 errored, 0 diverged')}" in status.stdout
+    counts = {"finished": 0, "pruned": 0, "errored": 3, "interrupted": 0, "not_run": 1}
+    code, document = analysis_json(experiment, "--status")
+    assert {k: document["counts"][k] for k in counts} == counts and document["ended_by"] == "failure gate"
+    code, document = analysis_json(experiment)
+    assert code == 1 and {k: document["trials"][k] for k in counts} == counts and document["problem"]
     assert len(receiver.messages) == 1, receiver.messages
-    assert receiver.messages[0]["title"] == "sweep command ended with errors (exit code 1)"
-    assert "0 finished, 1 errored" in receiver.messages[0]["message"]
+    message = receiver.messages[0]
+    assert message["title"] == "sweep command stopped by its failure gate (exit code 1)"
+    lines = message["message"].splitlines()
+    assert lines[0] == said and lines[1].startswith("stopped early: its first 3 trial attempts failed")
+    assert re.fullmatch(r"first error: trial seed\d: RuntimeError: no data for seed \d", lines[2]), lines
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: --notify")]
     assert len(warnings) == 1 and dead in warnings[0]

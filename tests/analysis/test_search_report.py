@@ -52,9 +52,9 @@ def test_a_ten_trial_search_reports_the_search_without_a_warning(tmp_path, sweep
     # The pictures, as data, from the experiment the report was drawn from.
     trials, history = analysis.load_experiment(experiment)
     selected = analysis.add_selected(trials, history, ["val/acc"], analysis.Objective())
-    pruned = int((trials["ended"] == "pruned").sum())
-    assert f"10 of 10 trials ran; ASHA stopped {pruned} early" in proc.stdout
-    complete = int((trials["ended"] == "finished").sum())
+    pruned = int((trials["outcome"] == "pruned").sum())
+    complete = int((trials["outcome"] == "finished").sum())
+    assert f"10 trials: {complete} finished, {pruned} pruned\n" in proc.stdout  # as the report counts
     assert complete + pruned == 10 and complete >= 2
     figures = drawn(search_pictures(selected, history, analysis.Objective("val/acc", "max")))
     slice_axes = {ax.get_xlabel(): ax for ax in figures["slice"].axes if ax.get_label() != "<colorbar>"}

@@ -130,4 +130,4 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(two_raylets, tmp_p
     assert rows[victim][0]["node_ip"] == WORKER_IP
     for name, r in rows.items():
         assert r[-1]["epoch"] == epochs and r[-1]["node_ip"] == head_ip, (name, r[-1])  # finished on the head
-    assert "3 done, 0 errored" in output
+    assert "3 finished, 0 errored" in output

@@ -122,9 +122,9 @@ def test_command_trials_name_their_gpu_and_one_out_of_memory_at_a_quarter_is_req
     assert "failed trials (left out of the cells): 0 errored" in out and f"results: {first}, {rerun} |" in out
     assert "re-run after running out of GPU memory: 4 trial(s)" in (first / "report" / "report.md").read_text()
     counts = status_document(read_status(first))["counts"]
-    assert (counts["total"], counts["done"], counts["errored"]) == (4, 4, 0)
+    assert (counts["total"], counts["finished"], counts["errored"]) == (4, 4, 0)
     assert analysis_main([str(first), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["trials"]["done"] == 4
+    assert json.loads(capsys.readouterr().out)["trials"]["finished"] == 4
 
 
 @pytest.mark.slow

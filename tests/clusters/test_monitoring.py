@@ -113,7 +113,7 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
     assert re.search(r"^0\.5\s+\d+\.\d\d \(1\)\s*$", logs, re.M), logs[-3000:]  # ... and its cell
     assert "dashboard: http://" in logs
     assert re.search(
-        r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 done, 0 errored, 0 diverged "
+        r"\] sweep finished: 1 trials: 0 running, 0 pending, 1 finished, 0 errored, 0 diverged "
         r"\| best val/acc \d+\.\d\d% \(sym_0\.5_seed0\) \| epochs 2/2",
         logs,
     ), logs[-3000:]

@@ -77,7 +77,7 @@ def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_jo
             rows = [json.loads(line) for line in (experiment / trial / "result.json").read_text().splitlines()]
             assert [row["training_iteration"] for row in rows] == [1, 2], trial
             assert 0 < rows[-1]["val/acc"] <= 1
-        assert "sweep finished: 2 trials: 0 running, 0 pending, 2 done, 0 errored" in output, output[-3000:]
+        assert "sweep finished: 2 trials: 0 running, 0 pending, 2 finished, 0 errored" in output, output[-3000:]
         wait_for(lambda: not slurm_cluster.job_processes(job), 60, f"job {job}'s processes to end")
     finally:
         for pid in slurm_cluster.job_processes(job) if job else []:  # only after a failure: the job's own, by pid

@@ -41,7 +41,7 @@ def test_a_nan_line_then_a_large_save_leaves_every_saved_file_whole(tmp_path, sw
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # diverged trials: not ranked
     assert proc.stdout.count("diverged (not ranked)") == 2, proc.stdout[-3000:]
     final = next(line for line in proc.stdout.splitlines() if "sweep finished: " in line)
-    assert "0 done, 0 errored, 2 diverged | best val_acc - |" in final  # no best run where the table has none
+    assert "0 finished, 0 errored, 2 diverged | best val_acc - |" in final  # no best run where the table has none
     saved = sorted((tmp_path / "runs" / "command").glob("*/work/checkpoint.pth.tar"))
     assert len(saved) == 2, proc.stdout[-3000:]
     for path in saved:
@@ -79,17 +79,18 @@ def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_exp
     assert "/work" in hint and "--in-place" in hint, hint
     assert "    => loading data" in out  # the script's last stderr lines
     assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
-    # no trial is done: those that crashed are errored, the others never ran their command, alike everywhere
+    # no trial finished: those that crashed are errored, the others never ran their command, alike everywhere
     final = next(line for line in out.splitlines() if "sweep interrupted: 6 trials: " in line)
-    counts = re.search(r" 0 done, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
+    counts = re.search(r" 0 finished, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
     assert counts and sum(int(n or 0) for n in counts.groups()) == 6, final
-    assert re.search(rf"^interrupted: {counts[1]} of 6 trials finished \(its first 3 trial attempts failed", out, re.M)
+    said = ", ".join(f"{n} {word}" for n, word in zip(counts.groups(), ("errored", "interrupted", "not run")) if n)
+    assert re.search(rf"^interrupted: 0 of 6 trials finished, {said} \(its first 3 trial attempts failed", out, re.M)
     status = subprocess.run(
         [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--status", "--json"],
         **{"cwd": ROOT, "capture_output": True, "text": True, "timeout": 300},
     )
     document = json.loads(status.stdout)["counts"]
-    assert (document["done"], document["errored"], document["interrupted"], document["not_run"]) == (
+    assert (document["finished"], document["errored"], document["interrupted"], document["not_run"]) == (
         0,
         *(int(n or 0) for n in counts.groups()),
     ), document

@@ -115,4 +115,4 @@ def test_wheel_installed_raysweep_runs_from_a_clashing_repo_with_the_shells_envi
     status = subprocess.run(
         [raysweep, "status", "runs/command"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
     )
-    assert status.returncode == 0 and "2 done, 0 errored" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 0 and "2 finished, 0 errored" in status.stdout, status.stdout + status.stderr

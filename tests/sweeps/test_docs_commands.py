@@ -47,4 +47,4 @@ def test_quick_start_smoke_grid_then_its_analysis(smoke_grid):
     assert "report: " in report.stdout.splitlines()[-1]
     status = run_documented(SMOKE[2], tmp_path, timeout=120)
     assert status.returncode == 0, status.stderr[-2000:]
-    assert "12 trials: 0 running, 0 pending, 12 done" in status.stdout, status.stdout
+    assert "12 trials: 0 running, 0 pending, 12 finished" in status.stdout, status.stdout

@@ -237,7 +237,7 @@ def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path,
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "sweep finished: 2 trials: 0 running, 0 pending, 2 done, 0 errored, 0 diverged" in out
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 2 finished, 0 errored, 0 diverged" in out
     trials = trial_dirs(tmp_path / "pbt")
     assert len(trials) == 2 and all(re.fullmatch(r"pbt_\d{5}", t.name) for t in trials)
     for trial in trials:

@@ -75,7 +75,8 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path, 
         assert seen is not None and " 0 running" not in seen.stdout.splitlines()[0], "no trial ran within 240 s"
         out = seen.stdout.splitlines()
         counts = re.search(
-            r"^\[\d+:\d\d:\d\d\] 12 trials: (\d+) running, (\d+) pending, (\d+) done, (\d+) errored, (\d+) diverged",
+            r"^\[\d+:\d\d:\d\d\] 12 trials: (\d+) running, (\d+) pending, (\d+) finished, (\d+) errored, "
+            r"(\d+) diverged",
             out[0],
         )
         assert counts and sum(map(int, counts.groups())) == 12, out

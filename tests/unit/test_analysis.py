@@ -65,8 +65,9 @@ def test_load_trials_one_row_per_trial(grid):
         "test_metric": "test/acc",  # raysweep.json records none: the default
         "duplicates": [],
         "search": None,  # a grid: no searcher, no PBT
+        "ended_by": None,  # no driver record
     }
-    assert set(trials["ended"]) == {"finished"}
+    assert set(trials["outcome"]) == {"finished"}
 
 
 def test_load_history_long_form(grid):
@@ -536,7 +537,7 @@ def test_write_report(grid):
     report = (out / "report.md").read_text()
     for png in ("learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"):
         assert f"]({png})" in report
-    assert "- trials: 18 (18 done, 0 errored, 0 diverged)" in report
+    assert "- trials: 18 (18 finished, 0 errored, 0 diverged)" in report
     assert analysis.load_trials(grid).shape[0] == 18  # the report folder is not taken for a trial
 
 

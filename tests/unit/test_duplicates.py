@@ -58,7 +58,7 @@ def test_a_copied_trial_folder_leaves_its_cell_at_one(tmp_path):
 
     report = read_status(experiment, now=T0 + 60)
     s = report["status"]
-    assert (s["done"], s["running"], s["total"]) == (8, 0, 8)  # not 10 done
+    assert (s["finished"], s["running"], s["total"]) == (8, 0, 8)  # not 10 finished
     assert report["duplicates"] == ["from_gpu_box", "from_gpu_box_2"]
     assert any(ln.startswith("duplicates left out: 2 trial(s)") for ln in format_status(report, now=T0))
 
@@ -84,7 +84,7 @@ def test_an_unfinished_repeat_of_a_finished_cell_is_not_counted(tmp_path, fate):
     assert cell_counts(summary) == ["(1)"] * 8, summary
     assert "failed trials (left out of the cells): 0 errored, 0 diverged" in summary
     s = read_status(experiment, now=T0 + 60)["status"]
-    assert (s["done"], s["running"], s["errored"], s["total"]) == (8, 0, 0, 8)
+    assert (s["finished"], s["running"], s["errored"], s["total"]) == (8, 0, 0, 8)
 
 
 def test_trials_one_state_file_lists_are_distinct_even_with_equal_configs(tmp_path):
@@ -99,7 +99,7 @@ def test_trials_one_state_file_lists_are_distinct_even_with_equal_configs(tmp_pa
     shutil.copytree(first_trial(experiment), experiment / "copied")
     trials = analysis.load_trials(experiment)
     assert len(trials) == 2 and trials.attrs["duplicates"] == [str(experiment / "copied")]
-    assert read_status(experiment)["status"]["done"] == 2
+    assert read_status(experiment)["status"]["finished"] == 2
 
 
 def test_repeats_keeps_the_finished_then_newest_then_listed_trial():

@@ -235,6 +235,15 @@ def test_time_command_stops_after_the_epochs_timed_and_reads_the_total(tmp_path,
     assert not (tmp_path / "runs").exists()  # nothing written where the sweep would write
     whole = time_command(args, {"seed": 0}, 20, 120.0)  # it ends first: all 8 epochs, exit code 0
     assert len(whole.epoch_ends) == 8 and whole.exit_code == 0
+    # its epochs unknown before it runs (epochs=None): once it printed its total, --estimate-epochs of them; a
+    # command that never prints one is timed to its end, its epochs counted
+    args.estimate_epochs = 2
+    assert len(time_command(args, {"seed": 0}, None, 120.0).epoch_ends) == 3
+    (tmp_path / "timed.py").write_text(
+        TIMED.replace("epoch {epoch}/8", "epoch={epoch}").replace("range(1, 9)", "range(1, 5)")
+    )
+    untold = time_command(args, {"seed": 0}, None, 120.0)
+    assert len(untold.epoch_ends) == 4 and untold.exit_code == 0 and untold.epochs_total is None
 
 
 @pytest.mark.parametrize(

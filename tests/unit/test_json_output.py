@@ -16,7 +16,7 @@ import pytest
 
 from analysis.status import read_status, watch
 from analysis.tables.json_output import STATUS_SCHEMA, SUMMARY_SCHEMA, dumps, schema, status_document
-from tests.analysis_fixtures import T0, paper_grid
+from tests.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
 from tests.unit.test_status import record, small_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,9 +45,9 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
     assert len(result.stdout.splitlines()) == 1  # one document, nothing else on stdout
     document = json.loads(result.stdout)
     validate(document, STATUS_SCHEMA)
-    assert document["schema"] == "raysweep.status/1"
+    assert document["schema"] == "raysweep.status/2"
     assert document["counts"] == {
-        **{"total": 8, "running": 1, "pending": 3, "done": 2, "errored": 1, "diverged": 1},
+        **{"total": 8, "running": 1, "pending": 3, "finished": 2, "pruned": 0, "errored": 1, "diverged": 1},
         **{"no_metric": 0, "interrupted": 0, "not_run": 0},  # the driver is alive: nothing stopped yet
     }
     [running] = document["running"]
@@ -94,7 +94,7 @@ def test_summary_json_validates_with_cells_n_mean_std_and_the_rule(tmp_path):
     assert "NaN" not in result.stdout and "Infinity" not in result.stdout
     document = json.loads(result.stdout)
     validate(document, SUMMARY_SCHEMA)
-    assert document["schema"] == "raysweep.summary/1"
+    assert document["schema"] == "raysweep.summary/2"
     assert document["selection"] == {
         "rule": "best-val",
         "k": None,
@@ -119,7 +119,7 @@ def test_summary_json_validates_with_cells_n_mean_std_and_the_rule(tmp_path):
     assert document["best"]["key"] == {"loss": "gce", "noise_type": "sym", "noise_rate": 0.2}
     assert document["best"]["test"]["mean"] == pytest.approx(0.84)
     assert document["trials"] == {
-        **{"total": 8, "errored": 1, "diverged": 0, "done": 7},
+        **{"total": 8, "errored": 1, "diverged": 0, "finished": 7, "pruned": 0},
         **{"running": 0, "pending": 0, "no_metric": 0, "interrupted": 0, "not_run": 0},
     }
     assert not (experiment / "report").exists()  # --json writes nothing
@@ -152,10 +152,10 @@ def test_json_with_paper_is_a_usage_error(tmp_path):
 def test_no_nan_in_json_and_the_schemas_refuse_what_they_do_not_describe(tmp_path):
     assert dumps({"mean": math.nan, "std": [math.inf, 1.0]}) == '{"mean": null, "std": [null, 1.0]}'
     document = status_document(read_status(small_sweep(tmp_path, None)))
-    for broken in ({**document, "schema": "raysweep.status/2"}, {**document, "eta_s": "soon"}):
+    for broken in ({**document, "schema": "raysweep.status/1"}, {**document, "eta_s": "soon"}):
         with pytest.raises(jsonschema.ValidationError):
             validate(broken, STATUS_SCHEMA)
-    counts = {**document["counts"], "done": -1}
+    counts = {**document["counts"], "finished": -1}
     with pytest.raises(jsonschema.ValidationError):
         validate({**document, "counts": counts}, STATUS_SCHEMA)
 
@@ -176,3 +176,13 @@ def test_status_json_imports_no_pandas():
     )
     result = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_json_of_a_sweep_where_every_trial_errored_is_still_printed_and_exits_1(tmp_path):
+    specs = [trial_spec(f"t{k}", {"lr": k}, [], status="ERROR", error="RuntimeError: boom") for k in (1, 2)]
+    result = analysis_cli(write_experiment(tmp_path, "command", specs, metric="val_acc"), "--json")
+    assert result.returncode == 1, result.stderr  # no value usable: 1, never a usage error without its JSON
+    document = json.loads(result.stdout)
+    validate(document, SUMMARY_SCHEMA)
+    assert document["cells"] == [] and document["problem"] == "no trial reported 'val_acc': nothing to summarise"
+    assert (document["trials"]["errored"], document["trials"]["finished"]) == (2, 0)

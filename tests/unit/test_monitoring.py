@@ -59,7 +59,7 @@ def test_status_counts_states_best_and_epochs_including_trials_not_created_yet()
         (("f", "PENDING"), {}),
     )
     s = sweep_status(trials, total_trials=8)
-    assert (s["running"], s["pending"], s["done"], s["errored"], s["diverged"], s["total"]) == (2, 3, 1, 1, 1, 8)
+    assert (s["running"], s["pending"], s["finished"], s["errored"], s["diverged"], s["total"]) == (2, 3, 1, 1, 1, 8)
     assert s["best"] == (0.90, "b")  # the best value any trial reached, not the latest
     assert s["epochs_done"] == 4 + 2 + 10 + 3 + 1
     # running and pending trials plan their 10 epochs, finished ones what they ran, 2 not created 10 each
@@ -80,7 +80,7 @@ def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
     lines = format_progress(status, elapsed_s=60.0)
     # the wall-time model of --estimate: each running trial has 5 epochs of 6 s left, on its own slot
     assert lines[0] == (
-        "[0:01:00] 12 trials: 11 running, 0 pending, 1 done, 0 errored, 0 diverged | "
+        "[0:01:00] 12 trials: 11 running, 0 pending, 1 finished, 0 errored, 0 diverged | "
         "best val/acc 50.00% (t10) | epochs 65/120 | ETA 0:00:30"
     )  # an accuracy held as a fraction in %, as the final table shows it
     assert lines[1].split() == ["t10", "epoch", "5/10", "val/acc", "50.00%", "GPU", "2"]  # no train/loss: never printed
@@ -130,14 +130,14 @@ def test_callback_throttles_skips_unchanged_blocks_and_quiet_keeps_errors_and_en
     lines = quiet.stream.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[0].endswith("trial b errored: see /runs/b/error.txt")
-    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored" in lines[1]
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 finished, 1 errored" in lines[1]
 
     # a searcher that finished early (--seeds auto): the final line counts the trials that ran, not the plan
     early = SweepProgress(interval_s=0.0, quiet=True, stream=io.StringIO())
     early.setup(total_num_samples=32)
     early.on_experiment_end(trials=trials)
     line = early.stream.getvalue().splitlines()[-1]
-    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 done, 1 errored" in line
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 1 finished, 1 errored" in line
     assert "| 30 planned trial(s) not needed: the searcher finished" in line and "epochs 3/3" in line
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 
-from analysis.reading.load import latest_experiment, load_experiment
+from analysis.reading.load import load_experiment
 from analysis.reading.oom_rounds import reruns
+from analysis.reading.tune_state import latest_experiment
 from analysis.status import format_status, read_status
 from analysis.tables.json_output import status_document, summary_document
 from analysis.tables.summary import summary_text
@@ -52,7 +53,7 @@ def test_the_tables_json_and_status_count_each_re_run_in_place_of_its_failure(tm
     experiment = sweep_with_a_round(tmp_path)
     trials, history = load_experiment(experiment)
     assert list(trials["trial_name"]) == [f"sym_0.2_seed{s}" for s in (0, 1, 2, 3)]  # in place, seed 7 not read
-    assert list(trials["outcome"]) == ["done"] * 4 and list(trials["last/gpu_ids"]) == ["0", "0", "1", "2"]
+    assert list(trials["outcome"]) == ["finished"] * 4 and list(trials["last/gpu_ids"]) == ["0", "0", "1", "2"]
     assert [str(d).split("/")[-2] for d in trials["trial_dir"]] == ["sweep"] * 2 + ["sweep_oom_gpu0.5"] * 2
     assert trials["trial_id"].is_unique and set(history["trial_id"]) == set(trials["trial_id"])
     assert history.groupby("trial_id").size().tolist() == [2, 2, 2, 1]  # each trial's own rows, re-runs' for 2, 3
@@ -63,13 +64,13 @@ def test_the_tables_json_and_status_count_each_re_run_in_place_of_its_failure(tm
     assert "re-run after running out of GPU memory: 2 trial(s), counted in place of their failures" in text
     assert str(tmp_path / "sweep_oom_gpu0.5") in text
     document = json.loads(json.dumps(summary_document(trials, history, Objective())))
-    assert document["trials"]["total"] == 4 and document["trials"]["done"] == 4 and document["trials"]["errored"] == 0
+    assert document["trials"]["total"] == 4 and document["trials"]["finished"] == 4 and document["trials"]["errored"] == 0
     assert document["cells"][0]["n"] == 4
 
     state = read_status(experiment, now=2e9)
     counts = status_document(state)["counts"]
-    assert (counts["total"], counts["done"], counts["errored"]) == (4, 4, 0)
-    assert "4 trials: 0 running, 0 pending, 4 done, 0 errored" in format_status(state, now=2e9)[0]
+    assert (counts["total"], counts["finished"], counts["errored"]) == (4, 4, 0)
+    assert "4 trials: 0 running, 0 pending, 4 finished, 0 errored" in format_status(state, now=2e9)[0]
 
 
 def test_status_shows_a_re_run_still_running_in_place_of_its_failure(tmp_path):
@@ -77,7 +78,7 @@ def test_status_shows_a_re_run_still_running_in_place_of_its_failure(tmp_path):
     seed3 = next((tmp_path / "sweep_oom_gpu0.5").glob("train_abcde_00001_*"))
     records.write_placement(seed3, {"gpu_ids": "2", "gpus": 0.5, "host": "node0", "pid": 101})
     state = read_status(experiment, now=2e9)
-    assert (state["status"]["running"], state["status"]["done"], state["status"]["errored"]) == (1, 3, 0)
+    assert (state["status"]["running"], state["status"]["finished"], state["status"]["errored"]) == (1, 3, 0)
     assert [(name, result["gpu_ids"]) for name, result, _ in state["status"]["running_trials"]] == [
         ("sym_0.2_seed3", "2")
     ]

@@ -17,6 +17,7 @@ from analysis.figures.search import (
     study_from_trials,
     top_trials,
 )
+from analysis.tables.search_table import format_search_table, search_table
 from sweeps import lr_search
 from sweeps.engine.flags import UsageError
 from trainables import load_data, parse_config, train_epochs
@@ -185,15 +186,15 @@ def test_a_bad_space_exits_2_naming_the_value_and_the_forms(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_only_a_stop_by_the_scheduler_before_the_last_epoch_is_a_stop():
-    from analysis.reading.scheduler_stop import stopped_by_scheduler
+def test_only_a_stop_by_the_scheduler_before_the_last_epoch_is_a_prune():
+    from trainables.experiment.outcome import scheduler_pruned
 
-    assert stopped_by_scheduler({"done": True, "training_iteration": 1}, 3)  # ASHA's STOP at a rung
-    assert not stopped_by_scheduler({"done": False, "training_iteration": 1}, 3)  # the script ended by itself
-    assert not stopped_by_scheduler({"done": True, "training_iteration": 3}, 3)  # a STOP at max_t: all epochs ran
-    assert stopped_by_scheduler({"done": np.True_, "training_iteration": 5.0}, None)  # epochs unknown
-    assert not stopped_by_scheduler({"done": False, "training_iteration": 5}, None)
-    assert not stopped_by_scheduler({}, 3)  # no row logged
+    assert scheduler_pruned(1, 1, 3)  # ASHA's STOP at a rung
+    assert not scheduler_pruned(None, 1, 3)  # the script ended by itself
+    assert not scheduler_pruned(3, 3, 3)  # a STOP at max_t: all epochs ran
+    assert scheduler_pruned(5, 5, None)  # epochs unknown
+    assert not scheduler_pruned(2, 3, None)  # it logged past the STOP: its script ran on and exited by itself
+    assert scheduler_pruned(2, None, 3)  # no iteration known: the STOP's
 
 
 # --- the seed-mean trainable, without Ray ---------------------------------------------------------------
@@ -304,21 +305,27 @@ def test_top_trials_shows_mean_and_ci_and_says_why_each_trial_ended(trials_df):
     assert {"lr", "weight_decay", "loss", "gce_q"} <= set(table.columns)
     assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
     assert (table["ended"] == "finished").all()  # nothing says a scheduler stopped any: none is pruned
-    # As ResultGrid.get_dataframe() gives it: Tune's `done` is set when the scheduler said STOP (or the
-    # trial returned); a trial stopped with the sweep (its time budget) has none.
-    budget = trials_df.index[trials_df["training_iteration"] < 10][:2]
-    results = trials_df.assign(done=True)
-    results.loc[budget, "done"] = False
+    # With outcomes (`load_trials`' column): ASHA's pruned trials are ranked and say so; one the time budget
+    # stopped is not ranked (its value is no result), and says what stopped it in the search table.
+    early = trials_df["training_iteration"] < 10
+    budget = trials_df.index[early][:2]
+    results = trials_df.assign(outcome=np.where(early, "pruned", "finished"))
+    results.loc[budget, "outcome"] = "interrupted"
+    results.attrs["ended_by"] = "time budget"
     ended = top_trials(results, k=30, epochs=10, scheduler="ASHA").set_index("trial")["ended"]
-    early = set(trials_df.loc[trials_df["training_iteration"] < 10, "trial_id"])
-    assert set(ended[ended == "pruned by ASHA"].index) == early - set(trials_df.loc[budget, "trial_id"])
-    assert set(ended[ended == "stopped by the time budget"].index) == set(trials_df.loc[budget, "trial_id"])
-    assert set(ended[ended == "finished"].index) == set(trials_df["trial_id"]) - early
+    assert set(ended[ended == "pruned by ASHA"].index) == set(trials_df.loc[early, "trial_id"]) - set(
+        trials_df.loc[budget, "trial_id"]
+    )
+    assert set(ended[ended == "finished"].index) == set(trials_df.loc[~early, "trial_id"])
+    table = search_table(results.rename(columns={"outcome": "ended"}), Objective())
+    table.attrs["ended_by"] = "time budget"
+    text = format_search_table(table, scheduler="AsyncHyperBandScheduler")
+    assert text.count("stopped by the time budget") == 2 and table["rank"].isna().sum() == 2
     # The rows as logged (`stopped`: done on the last logged row, a STOP) and epochs unknown.
     marked = trials_df.assign(stopped=np.arange(30) % 8 == 0)  # trials 0, 8, ... ran 1 of 10 epochs
     ended = top_trials(marked, k=30).set_index("trial")["ended"]
-    assert ended["t00"] == "pruned by the scheduler" and ended["t04"] == "finished"  # t04 ended by itself
-    assert (ended == "pruned by the scheduler").sum() == 4
+    assert ended["t00"] == "pruned" and ended["t04"] == "finished"  # t04 ended by itself
+    assert (ended == "pruned").sum() == 4
 
 
 # --- PBT: bounds and flags (the run itself: `python sweeps/pbt.py --smoke-test`) ---------------------------

@@ -1,4 +1,4 @@
-"""A search's report draws the search (issue 42): why each trial ended, the search record, Optuna's own
+"""A search's report draws the search (issue 42): how each trial ended, the search record, Optuna's own
 pictures and PBT's schedule checked as data, grid pictures only where they mean something, the search
 table in the report and in --json, no library warning on the console, and the ten-trial lr_search run."""
 
@@ -17,9 +17,16 @@ import pytest
 import analysis
 from analysis.figures.pbt_schedule import plot_pbt_schedule
 from analysis.figures.search import OPTUNA_PICTURES, search_pictures, study_from_trials
-from analysis.reading.trial_end import end_reason
 from analysis.tables.search_table import search_frame
-from tests.analysis_fixtures import noise_grid, pbt_experiment, search_experiment, trial_spec, write_experiment
+from tests.analysis_fixtures import (
+    noise_grid,
+    pbt_experiment,
+    search_experiment,
+    trial_spec,
+    write_driver_end,
+    write_experiment,
+)
+from trainables.experiment.outcome import trial_outcome
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_history_time.png"}
@@ -29,34 +36,38 @@ SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_histo
 
 
 @pytest.mark.parametrize(
-    "status, diverged, iterations, planned, stopped, done, reason",
+    "status, stop_at, iterations, planned, stopped, outcome",
     [
-        ("TERMINATED", False, 4, 4, True, True, "finished"),  # ASHA's STOP at max_t
-        ("TERMINATED", False, 4, 4, False, True, "finished"),  # the trainable returned
-        ("TERMINATED", False, 1, 4, True, True, "pruned"),  # the scheduler said STOP at a rung
-        ("TERMINATED", False, 2, 4, False, False, "budget"),  # Tune stopped it with the sweep
-        ("TERMINATED", False, 2, 4, False, True, "finished"),  # returned early by itself: not stopped
-        ("TERMINATED", False, 1, 4, None, True, "pruned"),  # ResultGrid: Tune's done stands for the STOP
-        ("TERMINATED", False, 1, 4, None, False, "budget"),
-        ("TERMINATED", False, 1, None, True, True, "pruned"),  # no planned end: any STOP is the scheduler's
-        ("TERMINATED", False, 1, 4, False, None, "finished"),  # ended by itself; nothing says Tune stopped it
-        ("ERROR", False, 1, 4, False, False, "errored"),
-        ("TERMINATED", True, 2, 4, False, True, "diverged"),
-        ("RUNNING", False, 2, 4, False, False, "running"),
-        ("PENDING", False, 0, 4, None, None, "pending"),
+        ("TERMINATED", 4, 4, 4, False, "finished"),  # ASHA's STOP at max_t: it ran all its epochs
+        ("TERMINATED", None, 4, 4, False, "finished"),  # the trainable returned
+        ("TERMINATED", 1, 1, 4, False, "pruned"),  # the scheduler said STOP at a rung
+        ("TERMINATED", 2, 3, None, False, "finished"),  # it logged past the STOP: its script ran on and exited
+        ("TERMINATED", None, 2, 4, True, "interrupted"),  # the sweep's end stopped it (its time budget, ...)
+        ("TERMINATED", None, 2, 4, False, "finished"),  # returned early by itself: not stopped
+        ("TERMINATED", 1, 1, None, False, "pruned"),  # no planned end: any STOP it did not outrun is the scheduler's
+        ("ERROR", 1, 1, 4, False, "errored"),
+        ("RUNNING", None, 2, 4, False, "running"),
+        ("PENDING", None, 0, 4, False, "pending"),
     ],
 )
-def test_a_trial_was_stopped_early_only_when_its_scheduler_stopped_it(
-    status, diverged, iterations, planned, stopped, done, reason
+def test_a_trial_was_pruned_only_when_its_scheduler_stopped_it_before_its_end(
+    status, stop_at, iterations, planned, stopped, outcome
 ):
-    assert end_reason(status, diverged, iterations, planned, stopped, done) == reason
+    result = {"training_iteration": iterations, "val/acc": 0.5} if iterations else {}
+    assert trial_outcome(status, result, stopped=stopped, stop_at=stop_at, planned=planned) == outcome
 
 
-def test_the_trial_table_says_why_each_trial_ended(tmp_path):
+def test_the_trial_table_says_how_each_trial_ended(tmp_path):
     trials = analysis.load_trials(search_experiment(tmp_path, errored=1))
-    assert trials["ended"].value_counts().to_dict() == {"finished": 6, "pruned": 4, "budget": 1, "errored": 1}
-    pruned = trials[trials["ended"] == "pruned"]
+    counts = {"finished": 6, "pruned": 4, "interrupted": 1, "errored": 1}
+    assert trials["outcome"].value_counts().to_dict() == counts
+    assert trials.attrs["ended_by"] == "time budget"  # the driver's record: what interrupted it
+    pruned = trials[trials["outcome"] == "pruned"]
     assert (pruned["iterations"] == 1).all() and (pruned["status"] == "TERMINATED").all()
+    # the driver's record of the scheduler's stops, where it has one, decides
+    experiment = search_experiment(tmp_path / "recorded")
+    write_driver_end(experiment, ended_by="finished", scheduler_stops={})  # no STOP recorded: none pruned
+    assert set(analysis.load_trials(experiment)["outcome"]) == {"finished"}
 
 
 def test_an_empty_result_json_is_read_from_progress_csv_and_its_empty_cells_are_not_nan(tmp_path):
@@ -69,7 +80,7 @@ def test_an_empty_result_json_is_read_from_progress_csv_and_its_empty_cells_are_
     )
     trials, history = analysis.load_experiment(experiment)
     assert list(history["val/acc"]) == [0.4, 0.6] and trials.loc[0, "iterations"] == 2
-    assert not trials.loc[0, "diverged"] and trials.loc[0, "ended"] == "finished"  # an empty gpu_ids is no NaN
+    assert not trials.loc[0, "diverged"] and trials.loc[0, "outcome"] == "finished"  # an empty gpu_ids is no NaN
 
 
 # --- what the experiment folder says about its search --------------------------------------------------------
@@ -103,7 +114,7 @@ def test_pbt_steps_are_read_from_tunes_log_and_named_by_trial(tmp_path):
 
 @pytest.fixture
 def search(tmp_path):
-    """(selected trials, history) of a 12-trial search: 6 finished, 4 pruned, 1 budget, 1 errored."""
+    """(selected trials, history) of a 12-trial search: 6 finished, 4 pruned, 1 stopped by the budget, 1 errored."""
     trials, history = analysis.load_experiment(search_experiment(tmp_path, errored=1))
     return analysis.add_selected(trials, history, ["val/acc"], analysis.Objective()), history
 
@@ -139,13 +150,13 @@ def test_optuna_pictures_of_a_search_as_data(search):
     assert len(history_ax.collections[0].get_offsets()) == complete  # one point per complete trial
     best = history_ax.lines[0].get_ydata()
     assert np.all(np.diff(best[np.isfinite(best)]) >= 0) and np.nanmax(best) == pytest.approx(
-        selected.loc[selected["ended"] == "finished", "select/val/acc"].max()
+        selected.loc[selected["outcome"] == "finished", "select/val/acc"].max()
     )
     slice_axes = {ax.get_xlabel(): ax for ax in figures["slice"].axes if ax.get_label() != "<colorbar>"}
     assert set(slice_axes) == {"lr", "weight_decay", "batch_size", "loss", "gce_q"}
     assert {name for name, ax in slice_axes.items() if ax.get_xscale() == "log"} == {"lr", "weight_decay"}
     assert len(slice_axes["lr"].collections[0].get_offsets()) == complete
-    complete_gce = ((selected["ended"] == "finished") & (selected["config/loss"] == "gce")).sum()
+    complete_gce = ((selected["outcome"] == "finished") & (selected["config/loss"] == "gce")).sum()
     assert len(slice_axes["gce_q"].collections[0].get_offsets()) == complete_gce == 4  # gce's own parameter
     (importance_ax,) = figures["param_importances"].axes
     assert "PED-ANOVA" in importance_ax.get_title(loc="left")  # Optuna's default evaluator, named
@@ -185,9 +196,9 @@ def test_learning_curves_of_a_big_search_show_the_best_few(search):
     fig = analysis.plot_learning_curves(history, selected, analysis.Objective("val/acc", "max"), highlight=3)
     (ax,) = fig.axes
     named = [line for line in ax.lines if not line.get_label().startswith("_")]
-    assert len(named) == 3 and len(ax.lines) == 11  # 12 trials, the errored one left out
+    assert len(named) == 3 and len(ax.lines) == 10  # 12 trials, the errored and the interrupted one left out
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[-1] == "the other 8 configurations"
+    assert legend[-1] == "the other 7 configurations"
     best = selected.sort_values("best/val/acc", ascending=False)["config/lr"].iloc[0]
     assert legend[0].startswith(f"lr={best:g},")  # best first
     one_point = [line for line in named if len(line.get_xdata()) == 1]
@@ -212,9 +223,10 @@ def test_a_search_report_draws_the_search_and_leaves_out_grid_pictures(tmp_path,
     assert "- `heatmap`: a search samples its parameters" in report
     assert "Evaluator: PED-ANOVA (Watanabe et al. 2023), Optuna's default" in report
     table = pd.read_csv(out / "search_table.csv")
-    assert list(table["rank"].iloc[:6]) == [1, 2, 3, 4, 5, 6] and pd.isna(table["rank"].iloc[-1])
-    assert table["ended"].iloc[-1] == "errored"
+    assert list(table["rank"].iloc[:6]) == [1, 2, 3, 4, 5, 6] and table["rank"].iloc[-2:].isna().all()
+    assert set(table["ended"].iloc[-2:]) == {"errored", "interrupted"}  # unranked: no result of theirs
     assert "| 1 | lr_search_00009 |" in report and "pruned by ASHA" in report
+    assert "stopped by the time budget" in report  # its driver's record: the budget ended the sweep
 
 
 def test_a_pbt_report_holds_the_schedule_and_says_why_optuna_pictures_are_left_out(tmp_path):
@@ -271,10 +283,10 @@ def test_json_holds_the_search_table(tmp_path):
 
     search = document(search_experiment(tmp_path, errored=1))["search"]
     assert (search["kind"], search["scheduler"]) == ("search", "AsyncHyperBandScheduler")
-    assert [t["rank"] for t in search["trials"]] == [*range(1, 12), None]
+    assert [t["rank"] for t in search["trials"]] == [*range(1, 11), None, None]  # interrupted, errored: unranked
     first = search["trials"][0]
     assert first["trial"] == "lr_search_00009" and first["ended"] == "finished" and first["epochs"] == 4
     assert first["params"]["lr"] == pytest.approx(10 ** (-4 + 4 * 8 / 11))
     assert "gce_q" not in first["params"]  # a ce trial has no q
-    assert {t["ended"] for t in search["trials"]} == {"finished", "pruned", "budget", "errored"}
+    assert {t["ended"] for t in search["trials"]} == {"finished", "pruned", "interrupted", "errored"}
     assert document(noise_grid(tmp_path, seeds=(0,)))["search"] is None

@@ -310,7 +310,7 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     assert "seeds, decision" in text and "n=3, worse" in text and "n=4, undecided" in text
 
     document = summary_document(trials, history, analysis.Objective("val/acc", "max", select="last"))
-    jsonschema.Draft202012Validator(schema("raysweep.summary/1")).validate(document)
+    jsonschema.Draft202012Validator(schema("raysweep.summary/2")).validate(document)
     assert document["seed_rule"] == rule.describe()
     decisions = {(c["key"]["loss"], c["key"]["noise_rate"]): (c["seeds_n"], c["decision"]) for c in document["cells"]}
     assert decisions[("gce", 0.2)] == (3, "worse") and decisions[("gce", 0.4)] == (4, "undecided")

@@ -79,11 +79,12 @@ def test_counts_running_trial_best_and_live_driver(tmp_path):
     experiment = small_sweep(tmp_path, record(os.getpid()))
     report = read_status(experiment, now=T0 + 20)
     s = report["status"]
-    assert (s["done"], s["diverged"], s["errored"], s["running"], s["pending"], s["total"]) == (2, 1, 1, 1, 3, 8)
+    assert (s["finished"], s["diverged"], s["errored"], s["running"], s["pending"], s["total"]) == (2, 1, 1, 1, 3, 8)
     assert s["best"] == (pytest.approx(0.97), "sym_0.2_seed4")  # the running trial leads
     lines = format_status(report, now=time.time())
     assert lines[0].startswith(
-        "[0:00:20] 8 trials: 1 running, 3 pending, 2 done, 1 errored, 1 diverged | best val/acc 97.00% (sym_0.2_seed4)"
+        "[0:00:20] 8 trials: 1 running, 3 pending, 2 finished, 1 errored, 1 diverged | "
+        "best val/acc 97.00% (sym_0.2_seed4)"
     )
     assert "sym_0.2_seed4  epoch 2/5  val/acc 97.00%" in lines[1] and lines[1].endswith("GPU 1")
     assert lines[2].strip() == "sym_0.2_seed4:INFO | [GPU 1 | pid 7] Epoch [2/5] | Loss 0.5"  # its last log line
@@ -123,7 +124,7 @@ def test_an_extended_grid_counts_the_cells_of_every_run(tmp_path):
         first / "experiment_state-2026-01-02_00-00-00.json"
     )
     status = read_status(first, now=T0 + 20)["status"]
-    assert (status["done"], status["running"], status["total"]) == (1, 1, 2)
+    assert (status["finished"], status["running"], status["total"]) == (1, 1, 2)
     assert [name for name, _, _ in status["running_trials"]] == ["sym_0.2_seed1"]
     assert status["best"] == (pytest.approx(0.85), "sym_0.2_seed0")
 
@@ -156,7 +157,7 @@ def test_dead_driver_with_trials_left_says_resume_and_exits_1(tmp_path):
     )
     assert result.returncode == 1, result.stderr
     assert "driver: gone (was on" in result.stdout
-    assert "4 trial(s) left: continue the sweep with `python sweeps/noise_grid.py --seeds 8 --resume`" in result.stdout
+    assert "4 trial(s) left: continue with: `python sweeps/noise_grid.py --seeds 8 --resume`" in result.stdout
 
 
 def test_watch_prints_again_until_the_driver_ends(tmp_path):
@@ -177,7 +178,7 @@ def test_watch_prints_again_until_the_driver_ends(tmp_path):
     ender.join()
     out = stream.getvalue()
     assert out.count("driver: alive on") >= 2 and out.count("driver: finished at") == 1
-    assert out.rstrip().endswith("--seeds 8 --resume`")
+    assert out.rstrip().endswith("--seeds 8 --resume` (add --retry-errored to run its 1 errored trial(s) again too)")
 
 
 def test_status_of_an_experiment_on_object_storage(tmp_path):
@@ -222,18 +223,16 @@ def test_resume_command_keeps_the_sweeps_own_flags():
     )
 
 
-def test_a_sweep_the_raysweep_command_launched_resumes_by_its_name_where_path_finds_it_else_by_its_path(
-    tmp_path, monkeypatch
-):
+def test_a_sweep_the_raysweep_command_launched_resumes_by_its_absolute_path_whatever_the_path(tmp_path, monkeypatch):
     program = tmp_path / "venv" / "bin" / "raysweep"
     program.parent.mkdir(parents=True)
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
     launch = {"argv": [str(program), "run", "--axis", "lr=0.1,0.01", "--", "python", "train.py", "{lr}"]}
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv not activated: `raysweep` would not be found
-    assert resume_command(launch) == f"{program} run --axis lr=0.1,0.01 --resume -- python train.py {{lr}}"
-    monkeypatch.setenv("PATH", f"{program.parent}:/usr/bin:/bin")
-    assert resume_command(launch) == "raysweep run --axis lr=0.1,0.01 --resume -- python train.py {lr}"
+    for path in ("/usr/bin:/bin", f"{program.parent}:/usr/bin:/bin"):  # a new shell, without the venv; the venv's
+        monkeypatch.setenv("PATH", path)
+        assert resume_command(launch) == f"{program} run --axis lr=0.1,0.01 --resume -- python train.py {{lr}}"
+    assert resume_command(launch, retry_errored=True).endswith(" --resume --retry-errored -- python train.py {lr}")
 
 
 def test_resume_command_runs_the_recorded_interpreter_with_resume_before_the_command_and_placeholders_unquoted():

@@ -28,9 +28,11 @@ NOT_YET = {"trial_id": "t", "date": "2026-11-25_20-00-00", "pid": 1, "config": {
 # --- the pieces, without Ray -----------------------------------------------------------------------
 
 
-def test_a_trial_is_done_only_when_it_ended_by_itself_with_a_report():
+def test_a_trial_is_finished_only_when_it_ended_by_itself_with_a_report():
     marked = {**RESULT, words.FAILED_METRIC: 1}
-    assert trial_outcome("TERMINATED", RESULT) == "done"
+    assert trial_outcome("TERMINATED", RESULT) == "finished"
+    assert trial_outcome("TERMINATED", RESULT, stop_at=1, planned=4) == "finished"  # it logged past the STOP
+    assert trial_outcome("TERMINATED", RESULT, stop_at=2, planned=4) == "pruned"  # ASHA stopped it at a rung
     assert trial_outcome("TERMINATED", NOT_YET) == "not run"  # a trial stopped before it started is no result
     assert trial_outcome("TERMINATED", marked) == "errored"  # the gate's stop ended it before Tune saw its error
     assert trial_outcome("ERROR", {**marked, words.NO_METRIC_METRIC: 1}) == "no metric"
@@ -39,8 +41,8 @@ def test_a_trial_is_done_only_when_it_ended_by_itself_with_a_report():
     assert trial_outcome("TERMINATED", RESULT, stopped=True) == "interrupted"  # a time budget ended it
     assert [trial_outcome(s, NOT_YET) for s in ("RUNNING", "PENDING", "PAUSED")] == ["running", "pending", "pending"]
     assert [trial_outcome(s, RESULT, over=True) for s in ("RUNNING", "PENDING")] == ["interrupted", "not run"]
-    assert words.count_outcomes(["done", "no metric", "errored", "interrupted"], not_created=2, over=True) == {
-        **{"running": 0, "pending": 0, "done": 1, "errored": 2, "diverged": 0},
+    assert words.count_outcomes(["finished", "no metric", "errored", "interrupted"], not_created=2, over=True) == {
+        **{"running": 0, "pending": 0, "finished": 1, "pruned": 0, "errored": 2, "diverged": 0},
         **{"no_metric": 1, "interrupted": 1, "not_run": 2},
     }
 
@@ -115,16 +117,16 @@ def test_the_progress_line_counts_by_outcome_and_ranks_no_stopped_trial():
     ]
     status = sweep_status(trials, 5, Objective("val_acc", test_metric=None), over=True, stopped={"cut"})
     assert {k: status[k] for k in words.COUNTS} == {
-        **{"running": 0, "pending": 0, "done": 1, "errored": 1, "diverged": 0},
+        **{"running": 0, "pending": 0, "finished": 1, "pruned": 0, "errored": 1, "diverged": 0},
         **{"no_metric": 1, "interrupted": 1, "not_run": 2},
     }
     assert status["best"][1] == "done"
     assert describe_counts(status) == (
-        "0 running, 0 pending, 1 done, 1 errored (1 no metric), 0 diverged, 1 interrupted, 2 not run"
+        "0 running, 0 pending, 1 finished, 1 errored (1 no metric), 0 diverged, 1 interrupted, 2 not run"
     )
     assert (
         describe_counts(status, shown=("errored", "diverged"))
-        == "1 errored (1 no metric), 0 diverged, 1 interrupted, 2 not run"
+        == "1 finished, 1 errored (1 no metric), 0 diverged, 1 interrupted, 2 not run"
     )
 
 
@@ -160,13 +162,14 @@ def test_sweep_ending_tells_stopped_trials_from_ended_ones_and_routes_sigterm_to
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
     [ending] = sweep_end.FITS
-    assert (ending.signal, ending.stopped, ending.finished(), ending.unfinished()) == ("SIGTERM", {"b"}, 1, 3)
-    assert ending.outcomes == {"/runs/x/a": "done", "/runs/x/b": "interrupted", "/runs/x/c": "not run"}
+    assert (ending.signal, ending.stopped, ending.counts()["finished"], ending.unfinished()) == ("SIGTERM", {"b"}, 1, 3)
+    assert (ending.ended_by, ending.why) == ("SIGTERM", "SIGTERM")
+    assert ending.outcomes == {"/runs/x/a": "finished", "/runs/x/b": "interrupted", "/runs/x/c": "not run"}
     monkeypatch.setattr(sys, "argv", ["sweeps/run_command.py", "--axis", "lr=1,2", "--", "python", "t.py", "{lr}"])
     sweep_end.say_interrupted(ending, reused=1)
     assert capsys.readouterr().out == (
-        f"interrupted: 2 of 5 trials finished (SIGTERM); continue with: {PY} sweeps/run_command.py --axis lr=1,2 "
-        "--resume -- python t.py {lr}\n"
+        f"interrupted: 2 of 5 trials finished, 1 interrupted, 2 not run (SIGTERM); continue with: {PY} "
+        "sweeps/run_command.py --axis lr=1,2 --resume -- python t.py {lr}\n"
     )
     assert sweep_end.EXIT_CODES == {"Ctrl-C": 130, "SIGTERM": 143}
 
@@ -183,24 +186,34 @@ def test_status_counts_the_trials_a_finished_driver_stopped_and_a_relaunch_says_
     experiment = write_experiment(tmp_path, "budget", specs)
     (experiment / "tuner.pkl").write_bytes(b"")
     driver = {"host": "elsewhere", "pid": 1, "since": "then", "heartbeat": 1.0, "ended": 2.0, "exit_code": 0}
-    (experiment / "driver.json").write_text(json.dumps({**driver, "stopped": ["c"]}))
+    (experiment / "driver.json").write_text(json.dumps({**driver, "stopped": ["c"], "ended_by": "Ctrl-C"}))
     (experiment / "raysweep.json").write_text(json.dumps({"argv": ["sweeps/x.py", "--name", "budget"], "python": PY}))
     report = read_status(experiment)
-    assert {k: report["status"][k] for k in ("done", "interrupted", "not_run")} == {
-        "done": 1,
+    assert {k: report["status"][k] for k in ("finished", "interrupted", "not_run")} == {
+        "finished": 1,
         "interrupted": 1,
         "not_run": 1,
     }
     assert report["status"]["best"][1] == "done" and report["left"] == 2
-    assert f"continue the sweep with `{PY} sweeps/x.py --name budget --resume`" in format_status(report)[-1]
+    assert format_status(report)[-1] == f"  2 trial(s) left: continue with: `{PY} sweeps/x.py --name budget --resume`"
     import analysis
 
     trials = analysis.load_trials(experiment)
     assert dict(zip(trials["trial_name"], trials["outcome"])) == {
-        "done": "done",
+        "done": "finished",
         "cut": "interrupted",
         "left": "not run",
     }
+    # the same sweep ended by its time budget: Tune ended those trials, a --resume runs none of them
+    (experiment / "driver.json").write_text(
+        json.dumps({**driver, "stopped": ["c"], "ended_by": "time budget", "why": "--time-budget-s 20 reached"})
+    )
+    report = read_status(experiment)
+    assert format_status(report)[-1] == (
+        "  2 trial(s) left: the time budget ended the sweep (--time-budget-s 20 reached); "
+        "--resume would run none of them"
+    )
+    assert "--resume" not in "".join(format_status(report)[:-1])
     cells = [{"lr": lr} for lr in (0.1, 0.2, 0.3)]
     todo, reused = resume.plan_cells(cells, experiment, True, hash_fn=resume.command_hash, relaunch=True)
     assert [c["lr"] for c in todo] == [0.2, 0.3] and len(reused) == 1
@@ -234,7 +247,10 @@ def test_the_driver_record_keeps_the_trials_an_earlier_run_stopped_until_they_en
     }
     (folder / "driver.json").write_text(json.dumps(earlier))
     held = driver_lock.hold(str(folder))
-    held.record_end(130, stopped={"c"}, ended={"a"})  # a resumed `a` ended; `b` was not run again
+    ending = SimpleNamespace(
+        stopped={"c"}, ended={"a"}, scheduler_stops={}, ended_by="Ctrl-C", why="Ctrl-C", ended_at=None
+    )
+    held.record_end(130, ending)  # a resumed `a` ended; `b` was not run again
     assert json.loads((folder / "driver.json").read_text())["stopped"] == ["b", "c"]
     held.release(130)
     record = json.loads((folder / "driver.json").read_text())

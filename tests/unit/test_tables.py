@@ -44,13 +44,9 @@ def test_one_percent_rule_for_tables_the_progress_block_and_notifications():
     )
 
     class Result:
-        config, metrics = {"lr": 0.1}, {"val/acc": 0.834}
+        config, metrics, metrics_dataframe, path = {"lr": 0.1}, {"val/acc": 0.834}, None, "a"
 
-    class Grid(list):
-        def get_best_result(self, *args, **kwargs):
-            return self[0]
-
-    assert best_line(Grid([Result()]), analysis.Objective()) == "best: lr=0.1 (val/acc 83.40%)"  # as the progress block
+    assert best_line([Result()], analysis.Objective()) == "best: lr=0.1 (val/acc 83.40%)"  # as the progress block
 
 
 def test_the_report_computes_each_table_once_and_the_summary_and_json_read_the_same(tmp_path, monkeypatch, capsys):

@@ -1,16 +1,24 @@
-"""How a trial ended, as data: a failed command trial's record, and the one word every count uses.
+"""How a trial ended and why its sweep ended, as data: the words every count uses, computed once.
 
-A trial is *done* only when it ended by itself with its metric: the driver's final line, `--status`
-(text and JSON), `python -m analysis --json`, the tables and the report all count trials with
-`trial_outcome`, so they cannot disagree. The words:
+A trial is *finished* only when it ended by itself with its metric. The driver's final line, its progress
+block, `--status` (text and JSON), `python -m analysis --json`, the tables, the report, a search's table and
+the `--notify` message all count trials with `trial_outcome`, from the same facts (Tune's status and last
+result, and what the driver recorded in `driver.json`: the trials it stopped, the scheduler's stops, why
+the sweep ended), so they cannot disagree. The words:
 
-    done         ended by itself (or by the scheduler's decision), not diverged, not failed
+    finished     ended by itself, not diverged, not failed (a trial that ran all its epochs, even where
+                 its scheduler decided to stop it meanwhile)
+    pruned       its scheduler (ASHA) stopped it before its last epoch: a result, not a failure
     errored      raised, or its command failed (Tune's ERROR, or a failure marked in its last report)
     no metric    its command exited 0 but never reported the sweep's metric (an errored trial)
     diverged     a reported metric was NaN or inf
-    interrupted  started, then stopped by Ctrl-C, SIGTERM, a time budget or a sweep-wide stop
+    interrupted  started, then stopped by the sweep's end: Ctrl-C, SIGTERM, a time budget, the failure
+                 gate, fail-fast (`SweepEnd`: which one)
     not run      never started before the sweep ended
     running, pending   while the sweep runs
+
+Why a sweep ended (`driver.json`'s `ended_by`, `SWEEP_ENDS`): every trial ended (`ALL_ENDED`), Ctrl-C,
+SIGTERM, its time budget, its failure gate (`--max-initial-failures`) or `--fail-fast`.
 
 A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
 `trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
@@ -36,11 +44,17 @@ NOT_STARTED = "not started"  # the sweep stopped before its turn at the failure 
 MISSING_ON_NODE = "missing on node"  # a folder around the launch folder is missing on the trial's node
 OUT_OF_MEMORY = "out of GPU memory"  # it printed a CUDA out-of-memory error and exited non-zero (re-queued with more)
 
-DONE, ERRORED, DIVERGED = "done", "errored", "diverged"
+FINISHED, PRUNED, ERRORED, DIVERGED = "finished", "pruned", "errored", "diverged"
 INTERRUPTED, NOT_RUN, RUNNING, PENDING = "interrupted", "not run", "running", "pending"
-OUTCOMES = (DONE, ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN, RUNNING, PENDING)
-FINISHED = (DONE, ERRORED, NO_METRIC, DIVERGED)  # ended by itself: "N of M trials finished"
+OUTCOMES = (FINISHED, PRUNED, ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN, RUNNING, PENDING)
+ENDED = (FINISHED, PRUNED, ERRORED, NO_METRIC, DIVERGED)  # ended by itself or by its scheduler: nothing to resume
 LEFT_OUT = (ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN)  # no table, statistic or "best" uses their values
+RETRIED = (ERRORED, NO_METRIC, NOT_RUN)  # what `--resume --retry-errored` runs again (Tune holds them as ERROR)
+
+# why a sweep ended: `driver.json`'s `ended_by`
+ALL_ENDED, CTRL_C, SIGTERM = "finished", "Ctrl-C", "SIGTERM"
+TIME_BUDGET, FAILURE_GATE, FAIL_FAST = "time budget", "failure gate", "fail-fast"
+SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +104,15 @@ def failure_marks(kind: str) -> dict:
     return {FAILED_METRIC: 1} | {mark: 1 for word, mark in _KIND_MARKS.items() if word == kind}
 
 
-def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = False, stopped: bool = False) -> str:
+def trial_outcome(
+    status: str | None,
+    last_result: dict | None,
+    *,
+    over: bool = False,
+    stopped: bool = False,
+    stop_at: int | None = None,
+    planned: int | None = None,
+) -> str:
     """The word for how a trial ended (or where it is), one of `OUTCOMES`.
 
     Args:
@@ -100,6 +122,9 @@ def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = 
             in Tune's last snapshot was interrupted or never ran.
         stopped: the driver stopped this trial after it started, before it ended by itself (a time
             budget or a sweep-wide stop end trials as TERMINATED; the driver's record lists them).
+        stop_at: the `training_iteration` at which its scheduler decided to stop it (`driver.json`'s
+            `scheduler_stops`), None when it never did: `scheduler_pruned` tells a pruned trial.
+        planned: the iterations it runs to its end (the built-in trainable's `epochs`), None when unknown.
     """
     result = last_result or {}
     if result.get(NOT_STARTED_METRIC):  # the gate refused its command: it never ran
@@ -115,11 +140,38 @@ def trial_outcome(status: str | None, last_result: dict | None, *, over: bool = 
     if stopped:
         return INTERRUPTED
     if status == "TERMINATED":  # with no report of its own: stopped before it started (a sweep-wide stop)
-        return DONE if any(key not in _FILLED_BY_TUNE for key in result) else NOT_RUN
+        if not any(key not in _FILLED_BY_TUNE for key in result):
+            return NOT_RUN
+        return PRUNED if scheduler_pruned(stop_at, result.get("training_iteration"), planned) else FINISHED
     return RUNNING if status == "RUNNING" else PENDING
 
 
-COUNTS = ("running", "pending", "done", "errored", "diverged", "no_metric", "interrupted", "not_run")
+def scheduler_pruned(stop_at: int | None, iterations, planned: int | None) -> bool:
+    """Whether the scheduler pruned a trial that it decided to stop at iteration `stop_at` (None: it never did).
+
+    Tune marks the result on which a scheduler decided STOP with `done: true` and stops the trial
+    (`TuneController._process_trial_result`, Ray 2.x). That trial was pruned unless it ran all its epochs
+    anyway: a STOP at its last epoch (ASHA's at `max_t`), or one after which the trial still logged results
+    (a command's script that had run on and exited by itself, its last rows read at its end).
+
+    Args:
+        iterations: its last `training_iteration` (None: unknown, taken as `stop_at`).
+        planned: the iterations of its full run, None when unknown (then any STOP it did not outrun counts).
+    """
+    if stop_at is None:
+        return False
+    ran = iterations if isinstance(iterations, (int, float)) else stop_at
+    return ran <= stop_at and (planned is None or stop_at < planned)
+
+
+def planned_epochs(config: dict | None) -> int | None:
+    """The iterations a trial of `config` runs to its end: the built-in trainable's `epochs` (a command's
+    `{epochs}` too); None when the config does not say (a command's script decides)."""
+    epochs = (config or {}).get("epochs")
+    return int(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0 else None
+
+
+COUNTS = ("running", "pending", "finished", "pruned", "errored", "diverged", "no_metric", "interrupted", "not_run")
 """The keys of `count_outcomes`: `errored` includes `no_metric`."""
 
 
@@ -132,3 +184,18 @@ def count_outcomes(outcomes, not_created: int = 0, over: bool = False) -> dict[s
         counts["no_metric"] += outcome == NO_METRIC
     counts["not_run" if over else "pending"] += max(0, not_created)
     return counts
+
+
+_STOPPED_BY = {TIME_BUDGET: "stopped by the time budget", FAILURE_GATE: "stopped by the failure gate"}
+
+
+def outcome_words(outcome: str, ended_by: str | None = None, scheduler: str | None = None) -> str:
+    """An outcome as a table says it: `pruned by ASHA` (`scheduler`: its short name), and an interrupted
+    trial by what stopped it, the sweep's `ended_by` (`stopped by the time budget`, `interrupted (Ctrl-C)`)."""
+    if outcome == PRUNED and scheduler:
+        return f"pruned by {scheduler}"
+    if outcome == INTERRUPTED and ended_by in _STOPPED_BY:
+        return _STOPPED_BY[ended_by]
+    if outcome == INTERRUPTED and ended_by in (CTRL_C, SIGTERM, FAIL_FAST):
+        return f"interrupted ({ended_by})"
+    return outcome

@@ -8,6 +8,7 @@ folder removed afterwards: nothing is written under --storage-path. `{gpu}` is e
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import re
@@ -81,9 +82,10 @@ def check_command(args) -> int:
     return _verdict(code, args.objective.step_metrics, seen, candidates, streams, held)
 
 
-def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.0):
+def time_command(args, cell: dict, epochs: int | None, limit_s: float, gpus: float = 0.0):
     """`--estimate`: run `cell`'s command as `--check` does (its working folder and environment, no
-    Ray), silently, and time it until `epochs` epochs after its first have ended, for at most
+    Ray), silently, and time it until `epochs` epochs after its first have ended (None: until it exits, or,
+    once it printed its total (`epoch 3/50`), `--estimate-epochs` epochs after its first), for at most
     `limit_s` seconds, or until it exits.
 
     Args:
@@ -126,7 +128,7 @@ def time_command(args, cell: dict, epochs: int, limit_s: float, gpus: float = 0.
             threading.Thread(target=_queue_lines, args=(stream, label, lines), daemon=True).start()
         ends, seen, total, offset, open_streams = [], set(), None, 0, 2
         try:
-            while len(ends) <= epochs and time.monotonic() - started < limit_s and open_streams:
+            while len(ends) <= _wanted(epochs, total, args) and time.monotonic() - started < limit_s and open_streams:
                 rows = []
                 try:
                     label, line = lines.get(timeout=0.2)
@@ -286,3 +288,11 @@ def _queue_lines(stream, label: str, lines) -> None:
     for raw in iter(stream.readline, b""):
         lines.put((label, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
     lines.put((label, None))
+
+
+def _wanted(epochs: int | None, total: int | None, args) -> float:
+    """Epochs after the first to time: `epochs`; unknown (None), until the command exits, or, once it printed
+    its total, `--estimate-epochs`."""
+    if epochs is not None:
+        return epochs
+    return args.estimate_epochs if total else math.inf

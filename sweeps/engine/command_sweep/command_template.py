@@ -224,7 +224,9 @@ def placeholders(template: list[str]) -> set[str]:
         raise UsageError(f"command: {e}") from None
 
 
-def check_template(template: list[str], axes: dict, seeds: bool, tasks: str | None = None, task_columns=()) -> None:
+def check_template(
+    template: list[str], axes: dict, seeds: bool, tasks: str | None = None, task_columns=(), resume: bool = False
+) -> None:
     """Refuse a command that cannot run as a sweep.
 
     Args:
@@ -237,7 +239,8 @@ def check_template(template: list[str], axes: dict, seeds: bool, tasks: str | No
         UsageError: an empty command; a placeholder that is not an axis, `seed` (when seeds),
             `trial_dir` or `trial_name`; an axis the command never uses (every trial of it would
             run the same command); an axis named `seed` while seeds are swept too; a program not
-            found on PATH, or a path that is not an executable file.
+            found on PATH (with `resume`, the launch's program runs: `programs.resolve_program` checks it), or
+            a path that is not an executable file.
     """
     if not template:
         raise UsageError(f"command: none given; put it after --, e.g. {EXAMPLE}")
@@ -277,7 +280,7 @@ def check_template(template: list[str], axes: dict, seeds: bool, tasks: str | No
                 f"command: {program!r} is not an executable file; give an existing script with "
                 f"chmod +x, or run it through its interpreter (python {program})"
             )
-    elif shutil.which(program) is None:
+    elif shutil.which(program) is None and not resume:
         raise UsageError(f"command: program {program!r} is not found on PATH; give its path or an installed command")
 
 

@@ -5,8 +5,9 @@ experiment's trials), both through the one wall-time model of `analysis/wall_tim
     basis: first cell: start-up 1.2 s, epoch 1.5 s (2 timed); fixed 31 s (imports, Ray joined 2.1 s, report) ...
 
 `--estimate` runs the first cell as `--check` does (`first_cell.py`), stops after `--estimate-epochs`
-epochs past its first (or `ESTIMATE_LIMIT_S`), and predicts: each trial's start-up and epochs (its
-`epochs`, else the total the command printed), on the slots this cluster gives (`slots`), longest
+epochs past its first (or `ESTIMATE_LIMIT_S`; a command whose epochs nothing tells, at its end), and
+predicts: each trial's start-up and epochs (its `epochs`, or the command's `--epochs N`, else the total the
+command printed, else the epochs the first cell ran), on the slots this cluster gives (`slots`), longest
 first, plus raysweep's fixed costs (`FIXED_COSTS`, measured by `benchmarks/estimate_error.py` and
 scaled by how fast this machine imports Ray Tune now). Nothing is written to the experiment; the
 estimate is kept beside it (`records.write_pending_estimate`) for the sweep's launch to record, so
@@ -85,6 +86,7 @@ class Plan:
         upper_bound: why the trials may end sooner (ASHA), else None.
         repeat: seeds each trial trains side by side (the searches' --repeat).
         note: a word on what the estimate assumes for this kind of sweep (PBT's exploits), else "".
+        template: a command sweep's command after --, whose `--epochs N` tells each trial's epochs.
     """
 
     cells: list[dict]
@@ -95,6 +97,7 @@ class Plan:
     upper_bound: str | None = None
     repeat: int = 1
     note: str = ""
+    template: tuple[str, ...] = ()
 
 
 def predict(plan: Plan, cost: TrialCost, slot_count: int, fixed_s: float, per_trial_s: float) -> tuple[float, float]:
@@ -115,19 +118,25 @@ def cost_axes(cells: list[dict]) -> dict[str, list]:
     return axes
 
 
-def trial_epochs(cells: list[dict], kind: str, timing) -> tuple[list[int | None], str]:
+def trial_epochs(cells: list[dict], kind: str, timing=None, template=()) -> tuple[list[int | None], str]:
     """Each cell's epochs and where they come from: its `epochs` (the built-in trainable's default when
-    absent), else the total the command printed (`epoch 3/50`), else what the command ran before it
-    ended; None where none of these tells."""
+    absent), else what the command says (`template`'s `--epochs N`, or `{epochs}` filled by the cell: the
+    reading ASHA's max_t takes, `search_space.command_epochs`), else the total the command printed
+    (`epoch 3/50`), else what the first cell ran before it ended; None where none of these tells (`timing`
+    None: before the first cell ran)."""
+    from sweeps.engine.command_sweep.search_space import command_epochs
     from sweeps.engine.flags import epochs_of
 
     if kind == "builtin":
         return [epochs_of(c) for c in cells], "each trial's epochs"
     if all(isinstance(c.get("epochs"), int) for c in cells):
         return [c["epochs"] for c in cells], "each trial's {epochs}"
-    if timing.epochs_total:
+    said = [command_epochs(list(template), c) for c in cells] if template else [None]
+    if None not in said:
+        return said, "the command's --epochs"
+    if timing is not None and timing.epochs_total:
         return [timing.epochs_total] * len(cells), f"the {timing.epochs_total} epochs the command printed"
-    if timing.exit_code == 0:
+    if timing is not None and timing.exit_code == 0:
         return [len(timing.epoch_ends)] * len(cells), f"the {len(timing.epoch_ends)} epochs the first cell ran"
     return [None] * len(cells), ""
 
@@ -150,7 +159,7 @@ def estimate_from_timing(plan: Plan, timing, slot_count: int, why: str, probe_s:
         slot_count, why: `slots`; probe_s: `first_cell.speed_probe`; ray_s: seconds of joining the
             cluster (None: the sweep starts a local Ray); measured_s: fixed seconds timed here.
     """
-    epochs, source = trial_epochs(plan.cells, plan.kind, timing)
+    epochs, source = trial_epochs(plan.cells, plan.kind, timing, plan.template)
     epochs = plan.epochs or epochs  # already scaled by the cost axes (`scale_by_axes`)
     plan = dataclasses.replace(plan, epochs=epochs)
     cost, per_trial = timing.cost, FIXED_COSTS[plan.kind]["per_trial"] * probe_s + timing.fill_s
@@ -258,9 +267,10 @@ def basis_line(b: dict) -> str:
 
 def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: float = 0.0) -> int:
     """`--estimate`: the cluster's slots, the first cell timed (`time_cell(epochs, limit_s, gpus) ->
-    first_cell.CellTiming`), with `--estimate-cells all` one epoch of each value of a cost axis
-    (`time_one_epoch(cell, gpus)`), this machine's speed now (`first_cell.speed_probe`); prints the
-    estimate (or its JSON document) and keeps it beside the experiment for the launch.
+    first_cell.CellTiming`; `epochs` None: to its end, a command whose epochs nothing tells before it runs),
+    with `--estimate-cells all` one epoch of each value of a cost axis (`time_one_epoch(cell, gpus)`), this
+    machine's speed now (`first_cell.speed_probe`); prints the estimate (or its JSON document) and keeps it
+    beside the experiment for the launch.
 
     Args:
         args: the script's checked flags (`--estimate-*`, `--json`, the run flags).
@@ -277,12 +287,17 @@ def run_estimate(args, plan: Plan, time_cell, time_one_epoch=None, measured_s: f
     slot_count, why, ray_s, gpus = slots.cluster_slots(*resources)
     plan = dataclasses.replace(plan, gpus=gpus)
     epochs, limit = args.estimate_epochs, ESTIMATE_LIMIT_S
-    say(f"--estimate: timing the first cell until {epochs} epochs after its first (at most {limit:g} s)")
+    if None in trial_epochs(plan.cells, plan.kind, template=plan.template)[0]:  # to its end: its epochs count
+        epochs = None
+        say(f"--estimate: timing the first cell to its end (its epochs are unknown; at most {limit:g} s)")
+    else:
+        say(f"--estimate: timing the first cell until {epochs} epochs after its first (at most {limit:g} s)")
     probe_s = speed_probe()  # before and after the cell: the load may change meanwhile
     timing = time_cell(epochs, limit, gpus)
     factors, notes = _axis_factors(args, plan, timing, time_one_epoch and (lambda cell: time_one_epoch(cell, gpus)))
     if factors:
-        plan = scale_by_axes(dataclasses.replace(plan, epochs=trial_epochs(plan.cells, plan.kind, timing)[0]), factors)
+        told = trial_epochs(plan.cells, plan.kind, timing, plan.template)[0]
+        plan = scale_by_axes(dataclasses.replace(plan, epochs=told), factors)
     probe_s = (probe_s + speed_probe()) / 2
     measured_s += timing.snapshot_s + timing.worker_s  # once per sweep, once per worker (they start together)
     estimate = estimate_from_timing(plan, timing, slot_count, why, probe_s, ray_s, measured_s)

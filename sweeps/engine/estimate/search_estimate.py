@@ -26,7 +26,8 @@ def estimate_search(args, searched: dict, choices: dict | None = None, upper_bou
     choices = choices or {}
     cells = [first | {k: v[i % len(v)] for k, v in choices.items()} for i in range(args.num_samples)]
     command = getattr(args, "template", None)  # lr_search.py: a command after --
-    plan = Plan(cells, "command" if command else "builtin", upper_bound=upper_bound, note=note)
+    kind = "command" if command else "builtin"
+    plan = Plan(cells, kind, upper_bound=upper_bound, note=note, template=tuple(command or ()))
     if command:
         from sweeps.engine.command_sweep.command_check import time_command
 

@@ -35,7 +35,6 @@ from sweeps.engine.cluster.gpus import (
     choose_local_gpus,
     next_fraction_after_oom,
     oom_trials,
-    requeued_trial_paths,
 )
 from sweeps.engine.cluster.ray_start import check_resources, init_ray
 from sweeps.engine.cluster.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
@@ -131,13 +130,15 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             kept = estimate.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
-        first, ending = sweep_end.fit(tuner)
+        first, ending = sweep_end.fit(tuner, self.held)
         oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
         rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
-        code = resume.say_outcome(rounds, reused, objective.metric, requeued_trial_paths(rounds), ending)
+        requeued = sweep_end.count_requeued(ending, rounds)  # trials re-run count by their re-run's end
+        reused = resume.reused_outside(rounds, reused)  # a resumed sweep holds some of them
+        code = resume.say_outcome(rounds, reused, objective.metric, requeued, ending)
         code = sweep_end.EXIT_CODES.get(ending.signal, code)
-        notify.sweep_ended(code, rounds, objective, reused)
-        self.held.record_end(code, ending.stopped, ending.ended)  # the summary and report read the sweep as over
+        notify.sweep_ended(code, ending, rounds, objective, len(reused))
+        self.held.record_end(code, ending, options.resume)  # the summary and report read the sweep as over
         print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
         checked = estimate.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
@@ -331,7 +332,7 @@ def sweep_run_config(
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
     initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
-    ending = sweep_end.SweepEnding(initial[0] if initial else None)  # first: the outcome and the last line read it
+    ending = sweep_end.SweepEnding(initial[0] if initial else None, fail_fast)  # first: the outcome, the last line
     settings = {
         "name": name,
         "storage_path": str(storage_path),

@@ -3,7 +3,7 @@
 The live view is the Ray dashboard (its URL is printed when Ray starts). The console gets one
 short block every `--progress-every` seconds from `SweepProgress`, a `tune.Callback`:
 
-    [0:01:30] 12 trials: 4 running, 6 pending, 2 done, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
+    [0:01:30] 12 trials: 4 running, 6 pending, 2 finished, 0 errored, 0 diverged | best val/acc 0.9120 (sym_0.125_seed0)
       | epochs 20/360 | ETA 0:12:30   (one line on the console)
       sym_0.25_seed0   epoch 5/30  val/acc 0.8800  train/loss 0.4120  GPU 0
       ...
@@ -31,9 +31,11 @@ from analysis.progress import format_duration, format_progress, sweep_status
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run.sweep_end import current_fit
 from sweeps.engine.run_flags import MLFLOW_DEFAULT_URI, RunOptions
+from sweeps.engine.sweep_records.provenance_capture import process_start_time
 from trainables import ray_private
 from trainables.experiment import records
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import TIME_BUDGET
 
 HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many seconds
 
@@ -156,7 +158,7 @@ class SweepProgress(tune.Callback):
     ):
         self.interval_s, self.quiet, self.objective, self.stream = interval_s, quiet, objective, stream
         self.total_trials: int | None = None
-        self.started = time.monotonic()
+        self.started = time.time()  # the clock of every block: since this driver started, as --status counts it
         self.last_print = -math.inf
         self.last_key = None
         self.ending = None  # the `sweep_end.Ending` of the fit under way
@@ -165,7 +167,7 @@ class SweepProgress(tune.Callback):
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
         self.total_trials = total_num_samples
-        self.started = time.monotonic()
+        self.started = process_start_time()
         self.ending = current_fit()  # `SweepEnding`'s, set up just before: which trials the sweep stopped
 
     def on_step_end(self, iteration, trials, **info):
@@ -173,13 +175,15 @@ class SweepProgress(tune.Callback):
         self.slots = max(self.slots, sum(t.status == "RUNNING" for t in trials))
         if self.quiet or now - self.last_print < self.interval_s:
             return
-        status = sweep_status(trials, self.total_trials, self.objective) | {"slots": self.slots}
-        key = tuple(status[k] for k in ("running", "pending", "done", "errored", "diverged", "epochs_done", "best"))
+        stops = self.ending.scheduler_stops if self.ending is not None else None
+        status = sweep_status(trials, self.total_trials, self.objective, scheduler_stops=stops) | {"slots": self.slots}
+        key = tuple(status[k] for k in ("running", "pending", "finished", "pruned", "errored", "diverged"))
+        key += (status["epochs_done"], status["best"])
         if key == self.last_key and now - self.last_print < HEARTBEAT_S:
             return  # nothing moved: stay quiet, but say so at least every HEARTBEAT_S
         self.last_print, self.last_key = now, key
         status["running_trials"] = self._with_placement(trials, status["running_trials"])
-        self._print(format_progress(status, now - self.started, self.objective.metric))
+        self._print(format_progress(status, time.time() - self.started, self.objective.metric))
 
     def _with_placement(self, trials, running: list) -> list:
         """`sweep_status`'s running trials, those on a GPU whose results hold no `gpu_ids` yet (before their first
@@ -204,22 +208,27 @@ class SweepProgress(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
-        self._print(
-            [f"[{format_duration(time.monotonic() - self.started)}] trial {trial} {_failed(trial)}: see {where}"]
-        )
+        self._print([f"[{format_duration(time.time() - self.started)}] trial {trial} {_failed(trial)}: see {where}"])
 
     def on_experiment_end(self, trials, **info):
-        # every trial finished: the planned ones never created were not needed (a searcher such as
-        # --seeds auto's said FINISHED), so the line counts only the trials that ran and says how many were saved;
-        # a sweep stopped early (`SweepEnding`: Ctrl-C, a time budget) counts them as not run
-        cut = self.ending is not None and self.ending.unfinished()
+        # `SweepEnding`, first of the callbacks, has counted the trials already: this block says its outcomes.
+        # Every trial ended: the planned ones never created were not needed (a searcher such as --seeds
+        # auto's said FINISHED), so the line counts only the trials that ran and says how many were saved;
+        # a sweep cut short (Ctrl-C, a time budget) counts them as not run.
+        ending = self.ending
+        cut = ending is not None and ending.cut()
         complete = all(t.status in ("TERMINATED", "ERROR") for t in trials) and not cut
-        stopped = self.ending.stopped if self.ending is not None else set()
+        stopped = ending.stopped if ending is not None else set()
+        stops = ending.scheduler_stops if ending is not None else None
         total = None if complete else self.total_trials
-        status = sweep_status(trials, total, self.objective, over=True, stopped=stopped)
-        lines = format_progress(status, time.monotonic() - self.started, self.objective.metric)
+        status = sweep_status(trials, total, self.objective, over=True, stopped=stopped, scheduler_stops=stops)
+        ended_at = ending.ended_at if ending is not None and ending.ended_at else time.time()
+        lines = format_progress(status, ended_at - self.started, self.objective.metric)
         saved = (self.total_trials or 0) - len(trials) if complete else 0
-        line = lines[0].replace("] ", "] sweep finished: " if not cut else "] sweep interrupted: ", 1)
+        said = (
+            "finished" if not cut else "stopped by its time budget" if ending.ended_by == TIME_BUDGET else "interrupted"
+        )
+        line = lines[0].replace("] ", f"] sweep {said}: ", 1)
         self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])
 
     def _print(self, lines: list[str]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import CTRL_C, FAILURE_GATE, LEFT_OUT, SIGTERM, TIME_BUDGET
 from trainables.experiment.rules import show_value
 
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
@@ -21,18 +23,39 @@ def watch(urls: tuple[str, ...], name: str) -> None:
         _WATCHED.update(urls=urls, name=name, started=process_start_time())
 
 
-def sweep_ended(code: int, rounds: list, objective: Objective, reused: dict | None = None) -> None:
-    """Send the end message: the sweep's name, exit code, outcome counts (finished, errored, reused),
-    the best configuration by `objective` and the wall time (seconds since the process started)."""
+def sweep_ended(code: int, ending, rounds: list, objective: Objective, reused: int = 0) -> None:
+    """Send the end message: the sweep's name, how it ended (`ending.ended_by`) and its exit code; its
+    trials counted as the final line, `--status` and the report count them (`sweep_end.Ending.counts`,
+    `reused` finished trials of earlier runs among the finished); what stopped it when it was cut short; the
+    first error's line; the best configuration by `objective`; and the wall time since the process started.
+
+    Args:
+        ending: the first fit's `sweep_end.Ending` (its OOM re-queue rounds counted in).
+        rounds: the `ResultGrid`s: the sweep's, then its OOM re-queue rounds.
+    """
     if not _WATCHED:
         return
-    finished = sum(r.num_terminated for r in rounds)
-    # each trial of an OOM re-queue round (`launch.rerun_oom_trials`) re-runs an error of the round before
-    errored = sum(r.num_errors for r in rounds) - sum(len(r) for r in rounds[1:])
-    counts = f"{finished} finished, {errored} errored" + (f", {len(reused)} reused" if reused else "")
-    title = f"sweep {_WATCHED['name']} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
-    body = f"{counts}\n{best_line(rounds[0], objective)}\nwall time: {wall_time()}"
-    send(title, body, "success" if code == 0 else "warning")
+    from analysis.progress import describe_counts
+    from sweeps.engine.run.resume import first_error
+
+    name = _WATCHED["name"]
+    if ending.ended_by in (CTRL_C, SIGTERM):
+        title = f"sweep {name} interrupted ({ending.ended_by}, exit code {code})"
+    elif ending.ended_by == TIME_BUDGET:
+        title = f"sweep {name} stopped by its time budget (exit code {code})"
+    elif ending.ended_by == FAILURE_GATE:
+        title = f"sweep {name} stopped by its failure gate (exit code {code})"
+    else:
+        title = f"sweep {name} " + ("finished" if code == 0 else f"ended with errors (exit code {code})")
+    counts = describe_counts(ending.counts(reused), shown=("finished", "errored"))
+    lines = [counts + (f" ({reused} reused)" if reused else "")]
+    if ending.cut():
+        lines.append(f"stopped early: {ending.why}")
+    error = first_error(rounds, ending)
+    if error:
+        lines.append(f"first error: {error}")
+    lines += [best_line(rounds[0], objective, ending.outcomes), f"wall time: {wall_time()}"]
+    send(title, "\n".join(lines), "success" if code == 0 else "warning")
 
 
 def sweep_stopped(why: BaseException | str) -> None:
@@ -66,19 +89,32 @@ def send(title: str, body: str, kind: str) -> bool:
     return delivered
 
 
-def best_line(results, objective: Objective) -> str:
-    """`best: key=value ... (metric value)` of a `ResultGrid`, best by `objective`: the keys that vary
-    between its trials (all when one trial); "best: none" when no trial reported its metric."""
-    metric = objective.metric
-    try:
-        best = results.get_best_result(metric, objective.mode, scope="all", filter_nan_and_inf=True)
-    except (RuntimeError, ValueError, KeyError):
+def best_line(results, objective: Objective, outcomes: dict | None = None) -> str:
+    """`best: key=value ... (metric value)` of a `ResultGrid`: the trial with the best value of the objective's
+    metric over its epochs (the report's default rule, best-val), among those the tables rank (`outcomes`: trial
+    path -> outcome; an errored, diverged, interrupted or not-run trial's value is no result); its keys that vary
+    between the trials (all when one trial); "best: none" when no such trial reported the metric."""
+    metric, sign = objective.metric, 1 if objective.mode == "max" else -1
+    best, value = None, None
+    for result in results:
+        if (outcomes or {}).get(result.path) in LEFT_OUT:
+            continue
+        for candidate in _values(result, metric):
+            if value is None or sign * candidate > sign * value:
+                best, value = result, candidate
+    if best is None:
         return f"best: none (no trial reported {metric})"
     configs = [r.config or {} for r in results]
     keys = [k for k in best.config if len({repr(c.get(k)) for c in configs}) > 1] or list(best.config)
-    value = best.metrics.get(metric) if best.metrics else None
     shown = " ".join(f"{k}={best.config[k]}" for k in keys)
-    return f"best: {shown}" + (f" ({metric} {show_value(metric, value)})" if isinstance(value, (int, float)) else "")
+    return f"best: {shown} ({metric} {show_value(metric, value)})"
+
+
+def _values(result, metric: str) -> list[float]:
+    """The finite values of `metric` a `Result` reported, each epoch's (its history), else its last one."""
+    frame = result.metrics_dataframe
+    values = list(frame[metric]) if frame is not None and metric in frame else [(result.metrics or {}).get(metric)]
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
 def wall_time() -> str:

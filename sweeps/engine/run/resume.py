@@ -33,7 +33,7 @@ from trainables.command import initial_failures
 from trainables.command.failure import failure_line
 from trainables.config import config_hash
 from trainables.experiment import records, storage
-from trainables.experiment.outcome import ERRORED, INTERRUPTED, NO_METRIC, NOT_RUN
+from trainables.experiment.outcome import ERRORED, INTERRUPTED, NO_METRIC, NOT_RUN, NOT_STARTED
 
 
 def command_hash(config: dict) -> str:
@@ -150,8 +150,7 @@ def say_outcome(
     A command trial's failure is read from its record (`records.read_failure`), never from its error's text.
     """
     results = [r for grid in (grids or []) for r in grid if r.path not in requeued]
-    ran = {Path(r.path).name for r in results}
-    reused = {h: d for h, d in reused.items() if posixpath.basename(str(d)) not in ran}  # a resumed sweep holds some
+    reused = reused_outside(grids, reused)
     if reused:
         print(f"{len(reused)} finished trial(s) reused from earlier runs (--no-skip-existing reruns them)")
     reused_diverged = _diverged_rows(reused)
@@ -175,6 +174,13 @@ def say_outcome(
         print(f"no result: no trial reported {metric} ({why})")
         return 1
     return 1 if failed or diverged else 0
+
+
+def reused_outside(grids: list | None, reused: dict[str, str]) -> dict[str, str]:
+    """The reused trials (`plan_cells`) that are not trials of `grids` (`ResultGrid`s): a resumed sweep's
+    restored fit holds the finished trials it reuses, which count once."""
+    ran = {Path(r.path).name for grid in (grids or []) for r in grid}
+    return {h: d for h, d in reused.items() if posixpath.basename(str(d)) not in ran}
 
 
 def _say_diverged(results: list, reused_diverged: list[dict]) -> list:
@@ -202,6 +208,26 @@ def _say_diverged(results: list, reused_diverged: list[dict]) -> list:
             f"dump: {records.record_path(folder, records.DIVERGENCE_FILE)}"
         )
     return diverged
+
+
+def first_error(grids: list | None, ending=None) -> str | None:
+    """`trial NAME: LINE` of the first trial of `grids` (`ResultGrid`s) that failed (errored, `no metric`):
+    its failure record's exception line (else its summary), or its error's last line; None when none did.
+    A command the failure gate never started is no error of its own."""
+    outcomes = ending.outcomes if ending is not None else {}
+    for result in (r for grid in (grids or []) for r in grid):
+        if result.error is None and outcomes.get(result.path) not in (ERRORED, NO_METRIC):
+            continue
+        failure = records.read_failure(_trial_uri(result))
+        if failure is not None and failure.kind == NOT_STARTED:
+            continue
+        if failure is not None:
+            line = failure.exception or failure.summary
+        else:
+            error = str(result.error or "").strip().splitlines()
+            line = error[-1] if error else type(result.error).__name__
+        return f"trial {Path(result.path).name}: {line}"
+    return None
 
 
 def _error_line(result, failure) -> str:

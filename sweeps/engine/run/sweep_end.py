@@ -14,9 +14,25 @@ import ray
 from ray import tune
 
 import analysis
-from analysis.reading.driver_record import resume_command
+from analysis.progress import describe_counts
+from analysis.reading.driver_record import continue_advice
+from sweeps.engine.cluster.gpus import requeued_trial_paths
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import FINISHED, trial_outcome
+from trainables.experiment.outcome import (
+    ALL_ENDED,
+    COUNTS,
+    DIVERGED,
+    ENDED,
+    ERRORED,
+    FAIL_FAST,
+    FAILURE_GATE,
+    FINISHED,
+    NO_METRIC,
+    TIME_BUDGET,
+    count_outcomes,
+    planned_epochs,
+    trial_outcome,
+)
 
 
 def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
@@ -44,9 +60,19 @@ def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool 
     print(f"report: {folder / 'report.md'}")
 
 
+@dataclasses.dataclass(frozen=True)
+class EarlierRun:
+    """What the run of the sweep before this one recorded in `driver.json` (a resume continues it)."""
+
+    stopped: frozenset = frozenset()  # ids of the trials it stopped before they ended
+    ended_by: str | None = None  # why it ended (`outcome.SWEEP_ENDS`)
+    why: str = ""  # the same in words
+
+
 @dataclasses.dataclass
 class Ending:
-    """How one `Tuner.fit()` of this driver ended, as `SweepEnding` saw it."""
+    """How one `Tuner.fit()` of this driver ended, as `SweepEnding` saw it: each trial's outcome and why the
+    sweep ended, computed once, for the final line, the progress block, the `--notify` message and `driver.json`."""
 
     signal: str | None = None  # "Ctrl-C" (SIGINT) or "SIGTERM": the signal that stopped it
     total: int = 0  # trials it planned (Tune's total_num_samples, or its trials if more)
@@ -54,26 +80,48 @@ class Ending:
     ended: set = dataclasses.field(default_factory=set)  # ids of those that ended by themselves (or by the scheduler)
     outcomes: dict = dataclasses.field(default_factory=dict)  # trial path -> `trial_outcome` at the end
     stopped: set = dataclasses.field(default_factory=set)  # ids of the trials started and stopped before they ended
+    scheduler_stops: dict = dataclasses.field(default_factory=dict)  # trial id -> iteration of its scheduler's STOP
     previous_sigterm: object = None  # the SIGTERM handler before the fit, put back at its end
     closed: bool = False  # the fit ended (`on_experiment_end`)
-    why: str = "stopped before every trial ended"  # what stopped it, for the last line
+    ended_by: str | None = ALL_ENDED  # why it ended (`outcome.SWEEP_ENDS`; None: stopped, cause unknown)
+    why: str = ""  # the same in words, for the last line: "Ctrl-C", "--time-budget-s 20 reached", ...
+    earlier: EarlierRun = EarlierRun()  # the run before this one (a resume's): what it stopped, and why
     stopper: object = None  # the sweep's `RunConfig.stop` (`InitialFailures` for command sweeps)
     budget_s: float | None = None  # --time-budget-s
+    fail_fast: bool = False  # --fail-fast
     began: float = dataclasses.field(default_factory=time.monotonic)
+    ended_at: float | None = None  # Unix seconds of its end: the clock the final block and `driver.json` stop at
 
-    def finished(self) -> int:
-        """Trials that ended by themselves (`outcome.FINISHED`): done, errored, diverged."""
-        return sum(o in FINISHED for o in self.outcomes.values())
+    def cut(self) -> bool:
+        """Whether the fit was cut short: a signal, a trial stopped, or trials left that did not end."""
+        return bool(self.signal or self.stopped or any(o not in ENDED for o in self.outcomes.values()))
+
+    def not_created(self) -> int:
+        """Planned trials the searcher never made, once the fit was cut short (not run); none otherwise (a
+        searcher that finished early, as `--seeds auto`'s, did not need them)."""
+        return max(0, self.total - len(self.outcomes)) if self.cut() else 0
+
+    def counts(self, reused: int = 0) -> dict[str, int]:
+        """The trials of this fit by outcome (`outcome.count_outcomes`), and `reused` finished ones of
+        earlier runs (skip-existing) among the finished."""
+        counts = count_outcomes(self.outcomes.values(), self.not_created(), over=True)
+        return counts | {"finished": counts["finished"] + reused}
 
     def unfinished(self) -> int:
-        """Trials interrupted or not run; once the fit was cut short, those the searcher never made too (a
-        searcher that finished early, as `--seeds auto`'s, did not need them)."""
-        left = sum(o not in FINISHED for o in self.outcomes.values())
-        cut = bool(self.signal or self.stopped or left)
-        return left + (max(0, self.total - len(self.outcomes)) if cut else 0)
+        """Trials interrupted or not run, and those the searcher never made (`not_created`)."""
+        return sum(o not in ENDED for o in self.outcomes.values()) + self.not_created()
 
 
 FITS: list[Ending] = []  # this process's fits, newest last (the callback may be a copy restored from tuner.pkl)
+_DRIVER: dict = {}  # this driver's hold on the experiment (`watch_driver`): its record, and the run's before
+
+
+def watch_driver(hold) -> None:
+    """Let the fits to come read and write this driver's record (`driver_lock.DriverHold`): the trials an earlier
+    run stopped and why it ended (`hold.previous`), and the scheduler's stops of this run as they come (into
+    `hold.record`, which its heartbeat writes every few seconds: `--status` of a running sweep tells them)."""
+    _DRIVER.clear()
+    _DRIVER.update(record=hold.record, previous=hold.previous or {})
 
 
 class SweepEnding(tune.Callback):
@@ -81,24 +129,40 @@ class SweepEnding(tune.Callback):
 
     Tune ends a run early on SIGINT (its own handler: the state is saved once more, then every
     running trial is stopped; a second Ctrl-C raises `KeyboardInterrupt`), on a stopper's `stop_all`
-    (--max-initial-failures) and at --time-budget-s; the trials it stops then end as TERMINATED like
-    finished ones. This callback tells them apart: a trial started in this fit that got neither
-    `on_trial_complete` nor `on_trial_error` did not end by itself. It also routes SIGTERM to Tune's
-    SIGINT handler (the same saved, resumable stop) and notes which signal came.
+    (--max-initial-failures), at --time-budget-s and after --fail-fast's first error; the trials it stops
+    then end as TERMINATED like finished ones. This callback tells them apart: a trial started in this fit
+    that got neither `on_trial_complete` nor `on_trial_error` did not end by itself. A result Tune hands
+    the callbacks marked `done` carries its scheduler's STOP (`outcome.scheduler_pruned`). It also routes
+    SIGTERM to Tune's SIGINT handler (the same saved, resumable stop) and notes which signal came.
     """
 
-    def __init__(self, stopper=None):
-        """Args: stopper: the sweep's `RunConfig.stop` (`InitialFailures`), whose `why` names its stop."""
-        self.stopper = stopper
+    def __init__(self, stopper=None, fail_fast: bool = False):
+        """Args: stopper: the sweep's `RunConfig.stop` (`InitialFailures`), whose `why` names its stop;
+        fail_fast: --fail-fast (the first error stops the sweep)."""
+        self.stopper, self.fail_fast = stopper, fail_fast
 
     def setup(self, time_budget_s=None, total_num_samples=None, **info):
         stopper = getattr(self, "stopper", None)
-        FITS.append(Ending(total=total_num_samples or 0, stopper=stopper, budget_s=time_budget_s))
+        ending = Ending(total=total_num_samples or 0, stopper=stopper, budget_s=time_budget_s)
+        ending.fail_fast = getattr(self, "fail_fast", False)
+        ending.scheduler_stops = dict((_DRIVER.get("record") or {}).get("scheduler_stops") or {})
+        previous = _DRIVER.get("previous") or {}
+        ending.earlier = EarlierRun(
+            frozenset(previous.get("stopped") or ()), previous.get("ended_by"), previous.get("why") or ""
+        )
+        FITS.append(ending)
         if threading.current_thread() is threading.main_thread():
             _catch_signals(FITS[-1])
 
     def on_trial_start(self, iteration, trials, trial, **info):
         FITS[-1].started.add(trial.trial_id)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("done") is True:  # Tune marks the result its scheduler stopped the trial at
+            stops = {**FITS[-1].scheduler_stops, trial.trial_id: int(result.get("training_iteration") or 0)}
+            FITS[-1].scheduler_stops = stops
+            if "record" in _DRIVER:  # a new dict each time: the heartbeat thread may be writing the old one
+                _DRIVER["record"]["scheduler_stops"] = stops
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         FITS[-1].ended.add(trial.trial_id)
@@ -108,28 +172,44 @@ class SweepEnding(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         ending = FITS[-1]
-        ending.closed = True
-        ending.stopped = ending.started - ending.ended
-        ending.why = _why(ending)
+        ending.closed, ending.ended_at = True, time.time()
+        # stopped: started in this fit and not ended, or stopped by an earlier run and not run again (a resume)
+        ids = {trial.trial_id for trial in trials}
+        ending.stopped = ((ending.started | ending.earlier.stopped) & ids) - ending.ended
         ending.total = max(ending.total, len(trials))
         for trial in trials:
-            stopped = trial.trial_id in ending.stopped
-            ending.outcomes[trial.path] = trial_outcome(trial.status, trial.last_result, over=True, stopped=stopped)
+            ending.outcomes[trial.path] = trial_outcome(
+                trial.status,
+                trial.last_result,
+                over=True,
+                stopped=trial.trial_id in ending.stopped,
+                stop_at=ending.scheduler_stops.get(trial.trial_id),
+                planned=planned_epochs(getattr(trial, "config", None)),
+            )
+        ending.ended_by, ending.why = _why(ending)
         if threading.current_thread() is threading.main_thread():  # a Ctrl-C from now on stops the driver
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, ending.previous_sigterm or signal.SIG_DFL)
 
 
-def _why(ending: Ending) -> str:
-    """What ended a fit early: the signal, the stopper's stop (its `why`), or the time budget."""
+def _why(ending: Ending) -> tuple[str | None, str]:
+    """Why a fit ended (`outcome.SWEEP_ENDS`) and in words: every trial ended, the signal, the stopper's stop
+    (its `why`), --fail-fast after an error, or the time budget."""
     if ending.signal:
-        return ending.signal
+        return ending.signal, ending.signal
     stop_all = getattr(ending.stopper, "stop_all", None)
     if callable(stop_all) and stop_all():
-        return getattr(ending.stopper, "why", "the sweep's stopper stopped it")
+        return FAILURE_GATE, getattr(ending.stopper, "why", "the sweep's failure gate stopped it")
+    if not ending.cut():
+        return ALL_ENDED, "every trial ended"
+    if ending.fail_fast and any(o in (ERRORED, NO_METRIC) for o in ending.outcomes.values()):
+        return FAIL_FAST, "--fail-fast: a trial errored"
     if ending.budget_s and time.monotonic() - ending.began >= float(ending.budget_s):
-        return f"--time-budget-s {float(ending.budget_s):g} reached"
-    return ending.why
+        return TIME_BUDGET, f"--time-budget-s {float(ending.budget_s):g} reached"
+    earlier = ending.earlier
+    if earlier.ended_by not in (None, ALL_ENDED) and ending.stopped <= earlier.stopped - ending.started:
+        return earlier.ended_by, earlier.why  # only trials the run before stopped are left: what stopped them
+    return None, "stopped before every trial ended"
 
 
 def _catch_signals(ending: Ending) -> None:
@@ -148,12 +228,30 @@ def _catch_signals(ending: Ending) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def fit(tuner) -> tuple:
+def fit(tuner, hold=None) -> tuple:
     """`tuner.fit()` and how it ended: (its `ResultGrid`, its `Ending`; an empty one when no `SweepEnding`
-    watched it, as in a sweep resumed from an older raysweep's tuner.pkl)."""
+    watched it, as in a sweep resumed from an older raysweep's tuner.pkl). `hold`: this driver's
+    `driver_lock.DriverHold` (`watch_driver`)."""
     FITS.clear()
+    if hold is not None:
+        watch_driver(hold)
     results = tuner.fit()
     return results, FITS[0] if FITS else Ending()
+
+
+def count_requeued(ending: Ending, rounds: list) -> set[str]:
+    """Count the GPU out-of-memory re-queue rounds (`launch.rerun_oom_trials`, `ResultGrid`s after the
+    first) in `ending.outcomes`: a trial run again counts by how that run ended, not as the error before it.
+    Returns the folders of the trials run again (`gpus.requeued_trial_paths`)."""
+    requeued = requeued_trial_paths(rounds)
+    for path in requeued:
+        ending.outcomes.pop(path, None)
+    for grid in rounds[1:]:
+        for result in grid:
+            if result.path not in requeued:
+                diverged = (result.metrics or {}).get("diverged") is True
+                ending.outcomes[result.path] = ERRORED if result.error else DIVERGED if diverged else FINISHED
+    return requeued
 
 
 def current_fit() -> Ending | None:
@@ -162,15 +260,22 @@ def current_fit() -> Ending | None:
 
 
 def say_interrupted(ending: Ending, reused: int) -> None:
-    """Print the sweep's last line when it did not finish: `interrupted: N of M trials finished (why)` (`reused`:
-    finished cells of earlier runs), and after a signal the command that continues it (`resume_command`)."""
+    """Print the sweep's last line when it was cut short: `interrupted: N of M trials finished, ... (why)`
+    (`reused`: finished cells of earlier runs; `stopped by its time budget: ...` after --time-budget-s) and
+    what continues it (`driver_record.continue_advice`: nothing after the time budget)."""
     if not ending.unfinished():
         return
-    finished = ending.finished() + reused
-    resume = resume_command({"argv": sys.argv, "python": sys.executable}) if ending.signal else None
+    counts = ending.counts(reused)
+    total = sum(counts[key] for key in COUNTS if key != "no_metric")
+    others = describe_counts(counts | {"finished": 0}, shown=())
+    head = "stopped by its time budget" if ending.ended_by == TIME_BUDGET else "interrupted"
+    resumed = "--resume" in sys.argv[: sys.argv.index("--") if "--" in sys.argv else len(sys.argv)]
+    advice = continue_advice({"argv": sys.argv, "python": sys.executable}, counts, ending.ended_by, resumed)
     print(
-        f"interrupted: {finished} of {finished + ending.unfinished()} trials finished "
-        f"({ending.why})" + (f"; continue with: {resume}" if resume else ""),
+        f"{head}: {counts['finished']} of {total} trials finished"
+        + (f", {others}" if others else "")
+        + f" ({ending.why})"
+        + (f"; {advice}" if advice else ""),
         flush=True,
     )
 

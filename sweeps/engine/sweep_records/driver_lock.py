@@ -20,6 +20,7 @@ import threading
 import time
 
 from analysis.reading.driver_record import HEARTBEAT_TIMEOUT_S, describe_holder, holder_alive, read_holder
+from sweeps.engine.sweep_records.provenance_capture import process_start_time
 from trainables.experiment import records, storage
 
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
@@ -40,9 +41,12 @@ class DriverHold:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "started": process_start_time(),  # Unix seconds: the elapsed time of the console and --status
             "heartbeat": time.time(),
             "ended": None,
             "exit_code": None,
+            # trial id -> iteration at which its scheduler stopped it (this run's added as they come)
+            "scheduler_stops": dict((previous or {}).get("scheduler_stops") or {}),
         }
         self._file_lock = file_lock
         self._stop = threading.Event()
@@ -59,15 +63,27 @@ class DriverHold:
             except OSError:  # storage briefly unreachable: the next beat tries again
                 pass
 
-    def record_end(self, exit_code: int, stopped=(), ended=()) -> None:
-        """Stop the heartbeat and record `ended`, `exit_code` and `stopped`: the ids of the trials this run
-        stopped before they ended, and those an earlier run stopped that did not end in this one (`ended`),
-        still holding the folder: the summary and report written next read the sweep as over. `release`
-        then lets the folder go."""
-        earlier = set((self.previous or {}).get("stopped") or ()) - set(ended)
+    def record_end(self, exit_code: int, ending, resumed: bool = False) -> None:
+        """Stop the heartbeat and record `ended`, `exit_code`, and of the fit's `ending`
+        (`sweeps.engine.run.sweep_end.Ending`): `stopped`, the ids of the trials this run stopped before they
+        ended, and those an earlier run stopped that did not end in this one; `scheduler_stops`; `ended_by`
+        and `why`, why the sweep ended (`trainables.experiment.outcome.SWEEP_ENDS`); the elapsed time its
+        console said; and `resumed`: this run was a `--resume` (what continues it depends on it:
+        `driver_record.continue_command`). Still holding the folder: the summary and report written next
+        read the sweep as over. `release` then lets it go."""
+        earlier = set((self.previous or {}).get("stopped") or ()) - set(ending.ended)
         self._stop.set()
         self.record.update(
-            heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code), stopped=sorted({*stopped, *earlier})
+            heartbeat=time.time(),
+            ended=time.time(),
+            exit_code=int(exit_code),
+            stopped=sorted({*ending.stopped, *earlier}),
+            scheduler_stops={**self.record["scheduler_stops"], **ending.scheduler_stops},
+            ended_by=ending.ended_by,
+            why=ending.why,
+            resumed=bool(resumed),
+            # the elapsed time the console's final block said (`--status` says the same)
+            elapsed_s=ending.ended_at - self.record["started"] if ending.ended_at else None,
         )
         try:
             self._write()
