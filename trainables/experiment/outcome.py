@@ -33,7 +33,8 @@ NOT_STARTED_METRIC = "command/not_started"  # 1 in it when the sweep stopped bef
 CRASHED = "crashed"  # the command exited non-zero
 NO_METRIC = "no metric"  # it exited 0 but never reported --metric (or --test-metric)
 NOT_STARTED = "not started"  # the sweep stopped before its turn at the failure gate
-MISSING_ON_NODE = "missing on node"  # a folder around the launch folder is missing on the trial's node
+MISSING_ON_NODE = "missing on node"  # a linked data path the command names is missing on the trial's node
+SET_UP = "set-up failed"  # a step before the command started failed (trainables/command/startup.py)
 
 DONE, ERRORED, DIVERGED = "done", "errored", "diverged"
 INTERRUPTED, NOT_RUN, RUNNING, PENDING = "interrupted", "not run", "running", "pending"
@@ -46,7 +47,7 @@ LEFT_OUT = (ERRORED, NO_METRIC, DIVERGED, INTERRUPTED, NOT_RUN)  # no table, sta
 class TrialFailure:
     """One failed attempt of a command trial, as `trainables/command/failure.py` saw it."""
 
-    kind: str  # CRASHED, NO_METRIC, NOT_STARTED or MISSING_ON_NODE
+    kind: str  # CRASHED, NO_METRIC, NOT_STARTED, MISSING_ON_NODE or SET_UP
     signature: str  # what makes two failures the same: exit code and exception line, the trial blanked
     exit_code: int | None  # the command's (negative: killed by that signal); None when it did not run
     exception: str | None  # the last line of the tail that reads like a raised exception
