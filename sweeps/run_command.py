@@ -32,7 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.engine.command_sweep import code_snapshot, command_template
+from sweeps.engine.cluster import local_gpus
+from sweeps.engine.command_sweep import code_snapshot, command_template, script_file
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
@@ -307,9 +308,12 @@ def run_grid(args, options, plan, snapshot: dict | None) -> int:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    warn_gpu_choice(args.template)
     if args.dry_run:
+        warn_gpu_choice(args.template)
         return dry_run(args)
+    script_file.check_script(args.template, os.getcwd())  # a missing script, like a missing program: before anything
+    local_gpus.check_flags(args)  # the GPUs present
+    warn_gpu_choice(args.template)
     if args.check:
         from sweeps.engine.command_sweep.command_check import check_command
 
@@ -320,6 +324,7 @@ def main(argv: list[str]) -> int:
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
+    preflight.check_before_writing(options.experiment_dir, options.mlflow_uri, options.wandb_project)
 
     from sweeps.engine.grid.plan import plan_grid, say_all_finished
     from sweeps.engine.run import resume
@@ -337,7 +342,6 @@ def main(argv: list[str]) -> int:
     )
     if not args.resume and not plan.todo and not args.auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
-    preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
     )
