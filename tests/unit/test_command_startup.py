@@ -95,9 +95,7 @@ def test_a_real_failure_is_recorded_with_its_step_and_exception(tmp_path, report
     assert gate.running == {} and gate.failures == [failure.signature]
 
 
-def test_the_watchdog_ends_a_trial_stuck_before_its_command_and_the_driver_releases_its_ticket(
-    tmp_path, monkeypatch
-):
+def test_the_watchdog_ends_a_trial_stuck_before_its_command_and_the_driver_releases_its_ticket(tmp_path, monkeypatch):
     ended = threading.Event()
     monkeypatch.setattr("trainables.command.startup.os._exit", lambda code: ended.set())  # the worker would end
     gate, trial = FailureGate(3), tmp_path / "runs" / "t0"

@@ -318,6 +318,17 @@ def _sort_folder(folder: Path, skip: tuple[Path, ...], in_data: bool, copied: li
             linked.append(path)
 
 
+def snapshot_copies(path: Path, relative: str) -> bool:
+    """Whether `snapshot_code` copies the file `path` (`relative`: its path under the folder snapshotted):
+    no excluded name on its way, not a link, and Python source or a small file outside data folders."""
+    parts = Path(relative).parts
+    if not parts or any(map(_excluded, parts)) or path.is_symlink() or not path.is_file():
+        return False
+    if _is_code(parts[-1]):
+        return True
+    return not any(part.lower() in DATA_DIRS for part in parts[:-1]) and path.stat().st_size <= LINK_ABOVE_BYTES
+
+
 def _excluded(name: str) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDED)
 
