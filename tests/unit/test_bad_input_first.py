@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -91,7 +92,10 @@ def test_the_gpus_present_are_read_without_torch_or_ray(monkeypatch, tmp_path):
     local_gpus.check_local_gpus([0, 3], 2.0, None)
     with pytest.raises(UsageError, match=r"--gpus-per-trial=8: this machine has 4 GPUs; use at most 4"):
         local_gpus.check_local_gpus(None, 8.0, None)
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: True))
+    local_gpus.check_local_gpus([7], None, None)  # a Ray this process started (a notebook's): its own GPUs
     monkeypatch.setattr(local_gpus, "_ray_start_here", lambda: True)  # `ray start` ran here: joined, checked then
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False))
     local_gpus.check_local_gpus([7], None, None)
 
 

@@ -6,6 +6,7 @@ the cluster once joined (`ray_start.check_resources`)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from sweeps.engine.cluster.gpus import LOGICAL_GPUS_ENV, logical_readings, read_nvml, select_gpus
@@ -38,7 +39,8 @@ def check_local_gpus(selection: list[int] | str | None, share: float | str | Non
     cannot meet: --gpus naming a GPU it lacks (`select_gpus`), --gpus-per-trial above the GPUs present.
     A sweep joining a cluster (`address`, RAY_ADDRESS, or a `ray start` of this machine, found by Ray's
     `ray_current_cluster` file) is checked against the cluster once it is joined (`ray_start.check_resources`),
-    as is a machine whose GPUs only torch can count (`light_readings` None).
+    as is a machine whose GPUs only torch can count (`light_readings` None); a Ray this process started
+    already (a notebook's, a test's) keeps its own GPUs.
 
     Args:
         selection, share: --gpus and --gpus-per-trial as `flags.parse_gpu_flags` returns them.
@@ -47,6 +49,9 @@ def check_local_gpus(selection: list[int] | str | None, share: float | str | Non
         UsageError: naming the flag, its value and the GPUs present.
     """
     if address != "local" and (address or os.environ.get("RAY_ADDRESS") or _ray_start_here()):
+        return
+    ray = sys.modules.get("ray")  # never imported here: a Ray this process runs was imported by its starter
+    if ray is not None and ray.is_initialized():
         return
     readings = light_readings()
     if readings is None:
