@@ -16,22 +16,24 @@ from sweeps.engine.flags import UsageError
 def light_readings() -> list[dict] | None:
     """The GPUs of this machine without torch or Ray, in milliseconds: logical ones (RAYSWEEP_LOGICAL_GPUS),
     else NVML's, else the NVIDIA driver's list (/proc/driver/nvidia/gpus; memory and load unknown);
-    [] where no NVIDIA driver is loaded (CUDA sees no GPU either); None where only torch could tell (an
-    AMD GPU's /dev/kfd).
+    [] on Linux without an NVIDIA driver (no /proc/driver/nvidia, no WSL /dev/dxg: CUDA sees no GPU either,
+    and NVML is not loaded); None where only torch could tell (an AMD GPU's /dev/kfd, another system).
 
     Raises:
         UsageError: a bad RAYSWEEP_LOGICAL_GPUS.
     """
     if os.environ.get(LOGICAL_GPUS_ENV):
         return logical_readings(os.environ[LOGICAL_GPUS_ENV])
+    driver = Path("/proc/driver/nvidia/gpus")
+    if sys.platform.startswith("linux") and not driver.parent.exists() and not Path("/dev/dxg").exists():
+        return None if Path("/dev/kfd").exists() else []
     readings = read_nvml()
     if readings is not None:
         return readings
-    driver = Path("/proc/driver/nvidia/gpus")
     if driver.is_dir():
         unknown = {"name": "NVIDIA GPU (no NVML: load unknown)", "memory_total": None, "memory_free": None}
         return [{"index": i, **unknown, "utilization": None} for i, _ in enumerate(sorted(driver.iterdir()))]
-    return None if Path("/dev/kfd").exists() else []
+    return None
 
 
 def check_local_gpus(selection: list[int] | str | None, share: float | str | None, address: str | None) -> None:
