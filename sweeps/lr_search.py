@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import estimate, flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.engine.command_sweep import command_template  # noqa: E402
+from sweeps.engine.cluster import local_gpus
+from sweeps.engine.command_sweep import command_template, script_file  # noqa: E402
 from sweeps.engine.command_sweep import search_space as search_space_of  # noqa: E402
 from sweeps.engine.command_sweep.programs import resolve_program  # noqa: E402
 from sweeps.engine.flags import UsageError  # noqa: E402
@@ -313,6 +314,9 @@ def choose_trial_function(args, options, cfg, data, template: list[str] | None =
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    local_gpus.check_flags(args)  # the GPUs present, before anything runs or is written
+    if args.template:  # a missing script, like a missing program: before anything runs
+        script_file.check_script(args.template, os.getcwd())
     if args.estimate:  # before the search's checks of its folder: nothing is written
         point = estimate.search_point(args)
         return estimate.estimate_search(args, *point, upper_bound="ASHA stops trials early")
@@ -321,7 +325,7 @@ def main(argv: list[str]) -> int:
     if args.template:  # the built-in trainable's data is not loaded; the command's program: the launch's
         template, settings["program"] = resolve_program(args.template, options.experiment_dir, args.resume)
         preflight.check_resume(options.experiment_dir, args.resume, settings, new_ok=False)
-        preflight.probe_storage(options.experiment_dir)
+        preflight.check_before_writing(options.experiment_dir, options.mlflow_uri, options.wandb_project)
         cfg = data = None
     else:
         cfg, data = preflight.prepare_search(args, options.experiment_dir, settings)

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.cluster import local_gpus
 from sweeps.engine.run import preflight, process_exit
 from sweeps.engine.seeds_auto import seed_flags
 
@@ -89,6 +90,7 @@ def estimate_sweep(args, cells: list[dict], data: dict, auto: dict | None, load_
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    local_gpus.check_flags(args)  # the GPUs present, before anything runs or is written
     options = run_flags.run_options(args)
     axes = grid_axes(args)
     auto = seed_flags.seed_rule_settings(args, axes)  # --seeds auto: the stopping rule's settings, else None
@@ -102,6 +104,7 @@ def main(argv: list[str]) -> int:
         print(*estimated, "nothing was run (--dry-run)", sep="\n")
         return 0
     preflight.check_resume(options.experiment_dir, args.resume)  # before anything heavy loads
+    preflight.check_before_writing(options.experiment_dir, options.mlflow_uri, options.wandb_project)
 
     loading = time.monotonic()
     configs, data = check_and_load(cells)
@@ -121,7 +124,6 @@ def main(argv: list[str]) -> int:
     plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing, relaunch=not args.resume)
     if not args.resume and not plan.todo and not auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
-    preflight.probe_storage(options.experiment_dir)
     print(
         f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
         f"{len(data['y_test'])} test); {len(plan.todo)} to run, {len(plan.reused)} reused",

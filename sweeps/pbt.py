@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import flags, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
+from sweeps.engine.cluster import local_gpus
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
 
@@ -113,6 +114,7 @@ def pbt_settings(args) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    local_gpus.check_flags(args)  # the GPUs present, before anything runs or is written
     if args.estimate:  # before the search's checks of its folder: nothing is written
         from sweeps.engine.estimate.search_estimate import estimate_search, middle
 

@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python sweeps/x.py` from a checkout
 
 from sweeps.engine import estimate, flags, grid, run_flags  # noqa: E402  (light: no Ray, torch or pandas before the flags are checked)
-from sweeps.engine.cluster import mps_daemons
-from sweeps.engine.command_sweep import code_snapshot, command_template
+from sweeps.engine.cluster import local_gpus, mps_daemons
+from sweeps.engine.command_sweep import code_snapshot, command_template, script_file
 from sweeps.engine.command_sweep.programs import resolve_program
 from sweeps.engine.flags import UsageError  # noqa: E402
 from sweeps.engine.run import preflight, process_exit
@@ -335,9 +335,12 @@ def run_grid(args, options, plan, snapshot: dict | None, program: tuple[list[str
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    warn_gpu_choice(args.template)
     if args.dry_run:
+        warn_gpu_choice(args.template)
         return dry_run(args)
+    script_file.check_script(args.template, os.getcwd())  # a missing script, like a missing program: before anything
+    local_gpus.check_flags(args)  # the GPUs present
+    warn_gpu_choice(args.template)
     if args.check:
         from sweeps.engine.command_sweep.command_check import check_command
 
@@ -348,6 +351,7 @@ def main(argv: list[str]) -> int:
     cells = args.cells
     print(f"{len(cells)} trials in the grid", flush=True)
     preflight.check_resume(options.experiment_dir, args.resume)
+    preflight.check_before_writing(options.experiment_dir, options.mlflow_uri, options.wandb_project)
     program = resolve_program(args.template, options.experiment_dir, args.resume)  # the launch's, on a resume
 
     from sweeps.engine.grid.plan import plan_grid, say_all_finished
@@ -366,7 +370,6 @@ def main(argv: list[str]) -> int:
     )
     if not args.resume and not plan.todo and not args.auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
-    preflight.probe_storage(options.experiment_dir)
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
     )

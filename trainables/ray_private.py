@@ -115,6 +115,12 @@ def local_trial_folder(trial) -> str | None:
     return trial.storage.trial_fs_path if local else None
 
 
+def trial_folder_uri(trial) -> str:
+    """The trial's folder as `trainables.experiment.storage` names it: a local path, or `s3://bucket/...`."""
+    kind = trial.storage.storage_filesystem.type_name
+    return trial.storage.trial_fs_path if kind == "local" else f"{kind}://{trial.storage.trial_fs_path}"
+
+
 def replace_checkpoints(trial, checkpoints: list, last_index: int | None) -> None:
     """Rebuild `trial`'s checkpoint bookkeeping from `checkpoints`, [(tune.Checkpoint, its metrics)]
     oldest first, so Tune keeps and deletes them by the trial's `CheckpointConfig` as it would

@@ -83,7 +83,8 @@ def describe(record: dict, patch: bool = True) -> str:
             )
         )
         if code.get("untracked"):
-            lines.append(f"  untracked files: {', '.join(code['untracked'])}")
+            more = f" and {code['untracked_more']} more" if code.get("untracked_more") else ""
+            lines.append(f"  untracked files: {', '.join(code['untracked'])}{more}")
     else:
         lines.append(f"  code: {code.get('folder', '?')} ({code.get('why', 'not a git repository')})")
     named = ", ".join(f"{k} {versions.get(k) or 'none'}" for k in ("python", "torch", "ray", "cuda", "driver"))

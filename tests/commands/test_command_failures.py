@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.unit.test_command_failures import MISSING_DATA
 from tests.unit.test_command_scripts import run_sweep
+from trainables.command.failure_gate import WORKER_ENDED
 from trainables.command.sources import ATTEMPT_LINE
+from trainables.command.startup import FAULT_ENV
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,3 +107,28 @@ def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(t
     assert list(attempts(tmp_path / "runs" / "command").values()) == [2]  # retried once, as --max-failures says
     assert "1 trial(s) ended in error; `--resume --retry-errored` continues them" in proc.stdout, proc.stdout
     assert "before reporting any metric" not in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["work folder:fail", "snapshot:kill"])
+def test_a_trial_failing_or_killed_before_its_command_starts_ends_the_sweep_with_its_cause_once(
+    fault, tmp_path, sweep_env
+):
+    """Each way a trial can end between its turn at the failure gate and its command's start releases its ticket
+    and counts as a start (issue 46): the sweep stops after 3 of them, instead of waiting for ever. Every step
+    is driven in tests/unit/test_command_startup.py; here one step that raises and one that kills the worker."""
+    script = tmp_path / "never_runs.py"
+    script.write_text("print('epoch=1 val_acc=0.5')\n")
+    env = {**sweep_env, FAULT_ENV: fault}
+    proc = run_sweep(tmp_path, "--axis", "seed=0,1", "--", PY, script.name, "--seed", "{seed}", env=env, cwd=tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
+    assert attempts(tmp_path / "runs" / "command") == {}  # no command ever started
+    stop = [line for line in out.splitlines() if line.startswith("stopping the sweep: its first 3 trial attempts")]
+    assert len(stop) == 1, out
+    if fault.endswith(":fail"):
+        explained = [line for line in out.splitlines() if line.startswith("error: ")]
+        assert len(explained) == 1 and f"InjectedFault: {FAULT_ENV}={fault}" in explained[0], out  # once
+        assert "  failed before its command started, at its work folder" in out
+    else:
+        assert stop[0].endswith(f"3 of them: {WORKER_ENDED} (killed?)"), stop  # the cause, once

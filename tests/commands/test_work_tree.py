@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,22 @@ def git_status(repo: Path) -> str:
 
 @pytest.mark.slow
 def test_four_trials_read_through_dotdot_keep_their_own_checkpoints_and_leave_the_repo_clean(tmp_path, sweep_env):
+    """... and a folder beside the launch folder removed after launch fails none of them (issue 46)."""
     launch = make_layout(tmp_path)
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--axis", "lr=0.1,0.2", "--seeds", "2"]
     argv += ["--metric", "val_acc", "--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.25"]
     argv += ["--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
-    proc = subprocess.run(argv, cwd=launch, env={**sweep_env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (launch.parent / "other_programs_tmp").mkdir()  # a folder beside the launch folder that no trial reads
+    env = {**sweep_env, "PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen(argv, cwd=launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list((out / "command" / "code").glob("*/raysweep_code.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (launch.parent / "other_programs_tmp").rmdir()  # gone after launch, before the trials set up
+    stdout, stderr = sweep.communicate(timeout=600)
+    proc = subprocess.CompletedProcess(argv, sweep.returncode, stdout, stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # every trial ran its command
     line = next(x for x in proc.stdout.splitlines() if x.startswith("code snapshot taken"))
     assert f"own copy of {launch.resolve()}" in line and f"from {tmp_path.resolve()} down to" in line
     trials = sorted(p for p in (out / "command").iterdir() if (p / "result.json").exists())

@@ -229,10 +229,12 @@ def test_dry_run_fills_the_gpu_placeholder_with_what_the_trial_gets(tmp_path, ca
     assert ("GPU_IDS: the ids of the GPUs Ray assigns" in out) == (gpus != "0")
 
 
-def test_the_sweep_itself_warns_about_a_hard_coded_gpu(tmp_path, capsys):
+def test_the_sweep_itself_warns_about_a_hard_coded_gpu(tmp_path, capsys, monkeypatch):
     from sweeps import run_command
     from sweeps.engine.flags import UsageError
 
+    (tmp_path / "main.py").write_text("")
+    monkeypatch.chdir(tmp_path)  # the script exists: only --resume is refused
     argv = ["--resume", "--seeds", "1", "--storage-path", str(tmp_path / "out")]  # refused after the warning
     with pytest.raises(UsageError):
         run_command.main(argv + ["--", "python", "main.py", "--gpu", "0", "--seed", "{seed}"])

@@ -64,7 +64,9 @@ def test_the_tables_json_and_status_count_each_re_run_in_place_of_its_failure(tm
     assert "re-run after running out of GPU memory: 2 trial(s), counted in place of their failures" in text
     assert str(tmp_path / "sweep_oom_gpu0.5") in text
     document = json.loads(json.dumps(summary_document(trials, history, Objective())))
-    assert document["trials"]["total"] == 4 and document["trials"]["finished"] == 4 and document["trials"]["errored"] == 0
+    assert (
+        document["trials"]["total"] == 4 and document["trials"]["finished"] == 4 and document["trials"]["errored"] == 0
+    )
     assert document["cells"][0]["n"] == 4
 
     state = read_status(experiment, now=2e9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -100,6 +101,41 @@ def test_record_run_writes_a_record_and_patch_that_provenance_prints(tmp_path, c
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     assert text.count(f"commit {head} (branch main)") == 2 and text.count("+# lr warm-up tried") == 1
     assert "code changed since the previous run: train.py" in text
+
+
+def test_the_record_lists_code_not_outputs_and_the_changed_line_is_one_line_with_a_count(tmp_path, capsys):
+    repo, experiment = git_repo(tmp_path / "repo"), tmp_path / "repo" / "runs" / "command"  # runs/ not ignored
+    params = {"template": [PY, "train.py"], "cwd": str(repo)}
+    provenance_capture.record_run(str(experiment), params)
+    for trial in range(40):  # trial folders with files and links to every entry of the folders around
+        (experiment / f"seed{trial}" / "work_tree").mkdir(parents=True)
+        (experiment / f"seed{trial}" / "params.json").write_text("{}")
+        (experiment / f"seed{trial}" / "work_tree" / "other_users_tmp").symlink_to(tmp_path)
+    (repo / "runs" / "command_oom_gpu0.5").mkdir()
+    (repo / "runs" / "command_oom_gpu0.5" / "result.json").write_text("{}")
+    (repo / "wandb").mkdir()
+    (repo / "wandb" / "run.py").write_text("")  # a tracker's output, as the snapshot leaves it out
+    (repo / "data").mkdir()
+    (repo / "data" / "labels.csv").write_text("0,1\n")  # data: linked by the snapshot, not code
+    (repo / "best.ckpt").write_text("weights")
+    (repo / "link.py").symlink_to(repo / "train.py")
+    (repo / "models").mkdir()
+    for i in range(300):
+        (repo / "models" / f"m{i:03d}.py").write_text("")  # new untracked code: named up to the cap, then counted
+    second = provenance_capture.record_run(str(experiment), params)
+    untracked = second["code"]["untracked"]
+    assert untracked[:2] == ["models/m000.py", "models/m001.py"]  # sorted: notes.py is among the counted
+    assert len(untracked) == provenance_capture.MAX_UNTRACKED and second["code"]["untracked_more"] == 101
+    assert all(f.startswith("models/m") for f in untracked), untracked
+    written = sorted((experiment / "provenance").glob("run-*.json"))[-1]
+    assert written.stat().st_size < 50_000, written.stat().st_size
+    out = capsys.readouterr().out
+    assert out.count("code changed since the previous run") == 1, out
+    assert re.fullmatch(  # the names within the cap are compared: the rest only counted
+        rf"code changed since the previous run: models/m000.py, models/m001.py and \d+ more: "
+        rf"python -m analysis {re.escape(str(experiment))} --provenance\n",
+        out,
+    ), out
 
 
 def test_changed_files_names_the_files_whose_diff_or_commit_changed():

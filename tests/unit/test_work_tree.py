@@ -75,17 +75,32 @@ def test_relative_paths_resolve_as_from_the_launch_folder_and_writes_through_dot
     assert again == work and (work / "main.py").read_text() == "edited"
 
 
-def test_a_folder_around_the_launch_folder_missing_on_the_node_fails_naming_it(tmp_path):
+def test_a_path_the_trial_does_not_read_cannot_fail_it(tmp_path, monkeypatch, capsys):
     launch = make_layout(tmp_path)
-    snapshot_code(launch, tmp_path / "code")
+    (launch / "data").mkdir()
+    (launch / "data" / "train.txt").write_text("a b")  # linked: a folder named like data, no Python in it
+    manifest = snapshot_code(launch, tmp_path / "code")
+    assert manifest["linked"] == ["data"]
+    assert manifest["around"] == {".": [], "repo": ["configs", "data"]}  # names inside the repository only
     (tmp_path / "datasets" / "noisy" / "0.txt").unlink()
     (tmp_path / "datasets" / "noisy").rmdir()
-    (tmp_path / "datasets").rename(tmp_path / "elsewhere")
-    with pytest.raises(MissingOnNode, match=rf"{tmp_path.resolve() / 'datasets'}: missing on node "):
-        fill_work_dir(tmp_path / "code", tmp_path / "trial" / "work")
-    shutil.rmtree(tmp_path / "repo")  # the whole repository: the folder above the launch folder is named
-    with pytest.raises(MissingOnNode, match=rf"^{tmp_path.resolve() / 'repo'}: missing on node "):
-        fill_work_dir(tmp_path / "code", tmp_path / "trial2" / "work")
+    (tmp_path / "datasets").rmdir()  # a folder beside the repository, gone after launch
+    (tmp_path / "repo" / "configs" / "x.yaml").unlink()
+    (tmp_path / "repo" / "configs").rmdir()  # and one beside the launch folder
+    shutil.rmtree(launch / "data")  # and the linked data, which this command does not name
+    command = ["python", "main.py", "--lr", "0.1"]
+    work = fill_work_dir(tmp_path / "code", tmp_path / "a" / "work", command)  # the launching node: no check
+    assert (work / "main.py").exists() and capsys.readouterr().err == ""
+    monkeypatch.setattr("trainables.command.workdir.socket.gethostname", lambda: "node2")
+    fill_work_dir(tmp_path / "code", tmp_path / "b" / "work", command)  # another node: a warning in its log
+    warning = capsys.readouterr().err
+    assert warning.startswith(f"warning: {tmp_path.resolve() / 'repo' / 'configs'}, {launch.resolve() / 'data'}")
+    assert "missing on node node2 (present on " in warning
+    with pytest.raises(MissingOnNode, match=rf"^{launch.resolve() / 'data'}: missing on node node2 .*names it"):
+        fill_work_dir(tmp_path / "code", tmp_path / "c" / "work", [*command, "--data=data/train.txt"])
+    shutil.rmtree(tmp_path / "repo")  # the whole repository: still only a warning, naming the folder above
+    fill_work_dir(tmp_path / "code", tmp_path / "d" / "work", command)
+    assert capsys.readouterr().err.startswith(f"warning: {tmp_path.resolve() / 'repo'}, {launch.resolve() / 'data'}:")
 
 
 def test_what_a_trial_creates_through_dotdot_is_moved_where_the_shell_would_put_it(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from pathlib import Path
 
 from ray import tune
@@ -159,7 +160,10 @@ def take_turn(reporter, stop_requested) -> bool:
     """Wait for this attempt's turn at the sweep's gate (`GateTicket.enter`) and keep its ticket in
     `reporter`; False when Tune ended the trial meanwhile. Raises CommandFailed (not retried) when
     the sweep stops for failures before any metric: the command does not start."""
-    reporter.ticket, turn = GateTicket.enter(stop_requested)
+    with warnings.catch_warnings():  # outside a Tune trial (tests): None, and a warning
+        warnings.simplefilter("ignore")
+        trial_id = tune.get_context().get_trial_id() or ""
+    reporter.ticket, turn = GateTicket.enter(stop_requested, trial_id)
     if turn == "stop":
         failure = TrialFailure(
             kind=NOT_STARTED,

@@ -16,6 +16,8 @@ created by the driver, `trainables/command/initial_failures.py`) that every tria
   before in any trial, then the trial is not retried; and whether `limit` such failures came before
   any result, then the sweep stops (the driver's `InitialFailures` stopper) and waiting trials do not start.
 Failures after a result keep Tune's retries. `limit` 0 turns the gate and the stop off.
+Every ticket ends: the command's end, a failure before it started (`trainables/command/startup.py`), or,
+for a worker that died holding it, the driver's `forget` when Tune handles the trial's error.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ GATE_NAME = "raysweep_failure_gate"  # the named actor, in the sweep driver's na
 MAX_INITIAL_FAILURES = 3  # as WANDB_AGENT_MAX_INITIAL_FAILURES's default
 SURVIVAL_WINDOW_S = 15.0  # a command that ran this long without failing opens the gate (--survival-window-s)
 WAIT_POLL_S = 0.5  # how often a waiting trial asks the gate again
+WORKER_ENDED = "its worker ended before its command started"  # the signature of a ticket `forget` counts
 EARLY_FAILURE = "before reporting any metric"  # in a failed command's first error line (`trainables/command/runner.py`)
 EARLY_FAILURE_METRIC = "command/failed_early"  # in the report that precedes such an error
 WORKING_FOLDER = "working folder: "  # the line of a command's error that names where it ran
@@ -85,6 +88,17 @@ class FailureGate:
         """The attempt ended some other way (a result-less exit 0, a stop)."""
         self.running.pop(attempt, None)
 
+    def forget(self, trial_id: str, count: bool) -> int:
+        """Release the tickets the attempts of trial `trial_id` still hold (their worker died: nothing
+        else ended them); with `count`, each whose command never started counts as a failure before any
+        result (`WORKER_ENDED`). Returns how many were counted."""
+        counted = 0
+        for attempt in [a for a in self.running if a.startswith(f"{trial_id}/")]:
+            if self.running.pop(attempt) is None and count:
+                self.failures.append(WORKER_ENDED)
+                counted += 1
+        return counted
+
     def stopping(self) -> bool:
         """Whether `limit` failures before any result came before any trial reported one."""
         return bool(self.limit) and not self.opened and len(self.failures) >= self.limit
@@ -103,17 +117,19 @@ def open_gate(limit: int, survival_s: float = SURVIVAL_WINDOW_S):
 
 
 class GateTicket:
-    """One attempt's place at the sweep's gate (`enter`), or a stand-in doing nothing without a gate."""
+    """One attempt's place at the sweep's gate (`enter`), or a stand-in doing nothing without a gate.
+    `attempt` is `<trial id>/<random>`: the driver releases a dead worker's ticket by its trial (`forget`)."""
 
-    def __init__(self, actor=None):
-        self.actor, self.attempt = actor, uuid.uuid4().hex
+    def __init__(self, actor=None, trial_id: str = ""):
+        self.actor, self.attempt = actor, f"{trial_id}/{uuid.uuid4().hex}"
 
     @classmethod
-    def enter(cls, stop_requested) -> tuple[GateTicket, str]:
+    def enter(cls, stop_requested, trial_id: str = "") -> tuple[GateTicket, str]:
         """Wait for this attempt's turn at the sweep's gate (none: not a sweep's trial, e.g. a bare Tuner).
 
         Args:
             stop_requested: () -> bool, whether Tune ended the trial meanwhile.
+            trial_id: Tune's id of the trial.
         Returns:
             (the ticket, `go`: start the command; `stop`: the sweep stops, do not start it;
             `wait`: Tune ended the trial while it waited, do not start it).
@@ -124,7 +140,7 @@ class GateTicket:
             actor = ray.get_actor(GATE_NAME)
         except ValueError:
             return cls(), "go"
-        ticket = cls(actor)
+        ticket = cls(actor, trial_id)
         while (turn := ray.get(actor.enter.remote(ticket.attempt))) == "wait" and not stop_requested():
             time.sleep(WAIT_POLL_S)
         return ticket, turn

@@ -10,17 +10,21 @@ import os
 import posixpath
 from collections import defaultdict
 
+import ray
 from ray import tune
 
+from trainables import ray_private
 from trainables.command.failure_gate import (
     EARLY_FAILURE,
     EARLY_FAILURE_METRIC,
     SURVIVAL_WINDOW_S,
+    WORKER_ENDED,
     WORKING_FOLDER,
     open_gate,
 )
 from trainables.command.parse import NO_RETRY_METRIC
-from trainables.experiment.outcome import NOT_STARTED, TrialFailure
+from trainables.experiment import records
+from trainables.experiment.outcome import MISSING_ON_NODE, NOT_STARTED, SET_UP, TrialFailure
 
 QUOTED_STDERR_LINES = 8  # of a failure before any metric, the last stderr lines printed
 
@@ -30,19 +34,22 @@ class InitialFailures(tune.Callback, tune.Stopper):
     the sweep's `FailureGate` when `fit()` starts, counts the trial errors marked as failures before
     any metric (`EARLY_FAILURE_METRIC` in the trial's last result), and stops the sweep (`stop_all`)
     once `limit` of them were handled before any trial reported a result. Counting handled errors,
-    not the gate's tally, lets the last of them end as ERROR before the stop ends the other trials."""
+    not the gate's tally, lets the last of them end as ERROR before the stop ends the other trials.
+    Each trial that errors or ends has the tickets its dead workers held released (`FailureGate.forget`):
+    a worker that died after its turn, before its command started, counts as such a failure too."""
 
     def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S):
         """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them); survival_s:
         --survival-window-s, seconds a command runs without failing that open the gate."""
         self.why = f"its first {limit} trial attempts failed before reporting any metric"  # once it stops
         self.limit, self.stopping, self.failures, self.reported, self._gate = limit, False, 0, False, None
+        self.workers_ended = 0  # of `failures`: workers that died after their turn, before their command started
         self.survival_s = survival_s
 
     def setup(self, **info):
         # afresh for each fit() (a resume, an out-of-memory re-run round); the handle keeps the actor alive
         self._gate = open_gate(self.limit, self.survival_s)
-        self.stopping, self.failures, self.reported = False, 0, False
+        self.stopping, self.failures, self.reported, self.workers_ended = False, 0, False, 0
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if not any(result.get(mark) for mark in (EARLY_FAILURE_METRIC, NO_RETRY_METRIC)):
@@ -54,16 +61,44 @@ class InitialFailures(tune.Callback, tune.Stopper):
     def on_trial_error(self, iteration, trials, trial, **info):
         self._count(trial)
 
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._forget(trial, count=False)
+
     def _count(self, trial) -> None:
         """Count `trial`'s error if it failed before any metric; stop the sweep at `limit` of them."""
-        self.failures += bool((trial.last_result or {}).get(EARLY_FAILURE_METRIC))
+        ended = self._forget(trial, count=True)
+        self.failures += bool((trial.last_result or {}).get(EARLY_FAILURE_METRIC)) or ended > 0
+        self.workers_ended += ended > 0
         if self.limit and not self.reported and not self.stopping and self.failures >= self.limit:
             self.stopping = True
+            died = f"; {self.workers_ended} of them: {WORKER_ENDED} (killed?)" if self.workers_ended else ""
             print(
                 f"stopping the sweep: its first {self.limit} trial attempts failed before reporting any metric "
-                f"(--max-initial-failures {self.limit})",
+                f"(--max-initial-failures {self.limit}){died}",
                 flush=True,
             )
+
+    def _forget(self, trial, count: bool) -> int:
+        """Release the tickets `trial`'s dead workers still hold at the gate; with `count`, returns how many
+        died before their command started (each counts), and records that as the trial's failure when its
+        worker wrote none (a watchdog's record, `trainables/command/startup.py`, says more)."""
+        ended = ray.get(self._gate.forget.remote(trial.trial_id, count)) if self._gate is not None else 0
+        folder = ray_private.trial_folder_uri(trial) if ended else None
+        if folder and records.read_failure(folder) is None:
+            failure = TrialFailure(
+                kind=SET_UP,
+                signature=f"{SET_UP}: {WORKER_ENDED}",
+                exit_code=None,
+                exception=WORKER_ENDED,
+                missing_path=None,
+                tail=(),
+                source="traceback",
+                summary=f"failed before its command started: {WORKER_ENDED} (killed, or out of memory?)",
+                working_folder=folder,
+                early=True,
+            )
+            records.write_failure(folder, failure)
+        return ended
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False  # no single trial is stopped by this
@@ -94,9 +129,9 @@ def explain(failures: dict[str, TrialFailure]) -> None:
         print(
             f"error: {len(members)} trial(s) failed {EARLY_FAILURE}, with the same error: "
             f"{failure.exception or (tail[-1].strip() if tail else '(no stderr output)')}\n"
-            f"  {failure.summary}: {failure.command}\n"
+            f"  {failure.summary}{f': {failure.command}' if failure.command else ''}\n"
             f"  {WORKING_FOLDER}{failure.working_folder} (trial {posixpath.basename(str(folder))})\n"
-            f"  its last stderr lines ({posixpath.join(str(folder), 'error.txt')}):\n"
+            f"  its last {failure.source} lines ({posixpath.join(str(folder), 'error.txt')}):\n"
             + "\n".join(f"    {line}" for line in tail[-QUOTED_STDERR_LINES:])
             + f"\n{hint(failure)}"
         )
@@ -109,6 +144,13 @@ def hint(failure: TrialFailure, in_check: bool = False) -> str:
     folder and what it resolves to there; an absolute one, the path; exit code 2, argparse; else --check
     (`in_check`: the failure is --check's own run, whose output is shown above)."""
     path, folder = failure.missing_path, failure.working_folder
+    if failure.kind == MISSING_ON_NODE:
+        return "hint: the command names a path this node lacks: put it at the same path on every node"
+    if failure.kind == SET_UP:
+        return (
+            "hint: nothing of the command ran: the trial failed while making its working folder and environment "
+            "on its node (the error above; trainables/command/startup.py)"
+        )
     if path and not os.path.isabs(path):
         return (
             f"hint: {path!r} is relative to the trial's working folder {folder}, where it resolves to "

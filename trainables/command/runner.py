@@ -25,7 +25,7 @@ from ray import tune
 from ray.tune import Checkpoint
 
 from trainables import divergence
-from trainables.command.failure import fail, take_turn, verdict
+from trainables.command.failure import take_turn, verdict
 from trainables.command.failure_gate import GateTicket
 from trainables.command.gpu_sharing import GpuSharing, cap_line, mps_env
 from trainables.command.parse import (
@@ -57,12 +57,12 @@ from trainables.command.sources import (
     unreported_results,
     unreported_tracker_rows,
 )
+from trainables.command.startup import Startup, before_command
 from trainables.command.trackers import TRACKERS, sources_of, tracker_env, trackers_named
 from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
-from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir, keep_new_paths
+from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import MISSING_ON_NODE, TrialFailure
 from trainables.gpu import trial_gpu_fraction
 from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
 from trainables.proctitle import refresh_title, titled_trial
@@ -125,9 +125,13 @@ def train_command(
     recovered = _report_recovered(reporter, trial_name, reading)
     if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
-    argv, env, cwd = _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from, gpu_sharing)
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
+    with before_command(reporter, trial_name) as startup:  # each failure until the command runs ends the ticket
+        argv, env, cwd = _prepare_command(
+            template, config, trial_name, files, code_dir, cwd, metrics_from, gpu_sharing, startup
+        )
+        startup.enter("program")
+        proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
     reporter.ticket.call("started")  # the gate's survival window runs from the command's start
     writes = Writes([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
     watchdog = None
@@ -244,23 +248,25 @@ def _report_recovered(reporter: StepReporter, trial_name: str, reading: Reading)
     return diverged
 
 
-def _prepare_command(template, config, trial_name, files, code_dir, cwd, metrics_from, sharing) -> tuple:
+def _prepare_command(
+    template, config, trial_name, files, code_dir, cwd, metrics_from, sharing: GpuSharing, startup: Startup
+) -> tuple[list, dict, str]:
     """The command's argv, environment and folder: `{trial_dir}` filled with the code snapshot when
-    there is one (`code_dir`, `fill_work_dir`), else `cwd`; `files`: `{trial_dir}` and the metrics
-    file. A folder around the launch folder missing on this node fails the trial once, not retried
-    (`workdir.MissingOnNode`). W&B and MLflow point at `{trial_dir}` where the environment leaves them
-    unset (`tracker_env`), said in the log; so is a fractional trial's GPU sharing (`sharing`)."""
+    there is one (`code_dir`, `fill_work_dir`; a linked data path the command names and this node
+    lacks raises `workdir.MissingOnNode`), else `cwd`; `files`: `{trial_dir}` and the metrics file;
+    `startup`: each step is entered there (`startup.STEPS`). W&B and MLflow point at `{trial_dir}`
+    where the environment leaves them unset (`tracker_env`), said in the log; so is a fractional
+    trial's GPU sharing (`sharing`)."""
     work_dir, metrics_file = files
-    if code_dir:
-        try:
-            cwd = str(fill_work_dir(code_folder(code_dir), work_dir))
-        except MissingOnNode as e:
-            why = "the path is missing on this node"
-            failure = TrialFailure(MISSING_ON_NODE, MISSING_ON_NODE, None, None, None, (), "stderr", str(e))
-            raise fail(dataclasses.replace(failure, not_retried=why), metrics_file.parent) from None
+    startup.enter("snapshot")
+    snapshot = code_folder(code_dir) if code_dir else None
+    startup.enter("work folder")
+    argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
+    if snapshot is not None:
+        cwd = str(fill_work_dir(snapshot, work_dir, argv))
     else:
         work_dir.mkdir(parents=True, exist_ok=True)
-    argv = render(template, config, str(work_dir), trial_name, gpu=",".join(map(str, ray.get_gpu_ids())))
+    startup.enter("environment")
     share = trial_gpu_fraction()
     env = command_env(config, work_dir, trial_name, metrics_file, share, sharing.memory_cap)
     for line in filter(None, (cap_line(env), mps_env(env, share, sharing))):

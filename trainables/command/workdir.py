@@ -20,6 +20,11 @@ edited after launch reaches no trial, and a 50 GB `data/` holding a `prepare.py`
 copied; other small files (configs) outside data folders; at most `MAX_SNAPSHOT_BYTES` in all. The
 snapshot itself holds only the copied files and its manifest (the links are made from the manifest), so it can
 travel to nodes without a shared folder as Ray's `runtime_env` `working_dir`.
+
+A path a trial does not read cannot fail it (`_check_node`): the folders around the launch folder come and go
+(a /tmp or home folder holds other programs' folders), so on the launching node nothing around it is checked
+(a link to what went since launch dangles, harmlessly); on another node a missing one is a warning in the trial's
+log. A trial fails here only for a linked data path its command names that this node lacks.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainables.experiment import records
@@ -54,7 +61,7 @@ class SnapshotTooLarge(ValueError):
 
 
 class MissingOnNode(FileNotFoundError):
-    """A folder around the launch folder, or a linked data path, is missing on the trial's node."""
+    """A linked data path that the trial's command names is missing on the trial's node."""
 
 
 def snapshot_code(source: Path, dest: Path, skip: tuple[Path, ...] = (), limit: int = MAX_SNAPSHOT_BYTES) -> dict:
@@ -68,8 +75,9 @@ def snapshot_code(source: Path, dest: Path, skip: tuple[Path, ...] = (), limit: 
     Returns:
         The manifest: {"source", "taken" (local time), "files" (copied), "bytes" (copied),
         "linked" (relative paths linked to the original), "excluded" (name patterns), "top" (the
-        highest folder mirrored, `mirror_top`), "around" ({folder relative to top: its folders'
-        names}, the folders each trial's node must have), "node" (where it was taken)}.
+        highest folder mirrored, `mirror_top`), "around" ({folder relative to top: its folders' names,
+        listed inside the repository only}, what a trial on another node is warned of missing), "node"
+        (where it was taken)}.
     Raises:
         SnapshotTooLarge: over `limit`, naming the largest top-level entries (nothing is written).
     """
@@ -111,7 +119,7 @@ def mirror_top(source: Path) -> Path:
     return chain[min(levels, len(chain) - 1)]
 
 
-def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
+def fill_work_dir(snapshot: Path, work_dir: Path, command: Sequence[str] = ()) -> Path:
     """Make a trial's working folder: its copy of the snapshot at the launch folder's place in a
     mirror of the folders around it (`<trial>/work_tree/...`), with `work_dir` (`<trial>/work`,
     `{trial_dir}`) a link to it. Files already there stay: a retried or resumed trial keeps what it
@@ -120,11 +128,12 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
     Args:
         snapshot: a folder `snapshot_code` wrote (on a node without a shared folder: Ray's copy of it).
         work_dir: `<trial>/work`. A real folder there (a trial of an older version) is filled as it is.
+        command: the trial's command as run (argv); the linked data paths it names must be on this node.
     Returns:
         The working folder the command runs in (`work_dir` resolved).
     Raises:
-        MissingOnNode: a folder around the launch folder, or a linked data path, that the launching
-            node had is missing on this node (one line naming the paths and the node).
+        MissingOnNode: a linked data path that `command` names is missing on this node (one line naming
+            the paths and the node). What else is missing is at most a warning on stderr (`_check_node`).
     """
     manifest = records.read_code_manifest(snapshot) or {}
     if "top" not in manifest or (work_dir.is_dir() and not work_dir.is_symlink()):
@@ -132,7 +141,8 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
         _copy_files(snapshot, work_dir)  # the layout before the mirror: a copy in <trial>/work
         return work_dir
     source, top = Path(manifest["source"]), Path(manifest["top"])
-    _check_node(manifest, source, top)
+    for warning in _check_node(manifest, source, top, command):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     parts = source.relative_to(top).parts
     folder = work_dir.with_name(MIRROR)
     for depth, part in enumerate(parts):
@@ -149,26 +159,60 @@ def fill_work_dir(snapshot: Path, work_dir: Path) -> Path:
     return folder
 
 
-def _check_node(manifest: dict, source: Path, top: Path) -> None:
-    """Raise MissingOnNode for the folders around the launch folder and the linked data paths that
-    the launching node had and this node lacks."""
-    around = manifest["around"]
+def _check_node(manifest: dict, source: Path, top: Path, command: Sequence[str]) -> list[str]:
+    """Raise MissingOnNode for the linked data paths that `command` names (a word, `--flag=PATH`, or a
+    path inside one) and this node lacks. On another node than the launching one, return a warning
+    for the folders around the launch folder and the other linked paths it lacks; on the launching
+    node nothing else is looked at: what went there since launch, the user's shell would miss too."""
+    linked = [rel for rel in manifest["linked"] if not os.path.lexists(source / rel)]
+    named = _named_paths(command, source)
+    read = [rel for rel in linked if any(f"{n}/".startswith(f"{rel}/") or rel.startswith(f"{n}/") for n in named)]
+    here, launched = socket.gethostname(), manifest.get("node", "the launching node")
+    if read:
+        raise MissingOnNode(
+            f"{_shown([source / rel for rel in read])}: missing on node {here} (present on {launched} at launch); "
+            "the command names it: put it at the same path on every node"
+        )
+    if launched == here:
+        return []
+    around = manifest.get("around") or {}
     missing = [top / rel for rel in around if not (top / rel).is_dir()]  # a folder above the launch folder
     missing = missing or [
         top / rel / name for rel, names in around.items() for name in names if not (top / rel / name).exists()
     ]
-    missing += [source / rel for rel in manifest["linked"] if not os.path.lexists(source / rel)]
-    if missing:
-        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise MissingOnNode(
-            f"{shown}: missing on node {socket.gethostname()} (present on {manifest.get('node', 'the launching node')} "
-            "at launch); the trial reads it through a relative path: put it at the same path on every node"
-        )
+    missing += [source / rel for rel in linked]
+    if not missing:
+        return []
+    return [
+        f"{_shown(missing)}: missing on node {here} (present on {launched} at launch); a relative path "
+        "through them reads nothing here"
+    ]
+
+
+def _named_paths(command: Sequence[str], source: Path) -> set[str]:
+    """The paths inside `source` that the words of `command` name (a word, or the value of `--flag=VALUE`),
+    relative to it (posix), as the command run from there reads them."""
+    named = set()
+    for word in command:
+        for text in {word, word.partition("=")[2]} - {""}:
+            if "://" not in text:
+                relative = os.path.relpath(os.path.normpath(os.path.join(source, text)), source)
+                if relative != "." and not relative.startswith(".."):
+                    named.add(Path(relative).as_posix())
+    return named
+
+
+def _shown(paths: list) -> str:
+    """The first five of `paths`, then how many more."""
+    return ", ".join(map(str, paths[:5])) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _link_entries(real: Path, mirror: Path, skip: str) -> None:
-    """Make `mirror` and in it a link to each entry of the folder `real` but `skip` (entries there stay)."""
+    """Make `mirror` and in it a link to each entry of the folder `real` but `skip` (entries there stay;
+    none where this node lacks `real`: `_check_node` warned)."""
     mirror.mkdir(parents=True, exist_ok=True)
+    if not real.is_dir():
+        return
     with os.scandir(real) as entries:
         for entry in entries:
             if entry.name != skip:
@@ -211,12 +255,16 @@ def _copy_file(src: str, dst: Path) -> int:
 
 def _folders_around(source: Path, top: Path) -> dict[str, list[str]]:
     """{each folder from `top` down to `source`'s parent, relative to `top`: the names of its folders
-    but the way down and hidden ones}: what every trial's node needs at the same path."""
+    but the way down and hidden ones}, what a trial on another node is warned of missing. Names are
+    listed only inside the repository holding `source`: a /tmp, home or scratch folder above it is
+    recorded by its path alone, as what other programs keep there is no trial's business."""
+    repo = next((folder for folder in [source, *source.parents] if (folder / ".git").exists()), None)
     around, parts = {}, source.relative_to(top).parts
     for depth, part in enumerate(parts):
-        folder = top.joinpath(*parts[:depth])
-        with os.scandir(folder) as entries:
-            names = [e.name for e in entries if e.name != part and not e.name.startswith(".") and e.is_dir()]
+        folder, names = top.joinpath(*parts[:depth]), []
+        if repo is not None and folder.is_relative_to(repo):
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.name != part and not e.name.startswith(".") and e.is_dir()]
         around[str(Path(*parts[:depth]))] = sorted(names)
     return around
 
@@ -268,6 +316,17 @@ def _sort_folder(folder: Path, skip: tuple[Path, ...], in_data: bool, copied: li
             copied.append(path)
         else:
             linked.append(path)
+
+
+def snapshot_copies(path: Path, relative: str) -> bool:
+    """Whether `snapshot_code` copies the file `path` (`relative`: its path under the folder snapshotted):
+    no excluded name on its way, not a link, and Python source or a small file outside data folders."""
+    parts = Path(relative).parts
+    if not parts or any(map(_excluded, parts)) or path.is_symlink() or not path.is_file():
+        return False
+    if _is_code(parts[-1]):
+        return True
+    return not any(part.lower() in DATA_DIRS for part in parts[:-1]) and path.stat().st_size <= LINK_ABOVE_BYTES
 
 
 def _excluded(name: str) -> bool:

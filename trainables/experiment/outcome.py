@@ -41,8 +41,9 @@ NOT_STARTED_METRIC = "command/not_started"  # 1 in it when the sweep stopped bef
 CRASHED = "crashed"  # the command exited non-zero
 NO_METRIC = "no metric"  # it exited 0 but never reported --metric (or --test-metric)
 NOT_STARTED = "not started"  # the sweep stopped before its turn at the failure gate
-MISSING_ON_NODE = "missing on node"  # a folder around the launch folder is missing on the trial's node
+MISSING_ON_NODE = "missing on node"  # a linked data path the command names is missing on the trial's node
 OUT_OF_MEMORY = "out of GPU memory"  # it printed a CUDA out-of-memory error and exited non-zero (re-queued with more)
+SET_UP = "set-up failed"  # a step before the command started failed (trainables/command/startup.py)
 
 FINISHED, PRUNED, ERRORED, DIVERGED = "finished", "pruned", "errored", "diverged"
 INTERRUPTED, NOT_RUN, RUNNING, PENDING = "interrupted", "not run", "running", "pending"
@@ -61,7 +62,7 @@ SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST)
 class TrialFailure:
     """One failed attempt of a command trial, as `trainables/command/failure.py` saw it."""
 
-    kind: str  # CRASHED, NO_METRIC, NOT_STARTED, MISSING_ON_NODE or OUT_OF_MEMORY
+    kind: str  # CRASHED, NO_METRIC, NOT_STARTED, MISSING_ON_NODE, OUT_OF_MEMORY or SET_UP
     signature: str  # what makes two failures the same: exit code and exception line, the trial blanked
     exit_code: int | None  # the command's (negative: killed by that signal); None when it did not run
     exception: str | None  # the last line of the tail that reads like a raised exception

@@ -1,7 +1,8 @@
 """Choosing and packing GPUs for a sweep, before Ray starts: selection, busy GPUs, packing, storage.
 
 Plain functions; placement itself stays Ray's. After `sweeps.engine.flags.parse_gpu_flags` (the flags,
-before Ray), the launcher calls, in order: `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
+before Ray), `local_gpus.check_local_gpus` refuses a local sweep's GPU flags that the GPUs present cannot meet,
+before anything is written; the launcher calls, in order: `choose_local_gpus` (GPU readings -> the GPUs Ray may use,
 exported as CUDA_VISIBLE_DEVICES before `ray.init`), then, with Ray up, `auto_gpus_per_trial`,
 `check_gpu_request` and `check_shared_storage`; after `Tuner.fit`, `oom_trials` and
 `next_fraction_after_oom` drive the re-queue of trials that ran out of GPU memory.

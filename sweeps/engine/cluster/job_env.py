@@ -58,6 +58,8 @@ RAY_SETS_PER_TRIAL = re.compile(r"^[A-Z0-9_]*_VISIBLE_(DEVICES|CORES|CHIPS|MODUL
 # raysweep points these at each trial's folder where they are unset (trainables/command/trackers.py:
 # tracker_env), so that each trial's tracker records stay in it.
 TRIAL_FOLDERS = ("WANDB_DIR", "MLFLOW_TRACKING_URI")
+# carried despite their prefix: the tests' switches a trial reads (trainables/command/startup.py: FAULT_ENV, LIMIT_ENV)
+TEST_SWITCHES = ("RAYSWEEP_FAULT_INJECT", "RAYSWEEP_STARTUP_LIMIT_S")
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a driver that `ray job submit` started
 RAY_EXPANDS = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars replaces (posixpath._varprog)
 
@@ -77,7 +79,7 @@ def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
     Carried: everything the user set, `PATH` included (the command's `python` is the one the shell
     finds), values as they are (secrets included: they reach the trials through Ray's job config,
     never the experiment's records). Not carried: `NOT_CARRIED` and `NOT_CARRIED_PREFIXES` (machine
-    and shell identity, Ray's, Tune's and raysweep's own), what Ray sets per trial
+    and shell identity, Ray's, Tune's and raysweep's own but the tests' `TEST_SWITCHES`), what Ray sets per trial
     (`RAY_SETS_PER_TRIAL`), the tracker folders raysweep sets per trial (`TRIAL_FOLDERS`), the
     variables of a `ray job submit` job's own `runtime_env` (Ray refuses a second value for them),
     and a value holding `$NAME` or `${NAME}`: Ray expands those in `env_vars` with the node's
@@ -88,7 +90,7 @@ def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
         name: value
         for name, value in sorted(environ.items())
         if name not in NOT_CARRIED
-        and not name.startswith(tuple(NOT_CARRIED_PREFIXES))
+        and (name in TEST_SWITCHES or not name.startswith(tuple(NOT_CARRIED_PREFIXES)))
         and not RAY_SETS_PER_TRIAL.match(name)
         and name not in TRIAL_FOLDERS
         and name not in submitted

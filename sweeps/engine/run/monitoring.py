@@ -41,6 +41,21 @@ HEARTBEAT_S = 120.0  # an unchanged status is printed again only after this many
 
 
 TRACKERS_INSTALL = "pip install 'raysweep[trackers]' (mlflow-skinny, wandb)"
+_WORKING: set[tuple[str, str]] = set()  # the trackers `check_trackers` found working in this process
+
+
+def check_trackers(mlflow_uri: str | None, wandb_project: str | None) -> None:
+    """`check_mlflow` and `check_wandb` for the trackers asked for (None: not used), each once per process:
+    the sweep scripts call this before anything is written (`preflight.check_before_writing`), and
+    `monitoring_callbacks` again.
+
+    Raises:
+        UsageError: from those checks.
+    """
+    for kind, value, check in (("mlflow", mlflow_uri, check_mlflow), ("wandb", wandb_project, check_wandb)):
+        if value and (kind, value) not in _WORKING:
+            check(value)
+            _WORKING.add((kind, value))
 
 
 def monitoring_callbacks(
@@ -67,14 +82,13 @@ def monitoring_callbacks(
     """
     if not progress_every > 0:
         raise UsageError(f"--progress-every={progress_every} must be > 0 seconds")
+    check_trackers(mlflow_uri, wandb_project)
     callbacks: list[tune.Callback] = [SweepProgress(interval_s=progress_every, quiet=quiet, objective=objective)]
     if mlflow_uri:
-        check_mlflow(mlflow_uri)
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
         callbacks.append(MLflowLoggerCallback(tracking_uri=mlflow_uri, experiment_name=name))
     if wandb_project:
-        check_wandb(wandb_project)
         from ray.air.integrations.wandb import WandbLoggerCallback
 
         # The logging actors run in Ray workers, whose environment is the cluster's, not this shell's:

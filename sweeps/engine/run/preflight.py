@@ -1,4 +1,7 @@
-"""Checks before Ray starts: the storage can be written, `--resume` finds its sweep, a search's data loads."""
+"""Checks before Ray starts: the storage can be written, `--resume` finds its sweep, the trackers work, a search's
+data loads. Each comes before anything lasting is written or said about the folder (a snapshot, the driver's lock,
+"holds this sweep already"); the flags' own checks, the GPUs present included, came before them
+(`sweeps/engine/run_flags.py:check_run_args`)."""
 
 from __future__ import annotations
 
@@ -45,10 +48,25 @@ def probe_storage(experiment_dir: str) -> None:
                 pass
 
 
+def check_before_writing(experiment_dir: str, mlflow_uri: str | None, wandb_project: str | None) -> None:
+    """The checks that need no Ray, made before a sweep writes or plans anything: the storage can be
+    written (`probe_storage`, which leaves nothing behind) and the trackers asked for work
+    (`monitoring.check_trackers`; a sqlite MLflow store is created, as MLflow does).
+
+    Raises:
+        UsageError: from those checks.
+    """
+    probe_storage(experiment_dir)
+    from sweeps.engine.run.monitoring import check_trackers
+
+    check_trackers(mlflow_uri, wandb_project)
+
+
 def prepare_search(args: argparse.Namespace, experiment_dir: str, settings: dict) -> tuple[TrainConfig, dict]:
     """What a search (`lr_search.py`, `pbt.py`) does before Ray: check --resume against its
-    `settings` (`check_resume`, no earlier search in a new one's folder), check the fixed options
-    (with the top of --lr-range and --weight-decay-range), load the data once, probe the storage.
+    `settings` (`check_resume`, no earlier search in a new one's folder), probe the storage and the
+    trackers (`check_before_writing`), check the fixed options (with the top of --lr-range and
+    --weight-decay-range), load the data once.
 
     Args:
         args: the search's checked flags (`fixed`, `lr_range`, `weight_decay_range`, `resume`).
@@ -60,6 +78,7 @@ def prepare_search(args: argparse.Namespace, experiment_dir: str, settings: dict
         UsageError: a --resume mismatch, a bad option, data that cannot load, storage that cannot be written.
     """
     check_resume(experiment_dir, args.resume, settings, new_ok=False)
+    check_before_writing(experiment_dir, args.mlflow_uri, args.wandb_project)
     from trainables.config import parse_config
     from trainables.data import load_data
 
@@ -68,7 +87,6 @@ def prepare_search(args: argparse.Namespace, experiment_dir: str, settings: dict
         data = load_data(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    probe_storage(experiment_dir)
     return cfg, data
 
 

@@ -15,10 +15,13 @@ import time
 from pathlib import Path
 
 from analysis.reading.provenance import changed_files, read_records
+from trainables.command.workdir import snapshot_copies
 from trainables.experiment import records
 
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".r", ".R", ".lua", ".pl", ".rb", ".js")  # a command's script
 PROJECT = str(Path(__file__).resolve().parents[3])  # the built-in sweeps' code: this checkout
+MAX_UNTRACKED = 200  # untracked code files named in a record; the rest counted (`untracked_more`)
+SHOWN_CHANGES = 2  # files named in the "code changed" line before "and N more"
 
 
 def record_run(experiment_dir: str, trainable_params: dict) -> dict | None:
@@ -34,7 +37,7 @@ def record_run(experiment_dir: str, trainable_params: dict) -> dict | None:
     """
     try:
         previous = read_records(experiment_dir)
-        record, patch = collect(code_folder(trainable_params), nodes=ray_nodes())
+        record, patch = collect(code_folder(trainable_params), nodes=ray_nodes(), outputs=outputs_of(experiment_dir))
         now = time.time()  # the record's name: when it was written, to the millisecond (sorts in order)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
         if previous and record["code"].get("commit") and previous[-1].get("code", {}).get("commit"):
@@ -44,16 +47,38 @@ def record_run(experiment_dir: str, trainable_params: dict) -> dict | None:
         print(f"warning: no provenance record: {e}", file=sys.stderr)
         return None
     if previous and (files := changed_files(previous[-1], record)):
-        print(f"code changed since the previous run: {', '.join(files)}", flush=True)
+        print(changed_line(files, experiment_dir), flush=True)
     return record
 
 
-def collect(folder: str, nodes: list[dict] | None = None) -> tuple[dict, str]:
+def changed_line(files: list[str], experiment_dir: str) -> str:
+    """One console line for the files whose code changed since the previous run: the first
+    `SHOWN_CHANGES`, how many more, and the command that lists them all."""
+    shown = files if len(files) <= SHOWN_CHANGES + 1 else files[:SHOWN_CHANGES]
+    more = f" and {len(files) - len(shown)} more" if len(files) > len(shown) else ""
+    return (
+        f"code changed since the previous run: {', '.join(shown)}{more}: "
+        f"python -m analysis {experiment_dir} --provenance"
+    )
+
+
+def outputs_of(experiment_dir: str) -> tuple[str, ...]:
+    """The local folders holding the sweep's outputs, left out of the code's record: the experiment
+    folder and the storage folder holding it (`--storage-path`: the out-of-memory re-runs beside it);
+    () on object storage."""
+    if "://" in experiment_dir:
+        return ()
+    folder = Path(experiment_dir).resolve()
+    return str(folder), str(folder.parent)
+
+
+def collect(folder: str, nodes: list[dict] | None = None, outputs: tuple[str, ...] = ()) -> tuple[dict, str]:
     """This process's provenance, without writing anything.
 
     Args:
         folder: a folder of the swept code; its git repository (if any) is recorded.
         nodes: the cluster's nodes (`ray_nodes()`); None: only this machine (host name, NVML GPUs).
+        outputs: the sweep's output folders, left out of the untracked files (`git_state`).
     Returns:
         (record: `command` (shlex-joined, the Python executable first), `cwd`, `started` (Unix
         seconds the process started), `started_utc`, `code` (`git_state`), `versions`, `packages`
@@ -61,7 +86,7 @@ def collect(folder: str, nodes: list[dict] | None = None) -> tuple[dict, str]:
         the patch text of `git diff HEAD`, "" when clean or not a repository).
     """
     started = process_start_time()
-    code, patch = git_state(folder)
+    code, patch = git_state(folder, outputs)
     gpus, driver = local_gpus()
     here = {"host": socket.gethostname(), "cpus": os.cpu_count() or 0, "gpu_count": len(gpus), "gpus": gpus}
     for node in nodes or []:
@@ -94,11 +119,17 @@ def code_folder(trainable_params: dict) -> str:
     return str(cwd or os.getcwd())
 
 
-def git_state(folder: str) -> tuple[dict, str]:
+def git_state(folder: str, outputs: tuple[str, ...] = ()) -> tuple[dict, str]:
     """The git state of the repository holding `folder`: `{folder, repo, commit, branch,
-    diff_files (path -> sha256 of its part of `git diff HEAD`), untracked (names, from
-    `git ls-files --others --exclude-standard`)}` and the diff's text; outside a repository (or
-    without git) `{folder, why}` and ""."""
+    diff_files (path -> sha256 of its part of `git diff HEAD`), untracked, untracked_more}` and the
+    diff's text; outside a repository (or without git) `{folder, why}` and "".
+
+    `untracked` names the code a run may have used that git does not track: of
+    `git ls-files --others --exclude-standard` (what git ignores left out), the files a command
+    sweep's snapshot copies (`workdir.snapshot_copies`: no links, outputs such as `runs/` or
+    checkpoints, data), outside the `outputs` folders inside the repository (the experiment and storage
+    folders: trial folders and their links), at most
+    `MAX_UNTRACKED` of them by name; `untracked_more` counts the rest."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True, timeout=60).stdout
@@ -116,14 +147,18 @@ def git_state(folder: str) -> tuple[dict, str]:
     patch = subprocess.run(
         ["git", "diff", "HEAD", "--binary"], cwd=repo, capture_output=True, text=True, timeout=60
     ).stdout
-    untracked = git("-C", repo, "ls-files", "--others", "--exclude-standard").split("\n")
+    inside = [Path(out).relative_to(repo) for out in outputs if Path(out).is_relative_to(repo)]
+    skip = [f":(exclude,top){out.as_posix()}" for out in inside if out.parts]  # never the repository itself
+    listed = git("-C", repo, "ls-files", "--others", "--exclude-standard", "--", ".", *skip).split("\n")
+    untracked = sorted(f for f in listed if f and snapshot_copies(Path(repo, f), f))
     code = {
         "folder": folder,
         "repo": repo,
         "commit": commit,
         "branch": None if branch == "HEAD" else branch,
         "diff_files": diff_file_hashes(patch),
-        "untracked": sorted(f for f in untracked if f),
+        "untracked": untracked[:MAX_UNTRACKED],
+        "untracked_more": max(0, len(untracked) - MAX_UNTRACKED),
     }
     return code, patch
 
