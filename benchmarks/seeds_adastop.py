@@ -67,9 +67,11 @@ def adastop_arrays(x: np.ndarray, y: np.ndarray, n: int, K: int, alpha: float) -
         if not len(live):  # every comparison decided
             break
         block = np.concatenate([x[live, k * n : (k + 1) * n], y[live, k * n : (k + 1) * n]], axis=1)
-        split_diff = block[:, chosen].mean(axis=-1) - block[:, rest].mean(axis=-1)  # [live, splits]
+        chosen_mean, rest_mean = block[:, chosen].mean(axis=-1), block[:, rest].mean(axis=-1)  # [live, splits]
         alive = alive & (np.abs(paths) <= bound[:, None])  # paths that crossed an earlier boundary drop out
-        paths = (paths[:, None, :] + split_diff[:, :, None]).reshape(len(live), -1)  # the package's order of sums
+        # (path + mean of the chosen) - mean of the rest: the package's order of operations, to the last bit (a
+        # path can equal the statistic, and then rounding decides whether it crosses)
+        paths = (paths[:, None, :] + chosen_mean[:, :, None] - rest_mean[:, :, None]).reshape(len(live), -1)
         alive = np.repeat(alive[:, None, :], len(splits), axis=1).reshape(len(live), -1)
         total, level = len(splits) ** (k + 1), alpha * (k + 1) / K
         count = alive.sum(axis=1)

@@ -30,8 +30,8 @@ from analysis.statistics.pair_test import conditional_power, look_z
 from analysis.statistics.seed_rule import SeedRule
 from analysis.statistics.stats import holm
 
-FUTILITY_FROM = 0.6
-"""Futility is looked at from this fraction of the cap on (6 seeds of 10): earlier, a small z says little."""
+FUTILITY_FROM = 0.7
+"""Futility is looked at from this fraction of the cap on (7 seeds of 10): earlier, a small z says little."""
 
 
 def look_weights(rule: SeedRule) -> np.ndarray:

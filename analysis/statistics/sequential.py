@@ -46,7 +46,7 @@ NULL_SEED = 20231983
 """Seed of the simulated null paths: the same boundaries in every process and every run."""
 
 SHAPES = ("hp", "obf", "pocock")
-HP_RATIO, HP_POWER = 1.2, 0.15
+HP_RATIO, HP_POWER = 1.25, 0.1
 """The Haybittle-Peto-type shape: g_n = HP_RATIO (N/n)^HP_POWER before the cap, 1 at it."""
 
 SHAPE_WORDS = {
@@ -121,8 +121,9 @@ def null_law(
 
 def cache_file(min_seeds: int, max_seeds: int, shape: str, test: str = "paired", paths: int = NULL_PATHS) -> str:
     """The disk cache of `null_law`: `$XDG_CACHE_HOME/raysweep` (default `~/.cache/raysweep`), one
-    `.npz` per (min_seeds, max_seeds, shape, test, paths, NULL_SEED, CACHE_VERSION)."""
+    `.npz` per (min_seeds, max_seeds, shape and its constants, test, paths, NULL_SEED, CACHE_VERSION)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    shape = f"hp{HP_RATIO:g}-{HP_POWER:g}" if shape == "hp" else shape  # its constants: a new shape, a new file
     name = f"seq_null_v{CACHE_VERSION}_{min_seeds}_{max_seeds}_{shape}_{test}_{paths}_{NULL_SEED}.npz"
     return os.path.join(root, "raysweep", name)
 
