@@ -7,14 +7,14 @@ Run:
 
 Side by side (two methods per cell, up to 10 seeds, `benchmarks/seeds_draws.py`): shared seed effect rho in
 {0, 0.5, 0.9}, method 0 ahead by 0, 0.5, 1 or 2 seed standard deviations, normal, t3, outlier or lognormal
-noise. On each draw run: the rule with each pair test (combined, the default; paired; unpaired); AdaStop
+noise, or normal noise 3 times as spread for method 1 (unequal). On each draw run: the rule with each pair test (combined, the default; paired; unpaired); AdaStop
 (`benchmarks/seeds_adastop.py`: 2 seeds per interim, 5 interims) at its nominal alpha and at the alpha whose
 false-claim rate matches the rule's (the largest of `ADASTOP_ALPHAS` whose worst rate over the rho-0 null
 rows is at most the rule's worst over every null row: AdaStop's permutation test is exact, so its rate is
 highest there); the fixed 10-seed paired t-test and Welch t-test. False claims: any claim between two equal
 methods; power: method 0 claimed better; seeds: per method, when the rule or AdaStop stopped. The goals
 (`goals`): error <= alpha + 0.005 in every null row; at rho 0, 1 sd, normal noise, power >= 0.95x Welch's; in
-every other row, power >= AdaStop's at the matched alpha on no more seeds.
+every row with an effect, power >= AdaStop's at the matched alpha on no more seeds.
 
 Sweeps (`sweep_scenario`, the earlier table): 12 cells x 3 methods, one method ahead of two by 0-4 sd, the
 rule against the fixed 10-seed grid (paired t-tests of every pair, Holm over each cell's pairs).
@@ -36,7 +36,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.statistics.seed_looks import holm_family  # noqa: E402
-from analysis.statistics.seed_rule import PAIR_TESTS, SeedRule  # noqa: E402
+from analysis.statistics.seed_rule import BOUNDARIES, FAMILIES, PAIR_TESTS, SeedRule  # noqa: E402
 from analysis.statistics.seeds import decide_arrays  # noqa: E402
 from benchmarks.seeds_adastop import adastop_arrays, alpha_for_error, check_against_package  # noqa: E402
 from benchmarks.seeds_draws import DISTRIBUTIONS, simulate_values  # noqa: E402
@@ -185,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=None, help="draws per row with an effect (default 10,000)")
     parser.add_argument("--sweeps", type=int, default=None, help="simulated sweeps per sweep row (default 2,000)")
     parser.add_argument("--alpha", type=float, default=0.05)
+    exact = [b for b in BOUNDARIES if b != "union"]  # the union bound is the paired test's alone
+    parser.add_argument("--boundary", default=SeedRule.boundary, choices=exact)
+    parser.add_argument("--family", default=SeedRule.family, choices=FAMILIES, help="of the sweep rows")
+    parser.add_argument("--futility", type=float, default=SeedRule.futility)
     parser.add_argument("--check-draws", type=int, default=None, help="draws decided by the adastop package too")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="OUT")
@@ -193,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     null_draws, draws = args.null_draws or (400 if quick else 20_000), args.draws or (200 if quick else 10_000)
     sweeps, check = args.sweeps or (60 if quick else 2_000), args.check_draws or (4 if quick else 40)
-    rule, rng, started = SeedRule(alpha=args.alpha), np.random.default_rng(args.seed), time.perf_counter()
+    rule = SeedRule(alpha=args.alpha, boundary=args.boundary, family=args.family, futility=args.futility)
+    rng, started = np.random.default_rng(args.seed), time.perf_counter()
     noises = ("normal",) if quick else DISTRIBUTIONS
 
     x = simulate_values(rng, check, 1.0, rule.max_seeds)[:, 0]

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 
-DISTRIBUTIONS = ("normal", "t3", "outliers", "lognormal")
+DISTRIBUTIONS = ("normal", "t3", "outliers", "lognormal", "unequal")
 """Noise shapes: normal; Student t with 3 degrees of freedom (heavy tails); normal with 5 % of draws 5 times
 wider (outliers: a run that diverged half-way, a bad split); lognormal with sigma 1 (skewed: a metric bounded
-on one side)."""
+on one side); normal with the other methods' values `UNEQUAL_SD` times as spread as method 0's (a loss whose
+seeds scatter more, as gce's do against ce's in the built-in grid)."""
+
+UNEQUAL_SD = 3.0
 
 OUTLIER_SHARE, OUTLIER_SCALE = 0.05, 5.0
 
 
 def noise(rng: np.random.Generator, kind: str, shape: tuple) -> np.ndarray:
     """Standardised noise (mean 0, variance 1) of one of `DISTRIBUTIONS`, shape `shape`. Raises ValueError."""
-    if kind == "normal":
+    if kind in ("normal", "unequal"):
         return rng.standard_normal(shape)
     if kind == "t3":
         return rng.standard_t(3, shape) / np.sqrt(3.0)  # the variance of t3 is 3
@@ -45,8 +48,10 @@ def simulate_values(
     cells: int = 1,
     methods: int = 2,
 ) -> np.ndarray:
-    """Metric values [draws, cells, methods, max_seeds] (module docstring): method 0 `effect` ahead."""
+    """Metric values [draws, cells, methods, max_seeds] (module docstring): method 0 `effect` ahead (in method
+    0's seed standard deviations)."""
     mu = np.array([effect] + [0.0] * (methods - 1))
+    spread = np.array([1.0] + [UNEQUAL_SD if kind == "unequal" else 1.0] * (methods - 1))
     shared = noise(rng, kind, (draws, cells, 1, max_seeds))
     own = noise(rng, kind, (draws, cells, methods, max_seeds))
-    return np.sqrt(rho) * shared + np.sqrt(1 - rho) * own + mu[:, None]
+    return (np.sqrt(rho) * shared + np.sqrt(1 - rho) * own) * spread[:, None] + mu[:, None]

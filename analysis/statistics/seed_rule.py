@@ -14,9 +14,9 @@ PAIR_TESTS = ("combined", "paired", "unpaired")
 PAIRS = ("best", "all")
 
 _TESTS = {
-    "combined": "the larger z of the paired and the two-sample t-test (ttest_rel, ttest_ind)",
+    "combined": "the larger z of the paired and Welch's t-test (ttest_rel, ttest_ind)",
     "paired": "paired t-tests (ttest_rel)",
-    "unpaired": "two-sample t-tests (ttest_ind)",
+    "unpaired": "Welch's t-tests (ttest_ind)",
 }
 
 
@@ -82,20 +82,16 @@ class SeedRule:
         else:
             cell = "every pair of methods of each cell"
         family = cell if self.family == "cell" else "every pair of methods of every cell of the sweep"
-        stop = (
-            "each method's comparison with its cell's best is decided"
-            if self.pairs == "best"
-            else "every pair of its cell is decided"
-        )
-        futile = (
-            f"; a comparison whose conditional power falls below {self.futility:g} stops undecided"
+        stop = "each method's comparison with its cell's best" if self.pairs == "best" else "every pair of a cell"
+        reach = (
+            f", or out of reach (conditional power below {self.futility:g})"
             if self.futility and not self.min_effect
             else ""
         )
         return (
             f"Seeds by significance: {_TESTS[self.pair_test]} between every pair of methods of a cell, looked at "
             f"after each seed from {self.min_seeds} to {self.max_seeds}, {looks}; Holm-corrected over {family} "
-            f"(family-wise alpha {self.alpha:g}){margin}; a method gets seeds until {stop}{futile}; "
-            f"n = seeds run, decision against the cell's best (undecided = no claim), > the methods it is "
-            f"significantly better than."
+            f"(family-wise alpha {self.alpha:g}){margin}; seeds run until {stop} is decided{reach}; n = seeds "
+            f"run, decision against the cell's best (undecided: no claim), > the methods it is significantly "
+            f"better than."
         )

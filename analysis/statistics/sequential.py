@@ -54,7 +54,7 @@ SHAPE_WORDS = {
     "obf": "c·sqrt(N/n), O'Brien-Fleming",
     "pocock": "c, Pocock",
 }
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bumped when the simulated statistic changes, so an old cache file is never read as the new law."""
 
 
