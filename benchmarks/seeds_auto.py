@@ -5,16 +5,16 @@ Run:
     python benchmarks/seeds_auto.py --quick                                  # seconds to a minute (CI)
     python benchmarks/seeds_auto.py --json out.json --markdown out.md        # 20,000 draws per null row
 
-Side by side (two methods per cell, up to 10 seeds, `benchmarks/seeds_draws.py`): shared seed effect rho in
-{0, 0.5, 0.9}, method 0 ahead by 0, 0.5, 1 or 2 seed standard deviations, normal, t3, outlier or lognormal
-noise, or normal noise 3 times as spread for method 1 (unequal). On each draw run: the rule with each pair test (combined, the default; paired; unpaired); AdaStop
-(`benchmarks/seeds_adastop.py`: 2 seeds per interim, 5 interims) at its nominal alpha and at the alpha whose
-false-claim rate matches the rule's (the largest of `ADASTOP_ALPHAS` whose worst rate over the rho-0 null
-rows is at most the rule's worst over every null row: AdaStop's permutation test is exact, so its rate is
-highest there); the fixed 10-seed paired t-test and Welch t-test. False claims: any claim between two equal
-methods; power: method 0 claimed better; seeds: per method, when the rule or AdaStop stopped. The goals
-(`goals`): error <= alpha + 0.005 in every null row; at rho 0, 1 sd, normal noise, power >= 0.95x Welch's; in
-every row with an effect, power >= AdaStop's at the matched alpha on no more seeds.
+Side by side (two methods per cell, up to 10 seeds, `benchmarks/seeds_draws.py`): shared seed effect rho in {0, 0.5,
+0.9}, method 0 ahead by 0, 0.5, 1 or 2 seed standard deviations, normal, t3, outlier or lognormal noise, or normal
+noise 3 times as spread for method 1 (unequal). On each draw run: the rule with each pair test (combined, the
+default; paired; unpaired); AdaStop (`benchmarks/seeds_adastop.py`: 2 seeds per interim, 5 interims) at its nominal
+alpha and at the alpha whose false-claim rate matches the rule's (the largest of `ADASTOP_ALPHAS` whose worst rate
+over the rho-0 null rows is at most the rule's worst over every null row: AdaStop's permutation test is exact, so
+its rate is highest there); the fixed 10-seed paired t-test and Welch t-test. False claims: any claim between two
+equal methods; power: method 0 claimed better; seeds: per method, when the rule or AdaStop stopped. The goals
+(`goals`): error <= alpha + 0.005 in every null row; at rho 0, 1 sd, normal noise, power >= 0.95x Welch's; in every
+row with an effect, power >= AdaStop's at the matched alpha on no more seeds.
 
 Sweeps (`sweep_scenario`, the earlier table): 12 cells x 3 methods, one method ahead of two by 0-4 sd, the
 rule against the fixed 10-seed grid (paired t-tests of every pair, Holm over each cell's pairs).

@@ -58,4 +58,22 @@ def markdown(result: dict) -> str:
                 f"| {_cell(r['adastop'][matched], e)} | {_cell(r['adastop'][nominal], e)} | "
                 f"{r['fixed_paired']['rate']:.3f} | {r['fixed_welch']['rate']:.3f} | {r['goals_missed'] or 'met'} |"
             )
+    if result.get("sweeps"):
+        lines += ["", *sweep_table(result["sweeps"])]
     return "\n".join(lines) + "\n"
+
+
+def sweep_table(rows: list[dict]) -> list[str]:
+    """The sweep rows (12 cells x 3 methods) as Markdown lines: the rule against the fixed 10-seed grid."""
+    lines = [
+        "| rho | effect (sd) | false claims per cell, rule | fixed | power, rule | fixed | seeds per cell, rule "
+        "| fixed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        power = "- | -" if not r["effect_sd"] else f"{r['sequential_power']:.3f} | {r['fixed_power']:.3f}"
+        lines.append(
+            f"| {r['rho']:g} | {r['effect_sd']:g} | {r['sequential_fwer']:.4f} | {r['fixed_fwer']:.4f} | {power} | "
+            f"{r['sequential_seeds_per_cell']:.1f} | {r['fixed_seeds_per_cell']:.0f} |"
+        )
+    return lines
