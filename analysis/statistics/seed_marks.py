@@ -1,8 +1,9 @@
-"""The decisions of a `--seeds auto` sweep shown in its tables: each (cell, method)'s n and decision.
+"""The decisions of a `--seeds auto` sweep shown in its tables: each (cell, method)'s n, decision and the
+methods it is significantly better than.
 
 `sweeps/engine/seed_search.write_decisions` writes `report/seeds.csv` (`analysis.statistics.seeds.seeds_frame`); the
 paper table (`analysis.paper_table`) and the best-runs table (`analysis.best_runs`) of that experiment
-take its `seeds_n` and `decision` columns (`attach_decisions`) and the stopping rule's sentence
+take its `seeds_n`, `decision` and `seeds_beats` columns (`attach_decisions`) and the stopping rule's sentence
 (`attrs["seed_rule"]`), which their captions state instead of a significance test. Every renderer
 (Markdown, LaTeX, text, `--json`) shows the same `decision_mark`.
 """
@@ -16,7 +17,7 @@ import pandas as pd
 
 from trainables.experiment import records
 
-_STATISTICS = ("seeds_n", "mean", "std", "diff_vs_best", "p_adjusted", "decision", "compare", "rule")
+_STATISTICS = ("seeds_n", "mean", "std", "diff_vs_best", "p_adjusted", "decision", "beats", "compare", "rule")
 
 
 def load_decisions(experiment: str | None) -> pd.DataFrame | None:
@@ -45,12 +46,13 @@ def load_decisions(experiment: str | None) -> pd.DataFrame | None:
 
 
 def attach_decisions(table: pd.DataFrame, attrs: dict) -> pd.DataFrame:
-    """`table` (a paper or best-runs table, bare column names) with `seeds_n` and `decision` of its rows.
+    """`table` (a paper or best-runs table, bare column names) with `seeds_n`, `decision` and `seeds_beats` (the
+    methods it is significantly better than, "; "-joined; "" for none) of its rows.
 
     Args:
         attrs: the trials' `attrs`: its `experiment` is read (one experiment; several: unchanged).
     Returns:
-        a copy with the two columns merged on the cell axes and the compared axis both tables have
+        a copy with the three columns merged on the cell axes and the compared axis both tables have
         (NaN where seeds.csv has no such row) and `attrs["seed_rule"]` the rule's sentence; `table`
         itself (no `seed_rule`) when the experiment has no usable seeds.csv or the tables share no axis.
     """
@@ -63,18 +65,26 @@ def attach_decisions(table: pd.DataFrame, attrs: dict) -> pd.DataFrame:
     on = [c for c in decisions.columns if c in table.columns and c not in _STATISTICS]
     if compare not in on:
         return table
-    keyed = decisions[on + ["seeds_n", "decision"]].astype({c: str for c in on}).drop_duplicates(on)
-    merged = table.astype({c: str for c in on}).merge(keyed, on=on, how="left")[["seeds_n", "decision"]]
+    if "beats" not in decisions.columns:  # written before all pairs were reported
+        decisions["beats"] = ""
+    decisions["seeds_beats"] = decisions["beats"].fillna("").astype(str)
+    columns = ["seeds_n", "decision", "seeds_beats"]
+    keyed = decisions[on + columns].astype({c: str for c in on}).drop_duplicates(on)
+    merged = table.astype({c: str for c in on}).merge(keyed, on=on, how="left")[columns]
     out = table.copy()
-    out["seeds_n"], out["decision"] = merged["seeds_n"].to_numpy(), merged["decision"].to_numpy()
+    for column in columns:
+        out[column] = merged[column].to_numpy()
     out.attrs = dict(table.attrs, seed_rule=str(decisions["rule"].iloc[0]))
     return out
 
 
 def decision_mark(row) -> str:
-    """`n=3, worse`: the seeds the rule ran for this method and its decision against the cell's best
-    (best, better, worse, equivalent, or undecided at the cap); "" for a row without a decision."""
+    """`n=6, worse; > gce, sce`: the seeds the rule ran for this method, its decision against the cell's best
+    (best, better, worse, equivalent, or undecided: no claim) and, after `>`, the methods of its cell it is
+    significantly better than (Holm over the rule's family; none: no `>`); "" for a row without a decision."""
     decision = row.get("decision")
     if not isinstance(decision, str):
         return ""
-    return f"n={int(row['seeds_n'])}, {decision}"
+    beats = row.get("seeds_beats")
+    beats = ", ".join(m.strip() for m in beats.split(";")) if isinstance(beats, str) and beats.strip() else ""
+    return f"n={int(row['seeds_n'])}, {decision}" + (f"; > {beats}" if beats else "")

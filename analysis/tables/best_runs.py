@@ -125,7 +125,7 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     Raises:
         ValueError: unknown ``style``.
     """
-    keys = [c for c in table.columns if c not in _STAT_COLUMNS and c not in ("seeds_n", "decision")]
+    keys = [c for c in table.columns if c not in _STAT_COLUMNS and c not in ("seeds_n", "decision", "seeds_beats")]
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
     marks = bool(table.attrs.get("seed_rule"))  # --seeds auto: each row's n and decision vs its cell's best

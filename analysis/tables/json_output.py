@@ -229,6 +229,8 @@ def _cell(row) -> dict:
     }
     if isinstance(row.get("decision"), str):  # --seeds auto: the seeds the rule ran and its decision
         cell |= {"seeds_n": int(row["seeds_n"]), "decision": row["decision"]}
+        beats = row.get("seeds_beats")
+        cell["beats"] = [m.strip() for m in beats.split(";") if m.strip()] if isinstance(beats, str) else []
     return cell
 
 

@@ -109,3 +109,45 @@ def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_en
     table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
     assert (table.loc["same", "n"] == 5).all() and table.loc[("gap", "B"), "decision"] == "worse"
     assert f"--seeds auto: {len(done)} trials run vs 20 in the fixed 5-seed grid" in proc.stdout
+
+
+@pytest.mark.slow
+def test_four_losses_on_two_noise_rates_mark_every_significant_pair_with_holm_over_the_cell(tmp_path, sweep_env):
+    """The built-in grid with --seeds auto: 2 cells x 4 losses x 3-4 seeds of 3 epochs (24-32 small trials)."""
+    from analysis import load_trials
+    from analysis.statistics.seed_rule import SeedRule
+    from analysis.statistics.seeds import decide
+
+    losses = ["ce", "label_smoothing", "gce", "sce"]
+    argv = [
+        *("--loss", ",".join(losses), "--noise-types", "sym", "--noise-rates", "0.2,0.6", "--epochs", "3"),
+        *("--seeds", "auto", "--min-seeds", "3", "--max-seeds", "4", "--name", "auto4", "--quiet"),
+        *("--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5"),
+    ]
+    proc = subprocess.run(
+        [PY, "sweeps/noise_grid.py", *argv], cwd=ROOT, env=sweep_env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    experiment = tmp_path / "runs" / "auto4"
+    table = pd.read_csv(experiment / "report" / "seeds.csv", keep_default_na=False)
+    assert sorted(table["method"]) == sorted(losses * 2) and set(table["noise_rate"]) == {0.2, 0.6}
+    assert "Holm-corrected over the 6 pairs of methods of each cell" in table["rule"].iloc[0]
+
+    # the marks are Holm over each cell's 6 pairs of the finished trials' values: decide them again here
+    trials = load_trials(str(experiment))
+    rule = SeedRule(min_seeds=3, max_seeds=4)
+    results = {}
+    for _, t in trials.iterrows():
+        cell = results.setdefault(t["config/noise_rate"], {})
+        cell.setdefault(t["config/loss"], {})[int(t["config/seed"])] = t["last/val/acc"]
+    again = {(r["cell"], r["method"]): r for r in decide(results, rule)}
+    marked = 0
+    for _, row in table.iterrows():
+        beats = [m for m in row["beats"].split("; ") if m]
+        assert sorted(beats) == sorted(again[row["noise_rate"], row["method"]]["beats"]), row.to_dict()
+        assert row["decision"] == again[row["noise_rate"], row["method"]]["decision"]
+        marked += len(beats)
+    assert marked >= 2  # at 3 epochs gce and sce are far behind ce: some pairs are significant
+    summary = (experiment / "report" / "summary.txt").read_text()
+    for _, row in table[table["beats"] != ""].iterrows():
+        assert f"{row['decision']}; > {row['beats'].replace('; ', ', ')}" in summary

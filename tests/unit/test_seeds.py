@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from analysis.statistics import sequential
-from analysis.statistics.seeds import SeedRule, decide, decide_arrays, look_pvalues, look_weights, pair_pvalues, union_p
+from analysis.statistics.seed_looks import look_weights, pair_evidence, tost_pvalues, union_p
+from analysis.statistics.seeds import SeedRule, decide, decide_arrays
 from analysis.statistics.stats import holm
 from trainables.experiment.objective import Objective
 
@@ -75,7 +76,7 @@ def test_the_worse_method_stops_while_the_undecided_one_continues():
             "C": _by_seed(89.5 + rng.normal(0, 1, 6)),
         }
     }
-    rows = _rows(results, SeedRule(max_seeds=10))
+    rows = _rows(results, SeedRule(max_seeds=10, futility=0))  # the close pair stays open until the cap
     best = next(m for (_, m), r in rows.items() if r["decision"] == "best")
     assert best in ("A", "C") and rows["c", "B"]["decision"] == "worse" and not rows["c", "B"]["needs_more"]
     assert rows["c", best]["needs_more"]
@@ -110,22 +111,22 @@ def test_union_p_is_the_smallest_weighted_look():
 
 @pytest.mark.parametrize("shape", ["obf", "pocock"])
 def test_the_exact_boundary_holds_alpha_on_fresh_null_paths_and_beats_the_union_bound(shape):
-    # fresh null paths (another seed than the calibration's): paired differences of any variance
-    diffs = np.random.default_rng(7).normal(0, 3.0, (20000, 10))
-    exact = SeedRule(min_seeds=3, max_seeds=10, boundary=shape)
-    union = SeedRule(min_seeds=3, max_seeds=10, boundary="union", spending=shape)
-    level = (pair_pvalues(diffs, exact)[0] <= 0.05).mean()
+    # fresh null paths (another seed than the calibration's), of any variance; the paired test's law
+    a, b = np.random.default_rng(7).normal(0, 3.0, (2, 20000, 10))
+    exact = SeedRule(min_seeds=3, max_seeds=10, boundary=shape, pair_test="paired")
+    union = SeedRule(min_seeds=3, max_seeds=10, boundary="union", spending=shape, pair_test="paired")
+    level = (pair_evidence(a, b, exact).p <= 0.05).mean()
     assert abs(level - 0.05) < 4 * np.sqrt(0.05 * 0.95 / 20000)  # exact up to Monte-Carlo error
-    assert (pair_pvalues(diffs, union)[0] <= 0.05).mean() < level - 0.005  # the union bound wastes level
+    assert (pair_evidence(a, b, union).p <= 0.05).mean() < level - 0.005  # the union bound wastes level
 
 
 def test_a_look_not_taken_only_raises_the_sequential_p():
-    diffs = np.random.default_rng(8).normal(0.8, 1.0, (500, 10))
+    a, b = np.random.default_rng(8).normal(0.8, 1.0, (500, 10)), np.zeros((500, 10))
     rule = SeedRule(min_seeds=3, max_seeds=10)
-    p_all = pair_pvalues(diffs, rule)[0]
-    p_five = pair_pvalues(np.where(np.arange(10) < 5, diffs, np.nan), rule)[0]
+    p_all = pair_evidence(a, b, rule).p
+    p_five = pair_evidence(np.where(np.arange(10) < 5, a, np.nan), b, rule).p
     assert (p_five >= p_all).all() and (p_five > p_all).any()
-    assert pair_pvalues(np.full((1, 10), np.nan), rule)[0] == [1.0]
+    assert pair_evidence(np.full((1, 10), np.nan), np.zeros((1, 10)), rule).p == [1.0]
 
 
 def test_the_obrien_fleming_boundary_is_strict_early_and_near_the_fixed_test_late():
@@ -146,17 +147,16 @@ def test_the_family_is_one_cell_or_the_whole_sweep():
     sweep = decide_arrays(values, SeedRule(family="sweep"))["p_adjusted"]
     assert (np.nan_to_num(sweep) >= np.nan_to_num(cell)).all() and (np.nan_to_num(sweep) > np.nan_to_num(cell)).any()
     assert (
-        "each cell" in SeedRule().describe() and "all comparisons of the sweep" in SeedRule(family="sweep").describe()
+        "pair of methods of each cell" in SeedRule().describe()
+        and "every pair of methods of every cell of the sweep" in SeedRule(family="sweep").describe()
     )
     with pytest.raises(ValueError, match="family"):
         SeedRule(family="table")
 
 
-def test_look_pvalues_gives_the_two_one_sided_tests_of_tost():
-    p_diff, p_low, p_high = look_pvalues(
-        np.array([0.1, -0.1, 0.05, 0.0]), SeedRule(min_seeds=3, max_seeds=4, min_effect=1)
-    )
-    assert p_diff.shape == p_low.shape == p_high.shape == (2,) and (p_low < 0.05).all() and (p_high < 0.05).all()
+def test_tost_pvalues_gives_the_two_one_sided_tests_of_tost():
+    p_low, p_high = tost_pvalues(np.array([0.1, -0.1, 0.05, 0.0]), SeedRule(min_seeds=3, max_seeds=4, min_effect=1))
+    assert p_low.shape == p_high.shape == (2,) and (p_low < 0.05).all() and (p_high < 0.05).all()
 
 
 def test_bad_rules_are_refused():
@@ -173,11 +173,11 @@ def test_a_seed_after_a_gap_waits_for_the_missing_one():
 
 
 def test_the_simulation_counts_clear_effects_as_power_and_saves_seeds():
-    from benchmarks.seeds_auto import scenario
+    from benchmarks.seeds_auto import sweep_scenario
 
-    r = scenario(np.random.default_rng(0), 40, 4.0, SeedRule())
+    r = sweep_scenario(np.random.default_rng(0), 40, 4.0, SeedRule())
     assert r["sequential_power"] > 0.8 and r["sequential_seeds_per_cell"] < r["fixed_seeds_per_cell"]
-    aa = scenario(np.random.default_rng(1), 40, 0.0, SeedRule())
+    aa = sweep_scenario(np.random.default_rng(1), 40, 0.0, SeedRule())
     assert aa["sequential_power"] is None and aa["sequential_seeds_per_cell"] <= 30
 
 
@@ -192,13 +192,14 @@ def test_the_seeds_table_has_the_cell_axes_and_the_paper_marks():
     frame = seeds_frame(decide(results, rule), "loss", rule)
     assert list(frame.columns) == [
         *("noise_rate", "noise_type", "method", "n", "mean", "std", "diff_vs_best", "p_adjusted", "decision"),
-        *("compare", "rule"),
+        *("beats", "compare", "rule"),
     ]
-    marks = [decision_mark(row) for _, row in frame.rename(columns={"n": "seeds_n"}).iterrows()]
-    assert marks == ["n=4, best", "n=4, worse"] and frame.attrs["method_axis"] == "loss"
-    assert set(frame["rule"]) == {rule.describe()} and set(frame["compare"]) == {"loss"}
-    assert "Holm" in SeedRule().describe() and "O'Brien-Fleming" in SeedRule().describe()
-    assert "Lan & DeMets" in SeedRule(boundary="union").describe()
+    marks = [decision_mark(row) for _, row in frame.rename(columns={"n": "seeds_n", "beats": "seeds_beats"}).iterrows()]
+    assert marks == ["n=4, best; > gce", "n=4, worse"] and frame.attrs["method_axis"] == "loss"
+    assert set(frame["rule"]) == {rule.describe(2)} and set(frame["compare"]) == {"loss"}
+    assert "Holm" in SeedRule().describe() and "Haybittle-Peto" in SeedRule().describe()
+    assert "O'Brien-Fleming" in SeedRule(boundary="obf").describe()
+    assert "Lan & DeMets" in SeedRule(boundary="union", pair_test="paired").describe()
 
 
 def test_the_searcher_hands_out_seeds_until_decided_then_finishes(tmp_path):
@@ -248,7 +249,8 @@ def test_the_flags_offer_the_rules_families_and_boundaries_and_default_to_the_ru
     parser = argparse.ArgumentParser()
     seed_flags.add_seed_args(parser, compare_default="loss")
     choices = {action.dest: action.choices for action in parser._actions}
-    assert choices["family"] == ("cell", "sweep") and choices["boundary"] == ("obf", "pocock", "union")
+    assert choices["family"] == ("cell", "sweep") and choices["boundary"] == ("hp", "obf", "pocock", "union")
+    assert choices["pair_test"] == ("combined", "paired", "unpaired") and choices["pairs"] == ("best", "all")
     args = parser.parse_args([])
     args.seeds = "auto"
     settings = seed_flags.seed_rule_settings(args, {"loss": ["ce", "gce"]})
@@ -297,13 +299,13 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     trials, history = analysis.load_experiment(experiment)
 
     paper = analysis.paper_table(trials, history, analysis.Objective(select="last"))
-    assert paper.attrs["seed_rule"] == rule.describe() and paper.attrs["baseline"] is None  # no fixed-n † test
+    assert paper.attrs["seed_rule"] == rule.describe(2) and paper.attrs["baseline"] is None  # no fixed-n † test
     markdown, latex = (analysis.format_paper_table(paper, style) for style in ("markdown", "latex"))
     for text in (markdown, latex):
         assert "(n=3, worse)" in text and "(n=4, undecided)" in text and "(n=4, best)" in text
-        assert "Holm-corrected over the comparisons of each cell" in text and "No significance test" not in text
+        assert "Holm-corrected over the 1 pair of methods of each cell" in text and "No significance test" not in text
     summary = analysis.summary_text(trials, history, analysis.Objective(select="last"))
-    assert "(n=3, worse)" in summary and rule.describe() in summary
+    assert "(n=3, worse)" in summary and rule.describe(2) in summary
 
     best = analysis.best_runs(trials, analysis.Objective("val/acc", "max"))
     text = analysis.format_table(best)
@@ -311,7 +313,7 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
 
     document = summary_document(trials, history, analysis.Objective("val/acc", "max", select="last"))
     jsonschema.Draft202012Validator(schema("raysweep.summary/2")).validate(document)
-    assert document["seed_rule"] == rule.describe()
+    assert document["seed_rule"] == rule.describe(2)
     decisions = {(c["key"]["loss"], c["key"]["noise_rate"]): (c["seeds_n"], c["decision"]) for c in document["cells"]}
     assert decisions[("gce", 0.2)] == (3, "worse") and decisions[("gce", 0.4)] == (4, "undecided")
 
@@ -323,23 +325,24 @@ def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union
     shared = rng.normal(0, 3, (200, 2, 1, 10))  # each seed's split, noise and init: the same for every method
     own = rng.normal(0, 1, (200, 2, 2, 10))
     values = 85 + shared + own - np.array([[0.0, 2.0], [0.0, 0.0]])[..., None]  # cell 0: a 2-point gap; 1: twins
-    exact, union = run_sequential(values, SeedRule()), run_sequential(values, SeedRule(boundary="union"))
+    exact = run_sequential(values, SeedRule(pair_test="paired"))  # the same test, the exact boundary
+    union = run_sequential(values, SeedRule(boundary="union", pair_test="paired"))
     decided = lambda out: (out["decision"][:, 0] == 2).any(axis=-1)  # noqa: E731  (worse than the best)
     assert decided(exact).mean() >= decided(union).mean() and decided(exact).mean() > 0.8
     assert exact["n"][:, 0].sum(axis=-1).mean() < union["n"][:, 0].sum(axis=-1).mean()  # fewer seeds
-    twins_claimed = np.isin(exact["decision"][:, 1], (1, 2)).any(axis=-1).mean()
+    twins_claimed = run_sequential(values, SeedRule())["beats"][:, 1].any(axis=(-1, -2)).mean()  # the default
     assert twins_claimed <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)  # identical methods: a claim only at the error rate
 
 
 def test_the_null_law_is_cached_on_disk_and_a_torn_cache_is_recomputed(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     law = sequential.null_law.__wrapped__  # past the in-memory cache
-    first = law(3, 5, "obf", 2000)
-    path = sequential.cache_file(3, 5, "obf", 2000)
-    assert path.startswith(str(tmp_path)) and np.array_equal(law(3, 5, "obf", 2000)[0], first[0])
+    first = law(3, 5, "obf", "combined", 2000)
+    path = sequential.cache_file(3, 5, "obf", "combined", 2000)
+    assert path.startswith(str(tmp_path)) and np.array_equal(law(3, 5, "obf", "combined", 2000)[0], first[0])
     with open(path, "wb") as f:
         f.write(b"torn")
-    assert np.array_equal(law(3, 5, "obf", 2000)[1], first[1])  # recomputed: the same seeded paths
+    assert np.array_equal(law(3, 5, "obf", "combined", 2000)[1], first[1])  # recomputed: the same seeded paths
 
 
 def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path):
@@ -357,14 +360,25 @@ def test_a_torn_or_old_seeds_table_is_skipped_with_a_warning_naming_it(tmp_path)
         assert load_decisions(str(tmp_path)) is None
 
 
-def test_the_simulation_json_has_every_rho_and_the_keys_of_each_scenario(tmp_path):
+def test_the_simulation_json_has_every_row_and_the_keys_of_each(tmp_path, monkeypatch):
     import json
 
-    from benchmarks.seeds_auto import EFFECTS, RHOS, main
+    from benchmarks import seeds_auto
 
-    assert main(["--sweeps", "10", "--json", str(tmp_path / "out.json")]) == 0
+    # a small grid: every row kind (null and effect, side by side and sweeps) in seconds
+    monkeypatch.setattr(seeds_auto, "RHOS", (0.0, 0.9))
+    monkeypatch.setattr(seeds_auto, "EFFECTS", (0.0, 1.0))
+    monkeypatch.setattr(seeds_auto, "SWEEP_EFFECTS", (1.0,))
+    argv = ["--quick", "--null-draws", "30", "--draws", "20", "--sweeps", "3", "--check-draws", "1"]
+    assert seeds_auto.main([*argv, "--json", str(tmp_path / "out.json"), "--markdown", str(tmp_path / "out.md")]) == 0
     result = json.loads((tmp_path / "out.json").read_text())
-    assert {(r["rho"], r["effect_sd"]) for r in result["scenarios"]} == {(r, e) for r in RHOS for e in EFFECTS}
-    keys = {"rho", "effect_sd", "fixed_fwer", "fixed_power", "fixed_seeds_per_cell", "sequential_fwer"}
-    keys |= {"sequential_power", "sequential_seeds_per_cell", "sweeps"}
-    assert all(keys <= set(r) for r in result["scenarios"]) and result["rule"]["alpha"] == 0.05
+    assert {(r["rho"], r["effect_sd"]) for r in result["rows"]} == {(r, e) for r in (0.0, 0.9) for e in (0.0, 1.0)}
+    assert {(r["rho"], r["effect_sd"]) for r in result["sweeps"]} == {(0.0, 1.0), (0.9, 1.0)}
+    keys = {"rule_combined", "rule_paired", "rule_unpaired", "fixed_paired", "fixed_welch", "adastop", "goals_missed"}
+    assert all(keys <= set(r) for r in result["rows"]) and result["rule"]["alpha"] == 0.05
+    matched = str(result["adastop"]["alpha_matched"])
+    assert all(matched in r["adastop"] and "0.05" in r["adastop"] for r in result["rows"])
+    assert (
+        result["package_checked"] == 1
+        and "| rho | effect (sd) | raysweep (combined)" in (tmp_path / "out.md").read_text()
+    )

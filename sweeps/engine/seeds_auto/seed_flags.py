@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.statistics.seed_rule import BOUNDARIES, FAMILIES, SeedRule
+from analysis.statistics.seed_rule import BOUNDARIES, FAMILIES, PAIR_TESTS, PAIRS, SeedRule
 from sweeps.engine.flags import UsageError
+
+_CHOICES = ("family", "boundary", "pair_test", "pairs", "futility")
+"""The rule's settings given by flags as they are (unset: `SeedRule`'s default)."""
 
 
 def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) -> None:
@@ -30,7 +33,30 @@ def add_seed_args(parser: argparse.ArgumentParser, compare_default: str | None) 
         "--boundary",
         choices=BOUNDARIES,
         default=None,
-        help="exact O'Brien-Fleming (obf, the default) or Pocock boundary over the looks, or the union bound",
+        help="exact Haybittle-Peto-type (hp, the default), O'Brien-Fleming or Pocock boundary over the looks, "
+        "or the paired test's union bound",
+    )
+    group.add_argument(
+        "--pair-test",
+        choices=PAIR_TESTS,
+        default=None,
+        help="the test of two methods: combined (the default: the stronger of the paired and the two-sample "
+        "t-test, valid when a seed never helps one method while hurting the other), paired, or unpaired",
+    )
+    group.add_argument(
+        "--pairs",
+        choices=PAIRS,
+        default=None,
+        help="which comparisons get seeds until decided: each method with its cell's best (best, the default) "
+        "or every pair (all); every significant pair is reported either way",
+    )
+    group.add_argument(
+        "--futility",
+        type=float,
+        default=None,
+        metavar="CP",
+        help="stop a comparison undecided when its conditional power falls below CP "
+        f"(default {SeedRule.futility:g}; 0: never)",
     )
     group.add_argument(
         "--min-effect",
@@ -56,17 +82,13 @@ def seed_rule_settings(args: argparse.Namespace, axes: dict) -> dict | None:
     """Check the `--seeds auto` flags against the grid's `axes` (name -> values); None without auto.
 
     Returns:
-        keyword arguments of `analysis.statistics.seeds.SeedRule` (alpha, min_seeds, max_seeds, min_effect, family,
-        boundary; unset ones take `SeedRule`'s defaults).
+        keyword arguments of `analysis.statistics.seed_rule.SeedRule` (alpha, min_seeds, max_seeds, min_effect,
+        family, boundary, pair_test, pairs, futility; unset ones take `SeedRule`'s defaults).
     Raises:
         UsageError: a flag of auto given without it, a value out of range, or --compare not an
             axis of two or more values.
     """
-    given = [
-        f
-        for f in ("max_seeds", "min_seeds", "alpha", "min_effect", "family", "boundary")
-        if getattr(args, f) is not None
-    ]
+    given = [f for f in ("max_seeds", "min_seeds", "alpha", "min_effect", *_CHOICES) if getattr(args, f) is not None]
     if args.seeds != "auto":
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} applies to --seeds auto only")
@@ -81,5 +103,9 @@ def seed_rule_settings(args: argparse.Namespace, axes: dict) -> dict | None:
     if not args.compare or len(axes.get(args.compare, [])) < 2:
         found = ", ".join(str(k) for k, v in axes.items() if len(v) > 1) or "none"
         raise UsageError(f"--compare={args.compare} must name an axis of 2 or more values (axes: {found})")
-    chosen = {f: getattr(args, f) for f in ("family", "boundary") if getattr(args, f) is not None}
+    if args.futility is not None and not 0 <= args.futility < 1:
+        raise UsageError(f"--futility={args.futility} must be in [0, 1) (a conditional power; 0: never stop early)")
+    if args.boundary == "union" and (args.pair_test or SeedRule.pair_test) != "paired":
+        raise UsageError("--boundary union is the paired test's union bound: add --pair-test paired")
+    chosen = {f: getattr(args, f) for f in _CHOICES if getattr(args, f) is not None}
     return rule | {"min_effect": args.min_effect} | chosen

@@ -111,9 +111,7 @@ class SeedSearcher(Searcher):
         if not todo and self.running:
             return None
         if not todo:
-            if self.experiment_dir and not getattr(self, "recorded", False):
-                self.recorded = True
-                write_decisions(self.experiment_dir, self.results(), self.compare, self.rule)
+            self._record()
             return Searcher.FINISHED
         cell, method, seed = self.running[trial_id] = todo[0]
         return self.cells[cell] | {self.compare: method, "seed": seed}
@@ -129,6 +127,16 @@ class SeedSearcher(Searcher):
             self.failed.add(key)  # errored twice, or diverged (the same seed would diverge again): not rerun
         else:
             self.values[key] = float(value)
+        if not self.running and not next_seeds(
+            list(self.cells), self.methods, self.values, set(), self.failed, self.rule
+        ):
+            self._record()  # every planned trial ran: Tune stops without asking `suggest` again
+
+    def _record(self) -> None:
+        """Write the decisions once, when nothing is left to run (before the sweep's summary reads them)."""
+        if self.experiment_dir and not getattr(self, "recorded", False):
+            self.recorded = True
+            write_decisions(self.experiment_dir, self.results(), self.compare, self.rule)
 
     def results(self) -> dict:
         """{cell key: {method: {seed: metric}}} of the results so far, seeds below the cap."""
