@@ -82,15 +82,23 @@ def trial_name(trial) -> str:
     return f"{NAME}_{int(trial.experiment_tag.split('_')[0]):05d}"
 
 
-def print_outcome(results) -> None:
-    """After PBT: the ten best members (their final lr / weight decay) and where the exploit history is."""
-    from analysis.figures.search import top_trials
+def print_outcome(experiment_dir: str, objective) -> None:
+    """After PBT: the members ranked by their best logged value of the metric, with its epoch and the
+    hyperparameters in force then (`analysis/reading/pbt_members.py`), and where the exploit history is."""
+    import analysis
+    from analysis.reading.pbt_members import pbt_note
+    from analysis.tables.search_table import experiment_search_table, format_search_table
 
-    df = results.get_dataframe()
-    if len(df):
-        names = {r.metrics["trial_id"]: Path(r.path).name for r in results if r.metrics}
-        df["trial"] = df["trial_id"].map(names)
-        print(top_trials(df, k=10).to_string(index=False))  # lr / weight_decay: each member's final values
+    try:
+        trials, history = analysis.load_experiment(experiment_dir)
+        selected = analysis.add_selected(trials, history, [objective.metric], objective)
+    except analysis.ExperimentError as e:
+        print(f"no member table: {e}")
+        return
+    table = experiment_search_table(selected, objective)
+    if table is not None:
+        print(f"members ranked by {selected.attrs['select_text'][objective.metric]}. {pbt_note(selected)}")
+        print(format_search_table(table, scheduler=table.attrs["scheduler"]))
     print("each trial's pbt_policy and exploit history: Tune's pbt_*.txt files in the experiment folder")
 
 
@@ -163,7 +171,7 @@ def main(argv: list[str]) -> int:
             sweep.trainable, param_space=param_space, tune_config=tune_config, run_config=sweep.run_config
         ),
     )
-    print_outcome(rounds[0])
+    print_outcome(options.experiment_dir, options.objective)
     return code
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
+from analysis.reading.pbt_members import member_view
 from analysis.reading.trial_outcomes import trial_outcomes
 from analysis.reading.trial_table import assemble
 from analysis.reading.tune_files import read_experiment_files
@@ -65,10 +66,15 @@ def load_experiment(
     trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
     trials = [trials[i] for i in order]
-    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
+    population = getattr(sweep.get("search"), "kind", None) == "pbt"
+    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {}, population=population)
     trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", trial_outcomes(trials, prefix + root))
     metric = sweep.get("metric")
     mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
+    if population:  # each member a row of its own, its hyperparameters those at its best epoch
+        busy = {t["trial_id"]: t["busy"] for t in trials if t.get("busy")}
+        objective = Objective(metric, mode) if metric and mode in ("max", "min") else Objective()
+        trials_df = member_view(trials_df, history, objective, busy)
     test_metric = sweep.get("test_metric", Objective.test_metric)  # older sweeps: the default, when reported
     trials_df.attrs.update(
         experiment=prefix + root,
@@ -161,7 +167,9 @@ def load_history(
         training so far), ``timestamp`` (int Unix seconds), then one column per reported metric,
         named as reported (nested dicts joined with ``/``, e.g. ``val/acc``). A metric that a
         trial did not report at an iteration is NaN. Rows repeated after a restore from a
-        checkpoint (same trial and iteration) keep the later report.
+        checkpoint (same trial and iteration) keep the later report, except in a PBT experiment:
+        there every row logged is kept, in the order logged (a member that took another's
+        checkpoint trains those iterations again, as another model).
 
     Raises:
         ExperimentError: as for :func:`load_trials`.

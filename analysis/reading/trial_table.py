@@ -45,12 +45,20 @@ _NOT_METRICS = _TUNE_KEYS | set(_HISTORY_KEEP) | {"diverged"}
 
 
 def assemble(
-    trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: str, root: str, modes: Mapping[str, str]
+    trials: list[dict],
+    raw: pd.DataFrame,
+    order: list[int],
+    prefix: str,
+    root: str,
+    modes: Mapping[str, str],
+    *,
+    population: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trial table and history from the trial dicts (sorted) and the raw result rows."""
+    """Trial table and history from the trial dicts (sorted) and the raw result rows; ``population``: a
+    PBT experiment, whose repeated iterations are kept (:func:`_history_table`)."""
     ids = np.array([t["trial_id"] for t in trials], dtype=object)
-    history = _history_table(raw, ids, order)
-    metrics = [c for c in history.columns if c not in _NOT_METRICS]
+    history = _history_table(raw, ids, order, population)
+    metrics = [c for c in history.columns if c not in _NOT_METRICS and not c.startswith("config/")]
     numeric = [
         c for c in metrics if pd.api.types.is_numeric_dtype(history[c]) and not pd.api.types.is_bool_dtype(history[c])
     ]
@@ -64,9 +72,12 @@ def assemble(
     return pd.concat(parts, axis=1), history
 
 
-def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int]) -> pd.DataFrame:
-    """The long history: Tune's bookkeeping keys dropped, ``trial_id`` first, rows in trial order,
-    a row repeated after a restore (same trial and iteration) kept once (the later report)."""
+def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int], population: bool) -> pd.DataFrame:
+    """The long history: Tune's bookkeeping keys dropped, ``trial_id`` first, rows in trial order, each
+    trial's in the order logged. A row repeated after a restore (same trial and iteration) is kept once
+    (the later report: a retry or resume trained that epoch again), except in a PBT ``population``:
+    there a member that took another's checkpoint trains those iterations again as another model,
+    so every row logged is kept."""
     position = np.empty(len(ids), dtype=np.int64)
     position[order] = np.arange(len(ids))  # raw _trial (read order) -> row in the sorted trial table
     history = raw.drop(columns=[c for c in _TUNE_KEYS if c in raw.columns])
@@ -77,7 +88,8 @@ def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int]) -> pd.D
         history["training_iteration"] = history.groupby("trial_id", sort=False).cumcount() + 1
     keep = ["trial_id"] + [c for c in _HISTORY_KEEP if c in history.columns]
     history = history[keep + [c for c in history.columns if c not in keep]]
-    history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
+    if not population:
+        history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
     return _join_final_blocks(history)
 
 

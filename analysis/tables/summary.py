@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.progress import describe_counts
 from analysis.reading.load import duplicates_line, load_experiment
+from analysis.reading.pbt_members import BEST_EPOCH, MEMBER, pbt_note
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
@@ -122,8 +123,18 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
     ]
     if duplicates_line(trials):
         lines.append(duplicates_line(trials))
-    lines.append(_best_line(tables))
+    lines += [line for line in (pbt_note(trials),) if line]
+    lines.append(_best_line(tables) + _best_epoch(trials, tables.best))
     return "\n".join(lines) + "\n"
+
+
+def _best_epoch(trials: pd.DataFrame, best: pd.Series | None) -> str:
+    """Of a PBT experiment's best member: `; its best val/acc at epoch 17` (`analysis.reading.pbt_members`)."""
+    pbt = trials.attrs.get("pbt")
+    if not pbt or best is None or "member" not in best or MEMBER not in trials:
+        return ""
+    epochs = trials.loc[trials[MEMBER] == best["member"], BEST_EPOCH].dropna()
+    return f"; its best {pbt['metric']} at epoch {epochs.iloc[0]}" if len(epochs) else ""
 
 
 def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:

@@ -344,7 +344,8 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial]
+        + ray_private.history_keeping_loggers(),  # result.json, progress.csv: Tune's own drop rows at a restore
         "stop": initial[0] if initial else None,
         "verbose": 0,
     }
