@@ -195,7 +195,8 @@ def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, e
 
 def _iterations(trial: dict) -> int:
     """Results a trial reported: its last row's ``training_iteration``, or the state's when that is
-    later (Tune's result.json of a PBT member paused and restored can lack its last rows)."""
+    later (Tune's result.json of a PBT member paused and restored can lack its last rows), and the
+    rows its command logged after Tune stopped it (:mod:`analysis.reading.late_rows`)."""
     logged = trial["tail"].get("training_iteration") or 0
     state = (trial.get("last_result") or {}).get("training_iteration") or 0
-    return int(max(logged, state))
+    return int(max(logged, state)) + trial.get("late", 0)

@@ -10,6 +10,7 @@ Ray 2.x layout::
                                                    and in a PBT experiment, whose result.json may lack rows)
     <experiment>/<trial dir>/params.json           the resolved config
     <experiment>/<trial dir>/error.txt             traceback of an errored trial
+    <experiment>/<trial dir>/late_rows.json        a command's rows after Tune stopped it (`late_rows.py`)
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
     <experiment>/searcher-state-*.pkl, pbt_global.txt   a search's own record (`analysis/reading/search_record.py`)
 
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
+from analysis.reading.late_rows import add_late_rows
 from analysis.reading.search_record import PBT_LOG, PBT_SCHEDULERS, read_search_record
 from analysis.reading.tune_state import folder_trial, list_dir, listed_trials, read_bytes, sweep_settings
 from trainables.experiment.errors import ExperimentError
@@ -100,7 +102,7 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     )
     for trial in trials:
         _read_trial_files(fs, root, trial, both)
-    rows = _parse_results(trials, display, population=both)
+    rows = add_late_rows(fs, root, trials, _parse_results(trials, display, population=both))
     for trial in trials:
         _complete_trial(fs, root, trial)
     sweep["search"] = read_search_record(fs, root, files, sweep, trials)

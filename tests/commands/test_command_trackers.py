@@ -127,3 +127,42 @@ def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
     by_lr = {r.config["lr"]: r for r in grid}
     assert by_lr[0.5].metrics["epoch"] == 8
     assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5
+
+
+@pytest.mark.slow
+def test_asha_keeps_the_epochs_a_trial_wrote_before_it_exited(ray_gpus, tmp_path):
+    """A script whose Hugging Face `trainer_state.json` is read as it exits (its 3 epochs take no time): ASHA
+    stops the worse trial at its first result, after the script ran all its epochs. Tune logs no result
+    of a stopped trial; the runtime keeps them (`late_rows.json`) and the history holds all 3 epochs."""
+    from ray import tune
+    from ray.tune import RunConfig, TuneConfig, Tuner
+    from ray.tune.schedulers import ASHAScheduler
+
+    import analysis
+    from trainables.command.runner import train_command
+
+    template = [sys.executable, SCRIPT, "--tracker", "hf", "--lr", "{lr}", "--out", "{trial_dir}"]
+    template += ["--epochs", "3", "--start-delay", "{start_delay}"]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from="hf")
+    space = {  # the worse trial starts late, so it meets the better one's score at the first rung and is cut
+        "lr": tune.grid_search([0.5, -0.5]),
+        "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
+    }
+    grid = Tuner(
+        tune.with_resources(trainable, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=TuneConfig(
+            metric="val_acc", mode="max", scheduler=ASHAScheduler(time_attr="epoch", max_t=3, grace_period=1)
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    ).fit()
+    assert not grid.errors
+    by_lr = {r.config["lr"]: r for r in grid}
+    assert by_lr[-0.5].metrics["epoch"] < 3  # Tune stopped it before it took the last epochs
+    trials, history = analysis.load_experiment(tmp_path / "asha")
+    for lr, result in by_lr.items():
+        trial_id = result.metrics["trial_id"]
+        rows = history[history["trial_id"] == trial_id]
+        assert list(rows["epoch"]) == [1, 2, 3], lr
+        assert list(rows["val_acc"]) == pytest.approx([0.5 + lr * e / 10 for e in (1, 2, 3)]), lr
+        assert trials.set_index("trial_id").loc[trial_id, "iterations"] == 3, lr

@@ -157,7 +157,8 @@ NOT_RUN = {  # command -> why the test only parses it
     "python sweeps/noise_grid.py --address HEAD_IP:6379 --storage-path /mnt/nfs/runs --seeds 3": CLUSTER,
     "python sweeps/noise_grid.py --mlflow-uri": GRID_MINUTES + "; tests/sweeps/test_trackers.py logs to sqlite",
     "python sweeps/noise_grid.py --mlflow-uri http://mlflow-host:5000": "needs an MLflow server",
-    "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES + "; tests/sweeps/test_trackers.py runs W&B offline",
+    "python sweeps/noise_grid.py --wandb-project noise": GRID_MINUTES
+    + "; tests/sweeps/test_trackers.py runs W&B offline",
     "python sweeps/run_command.py --axis dataset,num_classes=caltech101:100,oxford_pets:37 --seeds 3 "
     "--metric val_acc --test-metric accuracy -- python train.py --dataset '{dataset}' --num-classes "
     "'{num_classes}' --seed '{seed}' --out '{trial_dir}'": "needs the user's train.py and its data sets",

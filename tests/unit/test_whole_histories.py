@@ -20,7 +20,8 @@ from analysis.reading.pbt_members import BEST_EPOCH, MEMBER
 from analysis.tables.formatting import short_value
 from tests.analysis_fixtures import pbt_experiment, trial_spec, write_experiment
 from trainables import ray_private
-from trainables.command.parse import read_line
+from trainables.command.parse import StepContext, read_line
+from trainables.experiment.objective import Objective
 from trainables.experiment.records import JOINS_STEP_METRIC
 
 
@@ -184,12 +185,32 @@ def test_picture_titles_show_short_values():
     assert short_value(np.float64(0.784538)) == "0.78"
 
 
-def test_transformers_5_trainer_dicts_with_quoted_numbers_are_metrics():
-    line = "{'eval_loss': '0.3431', 'eval_accuracy': '0.874', 'eval_runtime': '1.2', 'epoch': '2.0'}"
-    assert read_line(line, "epoch")[0] == {
-        "eval_loss": 0.3431,
-        "eval_accuracy": 0.874,
-        "eval_runtime": 1.2,
-        "epoch": 2.0,
-    }
+def test_transformers_5_trainer_console_dicts_give_one_result_per_epoch_without_trainer_state():
+    """save_strategy="no": no trainer_state.json, only what the Trainer prints (values quoted in transformers 5)."""
+    printed = [
+        "{'loss': '0.6931', 'grad_norm': '1.234', 'learning_rate': '4.5e-05', 'epoch': '1.0'}",
+        "{'eval_loss': '0.3431', 'eval_accuracy': '0.874', 'eval_runtime': '1.2', 'epoch': '1.0'}",
+        "{'loss': '0.5', 'grad_norm': '1.1', 'learning_rate': '2e-05', 'epoch': '2.0'}",
+        "{'eval_loss': '0.2865', 'eval_accuracy': '0.9', 'eval_runtime': '1.1', 'epoch': '2.0'}",
+        "{'train_runtime': '12.3', 'train_samples_per_second': '100.5', 'train_loss': '0.55', 'epoch': '2.0'}",
+    ]
+    context = StepContext("epoch", objective=Objective("eval_accuracy", test_metric=None))
+    results = [r for line in printed for r in context.feed(line)] + context.close()
+    assert [(r["epoch"], r["eval_accuracy"]) for r in results[:2]] == [(1.0, 0.874), (2.0, 0.9)]
+    assert results[2]["train_loss"] == 0.55 and results[2]["epoch"] == 2.0  # the run's summary: its final block
     assert read_line("{'lr': 0.1, 'data_path': '../datasets'}", "epoch")[0] == {}  # a configuration
+
+
+def test_rows_a_command_logged_after_tune_stopped_it_join_its_history(tmp_path):
+    """ASHA stopped the trial on its epoch-1 result; its command had run epochs 2 and 3 and a final test block
+    (joined to epoch 3): `late_rows.json` holds its last rows, the history adds those after epoch 1."""
+    rows = [{"epoch": 1, "val_acc": 0.5}]
+    experiment = write_experiment(tmp_path, "asha", [trial_spec("t0", {"lr": 0.1}, rows)], metric="val_acc")
+    folder = next(experiment.glob("train_*"))
+    late = [{"epoch": e, "val_acc": 0.5 + e / 10, "timestamp": 1} for e in (1, 2, 3)]
+    late.append({"epoch": 3, "val_acc": 0.8, "test_acc": 0.7, JOINS_STEP_METRIC: 1, "timestamp": 1})
+    (folder / "late_rows.json").write_text(json.dumps({"rows": late}))
+    trials, history = analysis.load_experiment(experiment)
+    assert list(history["epoch"]) == [1, 2, 3] and list(history["training_iteration"]) == [1, 2, 4]
+    assert list(history["val_acc"]) == [0.5, 0.7, 0.8] and history["test_acc"].iloc[-1] == 0.7
+    assert trials["iterations"].iloc[0] == 4 and trials["last/val_acc"].iloc[0] == 0.8

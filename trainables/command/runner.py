@@ -66,6 +66,7 @@ from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
+LATE_ROWS_KEPT = 20  # the last results kept for `late_rows.json` (Tune may drop those reported just before it stopped)
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
@@ -125,7 +126,7 @@ def train_command(
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
-        if not _read_and_report(proc, output, reporter, grace_period_s):
+        if not _read_and_report(proc, output, reporter, grace_period_s, writes):
             verdict(proc.wait(), argv, reporter, output, reading, cwd)
             _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
@@ -150,6 +151,8 @@ class StepReporter:
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
+    stopped: bool = False  # Tune stopped the trial (a scheduler, a time budget): it takes no report now
+    recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -183,12 +186,27 @@ class StepReporter:
                 continue  # reported before a retry / resume; the script redid it from its own checkpoint
             if final and self.last_result is not None and self.last_result[key] == result[key]:
                 result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
-            _report(result, key)
+            self._report(result)
             if self.last_result is None:
                 self.ticket.call("reported")  # the command works: the sweep's other trials may start
             self.last_result = result
             self.last_step = result[key] if last is None else max(last, result[key])
         return False
+
+    def _report(self, result: dict) -> None:
+        """`tune.report` the result, unless Tune stopped the trial (then its report raises SystemExit)."""
+        row = {**result, "epoch": result[self.step_key], "timestamp": int(time.time())}
+        self.recent = [*self.recent[1 - LATE_ROWS_KEPT :], row]
+        try:
+            if not self.stopped:
+                _report(result, self.step_key)
+        except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
+            self.stopped = True
+
+    def keep_late(self) -> None:
+        """Once Tune stopped the trial, write its last rows as `late_rows.json` (the history adds those it lacks)."""
+        if self.stopped and self.recent:
+            records.write_late_rows(self.trial_folder, self.recent)
 
 
 def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
@@ -293,14 +311,19 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     )
 
 
-def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float) -> bool:
-    """Report each result as the command's output arrives, until its pipes close (or a process that
-    left the group holds them open) and the last lines are read; True when the trial ends early (a
-    diverged result, or Tune asked it to stop)."""
-    exited_at = None
+def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes) -> bool:
+    """Report each result as the command's output arrives, until its pipes close (or a process that left the group
+    holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
+    the command is then ended after its `writes`, and what it wrote until it exited is kept in `late_rows.json`)."""
+    exited_at = stopped_at = None
     while output.open_streams:
-        if reporter.report_new(output.poll(POLL_S)) or _stop_requested():
+        if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
+        reporter.stopped = reporter.stopped or _stop_requested()
+        if reporter.stopped and stopped_at is None:
+            stopped_at = exited_at = exited_at or time.monotonic()
+            reporter.keep_late()  # at once: the worker may be ended before the last lines are read
+            terminate_group(proc, grace_period_s, writes)  # a command still training: its pipes then close
         if exited_at is None and proc.poll() is not None:
             exited_at = time.monotonic()
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
@@ -311,7 +334,7 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
         return True
     # what the last step printed; a script that crashed before its first step printed no result (a config dump)
     last = output.context.close(exit_code_soon(proc) not in (None, 0))
-    return reporter.report_new(events.close(last) if events else last, final=True)
+    return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
 def _end_command(
@@ -320,6 +343,7 @@ def _end_command(
     """End what is left of the command's group (after its writes, within the grace period; `watchdog`: the
     watchdog's pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
     terminate_group(proc, grace_period_s, writes)
+    reporter.keep_late()
     reporter.ticket.call("left")
     output.log.close()
     if watchdog is not None:

@@ -15,6 +15,7 @@
             divergence.json                 the dump of a diverged trial
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
             failure.json                    a command trial's last failure (`outcome.TrialFailure`)
+            late_rows.json                  rows a command logged once Tune had stopped its trial (read_late_rows)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
             work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
@@ -53,6 +54,7 @@ CONFUSION_FILE = "confusion.json"
 DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
 FAILURE_FILE = "failure.json"
+LATE_ROWS_FILE = "late_rows.json"
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
@@ -311,3 +313,19 @@ def read_command_step(checkpoint: Folder) -> dict | None:
 def write_command_step(checkpoint: Folder, step: float) -> str:
     """Write `{"step": step}` into a command trial's checkpoint folder."""
     return write_record(record_path(checkpoint, COMMAND_STEP_FILE), {"step": step})
+
+
+def read_late_rows(trial: Folder) -> list[dict]:
+    """The rows a command trial logged once Tune had stopped it (`late_rows.json`: Tune takes no report
+    then, so they are not in its result.json), each a result as reported (`epoch` its step, `timestamp`
+    in Unix seconds); [] when there are none."""
+    record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
+    rows = record.get("rows")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def write_late_rows(trial: Folder, rows: list[dict]) -> str:
+    """Write `{"rows": [...]}` as the trial's `late_rows.json` (`trainables/command/runner.py:StepReporter`):
+    the results of its last steps, from shortly before Tune stopped it (a scheduler's decision, a time
+    budget) until its command ended; the history adds those after its last logged step."""
+    return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows})
