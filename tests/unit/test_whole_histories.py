@@ -214,3 +214,24 @@ def test_rows_a_command_logged_after_tune_stopped_it_join_its_history(tmp_path):
     assert list(history["epoch"]) == [1, 2, 3] and list(history["training_iteration"]) == [1, 2, 4]
     assert list(history["val_acc"]) == [0.5, 0.7, 0.8] and history["test_acc"].iloc[-1] == 0.7
     assert trials["iterations"].iloc[0] == 4 and trials["last/val_acc"].iloc[0] == 0.8
+
+
+def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkeypatch):
+    """Tune stops the trial while it reports epoch 2 (its report raises SystemExit): epochs 2 and 3, which the
+    command already wrote, go to late_rows.json with epoch 1, and nothing more is sent to Tune."""
+    from trainables.command import runner
+
+    sent = []
+
+    def report(result, step_key):
+        if result["epoch"] == 2:
+            raise SystemExit(0)
+        sent.append(result["epoch"])
+
+    monkeypatch.setattr(runner, "_report", report)
+    reporter = runner.StepReporter("epoch", tmp_path)
+    assert not reporter.report_new([{"epoch": e, "val_acc": 0.5 + e / 10} for e in (1, 2, 3)])
+    reporter.keep_late()
+    assert sent == [1] and reporter.stopped
+    late = json.loads((tmp_path / "late_rows.json").read_text())["rows"]
+    assert [(r["epoch"], r["val_acc"]) for r in late] == [(1, 0.6), (2, 0.7), (3, 0.8)]

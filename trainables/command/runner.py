@@ -315,13 +315,13 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     """Report each result as the command's output arrives, until its pipes close (or a process that left the group
     holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
     the command is then ended after its `writes`, and what it wrote until it exited is kept in `late_rows.json`)."""
-    exited_at = stopped_at = None
+    exited_at = cut = None  # cut: Tune stopped the trial while its command still ran
     while output.open_streams:
         if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
         reporter.stopped = reporter.stopped or _stop_requested()
-        if reporter.stopped and stopped_at is None:
-            stopped_at = exited_at = exited_at or time.monotonic()
+        if reporter.stopped and cut is None:
+            cut, exited_at = proc.poll() is None, exited_at or time.monotonic()
             reporter.keep_late()  # at once: the worker may be ended before the last lines are read
             terminate_group(proc, grace_period_s, writes)  # a command still training: its pipes then close
         if exited_at is None and proc.poll() is not None:
@@ -332,8 +332,8 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events, written = output.events, output.written_since()
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
-    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
-    last = output.context.close(exit_code_soon(proc) not in (None, 0))
+    # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
+    last = [] if cut else output.context.close(exit_code_soon(proc) not in (None, 0))
     return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
