@@ -92,12 +92,13 @@ def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None
         raise GpuOutOfMemory(f"ran out of GPU memory at {gpus_per_trial:g} GPU: {message}") from e
 
 
-def is_gpu_oom(error: BaseException | None) -> bool:
-    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray) was a GPU OOM."""
+def is_gpu_oom(error: BaseException | str | None) -> bool:
+    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray; a str for a trial Tune
+    failed itself, e.g. "Could not re-use actor") was a GPU OOM."""
     while error is not None:
         if isinstance(error, (GpuOutOfMemory, torch.cuda.OutOfMemoryError)) or "GpuOutOfMemory" in str(error):
             return True
-        error = error.__cause__
+        error = getattr(error, "__cause__", None)
     return False
 
 

@@ -270,6 +270,7 @@ def test_is_gpu_oom_sees_through_wrapping():
     assert gpu.is_gpu_oom(wrapped)
     assert gpu.is_gpu_oom(RuntimeError("ray::ImplicitFunc.train() ... trainables.gpu.GpuOutOfMemory: ran out"))
     assert not gpu.is_gpu_oom(ValueError("bad value"))
+    assert not gpu.is_gpu_oom("Could not re-use actor for trial t")  # Tune's own errors can be text
     assert not gpu.is_gpu_oom(None)
 
 

@@ -126,7 +126,7 @@ def train_command(
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
-        if not _read_and_report(proc, output, reporter, grace_period_s, writes):
+        if not _read_and_report(proc, output, reporter, grace_period_s):
             verdict(proc.wait(), argv, reporter, output, reading, cwd)
             _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
@@ -311,19 +311,18 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     )
 
 
-def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes) -> bool:
+def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float) -> bool:
     """Report each result as the command's output arrives, until its pipes close (or a process that left the group
     holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
-    the command is then ended after its `writes`, and what it wrote until it exited is kept in `late_rows.json`)."""
-    exited_at = cut = None  # cut: Tune stopped the trial while its command still ran
+    its rows from then on, and those a command that had exited wrote, are kept in `late_rows.json`)."""
+    exited_at = None
     while output.open_streams:
         if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
         reporter.stopped = reporter.stopped or _stop_requested()
-        if reporter.stopped and cut is None:
-            cut, exited_at = proc.poll() is None, exited_at or time.monotonic()
-            reporter.keep_late()  # at once: the worker may be ended before the last lines are read
-            terminate_group(proc, grace_period_s, writes)  # a command still training: its pipes then close
+        if reporter.stopped and proc.poll() is None:  # still training: ended at once (Tune waits 2 s to reuse
+            reporter.keep_late()  # the worker), the step it was in dropped; a command that exited is read to its end
+            return True
         if exited_at is None and proc.poll() is not None:
             exited_at = time.monotonic()
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
@@ -332,8 +331,8 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events, written = output.events, output.written_since()
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
-    # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
-    last = [] if cut else output.context.close(exit_code_soon(proc) not in (None, 0))
+    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
+    last = output.context.close(exit_code_soon(proc) not in (None, 0))
     return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
