@@ -66,7 +66,6 @@ from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
-LATE_ROWS_KEPT = 20  # the last results kept for `late_rows.json` (Tune may drop those reported just before it stopped)
 
 
 @titled_trial  # the worker shows `ray::<trial name>`; the command gets RAYSWEEP_TRIAL_NAME
@@ -196,7 +195,7 @@ class StepReporter:
     def _report(self, result: dict) -> None:
         """`tune.report` the result, unless Tune stopped the trial (then its report raises SystemExit)."""
         row = {**result, "epoch": result[self.step_key], "timestamp": int(time.time())}
-        self.recent = [*self.recent[1 - LATE_ROWS_KEPT :], row]
+        self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], row]
         try:
             if not self.stopped:
                 _report(result, self.step_key)
@@ -339,8 +338,8 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
 def _end_command(
     proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes: Writes, watchdog: int | None
 ) -> None:
-    """End what is left of the command's group (after its writes, within the grace period; `watchdog`: the
-    watchdog's pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
+    """End what is left of the command's group (after its writes, within the grace period; `watchdog`: its pipe),
+    keep a stopped trial's last rows, leave the sweep's gate, close `command_stdout.txt`, flush stdout/stderr."""
     terminate_group(proc, grace_period_s, writes)
     reporter.keep_late()
     reporter.ticket.call("left")
@@ -349,6 +348,8 @@ def _end_command(
         os.close(watchdog)
     for stream in output.echo.values():
         stream.flush()
+    if reporter.stopped:  # end as Tune's report does (it cleared its stop event): else Tune waits for a last result
+        raise SystemExit(0)
 
 
 def _report(result: dict, step_key: str) -> None:

@@ -55,6 +55,7 @@ DIVERGENCE_FILE = "divergence.json"
 OOM_MARKER = "gpu_oom.json"
 FAILURE_FILE = "failure.json"
 LATE_ROWS_FILE = "late_rows.json"
+LATE_ROWS_KEPT = 20  # the last results it keeps (Tune may drop those reported just before it stopped the trial)
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
