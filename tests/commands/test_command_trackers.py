@@ -137,12 +137,12 @@ def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
 
 @pytest.mark.slow
 def test_asha_keeps_the_epochs_a_trial_wrote_before_it_exited(ray_gpus, tmp_path):
-    """A script whose Hugging Face `trainer_state.json` is read as it exits (its 3 epochs take no time): ASHA
+    """A script whose Hugging Face `trainer_state.json` is written as it exits (`save_state()`) and read then: ASHA
     stops the worse trial at its first result, after the script ran all its epochs. Tune logs no result
     of a stopped trial; the runtime keeps them (`late_rows.json`) and the history holds all 3 epochs."""
     import analysis
 
-    by_lr = asha_pair(tmp_path, "hf", 3)
+    by_lr = asha_pair(tmp_path, "hf", 3, "--at-exit")
     assert by_lr[-0.5].metrics["epoch"] < 3  # Tune stopped it before it took the last epochs
     trials, history = analysis.load_experiment(tmp_path / "asha")
     for lr, result in by_lr.items():

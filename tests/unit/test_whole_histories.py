@@ -223,12 +223,12 @@ def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkey
 
     sent = []
 
-    def report(result, step_key):
-        if result["epoch"] == 2:
-            raise SystemExit(0)
-        sent.append(result["epoch"])
+    def report(metrics, checkpoint):
+        if metrics["epoch"] == 2:
+            raise SystemExit(0)  # as Tune's report does once the trial is stopped
+        sent.append(metrics["epoch"])
 
-    monkeypatch.setattr(runner, "_report", report)
+    monkeypatch.setattr(runner.tune, "report", report)
     reporter = runner.StepReporter("epoch", tmp_path)
     assert not reporter.report_new([{"epoch": e, "val_acc": 0.5 + e / 10} for e in (1, 2, 3)])
     reporter.keep_late()

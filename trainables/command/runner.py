@@ -125,7 +125,7 @@ def train_command(
     watchdog = None
     try:
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
-        if not _read_and_report(proc, output, reporter, grace_period_s):
+        if not _read_and_report(proc, output, reporter, grace_period_s, writes):
             verdict(proc.wait(), argv, reporter, output, reading, cwd)
             _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
@@ -193,14 +193,19 @@ class StepReporter:
         return False
 
     def _report(self, result: dict) -> None:
-        """`tune.report` the result, unless Tune stopped the trial (then its report raises SystemExit)."""
-        row = {**result, "epoch": result[self.step_key], "timestamp": int(time.time())}
-        self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], row]
-        try:
-            if not self.stopped:
-                _report(result, self.step_key)
-        except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
-            self.stopped = True
+        """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring), unless Tune
+        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`."""
+        metrics = {**result, "epoch": result[self.step_key]}
+        self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], {**metrics, "timestamp": int(time.time())}]
+        if self.stopped:
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            records.write_command_step(folder, result[self.step_key])
+            try:
+                tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+            except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
+                self.stopped = True
+        refresh_title()  # Ray retitled the worker around the report
 
     def keep_late(self) -> None:
         """Once Tune stopped the trial, write its last rows as `late_rows.json` (the history adds those it lacks)."""
@@ -310,18 +315,20 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     )
 
 
-def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float) -> bool:
+def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes) -> bool:
     """Report each result as the command's output arrives, until its pipes close (or a process that left the group
     holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
-    its rows from then on, and those a command that had exited wrote, are kept in `late_rows.json`)."""
-    exited_at = None
+    the command is then ended after its `writes`, and what it wrote is still read, into `late_rows.json`)."""
+    exited_at = cut = None  # cut: Tune stopped the trial while its command still ran
     while output.open_streams:
         if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
         reporter.stopped = reporter.stopped or _stop_requested()
-        if reporter.stopped and proc.poll() is None:  # still training: ended at once (Tune waits 2 s to reuse
-            reporter.keep_late()  # the worker), the step it was in dropped; a command that exited is read to its end
-            return True
+        if reporter.stopped and cut is None:
+            cut = proc.poll() is None  # still training: the step it was in is not kept
+            reporter.keep_late()  # at once: the worker may be ended before the last lines are read
+            terminate_group(proc, grace_period_s, writes)
+            exited_at = time.monotonic() - grace_period_s - 4  # its last lines: 1 s more (Tune reuses workers in 2)
         if exited_at is None and proc.poll() is not None:
             exited_at = time.monotonic()
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
@@ -330,8 +337,8 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events, written = output.events, output.written_since()
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
-    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
-    last = output.context.close(exit_code_soon(proc) not in (None, 0))
+    # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
+    last = [] if cut else output.context.close(exit_code_soon(proc) not in (None, 0))
     return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
@@ -350,15 +357,6 @@ def _end_command(
         stream.flush()
     if reporter.stopped:  # end as Tune's report does (it cleared its stop event): else Tune waits for a last result
         raise SystemExit(0)
-
-
-def _report(result: dict, step_key: str) -> None:
-    """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring)."""
-    metrics = {**result, "epoch": result[step_key]} if step_key != "epoch" else result
-    with tempfile.TemporaryDirectory() as folder:
-        records.write_command_step(folder, result[step_key])
-        tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-    refresh_title()  # Ray retitled the worker around the report
 
 
 def _report_divergence(result: dict, step_key: str, trial_folder: Path) -> None:
