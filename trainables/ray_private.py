@@ -178,7 +178,7 @@ def count_each_actor_death_once() -> bool:
     return True
 
 
-def history_keeping_loggers() -> list:
+def history_keeping_loggers(joins_key: str) -> list:
     """Tune's JSON and CSV loggers (`result.json`, `progress.csv`), made to keep every row a trial logged.
 
     Tune 2.54-2.60 writes both files in the driver's staging folder and copies that folder to storage
@@ -197,15 +197,15 @@ def history_keeping_loggers() -> list:
     progress.csv, PBT, restore, rows lost).
 
     The CSV logger also writes a command trial's result that joins a final block to the step before
-    it (`records.JOINS_STEP_METRIC`, `trainables/command/runner.py:StepReporter`) in place of that
-    step's row, so that progress.csv holds one row per epoch (result.json keeps both; the tables keep
-    the joined one).
+    it (marked `joins_key`: `records.JOINS_STEP_METRIC`, `trainables/command/runner.py:StepReporter`) in
+    place of that step's row, so that progress.csv holds one row per epoch (result.json keeps both; the
+    tables keep the joined one).
 
     Returns:
         [JsonLoggerCallback, CSVLoggerCallback] instances (subclasses, so Tune sees them as its own).
     """
     json_logger, csv_logger = _history_keeping_classes()
-    return [json_logger(), csv_logger()]
+    return [json_logger(), csv_logger(joins_key)]
 
 
 @functools.cache
@@ -214,8 +214,6 @@ def _history_keeping_classes() -> tuple[type, type]:
 
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from trainables.experiment.records import JOINS_STEP_METRIC
-
     class KeepStagedRows:
         def _restore_from_remote(self, file_name: str, trial) -> None:
             if Path(trial.local_path, file_name).exists():
@@ -223,10 +221,14 @@ def _history_keeping_classes() -> tuple[type, type]:
             super()._restore_from_remote(file_name, trial)
 
     class OneRowPerStep(KeepStagedRows, CSVLoggerCallback):
+        def __init__(self, joins_key: str):
+            super().__init__()
+            self.joins_key = joins_key
+
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
             starts = self.__dict__.setdefault("_row_starts", {})  # trial -> where its last row starts
             file = self._trial_files.get(trial)
-            if file is not None and result.get(JOINS_STEP_METRIC) and trial in starts:
+            if file is not None and result.get(self.joins_key) and trial in starts:
                 file.flush()
                 file.truncate(starts[trial])  # the step's row, written again joined below
                 file.seek(starts[trial])

@@ -47,7 +47,7 @@ def test_a_restart_from_a_checkpoint_keeps_the_rows_logged_since_the_last_copy_t
     """Tune's JSON logger copies the storage file over the staging one at every start with a checkpoint
     (PBT's exploit): the rows logged since the last copy were lost. Ours keep the staging file."""
     trial = StandInTrial(tmp_path)
-    json_logger, csv_logger = ray_private.history_keeping_loggers()
+    json_logger, csv_logger = ray_private.history_keeping_loggers(JOINS_STEP_METRIC)
     for i in (1, 2, 3):
         for logger in (json_logger, csv_logger):
             logger.on_trial_result(0, [], trial, {"training_iteration": i, "val_acc": 0.1 * i})
@@ -69,7 +69,7 @@ def test_a_restart_from_a_checkpoint_keeps_the_rows_logged_since_the_last_copy_t
 
 def test_a_final_block_joined_to_the_last_step_replaces_its_row_in_progress_csv(tmp_path):
     trial = StandInTrial(tmp_path)
-    _, csv_logger = ray_private.history_keeping_loggers()
+    _, csv_logger = ray_private.history_keeping_loggers(JOINS_STEP_METRIC)
     for epoch in (1, 2):
         csv_logger.on_trial_result(0, [], trial, {"training_iteration": epoch, "epoch": epoch, "val_acc": 0.5})
     joined = {"training_iteration": 3, "epoch": 2, "val_acc": 0.6, "test_acc": 0.7, JOINS_STEP_METRIC: 1}

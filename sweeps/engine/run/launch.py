@@ -345,7 +345,7 @@ def sweep_run_config(
         ),
         "log_to_file": True,
         "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial]
-        + ray_private.history_keeping_loggers(),  # result.json, progress.csv: Tune's own drop rows at a restore
+        + ray_private.history_keeping_loggers(records.JOINS_STEP_METRIC),  # Tune's own drop rows at a restore
         "stop": initial[0] if initial else None,
         "verbose": 0,
     }
