@@ -48,11 +48,13 @@ from analysis.reading.load import (
     resolve_objective,
 )
 from analysis.reading.oom_rounds import reruns_line
+from analysis.reading.pbt_members import pbt_note
 from analysis.reading.provenance import sweep_runs
 from analysis.reading.provenance import writeup_lines as provenance_lines
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
+from analysis.tables.formatting import short_value
 from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.search_table import experiment_search_table, format_search_table, search_caption
 from analysis.tables.summary import SweepTables, cell_trials, format_summary, sweep_tables
@@ -138,8 +140,8 @@ def _write_search_table(selected: pd.DataFrame, objective: Objective, rule: str,
     if table is None:
         return None
     caption = search_caption(table, rule, table.attrs["scheduler"])
-    if table.attrs["kind"] == "pbt":
-        caption += " PBT: each member's parameters as they were at its end."
+    if pbt_note(selected):
+        caption += " " + pbt_note(selected)
     formatter = functools.partial(format_search_table, scheduler=table.attrs["scheduler"])
     write_table(table, out / "search_table", caption=caption, formatter=formatter)
     return caption + " Also as `search_table.csv` and `search_table.tex`.\n\n" + formatter(table, "markdown")
@@ -198,7 +200,7 @@ def _best_confusion(trials: pd.DataFrame, tables: SweepTables):
             continue
     if not matrices or len({m.shape for m in matrices}) > 1:
         return None
-    where = ", ".join(f"{c}={best[c]}" for c in val.attrs["rows"] + val.attrs["columns"])
+    where = ", ".join(f"{c}={short_value(best[c])}" for c in val.attrs["rows"] + val.attrs["columns"])
     return plot_confusion(
         sum(matrices), f"{where}: clean test set at the {select} epoch, summed over {len(matrices)} seed(s)"
     )
@@ -223,6 +225,7 @@ def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> li
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         *([f"- {reruns}"] if (reruns := reruns_line(trials.attrs.get("oom_reruns") or ())) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
+        *([f"- {pbt_note(trials)}"] if pbt_note(trials) else []),
         *efficiency_lines(trials, _runs(trials)),
         "",
     ]

@@ -91,8 +91,9 @@ def trial_name(trial) -> str:
 
 
 def print_outcome(options, args) -> None:
-    """After PBT: its members by outcome and the ten best (their final lr / weight decay), as its report's
-    search table says (`analysis.tables.search_table.search_outcome_lines`), and where the exploit history is."""
+    """After PBT: its members by outcome and the ten best, each ranked by the best value it logged, with that
+    epoch and the lr / weight decay in force then (`analysis/reading/pbt_members.py`), as its report's search
+    table says (`analysis.tables.search_table.search_outcome_lines`), and where the exploit history is."""
     from analysis.tables.search_table import search_outcome_lines
 
     print(*search_outcome_lines(options.experiment_dir, options.objective, args.num_samples), sep="\n")

@@ -95,6 +95,7 @@ def write_experiment(
         for i, metrics in enumerate(spec["rows"], start=1):
             elapsed += spec["step_s"]
             row = dict(metrics)
+            config = row.pop("config", spec["config"])  # a row's own: the config in force when it was logged
             if spec["gpu_ids"] is not None:
                 row["gpu_ids"] = spec["gpu_ids"]
             row.update(
@@ -109,7 +110,7 @@ def write_experiment(
                     "pid": 100 + k,
                     "hostname": "node0",
                     "node_ip": "10.0.0.1",
-                    "config": spec["config"],
+                    "config": config,
                     "time_since_restore": elapsed,
                     "iterations_since_restore": i,
                 }
@@ -403,8 +404,9 @@ def pbt_experiment(
     """A PopulationBasedTraining run of ``members`` over ``epochs``, perturbing lr and weight decay.
 
     Member k starts at lr ``10 ** (-3 + k)`` (0.001, 0.01, 0.1, 1: a span of 1000, log) and weight decay
-    1e-4. At iteration 2 member 0 takes member 2's checkpoint with lr 0.12 and weight decay 2e-4 (one
-    exploit/explore step, in ``pbt_global.txt`` as Tune writes it; its tag becomes ``...@perturbed[...]``).
+    1e-4. After its iteration 2 member 0 takes member 2's checkpoint with lr 0.12 and weight decay 2e-4 (one
+    exploit/explore step, in ``pbt_global.txt`` as Tune writes it: at the iteration before, 1; its tag
+    becomes ``...@perturbed[...]``); its rows carry the config in force when each was logged.
     """
     specs, base = [], {"noise_type": "sym", "noise_rate": 0.5, "epochs": epochs}
     for k in range(members):
@@ -412,6 +414,8 @@ def pbt_experiment(
         tag = f"{k}_lr={start['lr']:.4f},weight_decay={start['weight_decay']:.4f}"
         final = {**start, "lr": 0.12, "weight_decay": 2e-4} if k == 0 else start
         rows = [{"epoch": e + 1, "val/acc": 0.5 + 0.1 * e + 0.01 * k} for e in range(epochs)]
+        if k == 0:
+            rows = [{**row, "config": {**base, **(start if row["epoch"] <= 2 else final)}} for row in rows]
         specs.append(
             trial_spec(
                 f"{name}_{k:05d}",
@@ -426,7 +430,7 @@ def pbt_experiment(
     experiment = write_experiment(root, name, specs, record={"searcher": None, "scheduler": "PopulationBasedTraining"})
     if global_log:
         source = {**base, "lr": 0.1, "weight_decay": 1e-4}
-        step = ["0_lr=0.0010,weight_decay=0.0001", "2_lr=0.1000,weight_decay=0.0001", 2, 2, source]
+        step = ["0_lr=0.0010,weight_decay=0.0001", "2_lr=0.1000,weight_decay=0.0001", 1, 2, source]
         (experiment / "pbt_global.txt").write_text(
             json.dumps([*step, {**base, "lr": 0.12, "weight_decay": 2e-4}]) + "\n"
         )

@@ -10,10 +10,12 @@ that the wrong one to load:
   newest one the trial's history (`result.json`, saved with it) records. Loading that one means a
   resumed sweep never redoes an epoch.
 So the candidates are the `checkpoint_*` folders of the trial that its history knows, and the one
-with the highest `epoch` that loads wins. A folder newer than both Tune's checkpoint and the newest
-checkpoint a `result.json` row names is left out: the worker stores a checkpoint before the driver
-logs its row, so a worker killed in between leaves a checkpoint whose row never reached the
-history; the retry trains that epoch again and its row is logged once (no row lost, none twice).
+with the highest `epoch` that loads wins. A checkpoint of another trial (PBT's exploit: Tune gives a
+better member's) is loaded alone: the member's own newer checkpoints would undo the exploit.
+A folder newer than both Tune's checkpoint and the newest checkpoint a `result.json` row names is
+left out: the worker stores a checkpoint before the driver logs its row, so a worker killed in
+between leaves a checkpoint whose row never reached the history; the retry trains that epoch again
+and its row is logged once (no row lost, none twice).
 Every load uses `weights_only=True`: a checkpoint holding pickled code (a malicious `__reduce__`)
 is refused, and nothing in it runs.
 """
@@ -50,7 +52,7 @@ def load_latest_state(tune_checkpoint_dir: str | Path | None, trial_dir: str | P
     candidates = []
     if tune_checkpoint_dir is not None:
         candidates.append(Path(tune_checkpoint_dir))
-    if trial_dir is not None and Path(trial_dir).is_dir():
+    if trial_dir is not None and Path(trial_dir).is_dir() and not _from_another_trial(tune_checkpoint_dir, trial_dir):
         candidates += [
             p for p in recorded_checkpoint_folders(Path(trial_dir), tune_checkpoint_dir) if p not in candidates
         ]
@@ -76,6 +78,14 @@ def load_latest_state(tune_checkpoint_dir: str | Path | None, trial_dir: str | P
     if failures:
         warnings.warn(f"skipped unloadable checkpoint(s), resuming from epoch {best['epoch']}: " + "; ".join(failures))
     return best
+
+
+def _from_another_trial(tune_checkpoint_dir: str | Path | None, trial_dir: str | Path) -> bool:
+    """Whether Tune gave a checkpoint of another trial's folder: PBT's exploit (the member continues from a
+    better member's checkpoint). Then that one is loaded, never a newer one of this trial's own."""
+    if tune_checkpoint_dir is None:
+        return False
+    return Path(tune_checkpoint_dir).resolve().parent != Path(trial_dir).resolve()
 
 
 def recorded_checkpoint_folders(trial_dir: Path, tune_checkpoint_dir: str | Path | None) -> list[Path]:

@@ -33,13 +33,14 @@ def is_oom_line(line: str) -> bool:
     return bool(_OOM_LINE.search(line))
 
 
-def is_gpu_oom(error: BaseException | None) -> bool:
-    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray) was a GPU OOM:
+def is_gpu_oom(error: BaseException | str | None) -> bool:
+    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray; a str for a trial Tune
+    failed itself, e.g. "Could not re-use actor") was a GPU OOM:
     a `GpuOutOfMemory`, torch's `OutOfMemoryError` (by its class, torch not imported), or an error
     whose text names `GpuOutOfMemory` or its subclass `CommandOutOfMemory` (a traceback Ray turned into text)."""
     while error is not None:
         torch_oom = any(c.__name__ == "OutOfMemoryError" and c.__module__ == "torch" for c in type(error).__mro__)
         if isinstance(error, GpuOutOfMemory) or torch_oom or _OOM_CLASS_NAMED.search(str(error)):
             return True
-        error = error.__cause__
+        error = getattr(error, "__cause__", None)
     return False

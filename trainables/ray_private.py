@@ -11,6 +11,8 @@ and callers keep their own fallback. It lives in `trainables/`, the bottom layer
 
 from __future__ import annotations
 
+import functools
+
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # the logger of Ray's token set-up
 
 
@@ -188,6 +190,73 @@ def count_each_actor_death_once() -> bool:
     TuneController._actor_failed, TuneController._trial_task_failure = _actor_failed, _trial_task_failure
     TuneController._raysweep_one_failure_per_death = True
     return True
+
+
+def history_keeping_loggers(joins_key: str) -> list:
+    """Tune's JSON and CSV loggers (`result.json`, `progress.csv`), made to keep every row a trial logged.
+
+    Tune 2.54-2.60 writes both files in the driver's staging folder and copies that folder to storage
+    every few seconds. When a trial starts again with a checkpoint (PBT's exploit, a retry), each
+    logger first copies the *storage* copy of its file over the staging one (`_restore_from_remote`,
+    from `JsonLoggerCallback.log_trial_start` / `CSVLoggerCallback._setup_trial`; added by
+    ray-project/ray#38598 for `Tuner.restore` in a new session) and appends to it: every row
+    logged since the last copy is lost, and the next copy overwrites storage's with the shorter file.
+    Tune's JSON logger does this at every start, its CSV logger only after the trial ended (a retry),
+    so a PBT member's `result.json` lost rows its `progress.csv` kept (raysweep issue 45).
+
+    Here the copy is made only when the staging file does not exist (a new driver session: a
+    resume), since within one session the staging file holds every row the storage one does.
+    Passed in `RunConfig.callbacks`, they stand in for Tune's (which adds its own only when none
+    is there). Upstream: no Ray issue found for this (searched 2026-11-27: result.json,
+    progress.csv, PBT, restore, rows lost).
+
+    The CSV logger also writes a command trial's result that joins a final block to the step before
+    it (marked `joins_key`: `records.JOINS_STEP_METRIC`, `trainables/command/step_reporter.py:StepReporter`) in
+    place of that step's row, so that progress.csv holds one row per epoch (result.json keeps both; the
+    tables keep the joined one).
+
+    Returns:
+        [JsonLoggerCallback, CSVLoggerCallback] instances (subclasses, so Tune sees them as its own).
+    """
+    json_logger, csv_logger = _history_keeping_classes()
+    return [json_logger(), csv_logger(joins_key)]
+
+
+@functools.cache
+def _history_keeping_classes() -> tuple[type, type]:
+    from pathlib import Path
+
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    class KeepStagedRows:
+        def _restore_from_remote(self, file_name: str, trial) -> None:
+            if Path(trial.local_path, file_name).exists():
+                return  # this session's file: every row the storage copy has, and those logged since
+            super()._restore_from_remote(file_name, trial)
+
+    class OneRowPerStep(KeepStagedRows, CSVLoggerCallback):
+        def __init__(self, joins_key: str):
+            super().__init__()
+            self.joins_key = joins_key
+
+        def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+            starts = self.__dict__.setdefault("_row_starts", {})  # trial -> where its last row starts
+            file = self._trial_files.get(trial)
+            if file is not None and result.get(self.joins_key) and trial in starts:
+                file.flush()
+                file.truncate(starts[trial])  # the step's row, written again joined below
+                file.seek(starts[trial])
+            start = file.tell() if file is not None else None
+            super().log_trial_result(iteration, trial, result)
+            if start is None:  # the file was opened (and its header maybe written) for this row: find it
+                self._trial_files[trial].flush()
+                data = Path(trial.local_path, "progress.csv").read_bytes()
+                start = data.rstrip(b"\n").rfind(b"\n") + 1
+            starts[trial] = start
+
+    json_logger = type("HistoryKeepingJsonLogger", (KeepStagedRows, JsonLoggerCallback), {"__module__": __name__})
+    csv_logger = type("HistoryKeepingCSVLogger", (OneRowPerStep,), {"__module__": __name__})
+    return json_logger, csv_logger
 
 
 def stop_retries(trial) -> None:

@@ -19,6 +19,7 @@ from analysis.reading.load import (
     metric_column,
     varying_config_columns,
 )
+from analysis.reading.pbt_members import MEMBER
 from analysis.tables.best_runs import best_runs, failed
 from analysis.tables.formatting import bare, format_value, named_label, sort_key
 from trainables.experiment.objective import Objective
@@ -75,7 +76,10 @@ def plot_learning_curves(
     fig = Figure(figsize=(max(6.0, 5.0 * len(panels)) + 2.5, 4.5), layout="constrained")
     axes = fig.subplots(1, max(1, len(panels)), sharey=True, squeeze=False)[0]
     for ax, (value, rows) in zip(axes, panels):
-        _mean_std_lines(ax, rows, line_keys, x, metric, line_colors)
+        if trials.attrs.get("pbt"):  # one line per member, its rows as logged
+            _member_lines(ax, rows, line_keys, x, metric, line_colors)
+        else:
+            _mean_std_lines(ax, rows, line_keys, x, metric, line_colors)
         if panel_key:
             ax.set_title(f"{bare(panel_key)} = {format_value(value)}")
         ax.set_xlabel(axis_label(x))
@@ -84,6 +88,8 @@ def plot_learning_curves(
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric)
     _title_and_legend(fig, axes[-1], metric, line_keys, line_values, best)
+    if trials.attrs.get("pbt"):
+        fig.suptitle(f"{metric} of each PBT member: every row it logged, broken where it took another's checkpoint")
     return fig
 
 
@@ -167,6 +173,25 @@ def _mean_std_lines(ax, rows: pd.DataFrame, line_keys: list[str], x: str, metric
         if band.any():
             low, high = (curve["mean"] - curve["std"])[band], (curve["mean"] + curve["std"])[band]
             ax.fill_between(curve.index[band], low, high, color=color, alpha=0.2, linewidth=0)
+
+
+def _member_lines(ax, rows: pd.DataFrame, line_keys: list[str], x: str, metric: str, line_colors: dict) -> None:
+    """One line per PBT member (:mod:`analysis.reading.pbt_members`): every row it logged, in order, the
+    line broken where the member went on from another checkpoint (``x`` goes back, or skips ahead
+    of its usual step): no straight line joins two models."""
+    for key, group in rows.groupby(line_keys, sort=False, dropna=False):
+        key = _key(key if isinstance(key, tuple) else (key,))
+        xs, ys = group[x].to_numpy(float), group[metric].to_numpy(float)
+        steps = np.diff(xs)
+        usual = np.median(steps[steps > 0]) if (steps > 0).any() else 1.0
+        breaks = np.flatnonzero((steps <= 0) | (steps > usual)) + 1
+        ax.plot(
+            np.insert(xs, breaks, np.nan),
+            np.insert(ys, breaks, np.nan),
+            color=line_colors.get(key, "tab:blue"),
+            label=str(group[MEMBER].iloc[0]) if MEMBER in group else named_label(line_keys, key),
+            marker="o" if len(xs) == 1 else None,
+        )
 
 
 def plot_metric_vs_noise_rate(

@@ -25,7 +25,8 @@ def timeline(trials: pd.DataFrame, runs: list[float] | None = None) -> pd.DataFr
     A trial that reported ``gpu_ids`` gets a row on each of its GPUs (slot ``"GPU 0"``, ...).
     Other trials are packed into CPU slots (``"slot 0"``, ...) greedily by start time, so that
     trials running at the same time get different slots and the number of slots equals the
-    largest number of trials that ran at once (interval partitioning). With trials on more than
+    largest number of trials that ran at once (interval partitioning). A PBT member has one row per
+    stretch it ran (a paused member holds no slot). With trials on more than
     one node, slots are prefixed with the node name. Trials without a start or end time
     (pending) are left out.
 
@@ -45,7 +46,8 @@ def timeline(trials: pd.DataFrame, runs: list[float] | None = None) -> pd.DataFr
         no trial has both times.
     """
     columns = ["trial_id", "trial_name", "slot", "start_s", "end_s", "status", "diverged", "run"]
-    timed = trials[trials["start_time"].notna() & trials["end_time"].notna()]
+    timed = _stretches(trials)
+    timed = timed[timed["start_time"].notna() & timed["end_time"].notna()]
     if timed.empty:
         return pd.DataFrame(columns=columns)
     origin = timed["start_time"].min()
@@ -81,6 +83,23 @@ def timeline(trials: pd.DataFrame, runs: list[float] | None = None) -> pd.DataFr
     out = out.assign(_order=order).sort_values(["_order", "start_s"]).drop(columns="_order").reset_index(drop=True)
     out.attrs["gaps"] = gaps
     return out
+
+
+def _stretches(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials, a PBT member once per stretch it ran (``attrs["pbt"]["busy"]``,
+    :mod:`analysis.reading.pbt_members`): paused while others trained, it held no slot."""
+    busy = (trials.attrs.get("pbt") or {}).get("busy")
+    if not busy:
+        return trials
+    parts = []
+    for _, trial in trials.iterrows():
+        spans = busy.get(trial["trial_id"]) or [(np.nan, np.nan)]
+        part = pd.DataFrame([trial] * len(spans)).reset_index(drop=True)
+        if busy.get(trial["trial_id"]):
+            part["start_time"] = pd.to_datetime([s for s, _ in spans], unit="s", utc=True)
+            part["end_time"] = pd.to_datetime([e for _, e in spans], unit="s", utc=True)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
 
 
 def _cut_gaps(start: np.ndarray, end: np.ndarray, runs: list[float]) -> tuple[np.ndarray, list]:

@@ -34,9 +34,9 @@ def plot_pbt_schedule(
 
     Args:
         trials: :func:`analysis.load_trials` table of the run (``trial_id``, ``trial_name``,
-            ``iterations``, ``config/<param>``; ``last/<metric>`` for the legend).
+            ``iterations``, ``config/<param>``; ``best/<metric>`` for the legend).
         record: its :class:`analysis.reading.search_record.SearchRecord`.
-        metric: shown with each member's name in the legend (its last value), when reported.
+        metric: shown with each member's name in the legend (its best value), when reported.
         params: the hyperparameters; default ``record.params``.
     Returns:
         Figure with one Axes per parameter (title: the parameter), in each one step line per member
@@ -56,10 +56,12 @@ def plot_pbt_schedule(
         for _, trial in trials.iterrows():
             xs, ys = _schedule(trial, record, param)
             ax.plot(xs, ys, drawstyle="steps-post", color=member_colors[trial["trial_id"]], label=_label(trial, metric))
-        _mark_steps(ax, record, param, names, member_colors)
+        steps = _mark_steps(ax, record, param, member_colors)
         values = [y for line in ax.lines for y in line.get_ydata() if np.isfinite(y)]
         if values and min(values) > 0 and max(values) / min(values) >= 10:
             ax.set_yscale("log")
+        if len(steps) <= ANNOTATED_STEPS:
+            _label_steps(ax, steps, param, names)
         ax.set_title(param)
         ax.set_xlabel(axis_label("training_iteration"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -95,29 +97,45 @@ def _schedule(trial: pd.Series, record: SearchRecord, param: str) -> tuple[list[
     return [*xs, end], [*ys, ys[-1]]
 
 
-def _mark_steps(ax, record: SearchRecord, param: str, names: dict, member_colors: dict) -> None:
-    """One diamond per exploit step at (iteration, new value), labelled with the member it copied."""
+def _mark_steps(ax, record: SearchRecord, param: str, member_colors: dict) -> list:
+    """One diamond per exploit step at (iteration, new value); returns those steps."""
     steps = [s for s in record.exploits if param in s.config and s.trial_id in member_colors]
-    if not steps:
-        return
-    xs = [float(s.iteration) for s in steps]
-    ys = [_number(s.config[param]) for s in steps]
-    ax.scatter(xs, ys, marker="D", s=36, c=[member_colors[s.trial_id] for s in steps], edgecolors="black", zorder=3)
-    if len(steps) <= ANNOTATED_STEPS:
-        for x, y, step in zip(xs, ys, steps):
-            ax.annotate(
-                f"← {names.get(step.source_id, step.source_id)}",
-                (x, y),
-                xytext=(4, 4),
-                textcoords="offset points",
-                fontsize=7,
-            )
+    if steps:
+        xs = [float(s.iteration) for s in steps]
+        ys = [_number(s.config[param]) for s in steps]
+        ax.scatter(xs, ys, marker="D", s=36, c=[member_colors[s.trial_id] for s in steps], edgecolors="black", zorder=3)
+    return steps
+
+
+def _label_steps(ax, steps: list, param: str, names: dict, height_pt: float = 9.0, width_pt: float = 62.0) -> None:
+    """Label each step with the member it copied (``← pbt_00002``), each label moved down until it
+    overlaps none placed before it (labels ``height_pt`` × ``width_pt`` points; steps at one point or close
+    to each other would pile their labels up)."""
+    ax.figure.draw_without_rendering()  # the layout and limits, so that positions in points are final
+    to_points = 72.0 / ax.figure.dpi
+    placed: list[tuple[float, float]] = []  # (x, y) in points of each label's lower left corner
+    order = sorted(steps, key=lambda s: (s.iteration, -_number(s.config[param])))
+    for step in order:
+        x, y = ax.transData.transform((float(step.iteration), _number(step.config[param]))) * to_points
+        dy = 4.0
+        while any(abs(x + 4 - px) < width_pt and abs(y + dy - py) < height_pt for px, py in placed):
+            dy -= height_pt
+        placed.append((x + 4, y + dy))
+        ax.annotate(
+            f"← {names.get(step.source_id, step.source_id)}",
+            (float(step.iteration), _number(step.config[param])),
+            xytext=(4, dy),
+            textcoords="offset points",
+            fontsize=7,
+            arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.5} if dy != 4.0 else None,
+        )
 
 
 def _label(trial: pd.Series, metric: str | None) -> str:
-    value = trial.get(f"last/{metric}") if metric else None
+    """``pbt_00003 (best val/acc 0.9444)``: the member's best logged value, as its tables rank it."""
+    value = trial.get(f"best/{metric}") if metric else None
     return str(trial["trial_name"]) + (
-        f" ({metric} {format_number(value)})" if value is not None and value == value else ""
+        f" (best {metric} {format_number(value)})" if value is not None and value == value else ""
     )
 
 

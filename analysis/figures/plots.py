@@ -4,6 +4,7 @@ curves over seeds are :mod:`analysis.figures.curves`."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -126,7 +127,7 @@ def plot_confusion(matrix: np.ndarray, title: str = "", *, class_names: Sequence
     bars.set_xlim(0, 1)
     bars.set_xlabel("per-class accuracy")
     bars.grid(axis="x", alpha=0.3)
-    fig.suptitle(title or "clean-test confusion matrix")
+    fig.suptitle(textwrap.fill(title or "clean-test confusion matrix", 12 * int(fig.get_figwidth())))  # never cut
     return fig
 
 

@@ -78,7 +78,7 @@ def resume_command(launch: dict | None, resume: bool = True, retry_errored: bool
     """The command that continues a sweep (`resume`), or starts it again, as shell text to run as printed,
     from the launch folder, in any shell (one without the launch's venv on its PATH included).
 
-    Built from what the launch recorded in `raysweep.json` (`sweeps/engine/run/launch.py:sweep_info`):
+    Built from what the launch recorded in `raysweep.json` (`sweeps/engine/sweep_records/sweep_info.py`):
     `python`, the interpreter that ran the sweep (`sys.executable`), then `argv`, the script's path as
     launched and its flags, with `--resume` (and `--retry-errored`) added before a command's `--` (a
     script's own `--resume` after it is left alone). Each word is quoted for the shell once; a placeholder

@@ -20,18 +20,17 @@ and usually much closer. Both are NaT when unknown (pending trials).
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
 
 from analysis.reading.oom_rounds import round_folders, with_reruns
+from analysis.reading.pbt_members import member_view
 from analysis.reading.trial_outcomes import trial_outcomes
-from analysis.reading.trial_table import assemble
+from analysis.reading.trial_table import assemble, drop_repeats
 from analysis.reading.tune_files import read_experiment_files
-from analysis.reading.tune_state import describe_duplicates, repeats, resolve_source
+from analysis.reading.tune_state import describe_duplicates, resolve_source
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.rules import guess_mode
@@ -102,12 +101,19 @@ def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, dr
     """One experiment folder; ``driver``: the experiment whose driver record says whether and how the sweep
     ended (a re-run round's is its sweep's)."""
     trials, rows, sweep = read_experiment_files(fs, root, prefix)
-    trials, rows, duplicates = _drop_repeats(trials, rows, prefix, root)
+    trials, rows, duplicates = drop_repeats(trials, rows, prefix, root)
     order = sorted(range(len(trials)), key=lambda i: (trials[i]["trial_id"], trials[i]["dir"] or ""))
     trials = [trials[i] for i in order]
-    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {})
+    population = getattr(sweep.get("search"), "kind", None) == "pbt"
+    trials_df, history = assemble(trials, rows, order, prefix, root, modes or {}, population=population)
     outcomes, ended_by = trial_outcomes(trials, driver, sweep.get("search"))
     trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", outcomes)
+    if population:  # each member a row of its own, its hyperparameters those at its best epoch
+        metric = sweep.get("metric")
+        mode = sweep.get("mode") or (guess_mode(metric) if metric else None)
+        busy = {t["trial_id"]: t["busy"] for t in trials if t.get("busy")}
+        objective = Objective(metric, mode) if metric and mode in ("max", "min") else Objective()
+        trials_df = member_view(trials_df, history, objective, busy)
     return _Folder(trials_df, history, sweep, duplicates, ended_by)
 
 
@@ -194,7 +200,9 @@ def load_history(
         training so far), ``timestamp`` (int Unix seconds), then one column per reported metric,
         named as reported (nested dicts joined with ``/``, e.g. ``val/acc``). A metric that a
         trial did not report at an iteration is NaN. Rows repeated after a restore from a
-        checkpoint (same trial and iteration) keep the later report.
+        checkpoint (same trial and iteration) keep the later report, except in a PBT experiment:
+        there every row logged is kept, in the order logged (a member that took another's
+        checkpoint trains those iterations again, as another model).
 
     Raises:
         ExperimentError: as for :func:`load_trials`.
@@ -306,33 +314,6 @@ def duplicates_line(trials: pd.DataFrame) -> str | None:
     """One line saying how many duplicate trials :func:`load_trials` left out and where, or
     None when there were none (``trials.attrs["duplicates"]``)."""
     return describe_duplicates(trials.attrs.get("duplicates") or [])
-
-
-def _drop_repeats(
-    trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
-) -> tuple[list[dict], pd.DataFrame, list[str]]:
-    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`).
-
-    Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
-    folders (or trial ids) left out, sorted."""
-    timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
-    dropped = set(repeats(timed))
-    left_out = sorted(
-        prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)
-    )
-    kept = [i for i in range(len(trials)) if i not in dropped]
-    if dropped:
-        renumber = np.full(len(trials), -1, dtype=np.int64)
-        renumber[kept] = np.arange(len(kept))
-        rows = rows[~rows["_trial"].isin(dropped)].copy()
-        rows["_trial"] = renumber[rows["_trial"].to_numpy(dtype=np.int64)]
-        trials = [trials[i] for i in kept]
-    seen: set[str] = set()
-    for trial in trials:  # a folder copied under another name keeps its trial id; rows are grouped by id
-        if trial["trial_id"] in seen:
-            trial["trial_id"] = f"{trial['trial_id']}@{trial['dir']}"
-        seen.add(trial["trial_id"])
-    return trials, rows.reset_index(drop=True), left_out
 
 
 def _load_many(

@@ -39,7 +39,9 @@ class Exploit:
 
     trial_id: str
     source_id: str
-    iteration: int  # training_iteration of `trial_id` when it was replaced
+    iteration: (
+        int  # training_iteration of `trial_id` when it was replaced (its row at it was logged, then it restarted)
+    )
     source_iteration: int  # training_iteration of the checkpoint it continued from
     config: dict  # its config after the step (the copied one, perturbed)
 
@@ -97,7 +99,9 @@ def _pbt_steps(data: bytes | None, trials: list[dict]) -> tuple:
     """The exploit steps of ``pbt_global.txt`` whose two members are both known by their tags.
 
     Tune names members by their first experiment tag (``3_lr=0.29,...``); an explored member's tag
-    becomes ``<first tag>@perturbed[...]`` (``PopulationBasedTraining._exploit``)."""
+    becomes ``<first tag>@perturbed[...]`` (``PopulationBasedTraining._exploit``). Tune logs the member's
+    iteration before the result that made it exploit (its scheduler runs before `Trial.update_last_result`
+    in `TuneController._process_trial_result`, Ray 2.54-2.60): the member was replaced one iteration later."""
     by_tag = {str(t["tag"]).split("@perturbed[", 1)[0]: t["trial_id"] for t in trials if t.get("tag")}
     steps = []
     for line in (data or b"").decode("utf-8", "replace").splitlines():
@@ -106,7 +110,7 @@ def _pbt_steps(data: bytes | None, trials: list[dict]) -> tuple:
         except (ValueError, TypeError):
             continue
         if target in by_tag and source in by_tag and isinstance(config, dict):
-            steps.append(Exploit(by_tag[target], by_tag[source], int(iteration), int(source_iteration), config))
+            steps.append(Exploit(by_tag[target], by_tag[source], int(iteration) + 1, int(source_iteration), config))
     return tuple(steps)
 
 

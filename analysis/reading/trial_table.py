@@ -1,5 +1,5 @@
 """The trial table and the history, shaped from the trial dicts and result rows that `analysis/reading/tune_files.py`
-reads."""
+reads, and the repeated trials left out of them (`drop_repeats`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.tune_files import flatten
+from analysis.reading.tune_state import repeats
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
 
@@ -43,12 +44,20 @@ _NOT_METRICS = _TUNE_KEYS | set(_HISTORY_KEEP) | {"diverged"}
 
 
 def assemble(
-    trials: list[dict], raw: pd.DataFrame, order: list[int], prefix: str, root: str, modes: Mapping[str, str]
+    trials: list[dict],
+    raw: pd.DataFrame,
+    order: list[int],
+    prefix: str,
+    root: str,
+    modes: Mapping[str, str],
+    *,
+    population: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trial table and history from the trial dicts (sorted) and the raw result rows."""
+    """Trial table and history from the trial dicts (sorted) and the raw result rows; ``population``: a
+    PBT experiment, whose repeated iterations are kept (:func:`_history_table`)."""
     ids = np.array([t["trial_id"] for t in trials], dtype=object)
-    history = _history_table(raw, ids, order)
-    metrics = [c for c in history.columns if c not in _NOT_METRICS]
+    history = _history_table(raw, ids, order, population)
+    metrics = [c for c in history.columns if c not in _NOT_METRICS and not c.startswith("config/")]
     numeric = [
         c for c in metrics if pd.api.types.is_numeric_dtype(history[c]) and not pd.api.types.is_bool_dtype(history[c])
     ]
@@ -62,9 +71,12 @@ def assemble(
     return pd.concat(parts, axis=1), history
 
 
-def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int]) -> pd.DataFrame:
-    """The long history: Tune's bookkeeping keys dropped, ``trial_id`` first, rows in trial order,
-    a row repeated after a restore (same trial and iteration) kept once (the later report)."""
+def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int], population: bool) -> pd.DataFrame:
+    """The long history: Tune's bookkeeping keys dropped, ``trial_id`` first, rows in trial order, each
+    trial's in the order logged. A row repeated after a restore (same trial and iteration) is kept once
+    (the later report: a retry or resume trained that epoch again), except in a PBT ``population``:
+    there a member that took another's checkpoint trains those iterations again as another model,
+    so every row logged is kept."""
     position = np.empty(len(ids), dtype=np.int64)
     position[order] = np.arange(len(ids))  # raw _trial (read order) -> row in the sorted trial table
     history = raw.drop(columns=[c for c in _TUNE_KEYS if c in raw.columns])
@@ -75,7 +87,8 @@ def _history_table(raw: pd.DataFrame, ids: np.ndarray, order: list[int]) -> pd.D
         history["training_iteration"] = history.groupby("trial_id", sort=False).cumcount() + 1
     keep = ["trial_id"] + [c for c in _HISTORY_KEEP if c in history.columns]
     history = history[keep + [c for c in history.columns if c not in keep]]
-    history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
+    if not population:
+        history = history.drop_duplicates(subset=["trial_id", "training_iteration"], keep="last", ignore_index=True)
     return _join_final_blocks(history)
 
 
@@ -172,7 +185,35 @@ def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, e
 
 def _iterations(trial: dict) -> int:
     """Results a trial reported: its last row's ``training_iteration``, or the state's when that is
-    later (Tune's result.json of a PBT member paused and restored can lack its last rows)."""
+    later (Tune's result.json of a PBT member paused and restored can lack its last rows), and the
+    rows its command logged after Tune stopped it (:mod:`analysis.reading.late_rows`)."""
     logged = trial["tail"].get("training_iteration") or 0
     state = (trial.get("last_result") or {}).get("training_iteration") or 0
-    return int(max(logged, state))
+    return int(max(logged, state)) + trial.get("late", 0)
+
+
+def drop_repeats(
+    trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
+) -> tuple[list[dict], pd.DataFrame, list[str]]:
+    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`).
+
+    Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
+    folders (or trial ids) left out, sorted."""
+    timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
+    dropped = set(repeats(timed))
+    left_out = sorted(
+        prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)
+    )
+    kept = [i for i in range(len(trials)) if i not in dropped]
+    if dropped:
+        renumber = np.full(len(trials), -1, dtype=np.int64)
+        renumber[kept] = np.arange(len(kept))
+        rows = rows[~rows["_trial"].isin(dropped)].copy()
+        rows["_trial"] = renumber[rows["_trial"].to_numpy(dtype=np.int64)]
+        trials = [trials[i] for i in kept]
+    seen: set[str] = set()
+    for trial in trials:  # a folder copied under another name keeps its trial id; rows are grouped by id
+        if trial["trial_id"] in seen:
+            trial["trial_id"] = f"{trial['trial_id']}@{trial['dir']}"
+        seen.add(trial["trial_id"])
+    return trials, rows.reset_index(drop=True), left_out

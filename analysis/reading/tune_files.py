@@ -6,9 +6,11 @@ Ray 2.x layout::
                                                    start time and time of the last result
                                                    (one per driver session: all are read)
     <experiment>/<trial dir>/result.json           one JSON object per reported result
-    <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent or empty)
+    <experiment>/<trial dir>/progress.csv          the same as CSV (read when result.json is absent or empty,
+                                                   and in a PBT experiment, whose result.json may lack rows)
     <experiment>/<trial dir>/params.json           the resolved config
     <experiment>/<trial dir>/error.txt             traceback of an errored trial
+    <experiment>/<trial dir>/late_rows.json        a command's rows after Tune stopped it (`late_rows.py`)
     <experiment>/raysweep.json                     optional: {"metric": ..., "mode": ...} of the sweep
     <experiment>/searcher-state-*.pkl, pbt_global.txt   a search's own record (`analysis/reading/search_record.py`)
 
@@ -33,7 +35,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
-from analysis.reading.search_record import read_search_record
+from analysis.reading.late_rows import add_late_rows
+from analysis.reading.search_record import PBT_LOG, PBT_SCHEDULERS, read_search_record
 from analysis.reading.tune_state import folder_trial, list_dir, listed_trials, read_bytes, sweep_settings
 from trainables.experiment.errors import ExperimentError
 
@@ -91,12 +94,17 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
     if not trials:
         raise ExperimentError(f"experiment {display} has no trials")
 
+    sweep = sweep_settings(fs, root, files, state)
+    # PBT restores members from other members' checkpoints, where Tune's JSON logger loses rows that
+    # its CSV logger keeps (trainables/ray_private.py:history_keeping_loggers): read both.
+    both = (
+        sweep.get("scheduler") in PBT_SCHEDULERS or PBT_LOG in files or any(f.startswith("pbt_policy_") for f in files)
+    )
     for trial in trials:
-        _read_trial_files(fs, root, trial)
-    rows = _parse_results(trials, display)
+        _read_trial_files(fs, root, trial, both)
+    rows = add_late_rows(fs, root, trials, _parse_results(trials, display, population=both))
     for trial in trials:
         _complete_trial(fs, root, trial)
-    sweep = sweep_settings(fs, root, files, state)
     sweep["search"] = read_search_record(fs, root, files, sweep, trials)
     return trials, rows, sweep
 
@@ -114,16 +122,16 @@ def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
     return f"; it holds experiments: {', '.join(inner[:5])}" if inner else ""
 
 
-def _read_trial_files(fs, root: str, trial: dict) -> None:
-    """Read result.json (or progress.csv) and error.txt of one trial into ``trial``."""
+def _read_trial_files(fs, root: str, trial: dict, both: bool = False) -> None:
+    """Read result.json (or progress.csv; with ``both``, both of them) and error.txt of one trial into ``trial``."""
     folder = posixpath.join(root, trial["dir"]) if trial["dir"] else None
     trial["result"] = trial["csv"] = None
     if folder is None:
         return
     trial["result"] = read_bytes(fs, posixpath.join(folder, "result.json"))
-    if not trial["result"]:  # none, or empty (seen for PBT members paused and restored): Tune's CSV log
+    if both or not trial["result"]:  # none, or empty (seen for PBT members paused and restored): Tune's CSV log
         trial["csv"] = read_bytes(fs, posixpath.join(folder, "progress.csv"))
-        trial["result"] = None if trial["csv"] else trial["result"]
+        trial["result"] = None if trial["csv"] and not trial["result"] else trial["result"]
     if trial["status"] in (None, "ERROR"):
         text = read_bytes(fs, posixpath.join(folder, "error.txt"))
         if text is not None:
@@ -166,11 +174,13 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
+def _parse_results(trials: list[dict], where: str, population: bool = False) -> pd.DataFrame:
     """All result rows as one DataFrame with a ``_trial`` column (index into ``trials``).
 
     Also sets, per trial, ``tail`` (its last row as a dict, config included), and for trials
-    parsed row by row ``merged`` (last reported value of each key) and ``nonfinite``.
+    parsed row by row ``merged`` (last reported value of each key) and ``nonfinite``. In a PBT
+    ``population`` each row also holds the config in force when it was logged, as ``config/<key>``
+    columns (:func:`_config_in_force`).
 
     Complete files without NaN/Infinity are parsed together by pyarrow's JSON reader (C++,
     several times faster than the json module); the others (half-written lines, non-finite
@@ -189,6 +199,7 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
             and b"\n\n" not in data
             and b"NaN" not in data
             and b"Infinity" not in data
+            and not population  # row by row: each row's config is kept
         ):
             fast.append(i)
         elif data or trial["csv"]:
@@ -200,15 +211,21 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
             parts.append(_parse_fast(trials, fast))
         except (pa.ArrowInvalid, ValueError):
             slow = sorted(slow + fast)
+    shorter = []
     for i in slow:
         trial = trials[i]
-        if trial["result"] is not None:
-            rows = _parse_result_json(trial["result"], f"{where}/{trial['dir']}/result.json")
-        else:
-            rows = _parse_progress_csv(trial["csv"])
+        rows = _parse_result_json(trial["result"], f"{where}/{trial['dir']}/result.json") if trial["result"] else []
+        if trial["csv"]:
+            logged = _parse_progress_csv(trial["csv"])
+            if len(logged) > len(rows):
+                shorter += [trial["dir"]] if rows else []
+                rows = _fill_from_json(logged, rows)
         if not rows:
             continue
         trial["tail"] = dict(rows[-1])
+        if population:
+            _config_in_force(rows)
+            trial["busy"] = _busy_intervals(rows)
         for row in rows:
             row.pop("config", None)
         merged: dict = {}
@@ -221,10 +238,62 @@ def _parse_results(trials: list[dict], where: str) -> pd.DataFrame:
         parts.append(frame)
     for trial in trials:
         del trial["result"], trial["csv"]
+    if shorter:
+        warnings.warn(
+            f"{where}: result.json of {', '.join(shorter)} lacks rows that progress.csv holds (Tune's JSON logger "
+            "drops rows when a trial restarts from a checkpoint): read from progress.csv",
+            stacklevel=4,
+        )
     if not parts:
         return pd.DataFrame({"_trial": pd.Series(dtype="int64")})
     history = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return history.sort_values("_trial", kind="stable", ignore_index=True)
+
+
+def _config_in_force(rows: list[dict]) -> None:
+    """Add to each row of a PBT member its config as ``config/<key>`` entries (nested keys joined by ``/``).
+
+    A result.json row carries the config it was logged under; a row read from progress.csv does not,
+    and takes that of the rows of its run since the last restore (``iterations_since_restore`` 1
+    starts one): the config changes only when the member restarts from a checkpoint. A run without
+    any such row takes the config of the runs around it when both have the same (a pause, no exploit
+    between them); else its config is unknown (no ``config/`` entries)."""
+    runs, run = [], -1
+    for row in rows:
+        if run < 0 or row.get("iterations_since_restore") == 1:
+            run += 1
+        runs.append(run)
+    known: dict[int, dict] = {}
+    for row, run in zip(rows, runs):
+        if isinstance(row.get("config"), dict):
+            known.setdefault(run, flatten(row["config"], "config/"))
+    for run in range(runs[-1] + 1 if runs else 0):
+        before = [known[r] for r in range(run - 1, -1, -1) if r in known][:1]
+        after = [known[r] for r in range(run + 1, runs[-1] + 1) if r in known][:1]
+        if run not in known and before and before == after:
+            known[run] = before[0]
+    for row, run in zip(rows, runs):
+        config = flatten(row["config"], "config/") if isinstance(row.get("config"), dict) else known.get(run, {})
+        row.update(config)
+
+
+def _busy_intervals(rows: list[dict], pause_s: float = 2.0) -> list[tuple[float, float]]:
+    """When a PBT member ran, as [(start, end)] Unix seconds: each row's iteration ends at its ``timestamp``
+    and took ``time_this_iter_s``; iterations less than ``pause_s`` apart are one stretch (a member paused
+    while others train leaves a longer gap). ``timestamp`` is rounded down to whole seconds, so each stretch
+    starts a second later than it may have: within the true one, it never overlaps the next member's."""
+    spans = []
+    for row in rows:
+        end, took = row.get("timestamp"), row.get("time_this_iter_s")
+        if isinstance(end, (int, float)) and isinstance(took, (int, float)) and math.isfinite(end + took):
+            spans.append((end - took, float(end)))
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + pause_s:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return [(min(start + 1.0, end), end) for start, end in merged]
 
 
 def _parse_progress_csv(data: bytes) -> list[dict]:
@@ -232,6 +301,14 @@ def _parse_progress_csv(data: bytes) -> list[dict]:
     None as ""), left out so it is not taken for a NaN; a written ``nan`` stays NaN (diverged)."""
     frame = pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=["nan", "NaN", "-nan"])
     return [{k: v for k, v in row.items() if not (isinstance(v, str) and v == "")} for row in frame.to_dict("records")]
+
+
+def _fill_from_json(logged: list[dict], rows: list[dict]) -> list[dict]:
+    """progress.csv's rows, each replaced by the result.json row of the same report where there is one
+    (same ``training_iteration`` and ``time_total_s``): that one holds every key, progress.csv only
+    those of the trial's first report (Tune's CSV header)."""
+    by_report = {(r.get("training_iteration"), r.get("time_total_s")): r for r in rows}
+    return [by_report.get((r.get("training_iteration"), r.get("time_total_s")), r) for r in logged]
 
 
 def _parse_fast(trials: list[dict], indices: list[int]) -> pd.DataFrame:

@@ -32,6 +32,18 @@ def format_value(value) -> str:
     return f"{value:g}" if isinstance(value, (float, np.floating)) else str(value)
 
 
+def short_value(value) -> str:
+    """A config value in a picture's title: floats to 2 significant digits, small ones as ``8.7e-4``
+    (no zero-padded exponent), anything else as :func:`format_value`."""
+    if not isinstance(value, (float, np.floating)) or _missing(value) or not np.isfinite(value):
+        return format_value(value)
+    text = f"{value:.2g}"
+    if "e" in text or (value != 0 and abs(value) < 1e-2):
+        mantissa, exponent = f"{value:.1e}".split("e")
+        text = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return text
+
+
 def format_number(value, digits: int = 4) -> str:
     """A statistic with ``digits`` significant digits (``0.8957``); ``–`` when missing."""
     if _missing(value):

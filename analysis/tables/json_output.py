@@ -130,6 +130,7 @@ def _search(trials, history, objective: Objective) -> dict | None:
     every trial ranked by the objective's metric under its rule, its searched parameters, epochs and outcome."""
     import pandas as pd
 
+    from analysis.reading.pbt_members import BEST_EPOCH
     from analysis.statistics.select import add_selected
     from analysis.tables.search_table import experiment_search_table
 
@@ -155,6 +156,11 @@ def _search(trials, history, objective: Objective) -> dict | None:
                 "n_seeds": int(row["n_seeds"]),
                 "value": _number(row[metric]),
                 "ci95": _number(row[f"{metric}_ci95"]),
+                **(
+                    {"best_epoch": None if pd.isna(row[BEST_EPOCH]) else int(row[BEST_EPOCH])}
+                    if BEST_EPOCH in row
+                    else {}
+                ),
             }
             for row in table.to_dict("records")
         ],

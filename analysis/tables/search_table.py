@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.reading.pbt_members import BEST_EPOCH, pbt_note
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import bare, format_number, render_table
 from trainables.experiment.objective import Objective
@@ -48,7 +49,8 @@ def search_table(
             ``df`` has no ``ended`` or ``outcome`` column (default: each trial's ``config/epochs``).
     Returns:
         DataFrame with ``rank`` (1, 2, ...; NA unranked), ``trial``, one column per
-        parameter (raw values, NaN where a trial did not have it), ``epochs`` (int), ``ended``,
+        parameter (raw values, NaN where a trial did not have it), ``epochs`` (int), ``best_epoch``
+        (a PBT member's, when ``df`` has it: :mod:`analysis.reading.pbt_members`), ``ended``,
         ``n_seeds``, ``metric`` and ``<metric>_ci95`` (NaN with one seed or no interval);
         ``attrs["metric"]``, ``attrs["mode"]``, ``attrs["params"]``.
     """
@@ -68,6 +70,7 @@ def search_table(
             "trial": trial_names(df),
             **{p: df[f"config/{p}"] if f"config/{p}" in df else np.nan for p in params},
             "epochs": pd.to_numeric(iterations, errors="coerce").fillna(0).astype(int),
+            **({BEST_EPOCH: df[BEST_EPOCH]} if BEST_EPOCH in df else {}),
             "ended": ended,
             "n_seeds": seeds,
             metric: values,
@@ -105,6 +108,7 @@ def search_frame(trials: pd.DataFrame, metric: str, scope: str = "select") -> pd
             metric: pd.to_numeric(ordered[f"{scope}/{metric}"], errors="coerce"),
             "training_iteration": ordered["iterations"],
             "ended": ordered["outcome"],
+            **({BEST_EPOCH: ordered[BEST_EPOCH]} if BEST_EPOCH in ordered else {}),
             "timestamp": ordered["end_time"].map(lambda t: t.timestamp() if pd.notna(t) else np.nan),
             "time_total_s": ordered["duration_s"],
         }
@@ -158,13 +162,24 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
     rank, trial, parameters (3 significant digits; blank where a trial did not have one), epochs,
     ended, seeds and the metric as ``0.9124 ± 0.011`` (4 significant digits; ± with more than one seed)."""
     metric, params = table.attrs["metric"], table.attrs["params"]
-    header = ["rank", "trial", *params, "epochs", "ended", "n_seeds", metric]
+    best_epoch = [BEST_EPOCH] if BEST_EPOCH in table else []
+    header = [
+        "rank",
+        "trial",
+        *params,
+        "epochs",
+        *(c.replace("_", " ") for c in best_epoch),
+        "ended",
+        "n_seeds",
+        metric,
+    ]
     body = [
         [
             "–" if pd.isna(row["rank"]) else str(row["rank"]),
             str(row["trial"]),
             *(format_param(row[p]) for p in params),
             str(row["epochs"]),
+            *("–" if pd.isna(row[c]) else str(row[c]) for c in best_epoch),
             ended_words(row["ended"], scheduler, table.attrs.get("ended_by")),
             str(row["n_seeds"]),
             format_mean(row[metric], row[f"{metric}_ci95"]),
@@ -234,5 +249,6 @@ def search_outcome_lines(experiment: str, objective: Objective, planned: int, k:
     best = table[table["rank"].notna()].head(k) if table is not None else []
     if len(best):
         best.attrs = dict(table.attrs)
+        lines += [note for note in (pbt_note(trials),) if note]  # a PBT member is not one configuration
         lines.append(format_search_table(best, "text", table.attrs["scheduler"]).rstrip("\n"))
     return lines

@@ -15,6 +15,7 @@ import pandas as pd
 from analysis.progress import describe_counts
 from analysis.reading.load import duplicates_line, load_experiment
 from analysis.reading.oom_rounds import reruns_line
+from analysis.reading.pbt_members import BEST_EPOCH, MEMBER, pbt_note
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
@@ -126,7 +127,8 @@ def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:
         lines.append(duplicates_line(trials))
     if reruns_line(trials.attrs.get("oom_reruns") or ()):  # analysis/reading/oom_rounds.py
         lines.append(reruns_line(trials.attrs["oom_reruns"]))
-    lines.append(_best_line(tables))
+    lines += [line for line in (pbt_note(trials),) if line]
+    lines.append(_best_line(tables) + _best_epoch(trials, tables.best))
     return "\n".join(lines) + "\n"
 
 
@@ -136,6 +138,15 @@ FAILED = ("errored", "diverged")  # the counts said always in the summary's line
 def _not_in_cells(counts: dict) -> dict:
     """The counts of the trials left out of the cells (`outcome.LEFT_OUT`, and those still running or pending)."""
     return {key: n for key, n in counts.items() if key not in ("finished", "pruned")}
+
+
+def _best_epoch(trials: pd.DataFrame, best: pd.Series | None) -> str:
+    """Of a PBT experiment's best member: `; its best val/acc at epoch 17` (`analysis.reading.pbt_members`)."""
+    pbt = trials.attrs.get("pbt")
+    if not pbt or best is None or "member" not in best or MEMBER not in trials:
+        return ""
+    epochs = trials.loc[trials[MEMBER] == best["member"], BEST_EPOCH].dropna()
+    return f"; its best {pbt['metric']} at epoch {epochs.iloc[0]}" if len(epochs) else ""
 
 
 def _grid_lines(test: pd.DataFrame, test_metric: str) -> list[str]:

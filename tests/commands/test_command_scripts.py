@@ -72,6 +72,7 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
         assert rows["accuracy"].notna().tolist() == [False, False, True, True]
         assert rows["error"].notna().tolist() == [False, False, False, True]
         assert rows["command/joins_step"].fillna(0).tolist() == [0, 0, 0, 1]
+        assert pd.read_csv(trial / "progress.csv")["epoch"].tolist() == [1, 2, 3]  # the joined row took its place
         config = json.loads((trial / "params.json").read_text())
         assert f"config {config['config']}" in (trial / "command_stdout.txt").read_text()  # the path, verbatim
     loaded = load_history(experiment)  # the tables' history: one row per epoch, the joined one kept

@@ -100,30 +100,54 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
     assert history(wandb_trial)["train/loss"].tolist() == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
 
 
-@pytest.mark.slow
-def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
+def asha_pair(tmp_path, tracker: str, epochs: int, *flags: str) -> dict:
+    """Two trials of `tracker_only.py` under ASHA (grace period 1, max_t `epochs`), one CPU half each: lr 0.5,
+    and lr -0.5 (worse at every epoch), which starts 4 s later so it meets the better one's score at each
+    rung. Returns {lr: its `ray.tune.Result`}."""
     from ray import tune
     from ray.tune import RunConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
 
     from trainables.command.runner import train_command
 
-    template = [sys.executable, SCRIPT, "--tracker", "wandb", "--lr", "{lr}", "--out", "{trial_dir}"]
-    template += ["--epochs", "8", "--sleep", "0.3", "--start-delay", "{start_delay}"]
-    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from="wandb")
-    space = {  # the worse trial starts late, so it meets the better one's score at each rung and is cut
+    template = [sys.executable, SCRIPT, "--tracker", tracker, "--lr", "{lr}", "--out", "{trial_dir}"]
+    template += ["--epochs", str(epochs), "--start-delay", "{start_delay}", *flags]
+    trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from=tracker)
+    space = {
         "lr": tune.grid_search([0.5, -0.5]),
         "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
     }
+    asha = ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=1)
     grid = Tuner(
         tune.with_resources(trainable, {"cpu": 0.5}),
         param_space=space,
-        tune_config=TuneConfig(
-            metric="val_acc", mode="max", scheduler=ASHAScheduler(time_attr="epoch", max_t=8, grace_period=1)
-        ),
+        tune_config=TuneConfig(metric="val_acc", mode="max", scheduler=asha),
         run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
     ).fit()
     assert not grid.errors
-    by_lr = {r.config["lr"]: r for r in grid}
+    return {r.config["lr"]: r for r in grid}
+
+
+@pytest.mark.slow
+def test_asha_stops_a_wandb_logged_trial_at_a_milestone(ray_gpus, tmp_path):
+    by_lr = asha_pair(tmp_path, "wandb", 8, "--sleep", "0.3")
     assert by_lr[0.5].metrics["epoch"] == 8
     assert by_lr[-0.5].metrics["epoch"] < 8 and by_lr[-0.5].metrics["val_acc"] < 0.5
+
+
+@pytest.mark.slow
+def test_asha_keeps_the_epochs_a_trial_wrote_before_it_exited(ray_gpus, tmp_path):
+    """A script whose Hugging Face `trainer_state.json` is written as it exits (`save_state()`) and read then: ASHA
+    stops the worse trial at its first result, after the script ran all its epochs. Tune logs no result
+    of a stopped trial; the runtime keeps them (`late_rows.json`) and the history holds all 3 epochs."""
+    import analysis
+
+    by_lr = asha_pair(tmp_path, "hf", 3, "--at-exit")
+    assert by_lr[-0.5].metrics["epoch"] < 3  # Tune stopped it before it took the last epochs
+    trials, history = analysis.load_experiment(tmp_path / "asha")
+    for lr, result in by_lr.items():
+        trial_id = result.metrics["trial_id"]
+        rows = history[history["trial_id"] == trial_id]
+        assert list(rows["epoch"]) == [1, 2, 3], lr
+        assert list(rows["val_acc"]) == pytest.approx([0.5 + lr * e / 10 for e in (1, 2, 3)]), lr
+        assert trials.set_index("trial_id").loc[trial_id, "iterations"] == 3, lr

@@ -5,7 +5,8 @@ python tests/scripts/tracker_only.py --tracker wandb --lr 0.1 --out /tmp/run [--
 --tracker: wandb (`wandb.log` with a step and a nested key, `train/loss`; WANDB_MODE / WANDB_DIR from the
 environment), mlflow (`mlflow.log_metrics` with steps, the default store), csv (Lightning's CSVLogger
 layout: `lightning_logs/version_N/metrics.csv`, train and val rows written separately) or hf
-(`checkpoint-N/trainer_state.json` with the Trainer's `log_history`). Epoch e logs `val_acc` = 0.5 + lr * e / 10
+(`checkpoint-N/trainer_state.json` with the Trainer's `log_history`; with --at-exit one `trainer_state.json` at the end,
+as `save_strategy="no"` and `trainer.save_state()` leave it). Epoch e logs `val_acc` = 0.5 + lr * e / 10
 and the training loss 1 / e (W&B: `train/loss`, Hugging Face: `loss`, else `train_loss`).
 --kill-worker-at E: after logging epoch E, once, SIGKILL the Ray worker (the parent of the command shim); a rerun
 goes on after the last epoch it logged (`<out>/done.txt`), as a script resuming from its checkpoint.
@@ -29,6 +30,7 @@ p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--kill-worker-at", type=int, default=0)
 p.add_argument("--start-delay", type=float, default=0.0)
+p.add_argument("--at-exit", action="store_true", help="hf: write trainer_state.json once, at the end (save_state())")
 args = p.parse_args()
 time.sleep(args.start_delay)
 out = Path(args.out)
@@ -72,15 +74,18 @@ def csv_logger():
 def hf_logger():
     history = []
 
+    def state(folder: Path, step: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": history}))
+
     def log(e):
         history.extend(
             [{"loss": 1.0 / e, "epoch": float(e), "step": e * 10}, {"val_acc": val_acc(e), "epoch": float(e)}]
         )
-        folder = out / "trainer_out" / f"checkpoint-{e * 10}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": e * 10, "log_history": history}))
+        if not args.at_exit:
+            state(out / "trainer_out" / f"checkpoint-{e * 10}", e * 10)
 
-    return log, lambda: None
+    return log, lambda: state(out / "trainer_out", args.epochs * 10) if args.at_exit else None
 
 
 log, finish = {"wandb": wandb_logger, "mlflow": mlflow_logger, "csv": csv_logger, "hf": hf_logger}[args.tracker]()

@@ -8,8 +8,10 @@ import sys
 import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+import analysis
 from sweeps import lr_search, pbt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,12 +217,14 @@ def test_search_trial_on_a_fractional_gpu_caps_its_memory(ray_gpus, tmp_path, mo
 
 @pytest.mark.slow
 def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path, capsys):
+    """4 members on 2 CPUs, a perturbation every epoch: members are paused and restarted from checkpoints (their
+    own or a better member's), where Tune's own JSON logger dropped rows (issue 45); every row is kept and read."""
     code = pbt.main(
         [
             "--num-samples",
-            "2",
+            "4",
             "--epochs",
-            "2",
+            "3",
             "--perturbation-interval",
             "1",
             "--batch-size",
@@ -237,12 +241,27 @@ def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path,
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "sweep finished: 2 trials: 0 running, 0 pending, 2 finished, 0 errored, 0 diverged" in out
+    assert "sweep finished: 4 trials: 0 running, 0 pending, 4 finished, 0 errored, 0 diverged" in out
     trials = trial_dirs(tmp_path / "pbt")
-    assert len(trials) == 2 and all(re.fullmatch(r"pbt_\d{5}", t.name) for t in trials)
+    assert len(trials) == 4 and all(re.fullmatch(r"pbt_\d{5}", t.name) for t in trials)
+    # Whole histories: result.json and the tables hold every row of each member's progress.csv, in order.
+    _, history = analysis.load_experiment(tmp_path / "pbt")
+    names = dict(zip(*analysis.load_trials(tmp_path / "pbt")[["trial_id", "trial_name"]].to_numpy().T))
+    logged = {t.name: pd.read_csv(t / "progress.csv") for t in trials}
+    for trial in trials:
+        rows = [(r["training_iteration"], r["val/acc"]) for r in results_of(trial)]
+        assert rows == list(zip(logged[trial.name]["training_iteration"], logged[trial.name]["val/acc"])), trial.name
+    for trial_id, member in history.groupby("trial_id", sort=False):
+        csv = logged[names[trial_id]]
+        assert list(member["training_iteration"]) == list(csv["training_iteration"]), names[trial_id]
+        assert list(member["val/acc"]) == list(csv["val/acc"]), names[trial_id]
+    # The printed best is the best val/acc any member logged, with the member that logged it.
+    best = max(logged, key=lambda name: logged[name]["val/acc"].max())
+    line = next(x for x in out.splitlines() if x.startswith("best configuration by best val/acc over epochs"))
+    assert f"member={best}," in line and f"val/acc {100 * logged[best]['val/acc'].max():.2f} (1)" in line, line
     for trial in trials:
         log = (trial / "stdout").read_text()
-        assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [2/2]" in log
+        assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [3/3]" in log
         assert (trial / "trial_config.json").exists() and (trial / "noise.json").exists()
     # Its report draws the population's schedule (issue 42), known from raysweep.json's scheduler.
     assert json.loads((tmp_path / "pbt" / "raysweep.json").read_text())["scheduler"] == "PopulationBasedTraining"

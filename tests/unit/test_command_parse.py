@@ -242,6 +242,10 @@ SHAPES = [
             "epoch": 1.0,
         },
     ),
+    (  # transformers 5.x Trainer: the same dicts, each value formatted into a string (issue 45)
+        "{'eval_loss': '0.3431', 'eval_accuracy': '0.874', 'eval_runtime': '1.2', 'epoch': '2.0'}",
+        {"eval_loss": 0.3431, "eval_accuracy": 0.874, "eval_runtime": 1.2, "epoch": 2.0},
+    ),
     (  # Lightning TQDMProgressBar on stderr (tqdm postfix: metrics formatted '{:.3g}')
         "Epoch 3: 100%|██████████| 10/10 [00:01<00:00,  8.10it/s, v_num=0, val_acc=0.812, train_loss=0.310]",
         {"epoch": 3, "val_acc": 0.812, "train_loss": 0.31},

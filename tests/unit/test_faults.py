@@ -88,6 +88,17 @@ def test_a_checkpoint_whose_row_never_reached_the_history_is_not_resumed_from(tm
     assert load_latest_state(None, tmp_path) is None  # no row at all: the trial starts again
 
 
+def test_a_pbt_exploit_loads_the_donors_checkpoint_not_the_members_newer_own(tmp_path):
+    """PBT: the member at epoch 8 takes a better member's checkpoint of epoch 4; its own epoch-8 checkpoint
+    (known to its history) must not win by its higher epoch, or the exploit copies nothing."""
+    member, donor = tmp_path / "pbt_00001", tmp_path / "pbt_00002"
+    save_state(member / "checkpoint_000001", epoch=8)
+    (member / "result.json").write_text(json.dumps({"epoch": 8, "checkpoint_dir_name": "checkpoint_000001"}) + "\n")
+    save_state(donor / "checkpoint_000000", epoch=4)
+    assert load_latest_state(donor / "checkpoint_000000", member)["epoch"] == 4
+    assert load_latest_state(member / "checkpoint_000001", member)["epoch"] == 8  # its own: unchanged
+
+
 class Evil:
     def __init__(self, marker):
         self.marker = marker

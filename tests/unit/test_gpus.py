@@ -274,6 +274,7 @@ def test_is_gpu_oom_sees_through_wrapping():
     assert gpu_oom.is_gpu_oom(wrapped)
     assert gpu_oom.is_gpu_oom(RuntimeError("ray::ImplicitFunc.train() ... trainables.gpu_oom.GpuOutOfMemory: ran out"))
     assert not gpu_oom.is_gpu_oom(ValueError("bad value"))
+    assert not gpu_oom.is_gpu_oom("Could not re-use actor for trial t")  # Tune's own errors can be text
     assert not gpu_oom.is_gpu_oom(None)
 
 

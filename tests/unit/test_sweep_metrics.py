@@ -77,7 +77,7 @@ def test_readers_take_the_test_metric_the_sweep_recorded(tmp_path, capsys):
 def test_the_sweep_records_its_test_metric_or_none():
     from ray.tune import TuneConfig
 
-    from sweeps.engine.run.launch import sweep_info
+    from sweeps.engine.sweep_records.sweep_info import sweep_info
     from trainables.experiment.objective import Objective
 
     tune_config = TuneConfig(metric="val_acc", mode="max", num_samples=2)

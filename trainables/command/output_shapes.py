@@ -55,20 +55,47 @@ _NAMESPACE = re.compile(r"\bNamespace\(\w+=")
 def config_dump(line: str) -> bool:
     """Whether `line` prints a configuration, not metrics: argparse's `Namespace(lr=0.1, ...)`, or a
     Python / JSON dict with a value that is not a number (`{'lr': 0.1, 'data_path': '../datasets'}`);
-    a dict of numbers only (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`) is metrics."""
+    a dict of numbers only (Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`, or transformers 5's
+    `{'eval_loss': '0.3431', 'epoch': '2.0'}`: `number_dict`) is metrics."""
     if _NAMESPACE.search(line):
         return True
+    value = _printed_dict(line)
+    return value is not None and not all(_number_like(v) for v in value.values())
+
+
+def number_dict(line: str) -> dict | None:
+    """The printed dict of numbers on `line`, its values as printed (numbers, or numbers in quotes:
+    transformers 5's Trainer prints `{'eval_loss': '0.3431', 'epoch': '2.0'}`); None when the line
+    holds no dict, or one with another value (a configuration: `config_dump`)."""
+    value = _printed_dict(line)
+    if not value or not all(_number_like(v) for v in value.values()):
+        return None
+    return {str(k): v for k, v in value.items()}
+
+
+def _printed_dict(line: str) -> dict | None:
+    """The Python or JSON dict from the first `{` to the last `}` of `line`, else None."""
     start, end = line.find("{"), line.rfind("}")
     if start < 0 or end < start:
-        return False
+        return None
     for parse in (ast.literal_eval, json.loads):
         try:
             value = parse(line[start : end + 1])
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-        values = value.values() if isinstance(value, dict) else ()
-        return any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)
-    return False
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def _number_like(value) -> bool:
+    """A number (not a bool), or a string holding one (`'0.3431'`, `'nan'`)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def end_of_run(line: str) -> bool:

@@ -161,7 +161,10 @@ def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None
         return {}, frozenset()
     step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
     metrics, running = {}, frozenset()
-    if not patterns:
+    printed = None if patterns else output_shapes.number_dict(line)
+    if printed:  # Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`, its values quoted or not
+        metrics = {key: parse_number(str(value)) for key, value in printed.items()}
+    elif not patterns:
         metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
             if match["key"] not in output_shapes.NOT_METRICS:

@@ -9,31 +9,24 @@ trial end the command's process group: `docs/command-trial-internals.md`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import ray
 from ray import tune
-from ray.tune import Checkpoint
 
-from trainables import divergence
 from trainables.command.failure import take_turn, verdict
-from trainables.command.failure_gate import GateTicket
 from trainables.command.gpu_sharing import GpuSharing, cap_line, mps_env
 from trainables.command.parse import (
     METRICS_FROM,
     STEP_KEY,
     STREAMS_READ,
     StepContext,
-    non_finite,
     render,
 )
 from trainables.command.process import (
@@ -51,13 +44,12 @@ from trainables.command.sources import (
     STDOUT_LOG,
     StreamLog,
     catch_up,
-    last_reported_step,
     record_reader,
-    recorded_steps,
     unreported_results,
     unreported_tracker_rows,
 )
 from trainables.command.startup import Startup, before_command
+from trainables.command.step_reporter import StepReporter
 from trainables.command.trackers import TRACKERS, sources_of, tracker_env, trackers_named
 from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
@@ -65,7 +57,7 @@ from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 from trainables.gpu import trial_gpu_fraction
 from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
-from trainables.proctitle import refresh_title, titled_trial
+from trainables.proctitle import titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE
 POLL_S = 0.2  # how often the loop checks the stop event, the metrics file and the process
@@ -139,7 +131,7 @@ def train_command(
         watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
         with sample_gpu_utilization(process_tree_reader(proc.pid, gpu_ids) if gpu_ids else None) as samples:
             reporter.extra_metrics = gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
-            if not _read_and_report(proc, output, reporter, grace_period_s):
+            if not _read_and_report(proc, output, reporter, grace_period_s, writes):
                 verdict(proc.wait(), argv, reporter, output, reading, cwd, gpus)
                 _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
     finally:
@@ -147,63 +139,6 @@ def train_command(
 
 
 train_command.uses_failure_gate = True  # the sweep opens its failure gate (trainables/command/initial_failures.py)
-
-
-@dataclasses.dataclass
-class StepReporter:
-    """Reports each result once, across retries and `--resume`: results at or below the last step
-    reported before (the step Checkpoint, or the trial's history) are skipped."""
-
-    step_key: str
-    trial_folder: Path
-    last_step: float | None = None  # the highest step reported, by this attempt or one before it
-    recorded: set | None = None  # the steps in the trial's own history; a checkpoint may outlive its row
-    restarted: bool = False  # a retry or --resume of this trial
-    parsed: int = 0  # results seen in this run, reported or skipped as reported before
-    seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
-    reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
-    last_result: dict | None = None  # the result last reported by this attempt
-    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
-    extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
-
-    @classmethod
-    def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
-        """The reporter of a trial whose Tune `checkpoint` (None on a first start) and folder say
-        where a retry or `--resume` goes on from. Its `checkpoint_*` folders count only beside the trial's
-        history (`result.json`): the worker stores a step's checkpoint before the driver logs its row, and a
-        worker killed before any row was logged left a folder whose rows the history never got."""
-        history = trial_folder / "result.json"
-        last_step = last_reported_step(checkpoint, trial_folder if history.exists() else None)
-        restarted = last_step is not None or (trial_folder / STDOUT_LOG).exists()
-        recorded = None
-        if restarted and history.exists():
-            recorded = recorded_steps(history)
-            last_step = max(recorded, default=None)
-        return cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
-
-    def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
-        """Report the results not reported before; True when one diverged (the trial then ends).
-        A final result (printed after the last step line) may share the last reported step: it is
-        then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
-        the joined row); `missing` results are rows the history lacks, reported whatever their step."""
-        key = self.step_key
-        for result in results:
-            self.parsed += 1
-            self.seen.update(dict.fromkeys(result))
-            if non_finite(result):
-                _report_divergence(result, key, self.trial_folder, self.extra_metrics())
-                return True
-            last = self.last_step
-            if not missing and last is not None and (result[key] < last or (result[key] == last and not final)):
-                continue  # reported before a retry / resume; the script redid it from its own checkpoint
-            if final and self.last_result is not None and self.last_result[key] == result[key]:
-                result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
-            _report(result | self.extra_metrics(), key)
-            if self.last_result is None:
-                self.ticket.call("reported")  # the command works: the sweep's other trials may start
-            self.last_result = result
-            self.last_step = result[key] if last is None else max(last, result[key])
-        return False
 
 
 def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
@@ -313,14 +248,20 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     )
 
 
-def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float) -> bool:
-    """Report each result as the command's output arrives, until its pipes close (or a process that
-    left the group holds them open) and the last lines are read; True when the trial ends early (a
-    diverged result, or Tune asked it to stop)."""
-    exited_at = None
+def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes) -> bool:
+    """Report each result as the command's output arrives, until its pipes close (or a process that left the group
+    holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
+    the command is then ended after its `writes`, and what it wrote is still read, into `late_rows.json`)."""
+    exited_at = cut = None  # cut: Tune stopped the trial while its command still ran
     while output.open_streams:
-        if reporter.report_new(output.poll(POLL_S)) or _stop_requested():
+        if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
+        reporter.stopped = reporter.stopped or _stop_requested()
+        if reporter.stopped and cut is None:
+            cut = proc.poll() is None  # still training: the step it was in is not kept
+            reporter.keep_late()  # at once: the worker may be ended before the last lines are read
+            terminate_group(proc, grace_period_s, writes)
+            exited_at = time.monotonic() - grace_period_s - 4  # its last lines: 1 s more (Tune reuses workers in 2)
         if exited_at is None and proc.poll() is not None:
             exited_at = time.monotonic()
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
@@ -329,48 +270,26 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     events, written = output.events, output.written_since()
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
-    # what the last step printed; a script that crashed before its first step printed no result (a config dump)
-    last = output.context.close(exit_code_soon(proc) not in (None, 0))
-    return reporter.report_new(events.close(last) if events else last, final=True)
+    # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
+    last = [] if cut else output.context.close(exit_code_soon(proc) not in (None, 0))
+    return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
 def _end_command(
     proc, output: CommandOutput, reporter: StepReporter, grace_period_s: float, writes: Writes, watchdog: int | None
 ) -> None:
-    """End what is left of the command's group (after its writes, within the grace period; `watchdog`: the
-    watchdog's pipe), leave the sweep's gate, close `command_stdout.txt` and flush the trial's stdout/stderr."""
+    """End what is left of the command's group (after its writes, within the grace period; `watchdog`: its pipe),
+    keep a stopped trial's last rows, leave the sweep's gate, close `command_stdout.txt`, flush stdout/stderr."""
     terminate_group(proc, grace_period_s, writes)
+    reporter.keep_late()
     reporter.ticket.call("left")
     output.log.close()
     if watchdog is not None:
         os.close(watchdog)
     for stream in output.echo.values():
         stream.flush()
-
-
-def _report(result: dict, step_key: str) -> None:
-    """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring)."""
-    metrics = {**result, "epoch": result[step_key]} if step_key != "epoch" else result
-    with tempfile.TemporaryDirectory() as folder:
-        records.write_command_step(folder, result[step_key])
-        tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-    refresh_title()  # Ray retitled the worker around the report
-
-
-def _report_divergence(result: dict, step_key: str, trial_folder: Path, extra: dict) -> None:
-    """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report (with `extra`)."""
-    bad = non_finite(result)
-    dump = {
-        "epoch": result.get("epoch", result[step_key]),
-        "step": result[step_key],
-        "last_finite_loss": None,
-        "parameters": [],
-        "gradients": [],
-        "non_finite_metrics": bad,
-        "result": {k: v if k not in bad else str(v) for k, v in result.items()},
-    }
-    divergence.write_dump(trial_folder, dump)
-    tune.report({**extra, **divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
+    if reporter.stopped:  # end as Tune's report does (it cleared its stop event): else Tune waits for a last result
+        raise SystemExit(0)
 
 
 def _stop_requested() -> bool:

@@ -66,7 +66,7 @@ def before_command(reporter, trial_name: str, limit_s: float | None = None):
     that each way they can fail ends the ticket and the trial.
 
     Args:
-        reporter: the trial's `runner.StepReporter` (its `ticket`, taken; its `trial_folder`).
+        reporter: the trial's `step_reporter.StepReporter` (its `ticket`, taken; its `trial_folder`).
         trial_name: Tune's name of the trial (blanked in a failure's signature).
         limit_s: seconds until the watchdog ends a trial whose block has not finished; default
             `STARTUP_LIMIT_S` (or `LIMIT_ENV`).

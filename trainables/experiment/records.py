@@ -17,6 +17,7 @@
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
             placement.json                  where the trial runs: its GPU ids, share, host and pid, from its start
             failure.json                    a command trial's last failure (`outcome.TrialFailure`)
+            late_rows.json                  rows a command logged once Tune had stopped its trial (read_late_rows)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
             work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
@@ -57,6 +58,8 @@ OOM_MARKER = "gpu_oom.json"
 PLACEMENT_FILE = "placement.json"
 OOM_ROUND = "_oom_gpu"  # <name>_oom_gpu<share>: the folder of an out-of-memory re-run round
 FAILURE_FILE = "failure.json"
+LATE_ROWS_FILE = "late_rows.json"
+LATE_ROWS_KEPT = 20  # the last results it keeps (Tune may drop those reported just before it stopped the trial)
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
@@ -64,7 +67,7 @@ COMMAND_STEP_FILE = "command_step.json"
 MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/trackers.py:tracker_env)
 PENDING_ESTIMATE = ".{name}.estimate.json"  # under the storage path, beside the experiment folder
 # In a command trial's result that repeats the step of the row before it with a final result joined
-# (`trainables/command/runner.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.
+# (`trainables/command/step_reporter.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.
 JOINS_STEP_METRIC = "command/joins_step"
 
 Folder = str | Path
@@ -344,3 +347,19 @@ def read_command_step(checkpoint: Folder) -> dict | None:
 def write_command_step(checkpoint: Folder, step: float) -> str:
     """Write `{"step": step}` into a command trial's checkpoint folder."""
     return write_record(record_path(checkpoint, COMMAND_STEP_FILE), {"step": step})
+
+
+def read_late_rows(trial: Folder) -> list[dict]:
+    """The rows a command trial logged once Tune had stopped it (`late_rows.json`: Tune takes no report
+    then, so they are not in its result.json), each a result as reported (`epoch` its step, `timestamp`
+    in Unix seconds); [] when there are none."""
+    record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
+    rows = record.get("rows")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def write_late_rows(trial: Folder, rows: list[dict]) -> str:
+    """Write `{"rows": [...]}` as the trial's `late_rows.json` (`trainables/command/step_reporter.py:StepReporter`):
+    the results of its last steps, from shortly before Tune stopped it (a scheduler's decision, a time
+    budget) until its command ended; the history adds those after its last logged step."""
+    return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows})

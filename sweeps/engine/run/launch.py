@@ -22,14 +22,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 from collections.abc import Callable
 
 import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
 from ray.tune.search import BasicVariantGenerator
 
-from sweeps.engine import estimate, grid
+from sweeps.engine import estimate
 from sweeps.engine.cluster.gpus import (
     check_shared_storage,
     choose_local_gpus,
@@ -46,6 +45,7 @@ from sweeps.engine.run.no_retry import NoRetryOnMarkedError
 from sweeps.engine.run.sweep_end import print_summary
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
+from sweeps.engine.sweep_records.sweep_info import sweep_info
 from trainables import ray_private
 from trainables.command.initial_failures import InitialFailures
 from trainables.experiment import records
@@ -227,25 +227,6 @@ def sweep_tune_config(
     return dataclasses.replace(tune_config, **shared)
 
 
-def sweep_info(objective: Objective, tune_config: TuneConfig, param_space: dict, settings: dict | None) -> dict:
-    """The `raysweep.json` record of a new sweep: its objective's metric, mode and test metric (None: a
-    command that reports only its validation metric), its searcher's and scheduler's class names (None:
-    grid, FIFO; a search's report reads them), command line, settings, start time and `total_trials`
-    (num_samples x the grid's size). `python -m analysis` reads it (`analysis/reading/tune_state.py`)."""
-    return {
-        "metric": objective.metric,
-        "mode": objective.mode,
-        "test_metric": objective.test_metric,
-        "searcher": type(tune_config.search_alg).__name__ if tune_config.search_alg is not None else None,
-        "scheduler": type(tune_config.scheduler).__name__ if tune_config.scheduler is not None else None,
-        "argv": sys.argv,  # the script's path as launched and its flags, and the interpreter: `resume_command`
-        "python": sys.executable,
-        "settings": settings or {},
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "total_trials": tune_config.num_samples * grid.grid_size(param_space),
-    }
-
-
 def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
     """Take the experiment folder for this driver, start or join Ray, and check what needs Ray up:
     shared storage on a cluster, the resources per trial.
@@ -345,7 +326,8 @@ def sweep_run_config(
             sync_artifacts=True, sync_artifacts_on_checkpoint=False, sync_period=ARTIFACT_SYNC_PERIOD_S
         ),
         "log_to_file": True,
-        "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial],
+        "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial]
+        + ray_private.history_keeping_loggers(records.JOINS_STEP_METRIC),  # Tune's own drop rows at a restore
         "stop": initial[0] if initial else None,
         "verbose": 0,
     }

@@ -1,0 +1,115 @@
+"""What a command trial reports to Tune: each result once across retries and `--resume`, with a `Checkpoint`
+holding its step, and the trial's end when a result diverged (`docs/command-trial-internals.md`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ray import tune
+from ray.tune import Checkpoint
+
+from trainables import divergence
+from trainables.command.failure_gate import GateTicket
+from trainables.command.parse import non_finite
+from trainables.command.sources import STDOUT_LOG, last_reported_step, recorded_steps
+from trainables.experiment import records
+from trainables.proctitle import refresh_title
+
+
+@dataclasses.dataclass
+class StepReporter:
+    """Reports each result once, across retries and `--resume`: results at or below the last step
+    reported before (the step Checkpoint, or the trial's history) are skipped."""
+
+    step_key: str
+    trial_folder: Path
+    last_step: float | None = None  # the highest step reported, by this attempt or one before it
+    recorded: set | None = None  # the steps in the trial's own history; a checkpoint may outlive its row
+    restarted: bool = False  # a retry or --resume of this trial
+    parsed: int = 0  # results seen in this run, reported or skipped as reported before
+    seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
+    reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
+    last_result: dict | None = None  # the result last reported by this attempt
+    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
+    extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
+    stopped: bool = False  # Tune stopped the trial (a scheduler, a time budget): it takes no report now
+    recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
+
+    @classmethod
+    def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
+        """The reporter of a trial whose Tune `checkpoint` (None on a first start) and folder say
+        where a retry or `--resume` goes on from. Its `checkpoint_*` folders count only beside the trial's
+        history (`result.json`): the worker stores a step's checkpoint before the driver logs its row, and a
+        worker killed before any row was logged left a folder whose rows the history never got."""
+        history = trial_folder / "result.json"
+        last_step = last_reported_step(checkpoint, trial_folder if history.exists() else None)
+        restarted = last_step is not None or (trial_folder / STDOUT_LOG).exists()
+        recorded = None
+        if restarted and history.exists():
+            recorded = recorded_steps(history)
+            last_step = max(recorded, default=None)
+        return cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
+
+    def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
+        """Report the results not reported before; True when one diverged (the trial then ends).
+        A final result (printed after the last step line) may share the last reported step: it is
+        then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
+        the joined row); `missing` results are rows the history lacks, reported whatever their step."""
+        key = self.step_key
+        for result in results:
+            self.parsed += 1
+            self.seen.update(dict.fromkeys(result))
+            if non_finite(result):
+                _report_divergence(result, key, self.trial_folder, self.extra_metrics())
+                return True
+            last = self.last_step
+            if not missing and last is not None and (result[key] < last or (result[key] == last and not final)):
+                continue  # reported before a retry / resume; the script redid it from its own checkpoint
+            if final and self.last_result is not None and self.last_result[key] == result[key]:
+                result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
+            self._report(result | self.extra_metrics())
+            if self.last_result is None:
+                self.ticket.call("reported")  # the command works: the sweep's other trials may start
+            self.last_result = result
+            self.last_step = result[key] if last is None else max(last, result[key])
+        return False
+
+    def _report(self, result: dict) -> None:
+        """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring), unless Tune
+        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`."""
+        metrics = {**result, "epoch": result[self.step_key]}
+        self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], {**metrics, "timestamp": int(time.time())}]
+        if self.stopped:
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            records.write_command_step(folder, result[self.step_key])
+            try:
+                tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+            except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
+                self.stopped = True
+        refresh_title()  # Ray retitled the worker around the report
+
+    def keep_late(self) -> None:
+        """Once Tune stopped the trial, write its last rows as `late_rows.json` (the history adds those it lacks)."""
+        if self.stopped and self.recent:
+            records.write_late_rows(self.trial_folder, self.recent)
+
+
+def _report_divergence(result: dict, step_key: str, trial_folder: Path, extra: dict) -> None:
+    """End a trial whose result holds NaN/inf: `divergence.json` and one last `diverged` report (with `extra`)."""
+    bad = non_finite(result)
+    dump = {
+        "epoch": result.get("epoch", result[step_key]),
+        "step": result[step_key],
+        "last_finite_loss": None,
+        "parameters": [],
+        "gradients": [],
+        "non_finite_metrics": bad,
+        "result": {k: v if k not in bad else str(v) for k, v in result.items()},
+    }
+    divergence.write_dump(trial_folder, dump)
+    tune.report({**extra, **divergence.diverged_metrics(dump), "diverged/metrics": ",".join(bad)})
