@@ -135,7 +135,7 @@ def check_oom_requeue(
     from sweeps.engine.run.launch import TrialFunction, rerun_oom_trials, sweep_run_config, sweep_tune_config
     from trainables import train_classifier
     from trainables.experiment.objective import Objective
-    from trainables.gpu import is_gpu_oom
+    from trainables.gpu_share import is_gpu_oom
 
     share = 1.0 / max(TRIALS_PER_GPU)
     measured = [r for r in rows if r["model"] == "resnet18" and r["amp"] == "off" and "trials" in r]

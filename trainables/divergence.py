@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainables.experiment import records
+
+if TYPE_CHECKING:  # torch is imported where a tensor is checked: the command-trial runtime and its driver
+    import torch  # use this module's records only, and never load torch (tests/unit/test_import_hygiene.py)
 
 
 def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> bool:
@@ -28,6 +30,8 @@ def is_finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflo
         grads_may_overflow: fp16 with a GradScaler: inf gradients are expected now and then (the scaler
             skips that step and lowers its scale), so only the loss is checked.
     """
+    import torch
+
     if grads_may_overflow:
         return bool(torch.isfinite(loss_sum))
     return bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))
@@ -53,6 +57,7 @@ def forensics(
         JSON-ready dict: epoch, step, loss, grad_norm, last_finite_loss, and `parameters` / `gradients`:
         lists of {name, shape, numel, nan, inf} for each tensor holding a non-finite value.
     """
+    import torch
 
     def non_finite(named_tensors) -> list[dict]:
         found = []

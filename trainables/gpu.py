@@ -5,7 +5,8 @@ from taking the whole card and crashing its neighbours (ray-project/ray#10640). 
 g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
 with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
 `GpuOutOfMemory`, which the sweep recognises and re-queues with a larger fraction
-(`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`).
+(`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`). The share itself, its memory fraction and how
+an out-of-memory error is recognised need no torch: `trainables/gpu_share.py`.
 
 Every function here is a no-op or returns None on a machine without CUDA or without NVML.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,38 +22,7 @@ from pathlib import Path
 import torch
 
 from trainables.experiment import records
-
-
-class GpuOutOfMemory(RuntimeError):
-    """CUDA ran out of memory at the trial's GPU fraction; the sweep re-queues it with more."""
-
-
-def memory_fraction_for(gpus_per_trial: float, headroom: float) -> float | None:
-    """Share of one device's memory a trial may allocate: `g * (1 - headroom)` for g < 1.
-
-    Args:
-        gpus_per_trial: the trial's GPU share (0.25: four trials per GPU); 0 or >= 1: no cap.
-        headroom: share of the slice left free for the CUDA context, cuDNN workspaces and
-            allocator fragmentation, which the cap does not count (`TrainConfig.gpu_memory_headroom`).
-    Returns:
-        A fraction in (0, 1), e.g. 0.225 for g=0.25, headroom=0.1; None when no cap applies.
-    """
-    if gpus_per_trial <= 0 or gpus_per_trial >= 1:
-        return None
-    return gpus_per_trial * (1.0 - headroom)
-
-
-def trial_gpu_fraction() -> float:
-    """GPUs Tune gave the running trial (0.25, 1, ...); 0.0 outside Tune or for CPU trials."""
-    from ray import tune
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            resources = tune.get_context().get_trial_resources()
-        except Exception:  # not in a Tune session
-            return 0.0
-    return float(resources.required_resources.get("GPU", 0.0)) if resources else 0.0
+from trainables.gpu_share import GpuOutOfMemory, memory_fraction_for
 
 
 def cap_gpu_memory(gpus_per_trial: float, headroom: float, device: torch.device | None = None) -> float | None:
@@ -90,15 +59,6 @@ def mark_gpu_oom(gpus_per_trial: float, trial_dir: Path | None) -> Iterator[None
         if trial_dir:
             records.write_oom_marker(trial_dir, {"gpus_per_trial": gpus_per_trial, "error": message})
         raise GpuOutOfMemory(f"ran out of GPU memory at {gpus_per_trial:g} GPU: {message}") from e
-
-
-def is_gpu_oom(error: BaseException | None) -> bool:
-    """Whether a trial error (as Tune's `Result.error` holds it, often wrapped by Ray) was a GPU OOM."""
-    while error is not None:
-        if isinstance(error, (GpuOutOfMemory, torch.cuda.OutOfMemoryError)) or "GpuOutOfMemory" in str(error):
-            return True
-        error = error.__cause__
-    return False
 
 
 def nvml_utilization_reader(device: torch.device | None = None) -> Callable[[], float] | None:

@@ -61,7 +61,7 @@ from trainables.command.workdir import MissingOnNode, code_folder, fill_work_dir
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import MISSING_ON_NODE, TrialFailure
-from trainables.gpu import trial_gpu_fraction
+from trainables.gpu_share import trial_gpu_fraction
 from trainables.proctitle import refresh_title, titled_trial
 
 METRICS_FILE = "metrics.jsonl"  # <trial folder on storage>/metrics.jsonl: $RAYSWEEP_METRICS_FILE

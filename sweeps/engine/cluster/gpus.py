@@ -14,8 +14,10 @@ on a machine without them ask for logical ones with RAYSWEEP_LOGICAL_GPUS=N (`re
 
 from __future__ import annotations
 
+import glob
 import math
 import os
+import sys
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
@@ -44,6 +46,8 @@ NETWORK_FILESYSTEMS = (
     "9p",
     "wekafs",
 )
+# A GPU driver's device files on Linux: NVIDIA's, ROCm's (AMD: torch.cuda through HIP), WSL2's
+GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
 
 
 def read_nvml() -> list[dict] | None:
@@ -80,8 +84,12 @@ def read_torch() -> list[dict] | None:
     """One reading per CUDA device torch sees, when NVML is missing: memory and load unknown (None).
 
     `torch.cuda.device_count()` does not initialise CUDA in this process (it asks NVML or the
-    driver), so the driver keeps no GPU memory. None when torch cannot be imported.
+    driver), so the driver keeps no GPU memory. On Linux without a GPU driver's device files
+    (`GPU_DEVICE_FILES`) torch can see no device: [] without importing it (1.3 s of a command
+    sweep's start-up, whose driver never trains). None when torch cannot be imported.
     """
+    if sys.platform.startswith("linux") and not any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES):
+        return []
     try:
         import torch
     except ImportError:
@@ -254,7 +262,7 @@ def pack_fraction(peak_bytes: int, total_bytes: int, headroom: float) -> tuple[f
     Raises:
         UsageError: even a whole GPU is too small.
     """
-    from trainables.gpu import memory_fraction_for  # torch: not before the flags are checked
+    from trainables.gpu_share import memory_fraction_for
 
     need = peak_bytes * (1 + PROBE_MARGIN)
     gib = 2**30
@@ -346,7 +354,7 @@ def check_shared_storage(storage_path: str, num_nodes: int, trusted: bool = Fals
 
 def oom_trials(results) -> list[dict]:
     """Configs of the trials in a `ResultGrid` that failed with a GPU out-of-memory error."""
-    from trainables.gpu import is_gpu_oom
+    from trainables.gpu_share import is_gpu_oom
 
     return [r.config for r in results if r.error is not None and is_gpu_oom(r.error)]
 
@@ -354,7 +362,7 @@ def oom_trials(results) -> list[dict]:
 def requeued_trial_paths(rounds: list) -> set[str]:
     """Trial folders of the GPU out-of-memory failures that a later round of
     `sweeps/engine/run/launch.py:rerun_oom_trials` re-ran."""
-    from trainables.gpu import is_gpu_oom
+    from trainables.gpu_share import is_gpu_oom
 
     return {r.path for grid in rounds[:-1] for r in grid if r.error is not None and is_gpu_oom(r.error)}
 

@@ -330,6 +330,7 @@ def sweep_run_config(
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
+    ray_private.count_callbacks_by_name()  # with callbacks, Tune's start-up would import W&B and MLflow (2 s+)
     initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
     ending = sweep_end.SweepEnding(initial[0] if initial else None)  # first: the outcome and the last line read it
     settings = {
