@@ -16,6 +16,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# What `Tuner.fit` makes before the first trial that could import torch: the sweep's RunConfig, then Tune's
+# default TensorBoard logger (tensorboardX imports torch, `sweeps/engine/run/tune_start.py`)
+TUNES_START = (
+    "\nfrom sweeps.engine.run.launch import sweep_run_config\nsweep_run_config('x', '/tmp')"
+    "\nfrom ray.tune.logger import TBXLoggerCallback\nTBXLoggerCallback()"
+)
+
+
 def modules_imported_by(script: Path) -> list[str]:
     """Every module a script imports anywhere in its file (top level and inside functions)."""
     names = set()
@@ -45,7 +53,7 @@ def test_a_command_sweeps_driver_never_imports_torch():
         "\nfrom sweeps.engine.cluster.gpus import read_gpus"
         "\nfrom trainables.gpu_share import is_gpu_oom"
         "\nread_gpus()"
-        "\nassert not is_gpu_oom(RuntimeError('trial failed'))"
+        "\nassert not is_gpu_oom(RuntimeError('trial failed'))" + TUNES_START
     )
     loaded = loaded_after(code)
     assert "ray" in loaded  # the path was imported
@@ -58,7 +66,7 @@ def test_the_grids_driver_never_imports_torch():
     built on Ray Train and torch) and the data load leave torch to the trials."""
     modules = [m for m in modules_imported_by(ROOT / "sweeps" / "noise_grid.py") if m != "trainables.ddp"]
     code = "\n".join(f"import {name}" for name in modules) + (
-        "\nfrom trainables import train_classifier, parse_config, load_data\nload_data(parse_config({}))"
+        "\nfrom trainables import train_classifier, parse_config, load_data\nload_data(parse_config({}))" + TUNES_START
     )
     loaded = loaded_after(code)
     assert {"ray", "sklearn"} <= loaded  # the path was imported, the data loaded
