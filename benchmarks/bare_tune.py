@@ -13,9 +13,9 @@ output and loggers, every checkpoint kept. Each trial runs the grid's training l
 does not) and reports each epoch with a checkpoint (`torch.save` into a temporary folder,
 `Checkpoint.from_directory`). One setting is not Ray's default: actor reuse (`reuse_actors=True`, as
 every raysweep sweep sets), so that the comparison is of the sweep's own work, not of a new worker per
-trial (3.5 s each: `benchmarks/sweep_efficiency.py` measures Tune's defaults with it). Each trial's
-first act is to create `<storage>/<name>/started/<trial id>`: the "first trial" milestone, as the
-grid's `trial_config.json` is.
+trial (3.5 s each: `benchmarks/sweep_efficiency.py` measures Tune's defaults with it). Each trial,
+once torch and the loop are imported, creates `<storage>/<name>/started/<trial id>`: the "first trial"
+milestone, where the grid's trial writes its `trial_config.json` (after the same imports).
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ STARTED = "started"  # <storage>/<name>/started/<trial id>: one file per trial, 
 
 def train_trial(config: dict, data: dict, started: str) -> None:
     """One trial: the grid's loop, a report and a checkpoint every epoch."""
-    from ray import tune
-
-    Path(started, tune.get_context().get_trial_id()).touch()
     import torch
+    from ray import tune
 
     from trainables.train import train_epochs
 
+    Path(started, tune.get_context().get_trial_id()).touch()  # imports done, as the grid's trial_config.json
     for metrics, state in train_epochs(config, data):
         metrics.pop("test/confusion")  # a list of lists: not a metric
         with tempfile.TemporaryDirectory() as folder:
