@@ -44,10 +44,14 @@ bench: install  # full forms: tens of minutes on 2 cores
 	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid status_speed seeds_auto work_tree_setup; do \
 	  $(PY) benchmarks/$$b.py --json $(BENCH_OUT)/$$b.json || exit 1; done
 
-bench-quick: install  # what CI runs: seconds to a minute each; they report, they do not assert
+bench-quick: install  # what CI runs: the quick forms, then the regression gate on their same-run ratios (benchmarks/gate.py)
 	@mkdir -p $(BENCH_OUT)/quick
 	for b in startup sweep_efficiency trainable_overhead shared_data_memory analysis_load search_vs_grid gpu_packing status_speed seeds_auto work_tree_setup; do \
 	  $(PY) benchmarks/$$b.py --quick --json $(BENCH_OUT)/quick/$$b.json || exit 1; done
+	$(PY) benchmarks/gate.py --startup $(BENCH_OUT)/quick/startup.json --trainable-overhead $(BENCH_OUT)/quick/trainable_overhead.json
+	@echo "the gate's own test: a build whose reports each sleep half an epoch must fail it"
+	$(PY) benchmarks/trainable_overhead.py --quick --models cnn --no-bare --slow-report 0.5 --json $(BENCH_OUT)/quick/slowed.json
+	$(PY) benchmarks/gate.py --trainable-overhead $(BENCH_OUT)/quick/slowed.json --expect-fail
 
 bench-gpu: install  # on a GPU machine: trials packed 1, 2, 4, 8 per GPU (table, JSON, plot); without a GPU it says so
 	@mkdir -p $(BENCH_OUT)

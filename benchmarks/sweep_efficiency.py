@@ -224,7 +224,9 @@ def overhead_breakdown(trials: list[dict], gaps: list[float]) -> dict:
     trip through the driver: the result goes there, the trial waits for its next `train` call),
     `other` the rest of the time in the trial beyond its work (sleep overshoot, folders, the first
     report's set-up), `reuse_gap` the idle time between consecutive trials on one slot (actor reuse:
-    reset and the next trial's set-up). Schemes without the per-report figures (batches) give none."""
+    reset and the next trial's set-up); `outside_report` what is not Tune's report (write + other +
+    reuse_gap: the per-trial overhead outside Tune's report, issue 50's figure). Schemes without the
+    per-report figures (batches) give none."""
     if not trials or "report_s" not in trials[0]:
         return {}
     per_trial = {
@@ -236,6 +238,7 @@ def overhead_breakdown(trials: list[dict], gaps: list[float]) -> dict:
     in_trial = statistics.mean(t["end"] - t["start"] - t["work"] for t in trials)
     per_trial["other"] = in_trial - sum(per_trial.values())
     per_trial["reuse_gap"] = statistics.mean(gaps) if gaps else 0.0
+    per_trial["outside_report"] = per_trial["write"] + per_trial["other"] + per_trial["reuse_gap"]
     per_trial["reports_per_trial"] = statistics.mean(t["reports"] for t in trials)
     return {f"overhead_{k}_s" if k != "reports_per_trial" else k: v for k, v in per_trial.items()}
 
@@ -293,6 +296,9 @@ def main() -> None:
         "ray_defaults_efficiency": med("ray_defaults", "efficiency_steady")[0],
         "ray_defaults_per_trial_overhead_s": med("ray_defaults", "per_trial_overhead_s")[0],
         **{f"ray_defaults_{k}": med("ray_defaults", k)[0] for k in ("startup_s",) + steps},
+        "startup_vs_ray_defaults": statistics.median(
+            a["startup_s"] / b["startup_s"] for a, b in zip(runs["raysweep"], runs["ray_defaults"])
+        ),
         "ideal_makespan_s": runs["raysweep"][0]["ideal_makespan_s"],
         "repeats": repeats,
         "trials": len(durations(args.quick)),

@@ -29,7 +29,6 @@ import warnings
 from pathlib import Path
 
 import pyarrow.fs as pafs
-import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")  # Tune's StorageContext._make_checkpoint_dir_name
@@ -58,6 +57,8 @@ def load_latest_state(tune_checkpoint_dir: str | Path | None, trial_dir: str | P
         ]
     if not candidates:
         return None
+    import torch  # here, not at the top: a command sweep's driver imports this module (checkpoint_repair), never torch
+
     best, failures = None, []
     for folder in candidates:
         try:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import collections
 import math
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainables.experiment import records
+
+if TYPE_CHECKING:  # torch is imported where a tensor is checked: the command-trial runtime and its driver
+    import torch  # use this module's records only, and never load torch (tests/unit/test_import_hygiene.py)
 
 
 def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: bool = False) -> torch.Tensor:
@@ -31,6 +33,8 @@ def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor, grads_may_overflow: 
         grads_may_overflow: fp16 with a GradScaler: inf gradients are expected now and then (the scaler
             skips that step and lowers its scale), so only the loss is checked.
     """
+    import torch
+
     if grads_may_overflow:
         return torch.isfinite(loss_sum)
     return torch.isfinite(loss_sum) & torch.isfinite(grad_norm)
@@ -112,6 +116,7 @@ def forensics(
         JSON-ready dict: epoch, step, loss, grad_norm, last_finite_loss, and `parameters` / `gradients`:
         lists of {name, shape, numel, nan, inf} for each tensor holding a non-finite value.
     """
+    import torch
 
     def non_finite(named_tensors) -> list[dict]:
         found = []

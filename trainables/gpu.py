@@ -5,8 +5,9 @@ from taking the whole card and crashing its neighbours (ray-project/ray#10640). 
 g < 1 GPU therefore caps its own CUDA caching allocator at `g * (1 - headroom)` of the device
 with `torch.cuda.set_per_process_memory_fraction`. A trial that still runs out of memory raises
 `GpuOutOfMemory` (`trainables/gpu_oom.py`), which the sweep recognises and re-queues with a larger
-fraction (`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`). NVML readings and the per-epoch GPU
-metrics, which need no torch, are in `trainables/gpu_use.py`.
+fraction (`sweeps/engine/cluster/gpus.py:next_fraction_after_oom`). What needs no torch is apart, for command
+trials and the driver: the share and its memory fraction (`trainables/gpu_share.py`), NVML readings and the
+per-epoch GPU metrics (`trainables/gpu_use.py`).
 
 Every function here is a no-op or returns None on a machine without CUDA or without NVML.
 """
@@ -14,7 +15,6 @@ Every function here is a no-op or returns None on a machine without CUDA or with
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,35 +23,8 @@ import torch
 
 from trainables.experiment import records
 from trainables.gpu_oom import GpuOutOfMemory
+from trainables.gpu_share import memory_fraction_for
 from trainables.gpu_use import utilization_reader
-
-
-def memory_fraction_for(gpus_per_trial: float, headroom: float) -> float | None:
-    """Share of one device's memory a trial may allocate: `g * (1 - headroom)` for g < 1.
-
-    Args:
-        gpus_per_trial: the trial's GPU share (0.25: four trials per GPU); 0 or >= 1: no cap.
-        headroom: share of the slice left free for the CUDA context, cuDNN workspaces and
-            allocator fragmentation, which the cap does not count (`TrainConfig.gpu_memory_headroom`).
-    Returns:
-        A fraction in (0, 1), e.g. 0.225 for g=0.25, headroom=0.1; None when no cap applies.
-    """
-    if gpus_per_trial <= 0 or gpus_per_trial >= 1:
-        return None
-    return gpus_per_trial * (1.0 - headroom)
-
-
-def trial_gpu_fraction() -> float:
-    """GPUs Tune gave the running trial (0.25, 1, ...); 0.0 outside Tune or for CPU trials."""
-    from ray import tune
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            resources = tune.get_context().get_trial_resources()
-        except Exception:  # not in a Tune session
-            return 0.0
-    return float(resources.required_resources.get("GPU", 0.0)) if resources else 0.0
 
 
 def cap_gpu_memory(gpus_per_trial: float, headroom: float, device: torch.device | None = None) -> float | None:

@@ -11,6 +11,7 @@ and callers keep their own fallback. It lives in `trainables/`, the bottom layer
 
 from __future__ import annotations
 
+import collections
 import functools
 
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # the logger of Ray's token set-up
@@ -101,7 +102,8 @@ def train_session():
     return get_session()
 
 
-# --- Tune's trial bookkeeping (sweeps/engine/run/checkpoint_repair.py, no_retry.py, launch.py, monitoring.py) ---
+# --- Tune's trial bookkeeping and start-up (sweeps/engine/run/checkpoint_repair.py, no_retry.py, launch.py,
+# monitoring.py) ---
 
 
 def trial_folder_path(trial) -> str:
@@ -257,6 +259,51 @@ def _history_keeping_classes() -> tuple[type, type]:
     json_logger = type("HistoryKeepingJsonLogger", (KeepStagedRows, JsonLoggerCallback), {"__module__": __name__})
     csv_logger = type("HistoryKeepingCSVLogger", (OneRowPerStep,), {"__module__": __name__})
     return json_logger, csv_logger
+
+
+def count_callbacks_by_name() -> bool:
+    """Make Tune's usage record of a run's callbacks import no tracker: `tune.run` calls
+    `ray.air._internal.usage.tag_callbacks` whenever callbacks are given (every sweep's `RunConfig` has
+    some), and its `_count_callbacks` imports Ray's W&B, MLflow, Comet and Aim integrations to read four
+    class names; with wandb and mlflow installed (the `trackers` extra) that is 2 s and more before the
+    first trial on a quiet 2-core machine, which a Tune run without callbacks never pays. Ray compares
+    class names, not classes, so counting by the same names records the same tag.
+
+    Returns:
+        True when Tune counts by name (now or before); False when this Ray lacks the function (nothing done).
+    """
+    try:
+        from ray.air._internal import usage
+    except ImportError:
+        return False
+    if not hasattr(usage, "_count_callbacks"):
+        return False
+    if getattr(usage._count_callbacks, "by_name", False):
+        return True
+
+    def count_by_name(callbacks):
+        from ray.tune import Callback
+        from ray.tune.logger import LoggerCallback
+        from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
+
+        integrations = ("WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback")
+        built_in = {*integrations, *(c.__name__ for c in DEFAULT_CALLBACK_CLASSES)}
+        counts = collections.defaultdict(int)
+        for callback in callbacks or []:
+            if not isinstance(callback, Callback):  # Tune refuses it later; not counted, as in Ray
+                continue
+            name = type(callback).__name__
+            if name in built_in:
+                counts[name] += 1
+            elif isinstance(callback, LoggerCallback):
+                counts["CustomLoggerCallback"] += 1
+            else:
+                counts["CustomCallback"] += 1
+        return counts
+
+    count_by_name.by_name = True
+    usage._count_callbacks = count_by_name
+    return True
 
 
 def stop_retries(trial) -> None:

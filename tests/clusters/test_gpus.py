@@ -32,21 +32,22 @@ def test_oom_trials_are_requeued_with_twice_the_gpu(ray_gpus, tmp_path, monkeypa
     def oom_below_half_gpu(config, data=None):
         import torch as t
 
+        import trainables.train as train
         import trainables.trial as trial
-        from trainables.gpu import trial_gpu_fraction
+        from trainables.gpu_share import trial_gpu_fraction
 
-        real = trial.train_epochs
+        real = train.train_epochs  # the trial imports it from trainables.train when it starts
 
         def train_epochs(*args, **kwargs):
             if trial_gpu_fraction() < 0.5:
                 raise t.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
             yield from real(*args, **kwargs)
 
-        trial.train_epochs = train_epochs
+        train.train_epochs = train_epochs
         try:
             trial.train_classifier(config, data)
         finally:
-            trial.train_epochs = real
+            train.train_epochs = real
 
     monkeypatch.setattr("trainables.trial.train_classifier", oom_below_half_gpu)  # what the sweep imports
     code = noise_grid.main(

@@ -14,7 +14,7 @@ from sweeps import noise_grid
 from sweeps.engine import flags
 from sweeps.engine.cluster import gpus
 from sweeps.engine.flags import UsageError
-from trainables import gpu, gpu_oom, gpu_use
+from trainables import gpu, gpu_oom, gpu_share, gpu_use
 from trainables.experiment import records
 
 GIB = 2**30
@@ -102,6 +102,7 @@ def test_gpus_are_never_invented(readings, selection, match):
 def test_torch_readings_when_nvml_is_missing(monkeypatch):
     """NVML missing: torch's device count decides what exists; load is unknown, so no GPU counts as busy."""
     monkeypatch.setattr(gpus, "read_nvml", lambda: None)
+    monkeypatch.setattr(gpus, "GPU_DEVICE_FILES", ("/",))  # a GPU driver's device files exist
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     readings = gpus.read_gpus()
     assert [r["index"] for r in readings] == [0, 1] and readings[0]["memory_free"] is None
@@ -110,6 +111,17 @@ def test_torch_readings_when_nvml_is_missing(monkeypatch):
         gpus.select_gpus(readings, [1, 3])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert gpus.read_gpus() == []
+
+
+def test_no_gpu_device_files_means_no_gpus_without_importing_torch(monkeypatch):
+    """Linux without /dev/nvidia*, /dev/kfd or /dev/dxg: no device torch could see; torch is not asked."""
+    monkeypatch.setattr(gpus, "read_nvml", lambda: None)
+    monkeypatch.setattr(gpus, "GPU_DEVICE_FILES", ("/nonexistent-gpu-device*",))
+    monkeypatch.setattr(gpus.sys, "platform", "linux")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # would say 2 if it were asked
+    assert gpus.read_gpus() == []
+    with pytest.raises(UsageError, match="this machine has no GPU"):
+        gpus.select_gpus(gpus.read_gpus(), [0])
 
 
 def test_logical_gpus_only_through_the_test_variable(monkeypatch):
@@ -189,10 +201,10 @@ def test_bad_gpu_flags_stop_the_sweep_before_ray(tmp_path):
 
 
 def test_memory_fraction_is_the_share_minus_headroom():
-    assert gpu.memory_fraction_for(0.25, 0.1) == pytest.approx(0.225)
-    assert gpu.memory_fraction_for(0.5, 0.0) == 0.5
-    assert gpu.memory_fraction_for(1.0, 0.1) is None  # a whole GPU is not capped
-    assert gpu.memory_fraction_for(0.0, 0.1) is None  # CPU trial
+    assert gpu_share.memory_fraction_for(0.25, 0.1) == pytest.approx(0.225)
+    assert gpu_share.memory_fraction_for(0.5, 0.0) == 0.5
+    assert gpu_share.memory_fraction_for(1.0, 0.1) is None  # a whole GPU is not capped
+    assert gpu_share.memory_fraction_for(0.0, 0.1) is None  # CPU trial
 
 
 def test_cap_gpu_memory_calls_torch_with_the_fraction(monkeypatch):

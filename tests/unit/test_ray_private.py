@@ -61,3 +61,23 @@ def test_pyproject_pins_the_range_the_module_names_and_ray_installed_is_in_it():
     assert f"tested with Ray {low}-" in ray_private.__doc__ and f"<{high}`" in ray_private.__doc__
     installed = tuple(int(x) for x in ray.__version__.split(".")[:2])
     assert tuple(map(int, low.split("."))) <= installed < tuple(map(int, high.split(".")))
+
+
+def test_tunes_callback_usage_record_counts_by_name_as_ray_does():
+    """`count_callbacks_by_name` gives Ray's counts (built-in names, custom loggers, custom callbacks; what is
+    not a callback left out) without importing the tracker integrations Ray's own count imports."""
+    from ray import tune
+    from ray.air._internal import usage
+    from ray.tune.logger import CSVLoggerCallback, LoggerCallback
+
+    class MyLogger(LoggerCallback):
+        pass
+
+    class WandbLoggerCallback(tune.Callback):  # a name Ray counts as its integration, as Ray does
+        pass
+
+    assert ray_private.count_callbacks_by_name() and ray_private.count_callbacks_by_name()  # idempotent
+    counts = usage._count_callbacks([CSVLoggerCallback(), MyLogger(), tune.Callback(), tune.Callback(), object()])
+    assert dict(counts) == {"CSVLoggerCallback": 1, "CustomLoggerCallback": 1, "CustomCallback": 2}
+    assert dict(usage._count_callbacks([WandbLoggerCallback()])) == {"WandbLoggerCallback": 1}
+    assert not usage._count_callbacks(None)

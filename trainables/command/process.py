@@ -28,7 +28,7 @@ from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.command.watchdog import group_alive
 from trainables.config import TrainConfig
 from trainables.experiment.objective import Objective
-from trainables.gpu import memory_fraction_for
+from trainables.gpu_share import memory_fraction_for
 
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
 STREAM_NAMES = {"OUT": "stdout", "ERR": "stderr"}  # the log prefix's name of a stream -> --metrics-from's

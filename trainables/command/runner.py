@@ -55,7 +55,7 @@ from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, st
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
-from trainables.gpu import trial_gpu_fraction
+from trainables.gpu_share import trial_gpu_fraction
 from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
 from trainables.proctitle import titled_trial
 

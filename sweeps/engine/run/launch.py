@@ -42,7 +42,7 @@ from sweeps.engine.run import notify, resume, sweep_end
 from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.run.monitoring import monitoring_callbacks
 from sweeps.engine.run.no_retry import NoRetryOnMarkedError
-from sweeps.engine.run.sweep_end import print_summary
+from sweeps.engine.run.tune_start import trim_tune_start
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
 from sweeps.engine.sweep_records.sweep_info import sweep_info
@@ -139,7 +139,7 @@ class Sweep:
         code = sweep_end.EXIT_CODES.get(ending.signal, code)
         notify.sweep_ended(code, ending, rounds, objective, len(reused))
         self.held.record_end(code, ending, options.resume)  # the summary and report read the sweep as over
-        print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
+        sweep_end.print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
         checked = estimate.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
         print(f"results: {', '.join(folders)} | {checked}")
@@ -312,6 +312,7 @@ def sweep_run_config(
     makes each checkpointing `tune.report` wait for a copy of the trial folder, on the trial's
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
+    trim_tune_start()  # W&B and MLflow (for Tune's usage record of callbacks), torch (for tensorboardX) left out
     initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
     ending = sweep_end.SweepEnding(initial[0] if initial else None, fail_fast)  # first: the outcome, the last line
     settings = {

@@ -1,0 +1,88 @@
+"""A driver imports only what its path uses (issue 50): no torch in a sweep's driver (command sweeps and the
+built-in grid alike: the trials train, the driver does not), and no tracker package (W&B, MLflow) loaded by
+Tune's start-up unless the sweep logs to it.
+
+Each check runs in a fresh interpreter, so what the test session imported does not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# What `Tuner.fit` makes before the first trial that could import torch: the sweep's RunConfig, then Tune's
+# default TensorBoard logger (tensorboardX imports torch, `sweeps/engine/run/tune_start.py`)
+TUNES_START = (
+    "\nfrom sweeps.engine.run.launch import sweep_run_config\nsweep_run_config('x', '/tmp')"
+    "\nfrom ray.tune.logger import TBXLoggerCallback\nTBXLoggerCallback()"
+)
+
+
+def modules_imported_by(script: Path) -> list[str]:
+    """Every module a script imports anywhere in its file (top level and inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return sorted(names)
+
+
+def loaded_after(code: str) -> set[str]:
+    """The top-level packages loaded in a fresh interpreter after running `code` (raises on its failure)."""
+    probe = code + "\nimport sys\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.check_output([sys.executable, "-c", probe], cwd=ROOT, env=env, text=True, timeout=300)
+    return set(ast.literal_eval(out.splitlines()[-1]))
+
+
+def test_a_command_sweeps_driver_never_imports_torch():
+    """Everything `sweeps/run_command.py` imports on its way to `tuner.fit()`, the GPU reading of a local
+    sweep (no NVML here) and the OOM check after the fit: torch stays out (it cost 1.3 s of start-up,
+    through trainables.command.failure -> process -> trainables.gpu)."""
+    modules = modules_imported_by(ROOT / "sweeps" / "run_command.py")
+    assert "trainables.command.runner" in modules and "sweeps.engine.run.launch" in modules
+    code = "\n".join(f"import {name}" for name in modules) + (
+        "\nfrom sweeps.engine.cluster.gpus import read_gpus"
+        "\nfrom trainables.gpu_oom import is_gpu_oom"
+        "\nread_gpus()"
+        "\nassert not is_gpu_oom(RuntimeError('trial failed'))" + TUNES_START
+    )
+    loaded = loaded_after(code)
+    assert "ray" in loaded  # the path was imported
+    assert "torch" not in loaded
+
+
+def test_the_grids_driver_never_imports_torch():
+    """The default grid's driver hands `train_classifier` to Tune and never trains: everything
+    `sweeps/noise_grid.py` imports (but `trainables.ddp`, the data-parallel trainable of 2+ GPUs per trial,
+    built on Ray Train and torch) and the data load leave torch to the trials."""
+    modules = [m for m in modules_imported_by(ROOT / "sweeps" / "noise_grid.py") if m != "trainables.ddp"]
+    code = "\n".join(f"import {name}" for name in modules) + (
+        "\nfrom trainables import train_classifier, parse_config, load_data\nload_data(parse_config({}))" + TUNES_START
+    )
+    loaded = loaded_after(code)
+    assert {"ray", "sklearn"} <= loaded  # the path was imported, the data loaded
+    assert "torch" not in loaded
+
+
+def test_tunes_start_up_imports_no_tracker_the_sweep_does_not_use():
+    """A sweep's RunConfig has callbacks; Tune's usage record of them imported W&B and MLflow (2 s and more
+    of start-up) to read four class names. `sweep_run_config` makes it count by name."""
+    code = (
+        "from ray.air._internal import usage\n"
+        "from sweeps.engine.run.launch import sweep_run_config\n"
+        "run_config = sweep_run_config('x', '/tmp')\n"
+        "counts = usage._count_callbacks(run_config.callbacks)\n"
+        "assert set(counts) == {'CustomCallback', 'CustomLoggerCallback'}, counts\n"  # the history-keeping loggers
+        "assert sum(counts.values()) == len(run_config.callbacks), counts\n"
+    )
+    loaded = loaded_after(code)
+    assert not loaded & {"wandb", "mlflow", "comet_ml", "aim"}, loaded & {"wandb", "mlflow"}
