@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.sweep_records import driver_lock
-from tests.ray_cluster import wait_for
-from tests.s3_server import aws_env
+from tests.helpers.processes import wait_for
+from tests.helpers.s3_server import aws_env
 from trainables.experiment import storage
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
@@ -194,7 +194,7 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, two_raylets, tm
     """The two-raylet cluster of tests/clusters/test_cluster.py with s3 storage and no shared folder (no
     --storage-is-shared needed): a trial trains on the second node, that node's raylet is killed,
     the trial continues on the head from its checkpoint on s3, and every cell is done once."""
-    from tests import ray_cluster
+    from tests.helpers import ray_cluster
 
     env, worker_ip, address, epochs = two_raylets.env, two_raylets.worker_ip, two_raylets.address, 40
     experiment = f"s3://{BUCKET}/runs/two_nodes"
@@ -279,7 +279,7 @@ def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_
     `../data` and `../../datasets` at the same absolute paths, and report to s3."""
     import shutil
 
-    from tests.unit.test_work_tree import make_layout
+    from tests.helpers.repos import make_layout
 
     launch = make_layout(tmp_path / "home")
     (tmp_path / "home" / "meeting").mkdir()  # the first two trials wait for each other there: one on each node

@@ -1,5 +1,5 @@
 """The documented SLURM recipe (docs/slurm.sbatch, the file itself) run with `sbatch --wait` on a real
-one-node SLURM (tests/slurm_cluster.py), shortened to a smoke grid by its own arguments.
+one-node SLURM (tests/helpers/slurm_cluster.py), shortened to a smoke grid by its own arguments.
 
 Where SLURM cannot run (no root, packages missing) the test skips and says why; in CI (`CI=true`,
 where .ci/run installs slurm-wlm and munge) it fails instead.
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_cluster
-from tests.ray_cluster import free_port, wait_for
+from tests.helpers import slurm_cluster
+from tests.helpers.processes import wait_for
+from tests.helpers.ray_cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "docs" / "slurm.sbatch"

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tests.unit.test_command_failures import MISSING_DATA
-from tests.unit.test_command_scripts import run_sweep
+from tests.helpers.command_sweeps import MISSING_DATA, run_sweep
 from trainables.command.sources import ATTEMPT_LINE
 
 PY = sys.executable

@@ -12,7 +12,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from tests.unit.test_command_scripts import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
 
 
 def _auto_sweep(tmp_path, max_seeds: int, env: dict):

@@ -7,19 +7,13 @@ and read the runs back with the trackers' own APIs. Skipped where the `trackers`
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
 import pytest
 
 from sweeps.engine.run import monitoring
-from tests.unit.test_trackers import flags
-
-needs_mlflow = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"
-)
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
+from tests.helpers.tracker_flags import flags, needs_mlflow, needs_wandb
 
 
 def tiny_tuner(callbacks: list, storage: Path, started=None):

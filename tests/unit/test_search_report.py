@@ -19,7 +19,7 @@ from analysis.figures.pbt_schedule import plot_pbt_schedule
 from analysis.figures.search import OPTUNA_PICTURES, search_pictures, study_from_trials
 from analysis.reading.trial_end import end_reason
 from analysis.tables.search_table import search_frame
-from tests.analysis_fixtures import noise_grid, pbt_experiment, search_experiment, trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import noise_grid, pbt_experiment, search_experiment, trial_spec, write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_history_time.png"}
