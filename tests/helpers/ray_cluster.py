@@ -65,7 +65,7 @@ def start_node(
     num_cpus: int = 1,
     num_gpus: int = 0,
     extra_env: dict | None = None,
-    timeout_s: float = 60,
+    timeout_s: float = 120,
 ) -> subprocess.Popen:
     """Start one node (`head_port` for the head, else `address` of the head) and wait until it is up.
 
@@ -87,7 +87,9 @@ def start_node(
         "--disable-usage-stats",
     ]
     if head_port is not None:
-        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false"]
+        # a dashboard port of its own: without a dashboard `ray start` still refuses to start while its default,
+        # 8265, is taken (a local sweep's dashboard on this machine: the node times out in its start)
+        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false", f"--dashboard-port={free_port()}"]
     else:
         cmd += [f"--address={address}"]
     if node_ip:
