@@ -10,10 +10,10 @@ import pytest
 
 from sweeps.engine import run_flags
 
-needs_mlflow = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"
-)
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
+HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
+HAS_WANDB = importlib.util.find_spec("wandb") is not None
+needs_mlflow = pytest.mark.skipif(not HAS_MLFLOW, reason="needs the trackers extra (mlflow)")
+needs_wandb = pytest.mark.skipif(not HAS_WANDB, reason="needs the trackers extra (wandb)")
 
 
 def flags(**values) -> dict:
