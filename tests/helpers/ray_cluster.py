@@ -50,7 +50,8 @@ def token_env(home: Path) -> dict:
     }
     env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     home.mkdir(parents=True, exist_ok=True)
-    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    # 60 s ran out at load 30 (the CLI imports Ray first)
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=180)
     assert (home / ".ray" / "auth_token").is_file()
     return env
 
