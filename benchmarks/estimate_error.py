@@ -98,12 +98,12 @@ def measure(argv: list[str], folder: Path, env: dict) -> dict:
 @contextlib.contextmanager
 def sweep_environment(join: bool, folder: Path):
     """The environment the sweeps run in: a private local Ray each (`--address` unset, RAY_ADDRESS
-    empty), or, with `join`, a `ray start --head` started here (tests/ray_cluster.py) that each joins."""
+    empty), or, with `join`, a `ray start --head` started here (tests/helpers/ray_cluster.py) that each joins."""
     base = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "RAYSWEEP_LOGICAL_GPUS": ""}
     if not join:
         yield {**base, "RAY_ADDRESS": ""}
         return
-    from tests.ray_cluster import shared_head
+    from tests.helpers.ray_cluster import shared_head
 
     with shared_head(folder / "head") as env:
         yield {**env, "PYTHONUNBUFFERED": "1"}

@@ -4,7 +4,7 @@ Run:
     python benchmarks/slots_busy.py                 # the survival window (15 s) and the old wait for a metric
     python benchmarks/slots_busy.py --repeats 3 --json out.json
 
-A `ray start --head` with 8 logical CPUs and 4 logical GPUs (tests/ray_cluster.py) takes 8 trials at 0.5 GPU
+A `ray start --head` with 8 logical CPUs and 4 logical GPUs (tests/helpers/ray_cluster.py) takes 8 trials at 0.5 GPU
 and 1 CPU each. Each trial runs tests/scripts/timed_epochs.py: one epoch of `--epoch-s` (40) seconds, its
 start stamped in a file. Two gates, in one run, interleaved: `window` (`--survival-window-s 15`, today's)
 and `metric` (`--survival-window-s 1e9`: the gate opens only at the first metric, as before issue 41).
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--epoch-s", type=float, default=40.0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    from tests.ray_cluster import shared_head
+    from tests.helpers.ray_cluster import shared_head
 
     results = []
     with (

@@ -1,26 +1,25 @@
-"""Shared fixtures: a tiny trial config, an in-process Ray (4 logical GPUs), a `ray start --head` for sweeps,
-the README's smoke grid run once on it, an S3 server (moto) with a head whose workers reach it, and a
-two-raylet cluster.
+"""The fixtures every folder may use: an in-process Ray (4 logical GPUs), the session's shared `ray start --head`
+that sweep subprocesses join (`sweep_env`), Ray's authentication mode restored after a test, `python` on PATH and
+a stand-in user project for the docs' commands, a `--notify` receiver. A folder's own conftest.py holds what only
+its tests use (tests/README.md).
 
-Each is started once per pytest process: under pytest-xdist (`make test` runs two workers) once per
-worker, each with its own ports, temp dirs and Ray temp dir (`RAY_TMPDIR`). The tests that share one
-session's state are kept on one worker (`--dist loadgroup`, groups set in `pytest_collection_modifyitems`).
+Each session fixture is started once per pytest process: under pytest-xdist (`make test` runs two workers) once
+per worker, each with its own ports, temp dirs and Ray temp dir (`RAY_TMPDIR`). The tests that share one session's
+state are kept on one worker (`--dist loadgroup`, groups set in `pytest_collection_modifyitems`), which also marks
+every test outside tests/unit/ `slow` and refuses a unit test that asks for Ray.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-import types
 from pathlib import Path
 
 import pytest
+
+from trainables import ray_private
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
@@ -43,9 +42,50 @@ SESSION_GROUPS = {
 }
 
 
+TESTS = Path(__file__).resolve().parent
+UNIT = TESTS / "unit"  # no Ray, no sweep subprocess: `make test-fast`
+RAY_FIXTURES = {  # what starts or joins a Ray (the folders' conftest.py): never asked for under tests/unit/
+    "ray_gpus",
+    "shared_ray_head",
+    "sweep_env",
+    "smoke_grid",
+    "eight_slot_head",
+    "s3_ray",
+    "two_raylet_cluster",
+    "two_raylets",
+}
+
+
+def end_to_end(path) -> bool:
+    """Whether the test file at `path` is in an end-to-end folder of this suite (tests/, outside tests/unit/)."""
+    parents = Path(path).resolve().parents
+    return TESTS in parents and UNIT not in parents
+
+
+def unit_lane_errors(items) -> list[str]:
+    """`nodeid: why` for each test under tests/unit/ that asks for a Ray fixture (`RAY_FIXTURES`) or is marked
+    `slow`: the unit lane runs neither Ray nor a sweep."""
+    errors = []
+    for item in items:
+        if UNIT not in Path(item.path).resolve().parents:
+            continue
+        if ray := sorted(RAY_FIXTURES & set(item.fixturenames)):
+            errors.append(f"{item.nodeid}: asks for {', '.join(ray)}")
+        if item.get_closest_marker("slow"):
+            errors.append(f"{item.nodeid}: marked slow")
+    return errors
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(config, items):
+    if errors := unit_lane_errors(items):
+        raise pytest.UsageError(
+            "tests/unit/ runs without Ray (tests/README.md); move these to an end-to-end folder:\n  "
+            + "\n  ".join(errors)
+        )
     for item in items:
+        if end_to_end(item.path):
+            item.add_marker(pytest.mark.slow)  # `-m "not slow"` is the unit lane
         group = next((g for name, g in SESSION_GROUPS.items() if name in item.fixturenames), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -67,19 +107,21 @@ def pytest_unconfigure(config):
         shutil.rmtree(WORKER_RAY_TMPDIR, ignore_errors=True)
 
 
-@pytest.fixture
-def tiny_config(tmp_path) -> dict:
-    """A trial config that trains in well under a second on one CPU core."""
-    return {"dataset": "digits", "model": "mlp", "epochs": 3, "batch_size": 128, "lr": 0.05, "seed": 0}
-
-
 @pytest.fixture(scope="session")
 def ray_gpus():
     """Ray with 2 CPUs and 4 logical GPUs: Ray sets CUDA_VISIBLE_DEVICES as on a real 4-GPU box."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    # a loaded machine can miss Ray's fixed 30 s wait for the raylet to register (ray/_private/node.py): once
+    for attempt in (1, 2):
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+        except Exception as error:
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(error):
+                raise
     yield ray
     ray.shutdown()
 
@@ -87,32 +129,10 @@ def ray_gpus():
 @pytest.fixture(scope="session")
 def shared_ray_head(tmp_path_factory):
     """The session's shared `ray start --head` (`shared_head`); yields the environment that joins it."""
-    from tests.ray_cluster import shared_head
+    from tests.helpers.ray_cluster import shared_head
 
     with shared_head(tmp_path_factory.mktemp("ray_head")) as env:
         yield env
-
-
-@pytest.fixture(scope="session")
-def eight_slot_head(tmp_path_factory):
-    """A second `ray start --head`, with 8 logical CPUs and 4 logical GPUs: 8 slots at 0.5 GPU per trial, as
-    on a GPU box (the failure gate's start at 8 slots, tests/clusters/test_gate_slots.py); yields the environment
-    that joins it. Started only by the tests that ask for it."""
-    from tests.ray_cluster import shared_head
-
-    with shared_head(tmp_path_factory.mktemp("ray_8_slots"), num_cpus=8, num_gpus=4) as env:
-        yield env
-
-
-@pytest.fixture
-def receiver():
-    """A loopback HTTP server keeping each --notify message POSTed to it (`receiver.url`, apprise's json:// target;
-    `receiver.messages`: the JSON bodies): `tests/unit/test_research_record.py:Receiver`."""
-    from tests.unit.test_research_record import Receiver
-
-    server = Receiver()
-    yield server
-    server.close()
 
 
 @pytest.fixture
@@ -120,80 +140,6 @@ def sweep_env(shared_ray_head) -> dict:
     """The environment of a sweep subprocess that joins the session's shared Ray (`shared_ray_head`): pass it
     as `subprocess.run(..., env=sweep_env)`. A copy: a test may add to it."""
     return dict(shared_ray_head)
-
-
-@pytest.fixture(scope="session")
-def smoke_grid(shared_ray_head, tmp_path_factory) -> types.SimpleNamespace:
-    """The README's quick start `python sweeps/noise_grid.py --smoke-test`, run once per session as written, in a
-    scratch folder (its storage is `./runs`), on the shared Ray: tests/sweeps/test_sweeps.py checks its trials and
-    tests/sweeps/test_docs_commands.py analyses them, without a second run of the same 12 trials. Just before it,
-    the same command with `--estimate --json` (tests/sweeps/test_estimate_sweeps.py sets it against the run).
-
-    Returns:
-        `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid), `proc` (its
-        CompletedProcess, returncode unchecked: each test asserts it, with the output), `elapsed_s`
-        (its wall time, start to exit) and `estimated` (the estimate's CompletedProcess).
-    """
-    command = "python sweeps/noise_grid.py --smoke-test"
-    folder = tmp_path_factory.mktemp("quick_start")
-    root = Path(__file__).resolve().parents[1]
-    argv = shlex.split(command)
-    env = {**shared_ray_head, "PYTHONPATH": str(root), "RAY_DEDUP_LOGS": "0"}
-    run = functools.partial(subprocess.run, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-    estimated = run([sys.executable, str(root / argv[1]), *argv[2:], "--estimate", "--json"])
-    started = time.monotonic()
-    proc = run([sys.executable, str(root / argv[1]), *argv[2:]])
-    elapsed_s = time.monotonic() - started
-    experiment = folder / "runs" / "noise_grid"
-    return types.SimpleNamespace(
-        command=command, folder=folder, experiment=experiment, proc=proc, elapsed_s=elapsed_s, estimated=estimated
-    )
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """The session's S3 server on loopback (moto, `tests/s3_server.py`); yields its endpoint URL."""
-    from tests.s3_server import moto_server
-
-    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
-        yield endpoint
-
-
-@pytest.fixture(scope="session")
-def s3_ray(s3_server, tmp_path_factory):
-    """A `ray start --head` as `shared_ray_head`, whose workers reach the session's S3 server (its AWS_*
-    environment); yields the environment that joins it (`RAY_ADDRESS` is its `HOST:PORT`)."""
-    from tests.ray_cluster import shared_head
-    from tests.s3_server import aws_env
-
-    with shared_head(tmp_path_factory.mktemp("s3_ray"), aws_env(s3_server)) as env:
-        yield env
-
-
-@pytest.fixture(scope="session")
-def two_raylet_cluster(s3_server, tmp_path_factory):
-    """The session's two-raylet cluster (`tests/ray_cluster.py`'s `TwoRaylets`): a head and a second node on
-    127.0.0.2, 1 CPU each, token authentication from their HOME, their workers reaching the session's S3
-    server. Use `two_raylets`, which starts the second node again after a test killed it."""
-    from tests.ray_cluster import TwoRaylets, token_env
-    from tests.s3_server import aws_env
-
-    folder = tmp_path_factory.mktemp("two_raylets")
-    env = {**token_env(folder / "home"), **aws_env(s3_server), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cluster = TwoRaylets(folder, env, worker_ip="127.0.0.2")
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def two_raylets(two_raylet_cluster):
-    """The session's two-raylet cluster with both nodes up (`TwoRaylets`: `.address`, `.env`, `.nodes`,
-    `.worker_ip`); a test may kill the second node's raylet."""
-    two_raylet_cluster.second_node_up()
-    return two_raylet_cluster
 
 
 # The docs' commands (tests/unit/test_docs_commands.py parses them, tests/sweeps/test_docs_commands.py runs some)
@@ -222,3 +168,36 @@ def scratch(tmp_path, python_on_path, monkeypatch):
     )
     monkeypatch.chdir(work)
     return work
+
+
+@pytest.fixture
+def ray_auth_restored():
+    """Undo what a test's connection checks did to this process's Ray authentication mode.
+
+    `sweeps.engine.cluster.ray_start.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
+    config, as a sweep's driver should; in the test process that would outlive the test and make
+    a later local `ray.init` use another token than its cluster's.
+    """
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HOME")
+    saved = {k: os.environ.get(k) for k in names}
+    yield
+    for key, value in saved.items():  # monkeypatch may have restored them already
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        ray_private.reset_auth_config()  # the mode as the restored environment says
+    except ImportError:
+        return
+
+
+@pytest.fixture
+def receiver():
+    """An HTTP server on loopback keeping every JSON body POSTed to it (`--notify`'s json:// target): `.url`,
+    `.messages` (tests/helpers/research_record.py's `Receiver`)."""
+    from tests.helpers.research_record import Receiver
+
+    r = Receiver()
+    yield r
+    r.close()

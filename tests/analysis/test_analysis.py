@@ -1,4 +1,4 @@
-"""analysis/ on experiments written by tests/analysis_fixtures.py and on hand-made DataFrames.
+"""analysis/ on experiments written by tests/helpers/analysis_fixtures.py and on hand-made DataFrames.
 
 No Ray here: see test_analysis_tune.py for experiments made by real Tune runs.
 """
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis_fixtures import paper_grid
+from tests.helpers.analysis_fixtures import paper_grid
 
 REPO = Path(__file__).resolve().parents[2]
 

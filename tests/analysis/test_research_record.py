@@ -13,7 +13,7 @@ import pytest
 
 from analysis.reading.load import load_trials
 from sweeps.engine.estimate import history_estimate
-from tests.unit.test_research_record import SCRIPT, closed_port_url, git_repo
+from tests.helpers.research_record import SCRIPT, closed_port_url, git_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable

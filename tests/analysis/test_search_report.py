@@ -14,7 +14,7 @@ import pytest
 
 import analysis
 from analysis.figures.search import OPTUNA_PICTURES, search_pictures
-from tests.analysis_fixtures import search_experiment
+from tests.helpers.analysis_fixtures import search_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_history_time.png"}

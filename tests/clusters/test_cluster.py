@@ -1,7 +1,7 @@
 """Connecting to clusters: fast one-line errors, token authentication, and a real two-raylet cluster.
 
 The cluster test runs on the session's two `ray start --block` nodes (`two_raylets` in tests/conftest.py,
-shared with tests/clusters/test_s3.py; tests/ray_cluster.py's `TwoRaylets`): a head
+shared with tests/clusters/test_s3.py; tests/helpers/ray_cluster.py's `TwoRaylets`): a head
 that turns token authentication on by itself (a token exists in its HOME, RAY_AUTH_MODE unset, as
 on a user's machine after any local `ray.init`) and a second node on 127.0.0.2 that joins with
 RAY_AUTH_MODE=token. The sweep connects with an explicit HOST:PORT and no RAY_AUTH_MODE.
@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.cluster import ray_start
-from tests import ray_cluster
-from tests.ray_cluster import ray_auth_restored
+from tests.helpers import ray_cluster
 
-pytestmark = pytest.mark.usefixtures(ray_auth_restored.__name__)  # each test leaves Ray's auth mode as it found it
+pytestmark = pytest.mark.usefixtures("ray_auth_restored")  # each test leaves Ray's auth mode as it found it
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_IP = "127.0.0.2"  # loopback too: the second node's trials are told apart by their node_ip

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_cluster import wait_for
+from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable

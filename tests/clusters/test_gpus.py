@@ -177,7 +177,7 @@ def test_two_gpu_trial_trains_data_parallel_with_gloo(ray_gpus, tmp_path):
 def test_sweep_spreads_over_a_two_node_cluster(tmp_path):
     """Two Ray nodes (1 CPU, 2 logical GPUs each) from `ray.cluster_utils.Cluster`, in a subprocess."""
     proc = subprocess.run(
-        [sys.executable, "tests/two_node_sweep.py", str(tmp_path)],
+        [sys.executable, "tests/helpers/two_node_sweep.py", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

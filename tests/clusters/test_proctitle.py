@@ -5,17 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.commands.test_command import wait_until
-from tests.unit.test_proctitle import title_of
+from tests.helpers.processes import title_of, wait_until
 from trainables.experiment.objective import Objective
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 WAITING_SCRIPT = """
 import json, os, sys, time

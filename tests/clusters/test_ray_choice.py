@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import ray_cluster
-from tests.ray_cluster import ray_auth_restored
+from tests.helpers import ray_cluster
 
-pytestmark = pytest.mark.usefixtures(ray_auth_restored.__name__)
+pytestmark = pytest.mark.usefixtures("ray_auth_restored")
 
 ROOT = Path(__file__).resolve().parents[2]
 

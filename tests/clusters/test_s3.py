@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.sweep_records import driver_lock
-from tests.ray_cluster import wait_for
-from tests.s3_server import aws_env
+from tests.helpers.processes import wait_for
+from tests.helpers.s3_server import aws_env
 from trainables.experiment import storage
 
 pytest.importorskip("moto.server", reason="needs moto[server] (the dev extra)")
@@ -92,22 +92,63 @@ def cells(output: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
+def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_path):
+    """One experiment on s3, grown as a user grows it: its first driver is SIGKILLed mid-run and `--resume` takes
+    it over (each cell done once); a second seed extends the finished grid (only the new cells run);
+    `--no-skip-existing` runs a cell again in a new folder; the analysis reads it all from s3."""
     experiment = f"s3://{BUCKET}/runs/grid"
+    epochs = 12  # long enough to kill the first driver mid-run
     address = s3_ray["RAY_ADDRESS"]
     s3 = {**s3, **{k: s3_ray[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
-    first = subprocess.run(
-        sweep("grid", address=address), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+    log = tmp_path / "first.log"
+    driver = subprocess.Popen(
+        sweep("grid", epochs=epochs, address=address),
+        cwd=ROOT,
+        env=s3,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
     )
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "2 to run, 0 reused" in first.stdout and cells(first.stdout) == ["(1)", "(1)"]
-    before = {name: storage.read_bytes(uri + "/result.json") for name, uri in trial_folders(experiment).items()}
-    assert sorted(before) == ["sym_0.1_seed0", "sym_0.2_seed0"]
+    try:
+
+        def some_progress():
+            trials = trial_folders(experiment) if storage.exists(experiment) else {}
+            return any(len(epochs_of(t)) >= 2 for t in trials.values())
+
+        wait_for(lambda: driver.poll() is not None or some_progress(), 300, "a trial's results on s3")
+        assert driver.poll() is None, "the sweep ended before it could be killed"
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=60)
+    assert "2 to run, 0 reused" in log.read_text(), log.read_text()[-3000:]
+    assert driver_lock.read_holder(experiment)["ended"] is None  # killed: no end recorded
+
+    resumed = subprocess.run(
+        sweep("grid", "--resume", epochs=epochs, address=address),
+        cwd=ROOT,
+        env=s3,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"taking over {experiment}: its last driver" in resumed.stdout
+    trials = trial_folders(experiment)
+    assert sorted(trials) == ["sym_0.1_seed0", "sym_0.2_seed0"]  # one folder per cell
+    for name, uri in trials.items():
+        done = epochs_of(uri)
+        assert done[-1] == epochs and done.count(epochs) == 1, (name, done)
+    assert cells(resumed.stdout) == ["(1)", "(1)"]
     assert driver_lock.read_holder(experiment)["exit_code"] == 0
+    before = {name: storage.read_bytes(uri + "/result.json") for name, uri in trials.items()}
 
     # Extend with a second seed: only the two new cells run; the finished ones are found on s3 and kept.
     extend = subprocess.run(
-        sweep("grid", "--seeds", "2", address=address), cwd=ROOT, env=s3, capture_output=True, text=True, timeout=400
+        sweep("grid", "--seeds", "2", epochs=epochs, address=address),
+        cwd=ROOT,
+        env=s3,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     assert extend.returncode == 0, extend.stdout[-3000:] + extend.stderr[-3000:]
     assert "2 to run, 2 reused" in extend.stdout and "2 finished trial(s) reused" in extend.stdout
@@ -118,7 +159,7 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
 
     # `--no-skip-existing`: new folder names next to the old ones, never overwritten.
     again = subprocess.run(
-        sweep("grid", "--no-skip-existing", rates="0.1", address=address),
+        sweep("grid", "--no-skip-existing", rates="0.1", epochs=epochs, address=address),
         cwd=ROOT,
         env=s3,
         capture_output=True,
@@ -145,56 +186,11 @@ def test_grid_extend_resume_and_analysis_on_s3(s3, s3_ray, tmp_path):
 
 
 @pytest.mark.slow
-def test_driver_killed_on_s3_resumes(s3, s3_ray):
-    experiment = f"s3://{BUCKET}/runs/killed"
-    epochs = 12
-    address = s3_ray["RAY_ADDRESS"]
-    s3 = {**s3, **{k: s3_ray[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
-    driver = subprocess.Popen(
-        sweep("killed", epochs=epochs, address=address),
-        cwd=ROOT,
-        env=s3,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-
-        def some_progress():
-            trials = trial_folders(experiment) if storage.exists(experiment) else {}
-            return any(len(epochs_of(t)) >= 2 for t in trials.values())
-
-        wait_for(lambda: driver.poll() is not None or some_progress(), 300, "a trial's results on s3")
-        assert driver.poll() is None, "the sweep ended before it could be killed"
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=60)
-    assert driver_lock.read_holder(experiment)["ended"] is None  # killed: no end recorded
-
-    resumed = subprocess.run(
-        sweep("killed", "--resume", epochs=epochs, address=address),
-        cwd=ROOT,
-        env=s3,
-        capture_output=True,
-        text=True,
-        timeout=500,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"taking over {experiment}: its last driver" in resumed.stdout
-    trials = trial_folders(experiment)
-    assert sorted(trials) == ["sym_0.1_seed0", "sym_0.2_seed0"]  # one folder per cell
-    for name, uri in trials.items():
-        done = epochs_of(uri)
-        assert done[-1] == epochs and done.count(epochs) == 1, (name, done)
-    assert cells(resumed.stdout) == ["(1)", "(1)"]
-    assert driver_lock.read_holder(experiment)["exit_code"] == 0
-
-
-@pytest.mark.slow
 def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, two_raylets, tmp_path):
     """The two-raylet cluster of tests/clusters/test_cluster.py with s3 storage and no shared folder (no
     --storage-is-shared needed): a trial trains on the second node, that node's raylet is killed,
     the trial continues on the head from its checkpoint on s3, and every cell is done once."""
-    from tests import ray_cluster
+    from tests.helpers import ray_cluster
 
     env, worker_ip, address, epochs = two_raylets.env, two_raylets.worker_ip, two_raylets.address, 40
     experiment = f"s3://{BUCKET}/runs/two_nodes"
@@ -279,7 +275,7 @@ def test_two_raylets_without_a_shared_folder_run_the_launch_time_code_after_the_
     `../data` and `../../datasets` at the same absolute paths, and report to s3."""
     import shutil
 
-    from tests.unit.test_work_tree import make_layout
+    from tests.helpers.repos import make_layout
 
     launch = make_layout(tmp_path / "home")
     (tmp_path / "home" / "meeting").mkdir()  # the first two trials wait for each other there: one on each node

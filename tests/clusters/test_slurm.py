@@ -1,5 +1,5 @@
 """The documented SLURM recipe (docs/slurm.sbatch, the file itself) run with `sbatch --wait` on a real
-one-node SLURM (tests/slurm_cluster.py), shortened to a smoke grid by its own arguments.
+one-node SLURM (tests/helpers/slurm_cluster.py), shortened to a smoke grid by its own arguments.
 
 Where SLURM cannot run (no root, packages missing) the test skips and says why; in CI (`CI=true`,
 where .ci/run installs slurm-wlm and munge) it fails instead.
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_cluster
-from tests.ray_cluster import free_port, wait_for
+from tests.helpers import slurm_cluster
+from tests.helpers.processes import wait_for
+from tests.helpers.ray_cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "docs" / "slurm.sbatch"
@@ -40,7 +41,8 @@ def slurm(tmp_path):
 @pytest.mark.slow
 def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_job(slurm, tmp_path):
     """sbatch --wait of docs/slurm.sbatch: a Ray head in an srun step, the grid's driver joined to it, the
-    trials' results in $HOME/runs, and no process of the job left once sbatch returns. 76-300 s at load 11-40."""
+    trials' results in $HOME/runs, and no process of the job left once sbatch returns. The smallest grid that shows
+    it: 2 trials (sym and asym) of 1 epoch."""
     home, submit = tmp_path / "home", tmp_path / "submit"
     submit.mkdir()
     home.mkdir()
@@ -51,6 +53,7 @@ def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_jo
         "HOME": str(home),  # the recipe's token (~/.ray/auth_token) and storage ($HOME/runs)
         "RAY_TMPDIR": ray_tmp,
         "RAY_PORT": str(free_port()),
+        "RAY_DASHBOARD_PORT": str(free_port()),  # 8265 may be another Ray's dashboard on this machine
         "RAY_USAGE_STATS_ENABLED": "0",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{slurm['PATH']}",  # `ray` and `raysweep` of this venv
     }
@@ -61,7 +64,7 @@ def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_jo
         proc = subprocess.run(
             [slurm_cluster.program("sbatch"), "--parsable", "--wait", "--nodes=1", f"--cpus-per-task={cpus}"]
             + ["--gpus-per-task=0", f"--output={log}", str(RECIPE)]
-            + ["--smoke-test", "--seeds", "1", "--noise-rates", "0.5", "--quiet"],
+            + ["--smoke-test", "--seeds", "1", "--noise-rates", "0.5", "--epochs", "1", "--quiet"],  # 2 trials
             cwd=submit,
             env=env,
             capture_output=True,
@@ -75,7 +78,7 @@ def test_documented_sbatch_recipe_runs_a_smoke_grid_and_its_ray_ends_with_the_jo
         experiment = home / "runs" / "noise_grid"
         for trial in ("sym_0.5_seed0", "asym_0.5_seed0"):
             rows = [json.loads(line) for line in (experiment / trial / "result.json").read_text().splitlines()]
-            assert [row["training_iteration"] for row in rows] == [1, 2], trial
+            assert [row["training_iteration"] for row in rows] == [1], trial
             assert 0 < rows[-1]["val/acc"] <= 1
         assert "sweep finished: 2 trials: 0 running, 0 pending, 2 finished, 0 errored" in output, output[-3000:]
         wait_for(lambda: not slurm_cluster.job_processes(job), 60, f"job {job}'s processes to end")

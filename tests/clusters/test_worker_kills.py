@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import noise_grid
-from tests.sweeps.test_faults import results_of
+from tests.helpers.trial_results import results_of
 
 EPOCHS = 2
 RATES = ("0.1", "0.2", "0.3")  # 3 trials on 2 CPUs: the first actor to be free is reused for the third

@@ -9,12 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.helpers.processes import wait_until
 from trainables.command.gpu_sharing import CAP_HOOK_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,15 +22,6 @@ SCRIPT = [sys.executable, "tests/scripts/train_script.py"]  # relative: run with
 
 
 # --- process clean-up without Tune: the worker itself SIGKILLed ---------------------------------
-
-
-def wait_until(condition, deadline_s: float = 20.0) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def alive(pids) -> list[int]:

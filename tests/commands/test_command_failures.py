@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit.test_command_failures import MISSING_DATA
-from tests.unit.test_command_scripts import run_sweep
+from tests.helpers.command_sweeps import MISSING_DATA, run_sweep
 from trainables.command.failure_gate import WORKER_ENDED
 from trainables.command.sources import ATTEMPT_LINE
 from trainables.command.startup import FAULT_ENV

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,21 +15,8 @@ import pandas as pd
 import pytest
 
 from analysis.reading.load import load_history
-from tests.unit.test_command_scripts import run_sweep
-
-ROOT = Path(__file__).resolve().parents[2]
-PY = sys.executable
-SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
-
-
-def history(trial: Path) -> pd.DataFrame:
-    """A trial's reported rows (Tune's result.json, one JSON object per report)."""
-    return pd.DataFrame([json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()])
-
-
-def trials(experiment: Path) -> dict[str, Path]:
-    return {p.name: p for p in experiment.iterdir() if (p / "result.json").exists()}
-
+from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+from tests.helpers.trial_results import history, trials
 
 # --- sweeps --------------------------------------------------------------------------------------
 

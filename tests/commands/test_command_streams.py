@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.commands.test_command_scripts import history, trials
-from tests.unit.test_command_scripts import PY, run_sweep
+from tests.helpers.command_sweeps import PY, run_sweep
+from tests.helpers.trial_results import history, trials
 
 LOGGING = [PY, "tests/scripts/logging_style.py", "--lr", "{lr}", "--epochs", "3"]
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.commands.test_command_scripts import history, trials
-from tests.unit.test_command_scripts import PY, ROOT, run_sweep
+from tests.helpers.command_sweeps import PY, ROOT, run_sweep
+from tests.helpers.trial_results import history, trials
 
 SCRIPT = "tests/scripts/tracker_only.py"
 

@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from tests.commands.test_command_scripts import history, trials
-from tests.unit.test_command_scripts import PY, ROOT, run_sweep
-from tests.unit.test_real_outputs import console, file_rows
+from tests.helpers.command_sweeps import PY, ROOT, run_sweep
+from tests.helpers.recorded import console, file_rows
+from tests.helpers.trial_results import history, trials
 from trainables.command.trackers import TrackerResults
 from trainables.experiment.objective import Objective
 from trainables.experiment.records import JOINS_STEP_METRIC

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_work_tree import make_layout
+from tests.helpers.repos import make_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 

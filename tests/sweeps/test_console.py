@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_console import clashing_repo
+from tests.helpers.repos import clashing_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,13 +16,9 @@ training), so a command added to the docs must be placed in one list or the othe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.unit.test_docs_commands import RUN_SLOW, SMOKE, run_documented
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.docs_commands import RUN_SLOW, SMOKE, run_documented
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.sweep_records import driver_lock
-from tests.unit.test_driver_lock import wait_for
+from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,6 @@ import json
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pandas as pd
@@ -152,67 +151,6 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
         assert f"diverged (not ranked): {trial.name} at epoch 2, step 8, seed 1" in out
         assert not (trial / "error.txt").exists()
     assert "sweep finished: 2 trials" in out and "2 diverged" in out  # the grid's progress block
-
-
-@pytest.mark.slow
-def test_search_trial_on_a_fractional_gpu_caps_its_memory(ray_gpus, tmp_path, monkeypatch, capsys):
-    """A search trial on 0.5 logical GPU calls torch.cuda.set_per_process_memory_fraction(0.45): the
-    runtime sees a mocked CUDA in trainables.gpu only (the model still trains on CPU)."""
-    calls = tmp_path / "cap_calls"
-
-    def with_mocked_cuda(config, data=None, seeds=None):
-        import torch as real_torch
-
-        import trainables.gpu as gpu
-        import trainables.trial as trial
-
-        def record(fraction, device):
-            with open(calls, "a") as f:
-                f.write(f"{fraction}\n")
-
-        gpu.torch = types.SimpleNamespace(
-            device=real_torch.device,
-            cuda=types.SimpleNamespace(
-                is_available=lambda: True,
-                current_device=lambda: 0,
-                set_per_process_memory_fraction=record,
-                OutOfMemoryError=real_torch.cuda.OutOfMemoryError,
-            ),
-        )
-        try:
-            trial.train_classifier(config, data, seeds)
-        finally:
-            gpu.torch = real_torch
-
-    monkeypatch.setattr("trainables.trial.train_classifier", with_mocked_cuda)
-    code = lr_search.main(
-        [
-            "--num-samples",
-            "2",
-            "--epochs",
-            "1",
-            "--grace-period",
-            "1",
-            "--losses",
-            "ce",
-            "--batch-sizes",
-            "256",
-            "--gpus-per-trial",
-            "0.5",
-            "--cpus-per-trial",
-            "0.5",
-            "--storage-path",
-            str(tmp_path),
-            "--name",
-            "cap",
-        ]
-    )
-    assert code == 0
-    assert [float(x) for x in calls.read_text().split()] == [pytest.approx(0.45)] * 2
-    for trial in trial_dirs(tmp_path / "cap"):
-        last = results_of(trial)[-1]
-        assert last["gpu/fraction"] == 0.5 and last["gpu/memory_cap"] == pytest.approx(0.45)
-        assert "INFO | [GPU " in (trial / "stdout").read_text()  # the per-trial log line, with its GPU id
 
 
 @pytest.mark.slow

@@ -16,14 +16,11 @@ import pytest
 import torch
 
 from sweeps import noise_grid
+from tests.helpers.trial_results import results_of
 from trainables import train_epochs
 
 ROOT = Path(__file__).resolve().parents[2]
 DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
-
-
-def results_of(trial_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
 
 
 # --- Ray: a killed worker, a raising trial, a diverging trial in one sweep -----------------------

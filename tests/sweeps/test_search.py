@@ -1,4 +1,4 @@
-"""F6 searches: lr_search (TPE + ASHA, seeds, resume), the seed-mean trainable, analysis/figures/search.py."""
+"""F6 searches: lr_search (TPE + ASHA, seeds, resume, the memory cap of a fractional GPU), the seed-mean trainable."""
 
 import json
 import os
@@ -6,6 +6,7 @@ import re
 import signal
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def trial_results(experiment: Path) -> dict[str, list[dict]]:
     }
 
 
-def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
+def search_argv(tmp_path, *extra, epochs: int = 3, gpus: str = "0") -> list[str]:
     return [
         "--num-samples",
         "6",
@@ -36,7 +37,7 @@ def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
         "--batch-sizes",
         "256",
         "--gpus-per-trial",
-        "0",
+        gpus,
         "--cpus-per-trial",
         "1",
         "--max-concurrent",
@@ -47,15 +48,56 @@ def search_argv(tmp_path, *extra, epochs: int = 3) -> list[str]:
     ]
 
 
+def with_mocked_cuda(calls: Path):
+    """The search's trial function, seeing a CUDA device in trainables.gpu only (the model still trains on CPU):
+    each `torch.cuda.set_per_process_memory_fraction` call is appended to `calls`."""
+
+    def trial_function(config, data=None, seeds=None):
+        import torch as real_torch
+
+        import trainables.gpu as gpu
+        import trainables.trial as trial
+
+        def record(fraction, device):
+            with open(calls, "a") as f:
+                f.write(f"{fraction}\n")
+
+        gpu.torch = types.SimpleNamespace(
+            device=real_torch.device,
+            cuda=types.SimpleNamespace(
+                is_available=lambda: True,
+                current_device=lambda: 0,
+                set_per_process_memory_fraction=record,
+                OutOfMemoryError=real_torch.cuda.OutOfMemoryError,
+            ),
+        )
+        try:
+            trial.train_classifier(config, data, seeds)
+        finally:
+            gpu.torch = real_torch
+
+    return trial_function
+
+
 # --- the search, with Ray --------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_small_search_completes_and_asha_stops_some_trials_early(ray_gpus, tmp_path, capsys):
-    assert lr_search.main(search_argv(tmp_path, "--name", "asha")) == 0
+def test_small_search_on_half_gpus_caps_each_trials_memory_and_asha_stops_some_trials_early(
+    ray_gpus, tmp_path, monkeypatch, capsys
+):
+    """6 trials of 0.5 logical GPU, two at a time. Each trial calls torch.cuda.set_per_process_memory_fraction(0.45)
+    (its share less 10 % headroom) on a CUDA mocked in trainables.gpu only; ASHA stops some trials early."""
+    calls = tmp_path / "cap_calls"
+    monkeypatch.setattr("trainables.trial.train_classifier", with_mocked_cuda(calls))  # what the search imports
+    assert lr_search.main(search_argv(tmp_path, "--name", "asha", gpus="0.5")) == 0
     out = capsys.readouterr().out
     trials = trial_results(tmp_path / "asha")
     assert len(trials) == 6
+    assert [float(x) for x in calls.read_text().split()] == [pytest.approx(0.45)] * 6  # one cap per trial
+    for name, rows in trials.items():
+        assert rows[-1]["gpu/fraction"] == 0.5 and rows[-1]["gpu/memory_cap"] == pytest.approx(0.45)
+        assert "INFO | [GPU " in (tmp_path / "asha" / name / "stdout").read_text()  # the log line, with its GPU id
     for name in trials:
         assert re.fullmatch(r"lr_search_0000[1-6]_(ce|gce|sce)_lr[0-9.e+-]+", name), name
     epochs_run = {name: rows[-1]["epoch"] for name, rows in trials.items()}

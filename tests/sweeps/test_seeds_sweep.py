@@ -12,40 +12,14 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from tests.unit.test_command_scripts import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
 
-
-def _auto_sweep(tmp_path, max_seeds: int, env: dict):
-    return run_sweep(
-        tmp_path,
-        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", str(max_seeds)),
-        # two slots for four open methods: with as many slots as open methods a free slot gets a seed
-        # run ahead (never left idle), and a clear cell can end one seed past its decision
-        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
-        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"),
-        env=env,
-    )
-
-
-@pytest.mark.slow
-def test_the_clear_cell_stops_early_and_the_identical_one_runs_to_the_cap(tmp_path, sweep_env):
-    proc = _auto_sweep(tmp_path, 6, sweep_env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    table = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
-    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
-    assert table.loc["gap", "n"].max() <= 4
-    assert (table.loc["same", "n"] == 6).all()
-    assert set(table.loc["same", "decision"]) == {"best", "undecided"}
-    ran = sum(1 for p in (tmp_path / "runs" / "auto").iterdir() if (p / "result.json").exists())
-    assert ran < 2 * 2 * 6
-    assert f"trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
-
-    # a higher cap later reopens only the undecided cell; the finished trials are reused
-    proc = _auto_sweep(tmp_path, 8, sweep_env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    again = pd.read_csv(tmp_path / "runs" / "auto" / "report" / "seeds.csv").set_index(["cell", "method"])
-    assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()
-    assert f"{ran} finished trial(s) reused" in proc.stdout
+AXES = ["--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto"]
+# two slots for four open methods: with as many slots as open methods a free slot gets a seed run ahead (never
+# left idle), and a clear cell can end one seed past its decision
+COMPARE = ["--compare", "method", "--name", "auto", "--max-concurrent", "2"]
+COMMAND = ["--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"]
+COMMAND += ["--sleep", "1"]  # 1 s a trial: a sweep slow enough to kill
 
 
 def _finished(experiment, polling: bool = False) -> list[tuple]:
@@ -70,13 +44,14 @@ def _finished(experiment, polling: bool = False) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_env):
-    argv = [
-        *("--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto", "--max-seeds", "5"),
-        *("--compare", "method", "--name", "auto", "--max-concurrent", "2"),
-        *("--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}"),
-        *("--seed", "{seed}", "--sleep", "1"),
-    ]
+def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_higher_cap_reopens_the_identical_one(
+    tmp_path, sweep_env
+):
+    """`--seeds auto --max-seeds 6`, its driver SIGKILLed once 4 trials have finished and resumed: nothing runs
+    twice, the clear cell stops early and the identical one runs to the cap; a cap of 8 later reopens only the
+    undecided cell, the finished trials reused."""
+    experiment = tmp_path / "runs" / "auto"
+    argv = [*AXES, "--max-seeds", "6", *COMPARE, *COMMAND]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
     env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
     driver = subprocess.Popen(
@@ -87,7 +62,6 @@ def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_en
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    experiment = tmp_path / "runs" / "auto"
     deadline = time.monotonic() + 300
     while len(_finished(experiment, polling=True)) < 4 and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.05)
@@ -107,8 +81,20 @@ def test_an_auto_sweep_killed_then_resumed_runs_nothing_twice(tmp_path, sweep_en
     done = Counter(_finished(experiment))
     assert before <= set(done) and max(done.values()) == 1, done  # nothing finished twice
     table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
-    assert (table.loc["same", "n"] == 5).all() and table.loc[("gap", "B"), "decision"] == "worse"
-    assert f"--seeds auto: {len(done)} trials run vs 20 in the fixed 5-seed grid" in proc.stdout
+    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
+    assert table.loc["gap", "n"].max() <= 4
+    assert (table.loc["same", "n"] == 6).all()
+    assert set(table.loc["same", "decision"]) == {"best", "undecided"}
+    ran = len(done)
+    assert ran < 2 * 2 * 6
+    assert f"--seeds auto: {ran} trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout
+
+    # a higher cap later reopens only the undecided cell; the finished trials are reused
+    proc = run_sweep(tmp_path, *AXES, "--max-seeds", "8", *COMPARE, *COMMAND, env=sweep_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
+    assert (again.loc["gap", "n"] == table.loc["gap", "n"]).all() and (again.loc["same", "n"] == 8).all()
+    assert f"{ran} finished trial(s) reused" in proc.stdout
 
 
 @pytest.mark.slow

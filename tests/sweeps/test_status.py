@@ -15,11 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.commands.test_command import wait_until
-from tests.unit.test_status import record, status
+from tests.helpers.processes import wait_until
+from tests.helpers.sweep_status import record, status
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_DEDUP_LOGS": "0"}
 
 
 def titled(names: set[str], token_path: str) -> set[str]:

@@ -10,12 +10,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_command_scripts import run_sweep
+from tests.helpers.command_sweeps import run_sweep
+from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -78,15 +78,6 @@ def start_driver(argv: list[str], env: dict, log: Path, shell: bool = False) -> 
         return subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, shell=shell
         )
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def epochs(trial: Path) -> list:

@@ -1,25 +1,19 @@
 """Experiment trackers for real: MLflow with a sqlite store and W&B offline, through `monitoring_callbacks`.
 
-The set-up checks run where the sweep runs them, before Ray starts. The logging tests run a tiny
-plain `Tuner` (a two-line trainable, not a sweep) with the callbacks `monitoring_callbacks` built,
-and read the runs back with the trackers' own APIs. Skipped where the `trackers` extra is missing.
+The set-up checks run where the sweep runs them, before Ray starts. One tiny plain `Tuner` (a two-line
+trainable, not a sweep) runs with the callbacks `monitoring_callbacks` built for both trackers, and the runs
+are read back with the trackers' own APIs. Skipped where the `trackers` extra is missing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
 import pytest
 
 from sweeps.engine.run import monitoring
-from tests.unit.test_trackers import flags
-
-needs_mlflow = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"
-)
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
+from tests.helpers.tracker_flags import HAS_MLFLOW, HAS_WANDB, flags
 
 
 def tiny_tuner(callbacks: list, storage: Path, started=None):
@@ -42,33 +36,34 @@ def tiny_tuner(callbacks: list, storage: Path, started=None):
     )
 
 
-@needs_mlflow
+@pytest.mark.skipif(not (HAS_MLFLOW or HAS_WANDB), reason="needs the trackers extra (mlflow, wandb)")
 @pytest.mark.slow
-def test_mlflow_gets_one_run_per_trial_with_val_acc(ray_gpus, tmp_path):
-    import mlflow
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    callbacks = monitoring.monitoring_callbacks(**flags(mlflow_uri=uri, quiet=True))
-    results = tiny_tuner(callbacks, tmp_path / "runs").fit()
-    assert not results.errors
-    mlflow.set_tracking_uri(uri)
-    runs = mlflow.search_runs(experiment_names=["trackers"])
-    assert len(runs) == 2
-    assert sorted(runs["metrics.val/acc"]) == pytest.approx([0.2, 0.4])  # the last report of each trial
-    assert sorted(runs["params.x"]) == ["0.1", "0.2"]
-
-
-@needs_wandb
-@pytest.mark.slow
-def test_wandb_offline_writes_one_run_folder_per_trial(ray_gpus, tmp_path, monkeypatch):
+def test_one_tuner_gives_mlflow_one_run_per_trial_and_wandb_offline_one_run_folder_per_trial(
+    ray_gpus, tmp_path, monkeypatch
+):
+    """Both trackers on one Tuner, each where its package is installed (the `trackers` extra: both, in CI).
+    MLflow, a sqlite store: one run per trial with its last val/acc and its config. W&B offline: one run folder
+    per trial, holding its run's records."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    callbacks = monitoring.monitoring_callbacks(**flags(wandb_project="noise", quiet=True))
-    # the run has started once its transaction log exists: its folder appears earlier, while `wandb.init` still
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    trackers = {"mlflow_uri": uri if HAS_MLFLOW else None, "wandb_project": "noise" if HAS_WANDB else None}
+    callbacks = monitoring.monitoring_callbacks(**flags(**trackers, quiet=True))
+    # a W&B run has started once its transaction log exists: its folder appears earlier, while `wandb.init` still
     # runs, and a trial that ends then loses its run (seen twice in two tries: the folder left empty)
     run_started = lambda trial: any(trial.glob("wandb/offline-run-*/run-*.wandb"))  # noqa: E731
-    results = tiny_tuner(callbacks, tmp_path / "runs", started=run_started).fit()
+    results = tiny_tuner(callbacks, tmp_path / "runs", started=run_started if HAS_WANDB else None).fit()
     assert not results.errors
-    run_dirs = sorted((tmp_path / "runs" / "trackers").glob("*/wandb/offline-run-*"))
-    assert len(run_dirs) == 2, sorted(str(p) for p in (tmp_path / "runs").rglob("*offline-run*"))
-    assert all(list(d.glob("*.wandb")) for d in run_dirs)  # each holds its run's records
+
+    if HAS_MLFLOW:
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        runs = mlflow.search_runs(experiment_names=["trackers"])
+        assert len(runs) == 2
+        assert sorted(runs["metrics.val/acc"]) == pytest.approx([0.2, 0.4])  # the last report of each trial
+        assert sorted(runs["params.x"]) == ["0.1", "0.2"]
+    if HAS_WANDB:
+        run_dirs = sorted((tmp_path / "runs" / "trackers").glob("*/wandb/offline-run-*"))
+        assert len(run_dirs) == 2, sorted(str(p) for p in (tmp_path / "runs").rglob("*offline-run*"))
+        assert all(list(d.glob("*.wandb")) for d in run_dirs)  # each holds its run's records

@@ -1,4 +1,4 @@
-"""analysis/ on experiments written by tests/analysis_fixtures.py and on hand-made DataFrames.
+"""analysis/ on experiments written by tests/helpers/analysis_fixtures.py and on hand-made DataFrames.
 
 No Ray here: see test_analysis_tune.py for experiments made by real Tune runs.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import analysis
-from tests.analysis_fixtures import T0, noise_grid, trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import T0, noise_grid, trial_spec, write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 T_975 = {1: 12.706204736174698, 2: 4.302652729911275}  # Student t quantiles, from tables

@@ -1,5 +1,5 @@
 """Selection rules, the paper table, paired tests, the sweep summary and confusion matrices,
-on experiments written by tests/analysis_fixtures.py (no Ray)."""
+on experiments written by tests/helpers/analysis_fixtures.py (no Ray)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ import pytest
 
 import analysis
 from analysis.__main__ import main
-from tests.analysis_fixtures import TEST_BUMP, paper_base, paper_grid, trial_spec, write_confusion, write_experiment
+from tests.helpers.analysis_fixtures import (
+    TEST_BUMP,
+    paper_base,
+    paper_grid,
+    trial_spec,
+    write_confusion,
+    write_experiment,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

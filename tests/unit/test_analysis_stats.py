@@ -14,7 +14,7 @@ import analysis
 from analysis.__main__ import main
 from analysis.statistics.stats import bootstrap_ci, holm, seed_stats
 from analysis.tables.formatting import bare, format_number, format_value, latex_escape, sort_key
-from tests.analysis_fixtures import trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import trial_spec, write_experiment
 
 # ---------------------------------------------------------------------------------------------
 # Formatting

@@ -16,9 +16,8 @@ import pytest
 
 from sweeps import noise_grid
 from sweeps.engine.flags import UsageError
-from tests.ray_cluster import ray_auth_restored
 
-pytestmark = pytest.mark.usefixtures(ray_auth_restored.__name__)  # the address check may turn token mode on
+pytestmark = pytest.mark.usefixtures("ray_auth_restored")  # the address check may turn token mode on
 
 
 def npz(tmp_path, y, x=None) -> str:

@@ -223,3 +223,13 @@ def test_no_module_name_is_used_twice():
 
 def test_each_folder_holds_at_most_about_twenty_modules():
     assert crowded_folders() == {}
+
+
+# --- one fit path ---------------------------------------------------------------------------------------
+
+
+def test_one_fit_path_and_each_script_shows_its_own_tuner():
+    """Every entry script runs through `Sweep.fit` (resume included) and builds its own `Tuner(...)`."""
+    for script in ("noise_grid", "lr_search", "pbt", "run_command"):
+        source = (ROOT / "sweeps" / f"{script}.py").read_text()
+        assert source.count("Tuner(") == 1 and ".restore(" not in source and "options.resume" not in source, script

@@ -4,25 +4,10 @@ tears the file the script is writing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
-from pathlib import Path
 
-PY = sys.executable
-ROOT = Path(__file__).resolve().parents[2]
-
-
-# pytorch/examples imagenet with its data beside the repo: `FileNotFoundError: '../imagenet_synth/train'`
-MISSING_DATA = """
-import argparse, sys
-parser = argparse.ArgumentParser()
-parser.add_argument("--seed", type=int)
-args = parser.parse_args()
-print(args, flush=True)  # a config dump, as many scripts print before the first epoch
-print("=> loading data", file=sys.stderr, flush=True)
-open("../imagenet_synth_missing/train/index.csv").read()
-"""
-
+from tests.helpers.command_sweeps import MISSING_DATA, PY, ROOT
 
 # --- the pieces, without Ray -----------------------------------------------------------------------
 
@@ -137,10 +122,6 @@ def test_explain_prints_each_distinct_early_error_once_from_the_failure_records(
 
 
 def test_check_tells_a_crash_from_a_metric_never_printed(tmp_path):
-    import os
-
-    from tests.unit.test_command_scripts import ROOT
-
     script = tmp_path / "missing_data.py"
     script.write_text(MISSING_DATA)
     proc = subprocess.run(

@@ -5,32 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PY = sys.executable
-SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10 s) and a few 1-s trials
-
-
-def run_sweep(
-    tmp_path: Path, *argv: str, check: bool = False, env: dict | None = None, cwd: Path = ROOT
-) -> subprocess.CompletedProcess:
-    """`python sweeps/run_command.py ARGV` from `cwd` (the repository root: its snapshot is the repository's),
-    storage under tmp_path, CPU trials; `env`: the session's shared Ray (conftest's `sweep_env`), else a private Ray."""
-    flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
-    split = argv.index("--")
-    env = env or {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
-    proc = subprocess.run(
-        [PY, str(ROOT / "sweeps" / "run_command.py"), *argv[:split], *(flags if not check else []), *argv[split:]],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SWEEP_TIMEOUT_S,
-    )
-    return proc
-
+from tests.helpers.command_sweeps import PY, ROOT, run_sweep
 
 # --- before Ray: dry run and check ---------------------------------------------------------------
 

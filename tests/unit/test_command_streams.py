@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.unit.test_command_scripts import PY, run_sweep
+from tests.helpers.command_sweeps import PY, run_sweep
 from trainables.command.process import next_lines, start_command, start_readers
 from trainables.command.sources import (
     ATTEMPT_LINE,

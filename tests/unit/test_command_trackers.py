@@ -13,7 +13,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from tests.unit.test_command_scripts import PY, ROOT
+from tests.helpers.command_sweeps import PY, ROOT
 from trainables.command import trackers
 from trainables.command.tracker_rows import csv_rows, hf_rows
 from trainables.command.trackers import TrackerResults

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,49 +13,11 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.command_sweep.command_template import gpu_warnings, render
+from tests.helpers.repos import make_repo, tree
 from trainables.command.workdir import SnapshotTooLarge, fill_work_dir, snapshot_code
 from trainables.experiment.records import CODE_MANIFEST as MANIFEST
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "tests" / "scripts"
-
-
-def make_repo(folder: Path) -> Path:
-    """A research repo as users have it: main.py, a sibling module, config/x.json, a `data` folder that is
-    both a package (`data/__init__.py`, as timm's `timm/data/`) and data, a large weights file, an
-    `experiment/` folder with a log from an earlier run, .git and __pycache__."""
-    folder.mkdir(parents=True)
-    shutil.copy(SCRIPTS / "imagenet_style.py", folder / "main.py")
-    (folder / "sibling.py").write_text(
-        "from data import VERSION\n\n\ndef accuracy(lr, seed, epoch):\n"
-        "    return round(0.5 + lr + seed / 100 + epoch / 1000, 6)\n"
-    )
-    (folder / "config").mkdir()
-    (folder / "config" / "x.json").write_text('{"scale": 1.0}')
-    (folder / "data" / "train").mkdir(parents=True)
-    (folder / "data" / "train" / "0.txt").write_text("sample")
-    (folder / "data" / "__init__.py").write_text("VERSION = 1\n")
-    (folder / "data" / "labels.csv").write_text("0,cat\n")
-    (folder / "pretrained.bin").write_bytes(b"\0" * (2 * 1024 * 1024))
-    (folder / "experiment").mkdir()
-    (folder / "experiment" / "log.txt").write_text("earlier run\n")
-    (folder / ".git" / "objects").mkdir(parents=True)
-    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (folder / "__pycache__").mkdir()
-    (folder / "__pycache__" / "sibling.cpython-311.pyc").write_bytes(b"x")
-    (folder / "checkpoint.pth.tar").write_bytes(b"an earlier run's, in the repo")
-    (folder / "runs" / "Nov23").mkdir(parents=True)
-    (folder / "runs" / "Nov23" / "events.out.tfevents.1.host").write_bytes(b"earlier events")
-    return folder
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    """Every regular file under `folder` (links not followed) and its bytes."""
-    return {
-        str(p.relative_to(folder)): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and not any(q.is_symlink() for q in [p, *p.parents])
-    }
 
 
 # --- the snapshot and the trial folders, without Ray -----------------------------------------------

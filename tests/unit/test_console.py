@@ -14,21 +14,10 @@ from pathlib import Path
 
 from sweeps import cli
 from sweeps.engine.cluster import job_env
+from tests.helpers.repos import clashing_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"ray", "torch", "pandas", "matplotlib"}
-
-
-def clashing_repo(folder: Path) -> Path:
-    """A user's repository with packages named like ours: its `sweeps` and `trainables` fail to import."""
-    for package, body in {
-        "sweeps": 'raise ImportError("the repo\'s own sweeps package")',
-        "trainables": 'raise ImportError("the repo\'s own trainables package")',
-        "analysis": "OWNER = 'the repo'",
-    }.items():
-        (folder / package).mkdir(parents=True)
-        (folder / package / "__init__.py").write_text(body + "\n")
-    return folder
 
 
 def test_help_of_every_subcommand_answers_before_ray_torch_pandas_matplotlib(tmp_path):

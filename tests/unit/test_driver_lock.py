@@ -17,20 +17,13 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine.sweep_records import driver_lock
+from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_AND_WAIT = (
     "import sys, time; from sweeps.engine.sweep_records import driver_lock; driver_lock.hold(sys.argv[1]); "
     "print('held', flush=True); time.sleep(600)"
 )
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def holder_process(folder: Path) -> subprocess.Popen:
@@ -113,6 +106,11 @@ def test_heartbeat_is_refreshed_while_the_driver_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(driver_lock, "HEARTBEAT_S", 0.1)
     held = driver_lock.hold(str(tmp_path / "exp"))
     first = driver_lock.read_holder(str(tmp_path / "exp"))["heartbeat"]
-    wait_for(lambda: driver_lock.read_holder(str(tmp_path / "exp"))["heartbeat"] > first, 10, "a newer heartbeat")
+    wait_for(
+        lambda: driver_lock.read_holder(str(tmp_path / "exp"))["heartbeat"] > first,
+        10,
+        "a newer heartbeat",
+        every_s=0.05,
+    )
     held.release(130)
     assert driver_lock.read_holder(str(tmp_path / "exp"))["exit_code"] == 130

@@ -12,7 +12,7 @@ import pytest
 import analysis
 from analysis.reading.tune_state import repeats
 from analysis.status import format_status, read_status
-from tests.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
 
 
 def one_seed_grid(tmp_path: Path) -> Path:

@@ -189,7 +189,7 @@ def test_the_estimate_is_kept_beside_the_experiment_and_taken_at_launch(tmp_path
 
 
 def test_dry_run_estimate_learns_from_a_finished_experiment_and_prints_the_same_document(tmp_path, capsys):
-    from tests.analysis_fixtures import trial_spec, write_experiment
+    from tests.helpers.analysis_fixtures import trial_spec, write_experiment
 
     rows = [{"epoch": e, "val/acc": 0.5} for e in (1, 2, 3, 4)]
     specs = [trial_spec(f"t{s}", {"seed": s, "epochs": 4}, rows, start=4.0 * s, step_s=2.0) for s in range(2)]

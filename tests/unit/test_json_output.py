@@ -16,8 +16,8 @@ import pytest
 
 from analysis.status import read_status, watch
 from analysis.tables.json_output import STATUS_SCHEMA, SUMMARY_SCHEMA, dumps, schema, status_document
-from tests.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
-from tests.unit.test_status import record, small_sweep
+from tests.helpers.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
+from tests.helpers.sweep_status import record, small_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

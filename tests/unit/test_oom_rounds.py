@@ -12,7 +12,7 @@ from analysis.reading.tune_state import latest_experiment
 from analysis.status import format_status, read_status
 from analysis.tables.json_output import status_document, summary_document
 from analysis.tables.summary import summary_text
-from tests.analysis_fixtures import trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import trial_spec, write_experiment
 from trainables.experiment import records
 from trainables.experiment.objective import Objective
 

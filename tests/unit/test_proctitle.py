@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import psutil
 
+from tests.helpers.processes import title_of
 from trainables import ray_private
 from trainables.proctitle import refresh_title, report_then_refresh, trial_process_title
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def title_of(pid: int) -> str:
-    try:
-        return " ".join(psutil.Process(pid).cmdline()).strip()
-    except psutil.NoSuchProcess:
-        return ""
 
 
 def test_title_is_the_trial_name_in_the_block_refreshed_after_a_report_and_restored_after():

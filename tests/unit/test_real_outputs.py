@@ -17,29 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_command_scripts import ROOT
+from tests.helpers.recorded import RECORDED, console, file_rows, recorded_lines
 from trainables.command.output_shapes import pipe_pairs
-from trainables.command.parse import StepContext
 from trainables.command.trackers import TrackerResults
 from trainables.experiment.objective import Objective
-
-RECORDED = ROOT / "tests" / "recorded"
-
-
-def console(lines: list[str], *metrics: str) -> list[dict]:
-    """The rows a trial reads from `lines` (both streams, in order) with --metric/--test-metric `metrics`."""
-    context = StepContext("epoch", objective=Objective(metrics[0], test_metric=metrics[-1]) if metrics else None)
-    return [row for line in lines for row in context.feed(line)] + context.close()
-
-
-def recorded_lines(*names: str) -> list[str]:
-    return [line for name in names for line in (RECORDED / name).read_text(encoding="utf-8").splitlines()]
-
-
-def file_rows(path: Path, column: str) -> dict:
-    """{epoch: value} of `column` in a CSV file, read with nothing but `csv` (rows with an epoch and a value)."""
-    with open(path, newline="") as f:
-        return {int(r["epoch"]): float(r[column]) for r in csv.DictReader(f) if r["epoch"] and r[column]}
 
 
 def read_records(work: Path, write, metric: str, sources=None, printed=(), step_key="epoch") -> list[dict]:

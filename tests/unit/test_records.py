@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis_fixtures import noise_grid
+from tests.helpers.analysis_fixtures import noise_grid
 from trainables.experiment import records
 
 ROOT = Path(__file__).resolve().parents[2]

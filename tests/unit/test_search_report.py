@@ -18,7 +18,7 @@ import analysis
 from analysis.figures.pbt_schedule import plot_pbt_schedule
 from analysis.figures.search import OPTUNA_PICTURES, search_pictures, study_from_trials
 from analysis.tables.search_table import search_frame
-from tests.analysis_fixtures import (
+from tests.helpers.analysis_fixtures import (
     noise_grid,
     pbt_experiment,
     search_experiment,

@@ -284,7 +284,7 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     import analysis
     from analysis.statistics.seeds import seeds_frame
     from analysis.tables.json_output import schema, summary_document
-    from tests.analysis_fixtures import paper_grid
+    from tests.helpers.analysis_fixtures import paper_grid
     from trainables.experiment import records
 
     experiment = paper_grid(tmp_path, losses=("ce", "gce"), types=("sym",), rates=(0.2, 0.4), seeds=(0, 1, 2, 3))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.test_command_scripts import PY, run_sweep
+from tests.helpers.command_sweeps import PY, run_sweep
 from trainables.config import TrainConfig
 from trainables.data import data_key
 from trainables.train import noise_seed

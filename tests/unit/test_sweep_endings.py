@@ -15,7 +15,7 @@ import pytest
 from analysis.reading.driver_record import continue_advice, continue_command
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run import notify, sweep_end
-from tests.analysis_fixtures import trial_spec, write_driver_end, write_experiment
+from tests.helpers.analysis_fixtures import trial_spec, write_driver_end, write_experiment
 from trainables.experiment import outcome, records
 from trainables.experiment.objective import Objective
 

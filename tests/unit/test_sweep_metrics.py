@@ -11,7 +11,7 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.tables.json_output import SUMMARY_SCHEMA, schema
-from tests.analysis_fixtures import trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import trial_spec, write_experiment
 
 ARGV = ["sweeps/run_command.py", "--command", "python train.py --lr {lr} --seed {seed}", "--metric", "val_acc"]
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from tests.analysis_fixtures import trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import trial_spec, write_experiment
 from trainables.experiment import outcome as words
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import trial_outcome

@@ -9,7 +9,7 @@ import analysis
 from analysis.__main__ import main
 from analysis.tables import summary
 from analysis.tables.formatting import aligned_text, latex_tabular, markdown_table
-from tests.analysis_fixtures import paper_grid
+from tests.helpers.analysis_fixtures import paper_grid
 from trainables.experiment.rules import format_metric, show_value
 
 HEADER, BODY = ["loss", "mean"], [["ce", "0.5"], ["gce_q", "12.25"]]

@@ -15,26 +15,7 @@ import pytest
 from sweeps.engine import run_flags
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run import monitoring
-
-needs_mlflow = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None, reason="needs the trackers extra (mlflow)"
-)
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs the trackers extra (wandb)")
-
-
-def flags(**values) -> dict:
-    """`monitoring_callbacks`' keyword arguments: the run flags' defaults, with `values`."""
-    parser = argparse.ArgumentParser()
-    run_flags.add_run_args(parser, name="trackers", grid=False)
-    options = run_flags.run_options(parser.parse_args([]))
-    fields = {
-        "name": "trackers",
-        "progress_every": options.progress_every,
-        "quiet": options.quiet,
-        "mlflow_uri": options.mlflow_uri,
-        "wandb_project": options.wandb_project,
-    }
-    return fields | values
+from tests.helpers.tracker_flags import flags, needs_mlflow, needs_wandb
 
 
 def test_mlflow_uri_alone_means_a_sqlite_database():

@@ -1,6 +1,6 @@
 """Whole histories (issue 45): every row a trial logged is written, kept and read; a PBT member is not one
 configuration. No Ray is started: Tune's loggers are driven with a stand-in trial, experiments are written
-as Tune writes them (tests/analysis_fixtures.py)."""
+as Tune writes them (tests/helpers/analysis_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import analysis
 from analysis.figures.packing import timeline
 from analysis.reading.pbt_members import BEST_EPOCH, MEMBER
 from analysis.tables.formatting import short_value
-from tests.analysis_fixtures import pbt_experiment, trial_spec, write_experiment
+from tests.helpers.analysis_fixtures import pbt_experiment, trial_spec, write_experiment
 from trainables import ray_private
 from trainables.command.parse import StepContext, read_line
 from trainables.experiment.objective import Objective

@@ -5,50 +5,13 @@ launch folder, inside the repository and beside it. Repo-like layouts under tmp_
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.repos import make_layout
 from trainables.command.workdir import MIRROR, MissingOnNode, fill_work_dir, keep_new_paths, mirror_top, snapshot_code
-
-# reads through `..` as pytorch/examples mnist does (`../data`), a config beside the launch folder, a module
-# one level up, a data set beside the repository; trains 2 "epochs" and saves its own checkpoint
-SCRIPT = """
-import argparse, json, os, sys
-sys.path.insert(0, '..')
-import helper
-p = argparse.ArgumentParser(); p.add_argument('--lr', type=float); p.add_argument('--seed', type=int)
-a = p.parse_args()
-images = open('../data/MNIST/raw/train.txt').read().split()
-scale = float(open('../configs/x.yaml').read().split(':')[1])
-extra = len(os.listdir('../../datasets/noisy'))
-for epoch in (1, 2):
-    print(f"epoch={epoch} val_acc={helper.acc(a.lr, a.seed, epoch) * scale + len(images) + extra}", flush=True)
-json.dump({'lr': a.lr, 'seed': a.seed}, open('checkpoint.json', 'w'))
-"""
-
-
-def make_layout(base: Path) -> Path:
-    """`base/repo` (a git repository, committed) with data/, configs/, helper.py and the launch folder
-    `mnist/`, and `base/datasets/noisy` beside it; returns the launch folder."""
-    repo = base / "repo"
-    (repo / "data" / "MNIST" / "raw").mkdir(parents=True)
-    (repo / "data" / "MNIST" / "raw" / "train.txt").write_text("a b c")
-    (repo / "configs").mkdir()
-    (repo / "configs" / "x.yaml").write_text("scale: 1.0\n")
-    (repo / "helper.py").write_text("def acc(lr, seed, epoch):\n    return lr + seed / 100 + epoch / 1000\n")
-    (repo / "mnist").mkdir()
-    (repo / "mnist" / "main.py").write_text(SCRIPT)
-    (repo / ".gitignore").write_text("runs/\n")
-    (base / "datasets" / "noisy").mkdir(parents=True)
-    (base / "datasets" / "noisy" / "0.txt").write_text("x")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    subprocess.run(git[:5] + ["init", "-q", str(repo)], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], check=True)
-    return repo / "mnist"
 
 
 def test_the_mirror_reaches_up_to_the_repos_parent_and_at_least_two_levels(tmp_path):

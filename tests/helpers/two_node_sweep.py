@@ -1,7 +1,7 @@
 """Run a small noise_grid sweep on a two-node Ray cluster made by `ray.cluster_utils.Cluster`.
 
 Used by tests/clusters/test_gpus.py in a subprocess (one Ray per process). Usage:
-    python tests/two_node_sweep.py STORAGE_DIR
+    python tests/helpers/two_node_sweep.py STORAGE_DIR
 Each node has 1 CPU and 2 logical GPUs, so two 1-CPU trials can only run at once on both nodes.
 First checks that local storage is refused on a multi-node cluster, then runs with
 --storage-is-shared (both nodes live on this machine, so its disk is shared).
@@ -10,7 +10,7 @@ First checks that local storage is refused on a multi-node cluster, then runs wi
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ray.cluster_utils import Cluster
 

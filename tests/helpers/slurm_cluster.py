@@ -19,7 +19,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.ray_cluster import free_port, wait_for
+from tests.helpers.processes import wait_for
+from tests.helpers.ray_cluster import free_port
 
 NODE = "raysweep-node"
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "srun")

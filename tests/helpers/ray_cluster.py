@@ -18,12 +18,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import pytest
-
-from trainables import ray_private
+from tests.helpers.processes import wait_for
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -43,16 +40,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(condition, timeout_s: float, what: str, every_s: float = 0.25):
-    """Poll `condition()` until it returns something truthy; that value, or AssertionError after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-
-
 def token_env(home: Path) -> dict:
     """The environment of a user whose ~/.ray/auth_token is `home/.ray/auth_token` (created here),
     RAY_AUTH_MODE unset."""
@@ -63,7 +50,8 @@ def token_env(home: Path) -> dict:
     }
     env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     home.mkdir(parents=True, exist_ok=True)
-    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    # 60 s ran out at load 30 (the CLI imports Ray first)
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=180)
     assert (home / ".ray" / "auth_token").is_file()
     return env
 
@@ -78,7 +66,7 @@ def start_node(
     num_cpus: int = 1,
     num_gpus: int = 0,
     extra_env: dict | None = None,
-    timeout_s: float = 60,
+    timeout_s: float = 120,
 ) -> subprocess.Popen:
     """Start one node (`head_port` for the head, else `address` of the head) and wait until it is up.
 
@@ -100,7 +88,9 @@ def start_node(
         "--disable-usage-stats",
     ]
     if head_port is not None:
-        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false"]
+        # a dashboard port of its own: without a dashboard `ray start` still refuses to start while its default,
+        # 8265, is taken (a local sweep's dashboard on this machine: the node times out in its start)
+        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false", f"--dashboard-port={free_port()}"]
     else:
         cmd += [f"--address={address}"]
     if node_ip:
@@ -141,7 +131,7 @@ def shared_head(folder: Path, extra_env: dict | None = None, num_cpus: int | Non
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN_PATH=str(home / ".ray" / "auth_token"),
         RAY_USAGE_STATS_ENABLED="0",
-        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
         RAY_raylet_start_wait_time_s="120",  # Ray's 30 s for the raylet to register: missed twice in a row at load 30
         **(extra_env or {}),
     )
@@ -295,25 +285,3 @@ def alive_nodes(address: str, env: dict) -> list[str]:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def ray_auth_restored():
-    """Undo what a test's connection checks did to this process's Ray authentication mode.
-
-    `sweeps.engine.cluster.ray_start.use_token_if_available` sets RAY_AUTH_MODE=token and reloads Ray's cached
-    config, as a sweep's driver should; in the test process that would outlive the test and make
-    a later local `ray.init` use another token than its cluster's.
-    """
-    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HOME")
-    saved = {k: os.environ.get(k) for k in names}
-    yield
-    for key, value in saved.items():  # monkeypatch may have restored them already
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    try:
-        ray_private.reset_auth_config()  # the mode as the restored environment says
-    except ImportError:
-        return

@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.ray_cluster import free_port, wait_for
+from tests.helpers.processes import wait_for
+from tests.helpers.ray_cluster import free_port
 
 
 def aws_env(endpoint: str) -> dict:
