@@ -67,6 +67,7 @@ def with_mocked_cuda(calls: Path):
             cuda=types.SimpleNamespace(
                 is_available=lambda: True,
                 current_device=lambda: 0,
+                get_device_properties=lambda device: types.SimpleNamespace(uuid="GPU-mocked", total_memory=2**34),
                 set_per_process_memory_fraction=record,
                 OutOfMemoryError=real_torch.cuda.OutOfMemoryError,
             ),

@@ -80,10 +80,12 @@ class StepReporter:
 
     def _report(self, result: dict) -> None:
         """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring), unless Tune
-        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`."""
+        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`, written
+        at once while the trial is stopped: Tune may end its worker at any moment then (2 s after the stop)."""
         metrics = {**result, "epoch": result[self.step_key]}
         self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], {**metrics, "timestamp": int(time.time())}]
         if self.stopped:
+            self.keep_late()
             return
         with tempfile.TemporaryDirectory() as folder:
             records.write_command_step(folder, result[self.step_key])
@@ -91,6 +93,7 @@ class StepReporter:
                 tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
             except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
                 self.stopped = True
+                self.keep_late()
         refresh_title()  # Ray retitled the worker around the report
 
     def keep_late(self) -> None:
