@@ -87,6 +87,8 @@ NOT_RUN.update(
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10": GRID_MINUTES
         + "; tests/sweeps/test_seeds_sweep.py runs --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 15": "extends the sweep above",
+        "python sweeps/noise_grid.py --loss ce,label_smoothing,gce,sce --seeds auto --pairs all": GRID_MINUTES
+        + "; tests/sweeps/test_seeds_sweep.py runs four losses with --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds auto --max-seeds 10 --smoke-test --name j3grid": "the "
         "docs' 12-cell comparison: 224 trials, minutes; tests/sweeps/test_seeds_sweep.py runs --seeds auto end to end",
         "python sweeps/noise_grid.py --loss ce,gce,sce --seeds 10 --smoke-test --name j3fixed": "the fixed grid of "
