@@ -3,10 +3,11 @@
 The procedure (pure functions; no Ray, no distribution code of our own: the tests are `scipy.stats`'):
 
 - Within a cell, **every pair of methods** is compared, at each look n = min_seeds..max_seeds (the seeds both
-  have), by the pair test of `analysis/statistics/pair_test.py`: by default the larger z of the paired
-  t-test (`ttest_rel`: seed s gives every method the same split, noise draw and initialisation, so the
-  pairing removes what they share) and Welch's two-sample t-test (`ttest_ind(equal_var=False)`: stronger
-  when they share nothing); `pair_test="paired"` or `"unpaired"` takes one of them.
+  have), by the pair test of `analysis/statistics/pair_test.py`: by default the larger z of 0.9 times the
+  paired t-test's (`ttest_rel`: seed s gives every method the same split, noise draw and initialisation, so
+  the pairing removes what they share) and Welch's two-sample t-test's, from 5 seeds on
+  (`ttest_ind(equal_var=False)`: stronger when they share nothing); `pair_test="paired"` or `"unpaired"`
+  takes one of them.
 - **Repeated looks.** Each pair's looks form a group-sequential design with an exact boundary calibrated on
   the test's simulated null law, or the union bound (`analysis/statistics/seed_looks.py`,
   `analysis/statistics/sequential.py`); the pair's sequential p-value p* is valid under any stopping.

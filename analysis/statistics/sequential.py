@@ -46,7 +46,7 @@ NULL_SEED = 20231983
 """Seed of the simulated null paths: the same boundaries in every process and every run."""
 
 SHAPES = ("hp", "obf", "pocock")
-HP_RATIO, HP_POWER = 1.25, 0.1
+HP_RATIO, HP_POWER = 1.3, 0.1
 """The Haybittle-Peto-type shape: g_n = HP_RATIO (N/n)^HP_POWER before the cap, 1 at it."""
 
 SHAPE_WORDS = {
@@ -54,7 +54,7 @@ SHAPE_WORDS = {
     "obf": "c·sqrt(N/n), O'Brien-Fleming",
     "pocock": "c, Pocock",
 }
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Bumped when the simulated statistic changes, so an old cache file is never read as the new law."""
 
 

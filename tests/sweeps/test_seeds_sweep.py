@@ -17,7 +17,8 @@ from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
 AXES = ["--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto"]
 # two slots for four open methods: with as many slots as open methods a free slot gets a seed run ahead (never
 # left idle), and a clear cell can end one seed past its decision
-COMPARE = ["--compare", "method", "--name", "auto", "--max-concurrent", "2"]
+# no futility stop: the identical cell runs to the cap, the rule's own check of "undecided at the cap"
+COMPARE = ["--compare", "method", "--name", "auto", "--max-concurrent", "2", "--futility", "0"]
 COMMAND = ["--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--method", "{method}", "--seed", "{seed}"]
 COMMAND += ["--sleep", "1"]  # 1 s a trial: a sweep slow enough to kill
 
@@ -82,7 +83,7 @@ def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_high
     assert before <= set(done) and max(done.values()) == 1, done  # nothing finished twice
     table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
     assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
-    assert table.loc["gap", "n"].max() <= 4
+    assert table.loc["gap", "n"].max() <= 5  # decided at 4 seeds of these values, and at most one run ahead
     assert (table.loc["same", "n"] == 6).all()
     assert set(table.loc["same", "decision"]) == {"best", "undecided"}
     ran = len(done)

@@ -318,7 +318,7 @@ def test_the_tables_of_an_auto_sweep_show_n_and_the_decision_and_state_the_rule(
     assert decisions[("gce", 0.2)] == (3, "worse") and decisions[("gce", 0.4)] == (4, "undecided")
 
 
-def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union_bound_and_twins_never():
+def test_with_shared_seed_draws_a_two_point_gap_is_decided_more_often_than_by_the_union_bound_and_twins_never():
     from benchmarks.seeds_auto import run_sequential
 
     rng = np.random.default_rng(11)
@@ -326,10 +326,12 @@ def test_with_shared_seed_draws_a_two_point_gap_is_decided_sooner_than_the_union
     own = rng.normal(0, 1, (200, 2, 2, 10))
     values = 85 + shared + own - np.array([[0.0, 2.0], [0.0, 0.0]])[..., None]  # cell 0: a 2-point gap; 1: twins
     exact = run_sequential(values, SeedRule(pair_test="paired"))  # the same test, the exact boundary
+    obf = run_sequential(values, SeedRule(pair_test="paired", boundary="obf"))  # exact, the union's OBF shape
     union = run_sequential(values, SeedRule(boundary="union", pair_test="paired"))
-    decided = lambda out: (out["decision"][:, 0] == 2).any(axis=-1)  # noqa: E731  (worse than the best)
-    assert decided(exact).mean() >= decided(union).mean() and decided(exact).mean() > 0.8
-    assert exact["n"][:, 0].sum(axis=-1).mean() < union["n"][:, 0].sum(axis=-1).mean()  # fewer seeds
+    decided = lambda out: (out["decision"][:, 0] == 2).any(axis=-1).mean()  # noqa: E731  (worse than the best)
+    seeds = lambda out: out["n"][:, 0].sum(axis=-1).mean()  # noqa: E731
+    assert decided(exact) > decided(union) + 0.03 and decided(exact) > 0.8  # hp keeps its level for the cap
+    assert decided(obf) > decided(union) and seeds(obf) < seeds(union)  # the same shape, exact: sooner too
     twins_claimed = run_sequential(values, SeedRule())["beats"][:, 1].any(axis=(-1, -2)).mean()  # the default
     assert twins_claimed <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)  # identical methods: a claim only at the error rate
 
