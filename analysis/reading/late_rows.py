@@ -3,7 +3,7 @@
 A scheduler (ASHA) or a time budget stops a trial on one of its results, while its command may already be
 training the next epoch, or have finished them all and be writing its tracker's file as it exits. Tune takes
 no report from a stopped trial, so those rows are not in its result.json; the command runtime keeps them in
-``<trial>/late_rows.json`` (`trainables/command/runner.py:StepReporter.keep_late`). Here the rows of that
+``<trial>/late_rows.json`` (`trainables/command/step_reporter.py:StepReporter.keep_late`). Here the rows of that
 record after the trial's last logged step are added to its history, in order, with the training iterations
 that follow its last one: the table ranks the trial by every epoch it ran.
 """
@@ -47,6 +47,7 @@ def add_late_rows(fs: pafs.FileSystem, root: str, trials: list[dict], rows: pd.D
             frame["training_iteration"] = range(last + 1, last + 1 + len(late))
             parts.append(frame)
             trials[i]["late"] = len(late)
+            trials[i]["late_cut"] = record.get("cut", True)  # its command was ended mid-run (older records: unknown)
             for row in late if trials[i].get("merged") is not None else ():
                 trials[i]["merged"].update(row)  # the last value of each metric
     if not parts:

@@ -44,7 +44,7 @@ def trial_outcomes(trials: list[dict], experiment: str, search=None) -> tuple[li
     outcomes = [
         trial_outcome(
             t["status"],
-            {**t["tail"], "diverged": True} if t["nonfinite"] else t["tail"],  # a NaN in any row, as `diverged`
+            _ran(t),
             over=over,
             stopped=t["trial_id"] in stopped,
             stop_at=stops.get(t["trial_id"]) if stops is not None else _logged_stop(t["tail"]),
@@ -53,6 +53,17 @@ def trial_outcomes(trials: list[dict], experiment: str, search=None) -> tuple[li
         for t in trials
     ]
     return outcomes, record.get("ended_by") if over else None
+
+
+def _ran(trial: dict) -> dict:
+    """The trial's last result as its outcome reads it: a NaN in any row as `diverged`, and the rows its command
+    logged after Tune stopped it (`late`, `analysis/reading/late_rows.py`) counted in its iterations when the
+    command had exited by itself: a trial a scheduler stopped that had run all its epochs anyway is finished, one
+    whose command was ended mid-run (`late_cut`) is pruned, whatever it logged before it ended."""
+    tail = {**trial["tail"], "diverged": True} if trial["nonfinite"] else trial["tail"]
+    if trial.get("late") and not trial.get("late_cut", True):
+        tail = {**tail, "training_iteration": int(tail.get("training_iteration") or 0) + trial["late"]}
+    return tail
 
 
 def _logged_stop(tail: dict) -> int | None:

@@ -1,6 +1,6 @@
 """The failure gate on 8 slots (issue 41): a `ray start` cluster of 4 logical GPUs, trials at 0.5 GPU
 (conftest's `eight_slot_head`). No slot idles at the start of a command sweep: every trial starts within
-20 s of the first, not after its first epoch; a script that crashes at start still starts at most
+30 s of the first, not after its first epoch; a script that crashes at start still starts at most
 --max-initial-failures (3) times. `tests/scripts/timed_epochs.py --started FILE` stamps each start."""
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def sweep(tmp_path: Path, env: dict, *script_args: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_all_eight_slots_run_within_20_s_of_the_first_start(tmp_path, eight_slot_head):
-    """One epoch of 40 s: before the survival window, the gate waited for a metric (40 s) with 5 slots idle.
+def test_all_eight_slots_run_within_30_s_of_the_first_start(tmp_path, eight_slot_head):
+    """One epoch of 40 s: before the survival window, the gate waited for a metric (40 s) with 5 slots idle; now all
+    8 start within 30 s of the first (the 15 s window, then each set-up).
     About 60-90 s on the loaded 2-core machine: the driver is stopped once all 8 have started."""
     argv = sweep(tmp_path, eight_slot_head, "--startup", "0", "--epochs", "1", "--epoch-s", "40")
     driver = subprocess.Popen(argv, cwd=tmp_path, env=eight_slot_head, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -59,7 +60,9 @@ def test_all_eight_slots_run_within_20_s_of_the_first_start(tmp_path, eight_slot
         f"commands started at +{', +'.join(f'{t - started[0]:.1f}' for t in started)} s; load {os.getloadavg()[0]:.1f}"
     )
     assert len(started) == 8, started
-    assert started[-1] - started[0] <= 20, started
+    # the gate opened on its 15 s survival window, not on the first metric (the end of a 40 s epoch); each waiting
+    # trial then sets its command up (snapshot, work folder) after its turn: 8 set-ups at once on 2 cores
+    assert started[-1] - started[0] < 30, started
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from analysis.reading.load import load_history, load_trials
 from tests.helpers.processes import wait_until
 from trainables.command.gpu_sharing import CAP_HOOK_DIR
 
@@ -365,7 +366,7 @@ def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_as
     argv = [sys.executable, str(ROOT / "sweeps" / "lr_search.py"), "--metric", "Accuracy", "--num-samples", "4"]
     argv += ["--grace-period", "1", "--reduction-factor", "2", "--max-concurrent", "1", "--gpus-per-trial", "0"]
     argv += ["--storage-path", str(tmp_path / "runs"), "--quiet"]
-    argv += ["--", sys.executable, "main.py", "--epochs", "3", "--lr", "{lr}"]
+    argv += ["--", sys.executable, "main.py", "--epochs", "3", "--lr", "{lr}", "--sleep", "1"]  # ASHA's stop mid-run
     proc = subprocess.run(argv, cwd=repo, env=sweep_env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -379,10 +380,14 @@ def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_as
         assert list(config) == ["lr"] and 1e-4 <= config["lr"] <= 1  # what the script received, only that
         rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
         assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1))
-        epochs_run[trial.name] = len(rows)
+    history = load_history(str(experiment))  # with the rows a stopped command logged after Tune's stop
+    names = dict(zip(*load_trials(str(experiment))[["trial_id", "trial_name"]].to_numpy().T))
+    for trial_id, rows in history.groupby("trial_id"):
+        assert list(rows["epoch"]) == list(range(1, len(rows) + 1))
+        epochs_run[names[trial_id]] = len(rows)
     cut = sorted(name for name, n in epochs_run.items() if n < 3)
     assert cut and len(cut) < 4, epochs_run  # TPE's seeded draws, one at a time: ASHA cut some, not all
-    assert f"4 trials: {4 - len(cut)} finished, {len(cut)} pruned\n" in out
+    assert f"4 trials: {4 - len(cut)} finished, {len(cut)} pruned\n" in out, (epochs_run, out[-1500:])
     for name, n in epochs_run.items():
         row = next(line for line in out.splitlines() if line.split()[1:2] == [name])  # the ten best
         assert row.split()[3:6] == ([str(n), "pruned", "by"] if n < 3 else [str(n), "finished", "1"]), row  # ended

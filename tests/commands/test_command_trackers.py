@@ -4,14 +4,17 @@ default store, a Lightning-style `metrics.csv` and a Hugging Face `trainer_state
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.command_sweeps import PY, ROOT, run_sweep
+from tests.helpers.processes import wait_for
 from tests.helpers.trial_results import history, trials
 
 SCRIPT = "tests/scripts/tracker_only.py"
@@ -144,6 +147,10 @@ def test_asha_keeps_the_epochs_a_trial_wrote_before_it_exited(ray_gpus, tmp_path
 
     by_lr = asha_pair(tmp_path, "hf", 3, "--at-exit")
     assert by_lr[-0.5].metrics["epoch"] < 3  # Tune stopped it before it took the last epochs
+    # Tune's fit() returns once it stopped the trial; the trial's worker may still be reading the command's last
+    # rows then, each written to late_rows.json as it is read: wait for them (a deadline, not a sleep)
+    late = Path(by_lr[-0.5].path) / "late_rows.json"
+    wait_for(lambda: late.exists() and len(json.loads(late.read_text())["rows"]) >= 3, 60, "the stopped trial's rows")
     trials, history = analysis.load_experiment(tmp_path / "asha")
     for lr, result in by_lr.items():
         trial_id = result.metrics["trial_id"]

@@ -1,16 +1,22 @@
 """pytorch/examples `mnist/main.py`'s output, line for line (its `train()` and `test()` print formats), no torch.
 
-python tests/scripts/mnist_style.py --lr 1.0 --epochs 2
+python tests/scripts/mnist_style.py --lr 1.0 --epochs 2 [--sleep S]
+
+--sleep: seconds each epoch takes (default 0: every epoch printed at once), so that a scheduler's stop can
+arrive while the script still trains.
 """
 
 import argparse
 import math
+import time
 
 p = argparse.ArgumentParser()
 p.add_argument("--lr", type=float, default=1.0)
 p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--sleep", type=float, default=0.0)
 args = p.parse_args()
 for epoch in range(1, args.epochs + 1):
+    time.sleep(args.sleep)
     for batch_idx in (0, 10, 937):
         print(
             "Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(

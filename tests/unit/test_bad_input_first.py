@@ -79,6 +79,8 @@ def test_the_gpus_present_are_read_without_torch_or_ray(monkeypatch, tmp_path):
     monkeypatch.setattr(local_gpus, "read_nvml", lambda: None)
     monkeypatch.setattr(local_gpus, "_ray_start_here", lambda: False)
     monkeypatch.setattr(gpus, "read_torch", lambda: pytest.fail("torch is not asked"))
+    # no Ray of this process (an end-to-end test on this pytest worker may have left `ray_gpus` up: its GPUs are fixed)
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False))
     present = local_gpus.light_readings()
     driver = Path("/proc/driver/nvidia/gpus")
     assert present == [] if not driver.is_dir() else len(present) == len(list(driver.iterdir()))

@@ -18,6 +18,13 @@ from sweeps.engine.run import monitoring
 from tests.helpers.tracker_flags import flags, needs_mlflow, needs_wandb
 
 
+@pytest.fixture(autouse=True)
+def fresh_tracker_checks(monkeypatch):
+    """Each test checks afresh: `check_trackers` remembers the trackers it found working in this process (a sweep
+    an end-to-end test ran in-process on this pytest worker had W&B offline working)."""
+    monkeypatch.setattr(monitoring, "_WORKING", set())
+
+
 def test_mlflow_uri_alone_means_a_sqlite_database():
     parser = argparse.ArgumentParser()
     run_flags.add_run_args(parser, name="trackers", grid=False)

@@ -235,3 +235,16 @@ def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkey
     assert sent == [1] and reporter.stopped
     late = json.loads((tmp_path / "late_rows.json").read_text())["rows"]
     assert [(r["epoch"], r["val_acc"]) for r in late] == [(1, 0.6), (2, 0.7), (3, 0.8)]
+
+
+def test_a_stopped_commands_late_rows_make_it_finished_only_when_it_ended_by_itself():
+    """ASHA stopped the trial at its first epoch; its command logged 2 more rows (late_rows.json). Had it exited by
+    itself (the rows read at its end), it ran its whole course: finished. Ended mid-run by the stop (`cut`): pruned."""
+    from analysis.reading.trial_outcomes import _ran
+    from trainables.experiment.outcome import trial_outcome
+
+    trial = {"tail": {"training_iteration": 1, "val_acc": 0.5}, "nonfinite": False, "late": 2}
+    ended_by_itself, cut = _ran({**trial, "late_cut": False}), _ran({**trial, "late_cut": True})
+    assert ended_by_itself["training_iteration"] == 3 and cut["training_iteration"] == 1
+    assert trial_outcome("TERMINATED", ended_by_itself, stop_at=1) == "finished"
+    assert trial_outcome("TERMINATED", cut, stop_at=1) == "pruned"

@@ -47,8 +47,12 @@ class InitialFailures(tune.Callback, tune.Stopper):
         self.survival_s = survival_s
 
     def setup(self, **info):
-        # afresh for each fit() (a resume, an out-of-memory re-run round); the handle keeps the actor alive
-        self._gate = open_gate(self.limit, self.survival_s)
+        # afresh for each fit() (a resume, an out-of-memory re-run round); this handle keeps the actor alive, so a
+        # later fit() of this driver resets it: a handle found by name would not (the first one's loss ends it)
+        if self._gate is None:
+            self._gate = open_gate(self.limit, self.survival_s)
+        else:
+            self._gate.reset.remote(self.limit, self.survival_s)
         self.stopping, self.failures, self.reported, self.workers_ended = False, 0, False, 0
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -258,7 +258,7 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
             return True  # the caller's finally block ends the command
         reporter.stopped = reporter.stopped or _stop_requested()
         if reporter.stopped and cut is None:
-            cut = proc.poll() is None  # still training: the step it was in is not kept
+            cut = reporter.cut = proc.poll() is None  # still training: the step it was in is not kept
             reporter.keep_late()  # at once: the worker may be ended before the last lines are read
             terminate_group(proc, grace_period_s, writes)
             exited_at = time.monotonic() - grace_period_s - 4  # its last lines: 1 s more (Tune reuses workers in 2)
@@ -267,6 +267,7 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
             terminate_group(proc, grace_period_s)  # what the command left behind; its pipes then close
         if exited_at is not None and time.monotonic() - exited_at > grace_period_s + 5:
             break  # a process that left the group holds the pipes open; stop waiting for it
+    reporter.cut = bool(cut)  # not stopped while it ran: a stop from now on finds it ended by itself
     events, written = output.events, output.written_since()
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True

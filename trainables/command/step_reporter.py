@@ -38,6 +38,7 @@ class StepReporter:
     extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
     stopped: bool = False  # Tune stopped the trial (a scheduler, a time budget): it takes no report now
     recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
+    cut: bool = True  # the command was still running when Tune stopped the trial (the runner says when it was not)
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -99,7 +100,7 @@ class StepReporter:
     def keep_late(self) -> None:
         """Once Tune stopped the trial, write its last rows as `late_rows.json` (the history adds those it lacks)."""
         if self.stopped and self.recent:
-            records.write_late_rows(self.trial_folder, self.recent)
+            records.write_late_rows(self.trial_folder, self.recent, self.cut)
 
 
 def _report_divergence(result: dict, step_key: str, trial_folder: Path, extra: dict) -> None:

@@ -358,8 +358,10 @@ def read_late_rows(trial: Folder) -> list[dict]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-def write_late_rows(trial: Folder, rows: list[dict]) -> str:
-    """Write `{"rows": [...]}` as the trial's `late_rows.json` (`trainables/command/step_reporter.py:StepReporter`):
-    the results of its last steps, from shortly before Tune stopped it (a scheduler's decision, a time
-    budget) until its command ended; the history adds those after its last logged step."""
-    return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows})
+def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:
+    """Write `{"rows": [...], "cut": bool}` as the trial's `late_rows.json`
+    (`trainables/command/step_reporter.py:StepReporter`): the results of its last steps, from shortly before Tune
+    stopped it (a scheduler's decision, a time budget) until its command ended; the history adds those after its
+    last logged step. `cut`: the command was still training when Tune stopped the trial (it was ended, so those
+    rows are not a full run: a scheduler's stop pruned it), else it had exited by itself."""
+    return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows, "cut": cut})
