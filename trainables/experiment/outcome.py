@@ -134,14 +134,13 @@ def trial_outcome(
         return NO_METRIC if result.get(NO_METRIC_METRIC) else ERRORED
     if result.get("diverged") is True:
         return DIVERGED
-    if over and status in ("RUNNING", "PAUSED"):
-        return INTERRUPTED
+    reported = any(key not in _FILLED_BY_TUNE for key in result)  # a result of its own, not only Tune's keys
+    if over and status in ("RUNNING", "PAUSED") or stopped:  # the sweep's end stopped it: before any result of
+        return INTERRUPTED if reported else NOT_RUN  # its own (waiting at the failure gate, say), it never ran
     if over and status in ("PENDING", None):
         return NOT_RUN
-    if stopped:
-        return INTERRUPTED
     if status == "TERMINATED":  # with no report of its own: stopped before it started (a sweep-wide stop)
-        if not any(key not in _FILLED_BY_TUNE for key in result):
+        if not reported:
             return NOT_RUN
         return PRUNED if scheduler_pruned(stop_at, result.get("training_iteration"), planned) else FINISHED
     return RUNNING if status == "RUNNING" else PENDING
