@@ -80,8 +80,11 @@ def trial_started(name: str, since: float, storage: str, pattern: str = GRID_STA
     """Whether a trial of experiment `name` has started: a file matching `pattern` under `storage/name`,
     or (older checkouts) `trial_config.json` in its working folder in a Ray session started after `since`
     (seconds since the epoch)."""
-    if any(Path(storage, name).glob(pattern)):
-        return True
+    try:
+        if any(Path(storage, name).glob(pattern)):
+            return True
+    except FileNotFoundError:  # the sweep's storage probe makes the folder and removes it again before it starts
+        return False
     ray_tmp = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir()), "ray")
     sessions = [s for s in ray_tmp.glob("session_2*") if s.stat().st_mtime >= since]
     return any(any(s.glob(f"artifacts/*/{name}/*/*/trial_config.json")) for s in sessions)
