@@ -52,13 +52,13 @@ def test_dassl_script_with_linked_and_path_axes_final_block_and_test_metric(tmp_
     assert len(found) == 4 and not any(" " in name for name in found)
     for name, trial in found.items():
         rows = history(trial)
-        # epoch 3's row is complete (and reported) once `* accuracy` joins its val_acc; the rest of the
-        # final block (`* error: 27.0%`) comes at the exit and is reported joined to that row, marked
-        assert rows["epoch"].tolist() == [1, 2, 3, 3]
-        assert rows["accuracy"].notna().tolist() == [False, False, True, True]
-        assert rows["error"].notna().tolist() == [False, False, False, True]
-        assert rows["command/joins_step"].fillna(0).tolist() == [0, 0, 0, 1]
-        assert pd.read_csv(trial / "progress.csv")["epoch"].tolist() == [1, 2, 3]  # the joined row took its place
+        # `epoch [3/3]` names the last epoch: its row (complete once `* accuracy` joins its val_acc) waits for
+        # the command's exit and takes the rest of the final block (`* error: 27.0%`): one row, no joined copy
+        assert rows["epoch"].tolist() == [1, 2, 3]
+        assert rows["accuracy"].notna().tolist() == [False, False, True]
+        assert rows["error"].notna().tolist() == [False, False, True]
+        assert "command/joins_step" not in rows.columns
+        assert pd.read_csv(trial / "progress.csv")["epoch"].tolist() == [1, 2, 3]
         config = json.loads((trial / "params.json").read_text())
         assert f"config {config['config']}" in (trial / "command_stdout.txt").read_text()  # the path, verbatim
     loaded = load_history(experiment)  # the tables' history: one row per epoch, the joined one kept
@@ -175,7 +175,7 @@ def test_script_shapes_and_failures_that_are_not_retried(tmp_path, sweep_env):
     found = trials(tmp_path / "runs" / "command")
     assert history(found["keras_style.py"])["val_accuracy"].tolist() == [0.50, 0.51, 0.52]
     final = history(found["final_only.py"])
-    assert final[["epoch", "val_accuracy", "accuracy"]].values.tolist() == [[0, 0.89, 88.4]]
+    assert final[["epoch", "val_accuracy", "test_accuracy"]].values.tolist() == [[0, 0.89, 88.4]]  # `Test accuracy:`
     out = proc.stdout
     assert re.search(
         r"^error: 1 trial\(s\) failed before reporting any metric, with the same error: strict_args\.py: error: "

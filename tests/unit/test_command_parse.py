@@ -70,12 +70,15 @@ def test_step_context_dassl_style_lines_and_final_result_block():
     ]
     out = [r for line in lines for r in ctx.feed(line)]
     # the preamble `classes: 100` is not a result; the test block belongs to the last step, complete once
-    # it holds both metrics
-    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "accuracy": 72.5, "epoch": 2}]
-    assert ctx.close() == []
+    # it holds both metrics; `epoch [2/2]` names the last step: held until the command ends, then one row
+    assert out == [{"val_acc": 62.5, "epoch": 1}]
+    assert ctx.close() == [{"val_acc": 71.0, "accuracy": 72.5, "epoch": 2}]
     ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
     out = [r for line in lines for r in ctx.feed(line)] + ctx.close()
-    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "epoch": 2}, {"accuracy": 72.5, "epoch": 2}]
+    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "accuracy": 72.5, "epoch": 2}]
+    ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
+    out = [r for line in lines for r in ctx.feed(line)] + ctx.close(cut=True)  # Tune stopped it in the test block
+    assert out == [{"val_acc": 62.5, "epoch": 1}, {"val_acc": 71.0, "epoch": 2}]
 
 
 def test_step_complete_at_once_when_it_holds_the_sweep_metrics_and_each_step_once():

@@ -48,6 +48,82 @@ _EPOCH_FORMS = (
 )
 
 
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x08")  # ANSI colours and cursor moves, backspaces
+# Keras 3's bar (`keras.utils.Progbar`): `15/15 ━━━━━━━━━━━━━━━━━━━━ 1s 83ms/step - accuracy: 0.8933 - loss: 0.3076`.
+_KERAS_BAR = re.compile(r"^\s*(?P<done>\d+)/(?P<of>\d+) [━\s]+")
+_KERAS_PAIR = re.compile(rf" - (?P<key>{KEY}): (?P<value>{NUMBER})(?=\s|$)")
+# A log record's rank tag, not a value: lightning-hydra-template's RankedLogger `[rank: 0]`, torchrun's `[rank0]:`.
+_RANK_TAG = re.compile(r"\[\s*(?:global_|local_)?rank\s*[:=]?\s*\d+\s*\]:?", re.IGNORECASE)
+# The first line of a crash dump: Python's traceback, Hydra's `Error executing job with overrides: [...]` (its
+# overrides `trainer.max_epochs=2` are a command line, not results) and Hydra's `HYDRA_FULL_ERROR=1` hint.
+_CRASH = re.compile(
+    r"^(?:Traceback \(most recent call last\):|Error executing job with overrides:"
+    r"|Set the environment variable HYDRA_FULL_ERROR)"
+)
+# `Test loss: 0.1685` (keras-io's closing print): one `name: number` pair after a phrase of up to 3 words.
+_PHRASE_PAIR = re.compile(
+    rf"^\s*(?P<words>[A-Za-z]+(?: [A-Za-z]+){{0,2}}) (?P<key>{KEY})\s*[:=]\s*(?P<value>{NUMBER})%?\s*$"
+)
+# Lightning's RichProgressBar frame as a non-terminal gets it (once, at the end of `fit`), its metrics wrapped onto
+# indented lines: `Epoch 1/1  ━━━━ 16/16 0:00:00 • 0:00:00 70.74it/s val/loss: 1.234` then `      val/acc: 0.672`.
+_RICH_FRAME = re.compile(r"^Epoch \d+/\d+\s+[━╸╺╾╼\s]*\d+/\d+\s+[\d:]+\s+•\s+[\d:-]+")
+_RICH_WRAPPED = re.compile(r"^\s{20,}\S")
+# A row of a box table of two columns, name and value: Lightning's test results under Rich, `│ test/acc │ 0.704 │`.
+_BOX_ROW = re.compile(rf"^\s*[│┃]\s*(?P<key>{KEY})\s*[│┃]\s*(?P<value>{NUMBER})\s*[│┃]\s*$")
+
+
+def plain_text(line: str) -> str:
+    """`line` as a reader sees it: without terminal escapes (colours, Keras's backspaces) and without the rank tag
+    a logger puts before each record (`[rank: 0] Starting testing!`)."""
+    return _RANK_TAG.sub(" ", _ESCAPES.sub("", line))
+
+
+def keras_bar(line: str) -> tuple[dict, bool]:
+    """Keras 3's progress bar, `15/15 ━━━━ 1s 83ms/step - accuracy: 0.8933 - loss: 0.3076 - val_accuracy: 0.945`
+    -> ({"accuracy": 0.8933, ...}, True): its `- name: value` pairs and whether it is the epoch's last batch (its
+    values then are the epoch's; before it, running averages); ({}, False) for other lines."""
+    match = _KERAS_BAR.match(line)
+    if not match:
+        return {}, False
+    pairs = {m["key"]: float(m["value"]) for m in _KERAS_PAIR.finditer(line[match.end() :])}
+    return pairs, match["done"] == match["of"]
+
+
+def crash_start(line: str) -> bool:
+    """Whether `line` starts a crash dump (a traceback, Hydra's `Error executing job with overrides: [...]`):
+    nothing in it is a result."""
+    return bool(_CRASH.match(line))
+
+
+def phrase_pair(line: str) -> dict:
+    """`Test loss: 0.1685` -> {"test_loss": 0.1685}: a line holding one `name: number` pair after a phrase, named
+    by the whole phrase in lower case with `_` (so keras-io's closing `Test loss:` is never the epochs' `loss`);
+    {} for other lines and for a counter (`Train epoch: 3` is the step)."""
+    match = _PHRASE_PAIR.match(line)
+    if not match or match["key"].lower() in _PIPE_COUNTERS:
+        return {}
+    value = match["value"]
+    name = "_".join([*match["words"].split(), match["key"]]).lower()
+    return {name: int(value) if value.lstrip("+-").isdigit() else float(value)}
+
+
+def box_row(line: str) -> dict:
+    """`│ test/acc │ 0.7039999961853027 │` (Lightning's test table under Rich) -> {"test/acc": 0.7039999961853027};
+    {} for other lines (a table of more columns: Keras's model summary)."""
+    match = _BOX_ROW.match(line)
+    return {match["key"]: float(match["value"])} if match else {}
+
+
+def rich_frame(line: str) -> bool:
+    """Whether `line` starts a Lightning RichProgressBar frame (`Epoch 1/1  ━━━ 16/16 0:00:00 • 0:00:00 ...`)."""
+    return bool(_RICH_FRAME.match(line))
+
+
+def rich_wrapped(line: str) -> bool:
+    """Whether `line` continues a Rich frame's metrics, wrapped onto an indented line (`      val/acc: 0.672`)."""
+    return bool(_RICH_WRAPPED.match(line))
+
+
 # argparse's `Namespace(batch_size=64, data='../data', ...)`, as `print(args)` shows it
 _NAMESPACE = re.compile(r"\bNamespace\(\w+=")
 
@@ -177,8 +253,10 @@ def epoch_with_batch(line: str) -> tuple[int | None, str]:
 
 def shape_metrics(line: str) -> tuple[dict, frozenset]:
     """Every shape's metrics on `line` (a summary first, then fractions, pipe pairs, meters, a bar's postfix) and
-    the names that are running values (meters and bars: redrawn during a step, so they never
-    complete a step's result on their own; `command_parse.StepContext` waits for the step's end)."""
-    settled = {**pipe_pairs(line), **fraction_percent(line), **summary(line)}
-    running = {**progress_bar(line), **meters(line)}
+    the names that are running values (meters, and bars before an epoch's last batch: redrawn during a step, so they
+    never complete a step's result on their own; `command_parse.StepContext` waits for the step's end)."""
+    bar, last_batch = keras_bar(line)
+    settled = {**pipe_pairs(line), **fraction_percent(line), **summary(line), **box_row(line)}
+    settled.update(bar if last_batch else {})
+    running = {**progress_bar(line), **meters(line), **({} if last_batch else bar)}
     return {**running, **settled}, frozenset(running.keys() - settled.keys())

@@ -157,6 +157,7 @@ def line_metrics(line: str, step_key: str, patterns: list[re.Pattern] | None = N
 
 def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None) -> tuple[dict, frozenset]:
     """`line_metrics` and the names among them that are running values (`output_shapes.shape_metrics`)."""
+    line = output_shapes.plain_text(line)
     if output_shapes.config_dump(line) or output_shapes.end_of_run(line):
         return {}, frozenset()
     step, line = output_shapes.epoch_with_batch(line) if step_key.lower() == "epoch" else (None, line)
@@ -164,6 +165,8 @@ def read_line(line: str, step_key: str, patterns: list[re.Pattern] | None = None
     printed = None if patterns else output_shapes.number_dict(line)
     if printed:  # Hugging Face's `{'eval_loss': 0.31, 'epoch': 2.0}`, its values quoted or not
         metrics = {key: parse_number(str(value)) for key, value in printed.items()}
+    elif not patterns and (phrase := output_shapes.phrase_pair(line)):
+        metrics = phrase  # keras-io's closing `Test loss: 0.1685`: `test_loss`
     elif not patterns:
         metrics, running = output_shapes.shape_metrics(line)
         for match in DEFAULT_METRIC_PATTERN.finditer(line):
@@ -196,15 +199,22 @@ class StepContext:
     on it and on later lines without a step belong to it (`* accuracy: 97.0%` under the epoch's
     line). A step's result is complete, and returned, when a line names another step, when it
     holds the objective's metrics (`Objective.step_metrics`: so `epoch=3 val_acc=0.81` is reported at once, not an
-    epoch late), or at `close()` (the command exited). Metrics printed after the last step line,
-    or by a script that never prints a step, are a final result at the last step seen (or step 0),
-    reported once at `close()`.
+    epoch late), or at `close()` (the command exited). Metrics printed after the last step's result
+    (a test block, keras-io's `Test loss: 0.1685`), or by a script that never prints a step, are the
+    final figures, at the last step seen (or step 0), returned once at `close()`: they never overwrite
+    a value of that step (a name the step holds with another value becomes `final_<name>`; the same
+    value is a repeat, dropped). A step whose line names it the last (`Epoch 15/15`) is held until
+    `close()` and returned there joined with the final figures: the last epoch is one result.
     Metrics before the first step line are a preamble (`classes: 100`) and are dropped when the
     first step starts. Each step is returned once: metrics printed after its result was complete
-    are dropped, unless they are the final result. Running values (an AverageMeter's average, a
+    are dropped, unless they are the final figures. Running values (an AverageMeter's average, a
     progress bar's postfix, redrawn every batch) never complete a step before it ends. A JSON dump
     printed over several lines after a step (timm's `--result` list of its best epochs) sums up
-    results already read: its lines are skipped, unless it is one object of numbers (a final result).
+    results already read: its lines are skipped, unless it is one object of numbers (final figures).
+    A Keras bar after one that reached its epoch's last batch (`model.evaluate`'s) is final figures too.
+    A crash dump (a traceback, Hydra's `Error executing job with overrides: [...]`) is skipped up to
+    the next line naming a step. A Lightning RichProgressBar frame, wrapped onto several lines, is read
+    as one line; a non-terminal gets only its last frame (rounded to 3 decimals): the reader says so once.
 
         ctx = StepContext("epoch", objective=Objective("val_acc", test_metric=None))
         ctx.feed("epoch [1/2] batch [1/4] loss 0.9")  # -> []
@@ -217,26 +227,74 @@ class StepContext:
         """Args: step_key and patterns as for `line_metrics`; objective: the sweep's, whose metrics'
         presence completes a step's result (its `--metric` and `--test-metric`; None: only the next step does)."""
         self.step_key, self.patterns = step_key, patterns
+        self.steps = step_pattern(step_key)
         self.completes = frozenset(objective.step_metrics if objective else ())
         self.step = None  # the current step; None before the first step line
         self.pending: dict = {}  # metrics of the current step not returned yet
-        self.completed = None  # the step last returned
+        self.completed = None  # the step last returned (or held)
+        self.returned: dict = {}  # the result last returned: final figures never overwrite its values
+        self.last_step = None  # the step a line named the last of the run (`Epoch 15/15`, `epoch [50/50]`)
+        self.held: dict | None = None  # that step's result, returned at close() with the final figures
         self.settled: set = set()  # names in `pending` read from a line that is not a running value
         self.dump: list = []  # the lines of a multi-line JSON dump being read (`_json_dump`)
+        self.frame: list = []  # the lines of a Rich progress-bar frame being read
+        self.crash = False  # in a crash dump: nothing is read until a line names a step
+        self.bar_ended = False  # a Keras bar reached its last batch in this step: a later bar is an evaluation
+        self.after: dict = {}  # that evaluation's values: final figures if no step follows
+        self.rich_noted = False  # the note on Rich frames' values was printed
 
     def feed(self, line: str) -> list[dict]:
         """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
-        dump = self._json_dump(line)
+        if self.frame and output_shapes.rich_wrapped(line):
+            self.frame.append(line.strip())
+            return []
+        done = self._read_frame()
+        if output_shapes.rich_frame(line):
+            self.frame = [line.strip()]
+            return done
+        dump = None if self.crash else self._json_dump(line)
         if dump is not None:
-            return self.add(dump)
-        return [r for part in line.split("\r") for r in self.add(*read_line(part, self.step_key, self.patterns))]
+            return done + self.add(dump)
+        return done + [r for part in line.split("\r") for r in self._read(part)]
+
+    def _read(self, part: str) -> list[dict]:
+        """The results one line (or one redraw of a bar) completes; a crash dump's lines complete none."""
+        if output_shapes.crash_start(part):
+            self.crash = True
+        metrics, running = read_line(part, self.step_key, self.patterns)
+        if self.crash and (self.step_key not in metrics or part[:1].isspace()):
+            return []  # `trainer.max_epochs=2` in Hydra's overrides, `lr=0.1` in a traceback's source line
+        self.crash = False
+        bar, last_batch = output_shapes.keras_bar(output_shapes.plain_text(part))
+        if bar and self.bar_ended and self.step_key not in metrics:
+            self.after.update(metrics)  # `model.evaluate`'s bar after `fit`'s last epoch: not the epoch's values
+            return []
+        self.bar_ended = self.bar_ended or last_batch
+        named = self.steps.search(part) if self.step_key in metrics else None
+        if named and named["total"] is not None and int(named["total"]) == metrics[self.step_key]:
+            self.last_step = metrics[self.step_key]
+        return self.add(metrics, running)
+
+    def _read_frame(self) -> list[dict]:
+        """The results of the Rich frame read so far (its lines joined: a name and its value may be wrapped apart)."""
+        if not self.frame:
+            return []
+        text, self.frame = " ".join(self.frame), []
+        if not self.rich_noted:
+            self.rich_noted = True
+            print(
+                "raysweep: values read from a Rich progress bar: a non-terminal gets its last frame only (the last"
+                " epoch, 3 decimals); log to a file (Lightning's CSVLogger: logger=csv) for every epoch's exact values",
+                flush=True,
+            )
+        return self._read(text)
 
     def _json_dump(self, line: str) -> dict | None:
         """None for a line outside a JSON dump printed over several lines after a step (from a lone `[` or
         `{` to the line closing it, brackets counted); for a line in one, {} until its last line, which
         gives the dump's metrics when it is one object of numbers without the step (`json.dumps(
-        {"test_acc": 0.9}, indent=2)`: a final result), else {} (timm's list of its best epochs)."""
+        {"test_acc": 0.9}, indent=2)`: final figures), else {} (timm's list of its best epochs)."""
         text = line.strip()
         if not self.dump and (self.step is None or text not in ("[", "{")):
             return None
@@ -263,7 +321,8 @@ class StepContext:
             if self.step is None:
                 self.pending, self.settled = {}, set()  # preamble
             elif step != self.step:
-                done += self._flush()
+                done += self._flush() + self._release()
+                self.bar_ended, self.after = False, {}
             self.step = step
         self.pending.update(metrics)
         self.settled |= metrics.keys() - running
@@ -271,22 +330,55 @@ class StepContext:
             done += self._flush()
         return done
 
-    def close(self, crashed: bool = False) -> list[dict]:
-        """The final result: metrics not returned yet, at the last step seen (0 if none); [] if none,
-        and [] when the command `crashed` (exited non-zero) before any step line: what it printed
-        was a preamble (a config dump such as `lr: 0.1` lines), not a result."""
-        if crashed and self.step is None:
+    def close(self, crashed: bool = False, cut: bool = False) -> list[dict]:
+        """The final figures, joined to the held last step (else at the last step seen, 0 if none); [] if
+        none, and [] when the command `crashed` (exited non-zero) before any step line: what it printed
+        was a preamble (a config dump such as `lr: 0.1` lines), not a result. `cut`: Tune stopped the
+        command mid-step: only a held step's result, which was complete."""
+        if cut or (crashed and self.step is None):
             self.pending, self.settled = {}, set()
-            return []
-        return self._flush(final=True)
+            return self._release()
+        return self._read_frame() + self._flush(final=True)
 
     def _flush(self, final: bool = False) -> list[dict]:
         step = 0 if self.step is None else self.step
         result, self.pending, self.settled = {**self.pending, self.step_key: step}, {}, set()
-        if len(result) == 1 or (step == self.completed and not final):
-            return []  # nothing but the step; or the rest of a step already returned (kept only as the final result)
+        if final:
+            result, self.after = {**self.after, **result}, {}
+        if final and step == self.completed:
+            return self._final_figures(result)
+        if len(result) == 1 or step == self.completed:
+            return []  # nothing but the step; or the rest of a step already returned (kept only as final figures)
         self.completed = step
+        if step == self.last_step and not final:
+            self.held = result  # the last epoch: returned with the final figures, as one result
+            return []
+        self.returned = result
         return [result]
+
+    def _release(self) -> list[dict]:
+        """The held result of the step named the last (a later step came after all, or the command ended)."""
+        held, self.held = self.held, None
+        if held is not None:
+            self.returned = held
+        return [] if held is None else [held]
+
+    def _final_figures(self, result: dict) -> list[dict]:
+        """`result`, printed after its step's result was complete, joined to the held step or on its own: a
+        value never replaces one the step holds (`final_<name>` when it differs; the same value is a repeat)."""
+        row = self.held or self.returned
+        figures = {self.step_key: result[self.step_key]}
+        for name, value in result.items():
+            if name == self.step_key:
+                continue
+            if name not in row:
+                figures[name] = value
+            elif value != row[name] and not (value != value and row[name] != row[name]):  # NaN twice: a repeat
+                figures[f"final_{name}"] = value
+        if self.held is not None:
+            self.held = {**self.held, **figures}
+            return self._release()
+        return [figures] if len(figures) > 1 else []
 
 
 def non_finite(metrics: dict) -> list[str]:

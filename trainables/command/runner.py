@@ -272,7 +272,7 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     if reporter.report_new(events.poll(written) if events else written):  # written just before the exit
         return True
     # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
-    last = [] if cut else output.context.close(exit_code_soon(proc) not in (None, 0))
+    last = output.context.close(exit_code_soon(proc) not in (None, 0), cut=bool(cut))
     return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
 
 
