@@ -76,7 +76,7 @@ FAILING = {  # the script, the stop's reason, its error, its last lines and its 
     "shape not read": (
         SHAPE_NOT_READ,
         "its first 3 trials ended without reporting val_acc, for the same reason",
-        "ended the same way, before any trial reported the sweep's metric: command exited 0 but reported no metric",
+        "ended without the sweep's metric, the same way: command exited 0 but reported no metric",
         "lines with numbers not read as metrics: `epoch 1 val_acc 0.5`",
         "raysweep reads the printed line shapes of docs/output-shapes.md",
     ),

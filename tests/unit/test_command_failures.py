@@ -238,7 +238,7 @@ def test_explain_says_once_what_each_source_held_and_which_shapes_are_read(tmp_p
     explain(failures)
     out = capsys.readouterr().out
     assert [line[:7] for line in out.splitlines()].count("error: ") == 1, out
-    assert "error: 3 trial(s) ended the same way, before any trial reported the sweep's metric: command exited 0" in out
+    assert "error: 3 trial(s) ended without the sweep's metric, the same way: command exited 0 but" in out
     assert out.count(held) == 1 and "    epoch 1 val_acc 0.5" in out  # what the sources held, the last lines
     hint = next(line for line in out.splitlines() if line.startswith("hint: "))
     assert "docs/output-shapes.md" in hint and "--metric-pattern" in hint and "--check" in hint, hint

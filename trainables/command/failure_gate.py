@@ -8,8 +8,8 @@ created by the driver, `trainables/command/initial_failures.py`) that every tria
 - before its command starts (`enter`): until the command has shown that it does not crash at start,
   at most `limit` commands run or have failed (the other trials wait), so a command failing the same
   way in every trial starts at most `limit` times. It has shown that once one of them has run for
-  `survival_s` seconds (`--survival-window-s`; crashes at start come in seconds) or reported a
-  result, whichever comes first: then every trial starts at once, and no slot idles for a whole
+  `survival_s` seconds (`--survival-window-s`; crashes at start come in seconds) or reported the
+  sweep's metric (`reported`), whichever comes first: then every trial starts at once, and no slot idles for a whole
   first epoch;
 - when its command exited non-zero before reporting anything, or exited 0 without the sweep's metric
   (`failed_early`): whether that error (`signature`: exit status and exception line, or the `no metric`

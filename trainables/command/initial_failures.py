@@ -1,7 +1,7 @@
 """The driver's side of `trainables/command/failure_gate.py`: the sweep's gate, the stop once its first trials
-all failed before reporting any metric (`--max-initial-failures`, W&B's `WANDB_AGENT_MAX_INITIAL_FAILURES`),
-and one explanation per distinct error of such failures (read from each trial's failure record, never
-from an error's text), with a hint that fits its cause.
+all failed before reporting any metric, or ended without it for the same reason (`--max-initial-failures`,
+W&B's `WANDB_AGENT_MAX_INITIAL_FAILURES`), and one explanation per distinct error of such failures (read from
+each trial's failure record, never from an error's text), with a hint that fits its cause.
 """
 
 from __future__ import annotations
@@ -147,10 +147,10 @@ def explain(failures: dict[str, TrialFailure]) -> None:
             groups[failure.signature].append((folder, failure))
     for members in sorted(groups.values(), key=len, reverse=True):
         folder, failure = members[0]
-        tail = [line for line in failure.tail if line.strip()]
+        tail, alike = [line for line in failure.tail if line.strip()], ", the same way" if len(members) > 1 else ""
         what = (
-            f"error: {len(members)} trial(s) ended the same way, before any trial reported the sweep's metric: "
-            f"{failure.summary}\n  {failure.detail}\n  command: {failure.command}\n"
+            f"error: {len(members)} trial(s) ended without the sweep's metric{alike}: {failure.summary}\n"
+            f"  {failure.detail}\n  command: {failure.command}\n"
             if failure.kind == NO_METRIC  # what each source held, once
             else f"error: {len(members)} trial(s) failed {EARLY_FAILURE}, with the same error: "
             f"{failure.exception or (tail[-1].strip() if tail else '(no stderr output)')}\n"
