@@ -177,8 +177,8 @@ def hint(failure: TrialFailure, in_check: bool = False) -> str:
             "hint: raysweep reads the printed line shapes of docs/output-shapes.md (`epoch=3 val_acc=0.81`, "
             "`val_acc: 0.81` after `Epoch 3/10`, progress bars, Hugging Face's dicts, ...), JSON lines in "
             f"${METRICS_FILE_ENV} and tracker records (--metrics-from); for another shape give --metric-pattern, "
-            r"a regex naming each metric (e.g. 'epoch (?P<epoch>\d+) val_acc (?P<val_acc>[\d.]+)'), and try it "
-            "on one cell with --check"
+            r"a regex naming each metric (e.g. 'epoch (?P<epoch>\d+) val_acc (?P<val_acc>[\d.]+)'); where a key held "
+            "above is the metric under another name, give it to --metric; try either on one cell with --check"
         )
     if failure.kind == MISSING_ON_NODE:
         return "hint: the command names a path this node lacks: put it at the same path on every node"
