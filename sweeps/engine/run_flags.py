@@ -137,8 +137,9 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
         "--max-initial-failures",
         type=int,
         default=RunOptions.max_initial_failures,
-        help="command sweeps: stop when this many trial attempts failed before any trial reported a metric; "
-        "until one has (or survived --survival-window-s), no more start at once; 0: never (default: "
+        help="command sweeps: stop when this many trial attempts failed before any trial reported --metric "
+        "(crashes, or exits without it for one reason: 'no metric'); until one has (or survived "
+        "--survival-window-s), no more start at once; 0: never (default: "
         f"{RunOptions.max_initial_failures}, as W&B's WANDB_AGENT_MAX_INITIAL_FAILURES)",
     )
     faults.add_argument(
@@ -146,7 +147,7 @@ def add_failure_args(parser: argparse.ArgumentParser, *, grid: bool) -> None:
         type=float,
         default=RunOptions.survival_window_s,
         help="command sweeps: once one of the first commands has run this many seconds without failing (or "
-        f"reported a metric), every trial starts (default: {RunOptions.survival_window_s:g})",
+        f"reported --metric), every trial starts (default: {RunOptions.survival_window_s:g})",
     )
     faults.add_argument(
         "--resume", action="store_true", help="continue the sweep --name where it stopped (Tuner.restore)"

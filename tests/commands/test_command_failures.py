@@ -63,39 +63,70 @@ def attempts(experiment) -> dict[str, int]:
     return {p.parent.name: p.read_text().count(ATTEMPT_LINE) for p in experiment.glob("*/command_stdout.txt")}
 
 
-def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_explains_itself_once(tmp_path, sweep_env):
-    script = tmp_path / "missing_data.py"
-    script.write_text(MISSING_DATA)
-    seeds = "seed=" + ",".join(map(str, range(6)))
-    proc = run_sweep(tmp_path, "--axis", seeds, "--", PY, str(script), "--seed", "{seed}", env=sweep_env)
+# a shape raysweep does not read (issue 54: 300 such trials each ran to the end and failed alike)
+SHAPE_NOT_READ = 'print("epoch 1 val_acc 0.5", flush=True)\n'
+FAILING = {  # the script, the stop's reason, its error, its last lines and its hint
+    "crash at start": (
+        MISSING_DATA,
+        "its first 3 trial attempts failed before reporting any metric",
+        "failed before reporting any metric, with the same error: FileNotFoundError",
+        "    => loading data",
+        "'../imagenet_synth_missing/train/index.csv' is relative to the trial's working folder",
+    ),
+    "shape not read": (
+        SHAPE_NOT_READ,
+        "its first 3 trials ended without reporting val_acc, for the same reason",
+        "ended without the sweep's metric, the same way: command exited 0 but reported no metric",
+        "lines with numbers not read as metrics: `epoch 1 val_acc 0.5`",
+        "raysweep reads the printed line shapes of docs/output-shapes.md",
+    ),
+}
+
+
+@pytest.mark.parametrize("failing", FAILING)
+def test_a_script_failing_the_same_way_in_every_trial_starts_three_times_and_explains_itself_once(
+    failing, tmp_path, sweep_env
+):
+    text, stop, error, lines, hint_start = FAILING[failing]
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    seeds = "seed=" + ",".join(map(str, range(8)))
+    argv = ("--axis", seeds, "--metric", "val_acc", "--", PY, str(script), "--seed", "{seed}")
+    proc = run_sweep(tmp_path, *argv, env=sweep_env)
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
     assert sum(attempts(tmp_path / "runs" / "command").values()) <= 3, attempts(tmp_path / "runs" / "command")
-    assert "stopping the sweep: its first 3 trial attempts failed before reporting any metric" in out, out
+    assert f"stopping the sweep: {stop} (--max-initial-failures 3)" in out, out
     explained = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(explained) == 1, out  # the error once, not per trial
-    assert "failed before reporting any metric, with the same error: FileNotFoundError" in explained[0]
-    assert "../imagenet_synth_missing/train/index.csv" in explained[0]
-    hint = next(line for line in out.splitlines() if line.startswith("hint: "))
-    assert "'../imagenet_synth_missing/train/index.csv' is relative to the trial's working folder" in hint, hint
-    assert "/work" in hint and "--in-place" in hint, hint
-    assert "    => loading data" in out  # the script's last stderr lines
+    assert error in explained[0], explained
+    assert failing != "crash at start" or "../imagenet_synth_missing/train/index.csv" in explained[0]
+    hints = [line for line in out.splitlines() if line.startswith("hint: ")]
+    assert len(hints) == 1 and hints[0].startswith(f"hint: {hint_start}"), hints
+    assert failing != "crash at start" or ("/work" in hints[0] and "--in-place" in hints[0]), hints
+    assert failing != "shape not read" or "--metric-pattern" in hints[0], hints
+    assert out.count(lines) == 1, out  # the script's last lines, or what its output held, once
     assert "--retry-errored" not in out and "Traceback" not in proc.stderr  # no retry hint, no Ray tracebacks
-    # no trial finished: those that crashed are errored, the others never ran their command, alike everywhere
-    final = next(line for line in out.splitlines() if "sweep interrupted: 6 trials: " in line)
-    counts = re.search(r" 0 finished, (\d) errored, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|", final)
-    assert counts and sum(int(n or 0) for n in counts.groups()) == 6, final
-    said = ", ".join(f"{n} {word}" for n, word in zip(counts.groups(), ("errored", "interrupted", "not run")) if n)
-    assert re.search(rf"^interrupted: 0 of 6 trials finished, {said} \(its first 3 trial attempts failed", out, re.M)
+    # no trial finished: those that failed are errored (no metric), the others never ran, alike everywhere
+    final = next(line for line in out.splitlines() if "sweep interrupted: 8 trials: " in line)
+    shape = (
+        r" 0 finished, (\d) errored(?: \((\d) no metric\))?, 0 diverged(?:, (\d) interrupted)?(?:, (\d) not run)? \|"
+    )
+    counts = re.search(shape, final)
+    assert counts, final
+    errored, no_metric, interrupted, not_run = (int(n or 0) for n in counts.groups())
+    assert errored + interrupted + not_run == 8 and no_metric == (errored if failing == "shape not read" else 0), final
+    assert failing != "shape not read" or errored == 3, final  # each command started ended alike
+    said = [f"{errored} errored" + (f" ({no_metric} no metric)" if no_metric else "")] if errored else []
+    said += [f"{n} {word}" for n, word in ((interrupted, "interrupted"), (not_run, "not run")) if n]
+    assert re.search(rf"^interrupted: 0 of 8 trials finished, {re.escape(', '.join(said))} \({stop}", out, re.M), out
     status = subprocess.run(
         [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--status", "--json"],
         **{"cwd": ROOT, "capture_output": True, "text": True, "timeout": 300},
     )
     document = json.loads(status.stdout)["counts"]
-    assert (document["finished"], document["errored"], document["interrupted"], document["not_run"]) == (
-        0,
-        *(int(n or 0) for n in counts.groups()),
-    ), document
+    assert (document["finished"], document["errored"], document["no_metric"]) == (0, errored, no_metric), document
+    assert (document["interrupted"], document["not_run"]) == (interrupted, not_run), document
 
 
 def test_a_failure_after_a_metric_keeps_its_retries_and_the_retry_errored_hint(tmp_path, sweep_env):

@@ -44,6 +44,52 @@ def test_the_gate_lets_three_attempts_start_until_a_result_and_knows_a_repeated_
     assert FailureGate(0).enter("a") == "go" and not FailureGate(0).stopping()
 
 
+SHAPE_NOT_READ = "0: command exited 0 but reported no metric"  # a `no metric`'s signature: its summary
+NO_VAL_ACC = "0: command exited 0 but reported no val_acc"
+
+
+def test_the_gate_stops_after_three_exits_without_the_metric_for_one_reason_even_once_every_trial_started():
+    from trainables.command.failure_gate import FailureGate
+
+    gate = FailureGate(3, survival_s=0.0)
+    assert [gate.enter(a) for a in "abc"] == ["go"] * 3
+    gate.started("a")
+    assert gate.enter("d") == "go"  # "a" outlived its window: every trial starts (it printed, never the metric)
+    assert gate.failed_early("a", SHAPE_NOT_READ, True) == (False, False)
+    assert gate.failed_early("b", NO_VAL_ACC, True) == (False, False)
+    assert gate.failed_early("c", SHAPE_NOT_READ, True) == (True, False)  # 2 for one reason, 1 for another: on
+    assert gate.enter("e") == "go"
+    assert gate.failed_early("d", SHAPE_NOT_READ, True) == (True, True)  # the third for one reason: the sweep stops
+    assert gate.enter("f") == "stop"  # the open window does not undo the stop
+    closed = FailureGate(3)
+    assert [closed.enter(a) for a in "abc"] == ["go"] * 3
+    for attempt, why in zip("abc", (SHAPE_NOT_READ, NO_VAL_ACC, "0: command exited 0 but reported no test_acc")):
+        closed.failed_early(attempt, why, True)
+    assert closed.enter("d") == "go" and not closed.stopping()  # three reasons, one each: the next ones start
+    works = FailureGate(3)
+    works.enter("a")
+    works.reported("a")
+    assert [works.failed_early(a, SHAPE_NOT_READ, True)[1] for a in "bcd"] == [False] * 3
+    assert works.enter("e") == "go"  # a trial reported the metric: later exits without it never stop the sweep
+
+
+def test_lines_without_the_metric_do_not_show_the_gate_that_the_command_works(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from trainables.command.failure_gate import FailureGate
+    from trainables.command.step_reporter import StepReporter
+
+    monkeypatch.setattr("trainables.command.step_reporter.tune.report", lambda *args, **kwargs: None)
+    gate = FailureGate(3)
+    assert gate.enter("a") == "go"
+    reporter = StepReporter("epoch", tmp_path, works_when=("val_acc",))
+    reporter.ticket = SimpleNamespace(call=lambda method, *args: getattr(gate, method)("a", *args))
+    reporter.report_new([{"epoch": 1, "loss": 0.3}])
+    assert not gate.opened and not gate.works  # a row, but not the sweep's metric
+    reporter.report_new([{"epoch": 2, "loss": 0.2, "val_acc": 0.5}])
+    assert gate.opened and gate.works and reporter.works
+
+
 def test_a_failure_signature_blanks_the_trial_and_the_hint_names_the_missing_relative_path():
     from trainables.command.failure import crash_failure
     from trainables.command.failure_gate import missing_path
@@ -87,6 +133,33 @@ def test_initial_failures_stop_after_three_handled_errors_only_while_no_trial_re
     for _ in range(5):
         working.on_trial_error(0, [], early)
     assert not working.stop_all()  # failures after a result keep Tune's retries
+
+
+def test_initial_failures_stop_after_three_exits_without_the_metric_for_one_reason_until_a_trial_reports_it():
+    from types import SimpleNamespace
+
+    from trainables.command.failure_gate import EARLY_FAILURE_METRIC, FAILURE_SIGNATURE_METRIC
+    from trainables.command.initial_failures import InitialFailures
+    from trainables.experiment.outcome import FAILED_METRIC, NO_METRIC_METRIC
+
+    def no_metric(why: str):
+        marks = {FAILED_METRIC: 1, NO_METRIC_METRIC: 1, EARLY_FAILURE_METRIC: 1, FAILURE_SIGNATURE_METRIC: why}
+        return SimpleNamespace(last_result=marks)
+
+    stopper = InitialFailures(3, metric="val_acc")
+    stopper.on_trial_result(0, [], no_metric(""), {"epoch": 1, "loss": 0.3})  # a row without the metric
+    for why in (SHAPE_NOT_READ, NO_VAL_ACC, SHAPE_NOT_READ):
+        stopper.on_trial_error(0, [], no_metric(why))
+    assert not stopper.stop_all()  # 2 for one reason, 1 for another
+    stopper.on_trial_error(0, [], no_metric(SHAPE_NOT_READ))
+    assert (
+        stopper.stop_all() and stopper.why == "its first 3 trials ended without reporting val_acc, for the same reason"
+    )
+    working = InitialFailures(3, metric="val_acc")
+    working.on_trial_result(0, [], no_metric(""), {"epoch": 1, "val_acc": 0.5})
+    for _ in range(4):
+        working.on_trial_error(0, [], no_metric(SHAPE_NOT_READ))
+    assert not working.stop_all()  # a trial reported the metric: the command works
 
 
 def test_explain_prints_each_distinct_early_error_once_from_the_failure_records(tmp_path, capsys, monkeypatch):
@@ -138,3 +211,34 @@ def test_check_tells_a_crash_from_a_metric_never_printed(tmp_path):
     assert "metrics row" not in proc.stdout  # the Namespace(...) dump is not one
     assert "--metric-pattern" not in proc.stderr  # no blame on the metric settings: the script crashed
     assert "'../imagenet_synth_missing/train/index.csv' is relative" in proc.stderr
+
+
+def test_explain_says_once_what_each_source_held_and_which_shapes_are_read(tmp_path, capsys):
+    from trainables.command.initial_failures import explain
+    from trainables.experiment.outcome import NO_METRIC, TrialFailure
+
+    held = "expected stdout or stderr lines naming the step (e.g. `epoch=3 val_acc=0.81`); lines with numbers not read"
+    failures = {
+        str(tmp_path / f"t{i}"): TrialFailure(
+            kind=NO_METRIC,
+            signature=SHAPE_NOT_READ,
+            exit_code=0,
+            exception=None,
+            missing_path=None,
+            tail=("epoch 1 val_acc 0.5",),
+            source="stdout",
+            summary="command exited 0 but reported no metric",
+            detail=held + ": `epoch 1 val_acc 0.5`",
+            command="python x.py",
+            working_folder=f"/runs/t{i}/work",
+            early=True,
+        )
+        for i in range(3)
+    }
+    explain(failures)
+    out = capsys.readouterr().out
+    assert [line[:7] for line in out.splitlines()].count("error: ") == 1, out
+    assert "error: 3 trial(s) ended without the sweep's metric, the same way: command exited 0 but" in out
+    assert out.count(held) == 1 and "    epoch 1 val_acc 0.5" in out  # what the sources held, the last lines
+    hint = next(line for line in out.splitlines() if line.startswith("hint: "))
+    assert "docs/output-shapes.md" in hint and "--metric-pattern" in hint and "--check" in hint, hint

@@ -76,7 +76,7 @@ def test_a_step_failing_before_the_command_ends_the_ticket_and_the_trial_with_it
         with pytest.raises(CommandFailed, match=rf"failed before its command started, at its {step}"):
             start(tmp_path / "runs" / trial, gate, snapshot)
     assert time.monotonic() - started < 5
-    assert gate.running == {} and len(gate.failures) == 3 and gate.stopping()  # each counts as a start
+    assert gate.running == {} and len(gate.failures.crashes) == 3 and gate.stopping()  # each counts as a start
     assert gate.enter("t3/1") == "stop"  # the waiting trials are told, not left waiting
     failure = records.read_failure(tmp_path / "runs" / "t1")
     assert failure.kind == SET_UP and failure.early and f"{FAULT_ENV}={step}:fail" in failure.exception
@@ -95,7 +95,7 @@ def test_a_real_failure_is_recorded_with_its_step_and_exception(tmp_path, report
     failure = records.read_failure(tmp_path / "runs" / "t0")
     assert failure.summary == "failed before its command started, at its snapshot"
     assert failure.exception.startswith("FileNotFoundError: no code snapshot")
-    assert gate.running == {} and gate.failures == [failure.signature]
+    assert gate.running == {} and gate.failures.crashes == [failure.signature]
 
 
 def test_the_watchdog_ends_a_trial_stuck_before_its_command_and_the_driver_releases_its_ticket(tmp_path, monkeypatch):
@@ -110,7 +110,7 @@ def test_the_watchdog_ends_a_trial_stuck_before_its_command_and_the_driver_relea
     assert failure.kind == SET_UP and failure.early
     assert "no command started 0.3 s after the trial's turn: stuck at its work folder" in failure.exception
     assert gate.running == {"trial0/1": None}  # a dead worker ends no ticket: the driver does
-    assert gate.forget("trial0", count=True) == 1 and gate.running == {} and gate.failures == [WORKER_ENDED]
+    assert gate.forget("trial0", count=True) == 1 and gate.running == {} and gate.failures.crashes == [WORKER_ENDED]
 
 
 def test_the_driver_releases_a_dead_workers_ticket_counts_it_and_records_why(tmp_path, monkeypatch):
@@ -127,8 +127,9 @@ def test_the_driver_releases_a_dead_workers_ticket_counts_it_and_records_why(tmp
     stopper = InitialFailures(3)
     stopper._gate = actor
     stopper.on_trial_error(0, [], SimpleNamespace(trial_id="a", last_result={}))  # its workers died holding tickets
-    assert stopper.failures == 1 and list(gate.running) == ["b/1"] and gate.failures == [WORKER_ENDED] * 2
+    assert stopper.failures.count() == 1 and list(gate.running) == ["b/1"]
+    assert gate.failures.crashes == [WORKER_ENDED] * 2
     failure = records.read_failure(tmp_path / "a")
     assert failure.kind == SET_UP and failure.early and WORKER_ENDED in failure.summary
     stopper.on_trial_complete(0, [], SimpleNamespace(trial_id="b", last_result={}))  # a command that started
-    assert gate.running == {} and len(gate.failures) == 2 and not records.read_failure(tmp_path / "b")
+    assert gate.running == {} and len(gate.failures.crashes) == 2 and not records.read_failure(tmp_path / "b")

@@ -145,6 +145,7 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
     from types import SimpleNamespace
 
     from trainables.command import failure, runner
+    from trainables.command.failure_gate import FAILURE_SIGNATURE_METRIC
     from trainables.command.process import Reading
     from trainables.experiment import records
     from trainables.experiment.outcome import FAILED_METRIC, NO_METRIC, NO_METRIC_METRIC
@@ -163,7 +164,9 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
         failure.CommandFailed, match=r"--metric val/acc is in none of its records: csv held train_loss, val_acc"
     ):
         failure.verdict(0, ["python", "x.py"], reporter, output, reading, None)
-    assert reported == [{FAILED_METRIC: 1, NO_METRIC_METRIC: 1, "command/no_retry": 1}]  # not retried: it logs the same
+    assert reported[0][FAILED_METRIC] == reported[0][NO_METRIC_METRIC] == 1  # counted by the sweep's gate, by reason:
+    assert reported[0][FAILURE_SIGNATURE_METRIC] == "0: command exited 0 but --metric val/acc is in none of its records"
+    assert reported[0]["command/no_retry"] == 1  # not retried: it logs the same
     assert records.read_failure(tmp_path).kind == NO_METRIC
 
 

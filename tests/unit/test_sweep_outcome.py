@@ -49,6 +49,7 @@ def test_a_trial_is_finished_only_when_it_ended_by_itself_with_a_report():
 
 def test_a_command_that_exits_0_without_the_metric_fails_as_no_metric_naming_the_keys_it_held(tmp_path, monkeypatch):
     from trainables.command import failure
+    from trainables.command.failure_gate import EARLY_FAILURE_METRIC, FAILURE_SIGNATURE_METRIC
     from trainables.command.process import Reading
     from trainables.command.runner import StepReporter
     from trainables.experiment import records
@@ -60,11 +61,17 @@ def test_a_command_that_exits_0_without_the_metric_fails_as_no_metric_naming_the
     objective = Objective("val_acc", test_metric=None)
     reading = Reading("epoch", [], objective, "output", tmp_path / "metrics.jsonl", tmp_path / "work")
     reporter = StepReporter("epoch", tmp_path)
+    gate = reporter.ticket = SimpleNamespace(calls=[], call=lambda *args: gate.calls.append(args))
     assert reporter.report_new([]) is False and reporter.seen == {}
     reporter.parsed, reporter.last_step, reporter.seen = 2, 2, dict.fromkeys(("epoch", "loss", "v_num"))  # no val_acc
     with pytest.raises(failure.CommandFailed, match=r"command exited 0 but reported no val_acc: its results held loss"):
         failure.verdict(0, ["python", "x.py"], reporter, output, reading, None)
-    assert reported == [{words.FAILED_METRIC: 1, words.NO_METRIC_METRIC: 1, "command/no_retry": 1}]
+    why = "0: command exited 0 but reported no val_acc"  # the same in every trial: the sweep's gate counts it
+    assert gate.calls == [("failed_early", why, True)]
+    assert reported == [
+        {words.FAILED_METRIC: 1, words.NO_METRIC_METRIC: 1, "command/no_retry": 1}
+        | {EARLY_FAILURE_METRIC: 1, FAILURE_SIGNATURE_METRIC: why}
+    ]
     record = records.read_failure(tmp_path)
     assert (record.kind, record.exit_code, record.source, record.tail) == (
         "no metric",
@@ -72,7 +79,7 @@ def test_a_command_that_exits_0_without_the_metric_fails_as_no_metric_naming_the
         "stdout",
         tuple(output.tails["OUT"]),
     )
-    assert "loss, v_num" in record.detail and record.not_retried
+    assert "loss, v_num" in record.detail and record.not_retried and record.early  # never the sweep's metric
     reporter.seen["val_acc"] = None
     failure.verdict(0, ["python", "x.py"], reporter, output, reading, None)  # its metric: no error
     earlier = StepReporter("epoch", tmp_path, parsed=1, last_step=3, seen={"epoch": None}, reported_before=True)

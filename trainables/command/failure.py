@@ -20,6 +20,7 @@ from ray import tune
 from trainables.command.failure_gate import (
     EARLY_FAILURE,
     EARLY_FAILURE_METRIC,
+    FAILURE_SIGNATURE_METRIC,
     WORKING_FOLDER,
     GateTicket,
     exception_line,
@@ -67,9 +68,10 @@ def crash_failure(code: int, stderr_tail, command: str, working_folder: str, bla
 def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd: str | None, gpus: float = 0.0) -> None:
     """Raise CommandFailed when the command exited non-zero, or exited 0 without each metric of the
     objective (`Objective.step_metrics`; or with no result at all); `cwd`: the folder it ran in (None: the
-    worker's). A non-zero exit before any result is told to the sweep's gate
-    (`trainables/command/failure_gate.py`): the same error as an earlier trial's, or
-    the sweep's initial failures used up, is not retried; a command that exited 0 is never retried.
+    worker's). A non-zero exit before any result, and an exit 0 without the metric (`no metric`, by its
+    reason), are told to the sweep's gate (`trainables/command/failure_gate.py`): the same error as an
+    earlier trial's, or the sweep's initial failures used up, is not retried; a command that exited 0 is never
+    retried.
     A trial on `gpus` > 0 GPUs whose last output lines show a CUDA out-of-memory error raises
     `CommandOutOfMemory` instead (`out_of_memory`): not retried at the same share, not told to the gate."""
     cwd = cwd or os.getcwd()
@@ -94,10 +96,11 @@ def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd:
         raise fail(dataclasses.replace(failure, not_retried=why), reporter.trial_folder, reporter.extra_metrics())
     missing = _missing_metric(reporter, output, reading)
     if missing is not None:
-        tail, source = (output.tails["OUT"], "stdout")
+        tail, source, why = (output.tails["OUT"], "stdout", f"0: {missing[0]}")
+        reporter.ticket.call("failed_early", why, True)  # that many for the same reason stop the sweep
         failure = TrialFailure(
             kind=NO_METRIC,
-            signature=f"0: {missing[0]}",
+            signature=why,
             exit_code=0,
             exception=None,
             missing_path=None,
@@ -107,6 +110,7 @@ def verdict(code: int, argv: list[str], reporter, output, reading: Reading, cwd:
             detail=missing[1],
             command=" ".join(argv),
             working_folder=cwd,
+            early=True,  # it never reported the sweep's metric
             not_retried="it exited 0: running it again reports the same",
         )
         raise fail(failure, reporter.trial_folder, reporter.extra_metrics())
@@ -184,13 +188,15 @@ def take_turn(reporter, stop_requested) -> bool:
 def fail(failure: TrialFailure, trial_folder: Path, extra: dict | None = None) -> CommandFailed:
     """Record `failure` (the trial's `failure.json`), report its marks when it is not retried or came
     before any metric (`failure_marks`, with `NO_RETRY_METRIC` and `EARLY_FAILURE_METRIC`, which the
-    sweep's initial failures count; `extra`: what every row of the trial holds, its GPU), and return the
+    sweep's initial failures count, and a `no metric`'s signature, `FAILURE_SIGNATURE_METRIC`; `extra`:
+    what every row of the trial holds, its GPU), and return the
     error to raise (`CommandOutOfMemory` for `OUT_OF_MEMORY`): the summary, the tail of its stream, and a
     last line (the one the console shows) quoting that tail."""
     records.write_failure(trial_folder, failure)
     if failure.not_retried or failure.early:  # a failure Tune retries adds no row to the trial's history
         marks = failure_marks(failure.kind) | ({NO_RETRY_METRIC: 1} if failure.not_retried else {})
-        tune.report((extra or {}) | marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}))
+        reason = {FAILURE_SIGNATURE_METRIC: failure.signature} if failure.kind == NO_METRIC else {}
+        tune.report((extra or {}) | marks | ({EARLY_FAILURE_METRIC: 1} if failure.early else {}) | reason)
     return (CommandOutOfMemory if failure.kind == OUT_OF_MEMORY else CommandFailed)(failure_text(failure))
 
 

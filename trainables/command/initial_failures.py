@@ -1,7 +1,7 @@
 """The driver's side of `trainables/command/failure_gate.py`: the sweep's gate, the stop once its first trials
-all failed before reporting any metric (`--max-initial-failures`, W&B's `WANDB_AGENT_MAX_INITIAL_FAILURES`),
-and one explanation per distinct error of such failures (read from each trial's failure record, never
-from an error's text), with a hint that fits its cause.
+all failed before reporting any metric, or ended without it for the same reason (`--max-initial-failures`,
+W&B's `WANDB_AGENT_MAX_INITIAL_FAILURES`), and one explanation per distinct error of such failures (read from
+each trial's failure record, never from an error's text), with a hint that fits its cause.
 """
 
 from __future__ import annotations
@@ -17,14 +17,24 @@ from trainables import ray_private
 from trainables.command.failure_gate import (
     EARLY_FAILURE,
     EARLY_FAILURE_METRIC,
+    FAILURE_SIGNATURE_METRIC,
     SURVIVAL_WINDOW_S,
     WORKER_ENDED,
     WORKING_FOLDER,
+    EarlyFailures,
     open_gate,
 )
 from trainables.command.parse import NO_RETRY_METRIC
+from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.experiment import records
-from trainables.experiment.outcome import MISSING_ON_NODE, NOT_STARTED, SET_UP, TrialFailure
+from trainables.experiment.outcome import (
+    MISSING_ON_NODE,
+    NO_METRIC,
+    NO_METRIC_METRIC,
+    NOT_STARTED,
+    SET_UP,
+    TrialFailure,
+)
 
 QUOTED_STDERR_LINES = 8  # of a failure before any metric, the last stderr lines printed
 
@@ -32,19 +42,23 @@ QUOTED_STDERR_LINES = 8  # of a failure before any metric, the last stderr lines
 class InitialFailures(tune.Callback, tune.Stopper):
     """Tune callback and stopper (one object, in `RunConfig.callbacks` and `RunConfig.stop`): opens
     the sweep's `FailureGate` when `fit()` starts, counts the trial errors marked as failures before
-    any metric (`EARLY_FAILURE_METRIC` in the trial's last result), and stops the sweep (`stop_all`)
-    once `limit` of them were handled before any trial reported a result. Counting handled errors,
-    not the gate's tally, lets the last of them end as ERROR before the stop ends the other trials.
+    any metric (`EARLY_FAILURE_METRIC` in the trial's last result; a `no metric` by its reason,
+    `FAILURE_SIGNATURE_METRIC`) as the gate does (`EarlyFailures`), and stops the sweep (`stop_all`) once they
+    reach `limit` before any trial reported `metric`. Counting handled errors, not the gate's tally, lets the
+    last of them end as ERROR before the stop ends the other trials (those running then end not run,
+    or interrupted when they had reported a result: `outcome.trial_outcome`).
     Each trial that errors or ends has the tickets its dead workers held released (`FailureGate.forget`):
     a worker that died after its turn, before its command started, counts as such a failure too."""
 
-    def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S):
+    def __init__(self, limit: int, survival_s: float = SURVIVAL_WINDOW_S, metric: str | None = None):
         """Args: limit: --max-initial-failures (>= 0; 0: the sweep never stops for them); survival_s:
-        --survival-window-s, seconds a command runs without failing that open the gate."""
+        --survival-window-s, seconds a command runs without failing that open the gate; metric: --metric,
+        whose first report shows that the command works (None: any result)."""
         self.why = f"its first {limit} trial attempts failed before reporting any metric"  # once it stops
-        self.limit, self.stopping, self.failures, self.reported, self._gate = limit, False, 0, False, None
+        self.limit, self.stopping, self.reported, self._gate = limit, False, False, None
+        self.failures = EarlyFailures()
         self.workers_ended = 0  # of `failures`: workers that died after their turn, before their command started
-        self.survival_s = survival_s
+        self.survival_s, self.metric = survival_s, metric
 
     def setup(self, **info):
         # afresh for each fit() (a resume, an out-of-memory re-run round); this handle keeps the actor alive, so a
@@ -53,10 +67,11 @@ class InitialFailures(tune.Callback, tune.Stopper):
             self._gate = open_gate(self.limit, self.survival_s)
         else:
             self._gate.reset.remote(self.limit, self.survival_s)
-        self.stopping, self.failures, self.reported, self.workers_ended = False, 0, False, 0
+        self.stopping, self.failures, self.reported, self.workers_ended = False, EarlyFailures(), False, 0
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if not any(result.get(mark) for mark in (EARLY_FAILURE_METRIC, NO_RETRY_METRIC)):
+        marked = any(result.get(mark) for mark in (EARLY_FAILURE_METRIC, NO_RETRY_METRIC))
+        if not marked and (self.metric is None or self.metric in result):
             self.reported = True  # the command works
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -70,17 +85,19 @@ class InitialFailures(tune.Callback, tune.Stopper):
 
     def _count(self, trial) -> None:
         """Count `trial`'s error if it failed before any metric; stop the sweep at `limit` of them."""
-        ended = self._forget(trial, count=True)
-        self.failures += bool((trial.last_result or {}).get(EARLY_FAILURE_METRIC)) or ended > 0
+        ended, last = self._forget(trial, count=True), trial.last_result or {}
+        if last.get(NO_METRIC_METRIC) and last.get(FAILURE_SIGNATURE_METRIC):
+            self.failures.add(str(last[FAILURE_SIGNATURE_METRIC]), no_metric=True)
+        elif last.get(EARLY_FAILURE_METRIC) or ended > 0:
+            self.failures.add(WORKER_ENDED if ended else EARLY_FAILURE)  # any error counts: its text is not needed
         self.workers_ended += ended > 0
-        if self.limit and not self.reported and not self.stopping and self.failures >= self.limit:
+        if self.limit and not self.reported and not self.stopping and self.failures.count() >= self.limit:
             self.stopping = True
+            if len(self.failures.crashes) < self.limit:  # exits without the metric, for one reason
+                self.why = f"its first {self.limit} trials ended without reporting {self.metric or 'the metric'}"
+                self.why += ", for the same reason"
             died = f"; {self.workers_ended} of them: {WORKER_ENDED} (killed?)" if self.workers_ended else ""
-            print(
-                f"stopping the sweep: its first {self.limit} trial attempts failed before reporting any metric "
-                f"(--max-initial-failures {self.limit}){died}",
-                flush=True,
-            )
+            print(f"stopping the sweep: {self.why} (--max-initial-failures {self.limit}){died}", flush=True)
 
     def _forget(self, trial, count: bool) -> int:
         """Release the tickets `trial`'s dead workers still hold at the gate; with `count`, returns how many
@@ -116,7 +133,8 @@ class InitialFailures(tune.Callback, tune.Stopper):
 
 def explain(failures: dict[str, TrialFailure]) -> None:
     """Print each distinct failure before any metric once: how many trials it ended, the command's
-    exit and working folder, the last stderr lines, and a hint fitting the cause.
+    exit (for `no metric`, what each source held) and working folder, the last lines of its stream, and a hint
+    fitting the cause.
 
     Args:
         failures: trial folder -> its failure record (`records.read_failure`), each `early`.
@@ -129,12 +147,17 @@ def explain(failures: dict[str, TrialFailure]) -> None:
             groups[failure.signature].append((folder, failure))
     for members in sorted(groups.values(), key=len, reverse=True):
         folder, failure = members[0]
-        tail = [line for line in failure.tail if line.strip()]
-        print(
-            f"error: {len(members)} trial(s) failed {EARLY_FAILURE}, with the same error: "
+        tail, alike = [line for line in failure.tail if line.strip()], ", the same way" if len(members) > 1 else ""
+        what = (
+            f"error: {len(members)} trial(s) ended without the sweep's metric{alike}: {failure.summary}\n"
+            f"  {failure.detail}\n  command: {failure.command}\n"
+            if failure.kind == NO_METRIC  # what each source held, once
+            else f"error: {len(members)} trial(s) failed {EARLY_FAILURE}, with the same error: "
             f"{failure.exception or (tail[-1].strip() if tail else '(no stderr output)')}\n"
             f"  {failure.summary}{f': {failure.command}' if failure.command else ''}\n"
-            f"  {WORKING_FOLDER}{failure.working_folder} (trial {posixpath.basename(str(folder))})\n"
+        )
+        print(
+            what + f"  {WORKING_FOLDER}{failure.working_folder} (trial {posixpath.basename(str(folder))})\n"
             f"  its last {failure.source} lines ({posixpath.join(str(folder), 'error.txt')}):\n"
             + "\n".join(f"    {line}" for line in tail[-QUOTED_STDERR_LINES:])
             + f"\n{hint(failure)}"
@@ -144,10 +167,19 @@ def explain(failures: dict[str, TrialFailure]) -> None:
 
 
 def hint(failure: TrialFailure, in_check: bool = False) -> str:
-    """A hint fitting a command's failure: a missing relative path names the path, the trial's working
-    folder and what it resolves to there; an absolute one, the path; exit code 2, argparse; else --check
-    (`in_check`: the failure is --check's own run, whose output is shown above)."""
+    """A hint fitting a command's failure: an exit without the metric, the shapes read and --metric-pattern;
+    a missing relative path names the path, the trial's working folder and what it resolves to there; an
+    absolute one, the path; exit code 2, argparse; else --check (`in_check`: the failure is --check's own run,
+    whose output is shown above)."""
     path, folder = failure.missing_path, failure.working_folder
+    if failure.kind == NO_METRIC:
+        return (
+            "hint: raysweep reads the printed line shapes of docs/output-shapes.md (`epoch=3 val_acc=0.81`, "
+            "`val_acc: 0.81` after `Epoch 3/10`, progress bars, Hugging Face's dicts, ...), JSON lines in "
+            f"${METRICS_FILE_ENV} and tracker records (--metrics-from); for another shape give --metric-pattern, "
+            r"a regex naming each metric (e.g. 'epoch (?P<epoch>\d+) val_acc (?P<val_acc>[\d.]+)'); where a key held "
+            "above is the metric under another name, give it to --metric; try either on one cell with --check"
+        )
     if failure.kind == MISSING_ON_NODE:
         return "hint: the command names a path this node lacks: put it at the same path on every node"
     if failure.kind == SET_UP:

@@ -34,7 +34,9 @@ class StepReporter:
     seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
     last_result: dict | None = None  # the result last reported by this attempt
-    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told of the first result reported
+    ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told once `works`
+    works_when: tuple = ()  # the metrics whose first report tells the gate the command works (--metric)
+    works: bool = False  # this attempt's results held each of `works_when` (without them: it reported a result)
     extra_metrics: Callable[[], dict] = dict  # merged into each result reported: the trial's GPU (`gpu_report`)
     stopped: bool = False  # Tune stopped the trial (a scheduler, a time budget): it takes no report now
     recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
@@ -73,8 +75,9 @@ class StepReporter:
             if final and self.last_result is not None and self.last_result[key] == result[key]:
                 result = {**self.last_result, **result, records.JOINS_STEP_METRIC: 1}
             self._report(result | self.extra_metrics())
-            if self.last_result is None:
-                self.ticket.call("reported")  # the command works: the sweep's other trials may start
+            if not self.works and all(m in self.seen for m in self.works_when):
+                self.works = True  # the sweep's other trials may start; lines without the metric do not count
+                self.ticket.call("reported")
             self.last_result = result
             self.last_step = result[key] if last is None else max(last, result[key])
         return False

@@ -73,7 +73,7 @@ class TrialFailure:
     detail: str = ""  # the rest of the first line: for `no metric`, what was expected and what each source held
     command: str = ""  # the command as run
     working_folder: str = ""  # where it ran
-    early: bool = False  # before the trial reported any metric
+    early: bool = False  # before the trial reported any metric (`no metric`: always, it never reported the sweep's)
     not_retried: str | None = None  # why Tune does not retry it; None: retried as --max-failures says
 
     def to_record(self) -> dict:

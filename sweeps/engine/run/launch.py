@@ -304,8 +304,9 @@ def sweep_run_config(
     synced to storage; each trial's stdout/stderr goes to files in its folder; our progress
     `callbacks` replace Tune's tables (verbose=0). With `max_initial_failures` (command trials), the
     sweep's failure gate (`InitialFailures`, also the stopper): a failure before any metric that
-    repeats is not retried, and that many of them before any metric stop the sweep; until one
-    command has run `survival_window_s` seconds or reported a metric, only that many start.
+    repeats is not retried, and that many of them (crashes, or exits without the metric for one reason)
+    before any trial reported the objective's metric stop the sweep; until one command has run
+    `survival_window_s` seconds or reported the metric, only that many start.
 
     Trial files are synced in the background every `ARTIFACT_SYNC_PERIOD_S` and once, waited for,
     when the trial ends, not on every checkpoint: Tune's default (`sync_artifacts_on_checkpoint`)
@@ -313,7 +314,11 @@ def sweep_run_config(
     critical path every epoch (benchmarks/trainable_overhead.py).
     """
     trim_tune_start()  # W&B and MLflow (for Tune's usage record of callbacks), torch (for tensorboardX) left out
-    initial = [InitialFailures(max_initial_failures, survival_window_s)] if max_initial_failures is not None else []
+    initial = (
+        [InitialFailures(max_initial_failures, survival_window_s, objective.metric)]
+        if max_initial_failures is not None
+        else []
+    )
     ending = sweep_end.SweepEnding(initial[0] if initial else None, fail_fast)  # first: the outcome, the last line
     settings = {
         "name": name,
