@@ -135,6 +135,7 @@ def read_status(source, now: float | None = None) -> dict:
         "launch": {"argv": info.get("argv"), "python": info.get("python")},  # for `resume_command`
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
         "duplicates": duplicates,
+        "report_unfinished": records.REPORT_DIR + records.WRITING in dirs,  # its writer stopped midway
     }
 
 
@@ -162,6 +163,11 @@ def format_status(state: dict, now: float | None = None) -> list[str]:
     lines.append(driver_line(state, time.time() if now is None else now))
     if state["driver_alive"] is not False:
         return lines
+    if state.get("report_unfinished"):
+        lines.append(
+            f"  report: not finished (its writer was stopped while writing it; {records.REPORT_DIR}"
+            f"{records.WRITING}/ holds the part written): rebuild it with `python -m analysis {state['where']}`"
+        )
     if state["left"] and not state["resumable"]:  # killed before Tune saved the sweep: nothing to restore yet
         command = resume_command(state["launch"], resume=False)
         quoted = f"`{command}`" if state["launch"].get("argv") else command
@@ -180,7 +186,7 @@ def format_status(state: dict, now: float | None = None) -> list[str]:
 def _quoted_command(advice: str) -> str:
     """`continue_advice` with its command in backticks (Markdown code): after `: `, up to ` (` or the end."""
     head, colon, rest = advice.rpartition(": ")
-    command, paren, tail = rest.partition(" (add --retry-errored")
+    command, paren, tail = rest.partition(" (add ")
     return f"{head}{colon}`{command}`{paren}{tail}" if colon else advice
 
 

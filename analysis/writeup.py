@@ -23,12 +23,18 @@ What :func:`write_up` writes:
 - ``report.md``, starting with the paper table, embedding the rest; its last section lists the
   pictures left out and why (:mod:`analysis.writeup_pictures`). A picture that cannot be drawn is also
   one line on the console.
+
+The folder is replaced whole: everything is written into a copy of it, ``report.writing`` beside it, which
+then takes its place (two renames), so a writer killed midway leaves the previous report (or none) and
+that ``.writing`` folder, which ``--status`` names with the command that rebuilds the report, never a
+report that looks whole.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -59,6 +65,7 @@ from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.search_table import experiment_search_table, format_search_table, search_caption
 from analysis.tables.summary import SweepTables, cell_trials, format_summary, sweep_tables
 from analysis.writeup_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import count_outcomes
 
@@ -96,8 +103,8 @@ def write_up(
     trials, history = load_experiment(source)
     objective = resolve_objective(trials, history, objective)
     metric = objective.metric
-    out = Path(out_dir if out_dir is not None else writeup_folder(trials))
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir if out_dir is not None else writeup_folder(trials))
+    out = _staged(final)
     pictures = Pictures(out, tuple(dict.fromkeys(("png", *formats))))
     ci = [f"{metric}_ci95"] if f"{metric}_ci95" in history.columns else []  # --repeat: each trial's seed interval
     selected = add_selected(trials, history, [metric, *ci], objective)
@@ -112,7 +119,31 @@ def write_up(
         paper, summary = tables.test, _write_paper(trials, tables, out, pictures)
     _figures(trials, history, selected, objective, pictures)
     (out / "report.md").write_text(_markdown(trials, table, objective, rule, paper, summary, searched, pictures))
-    return out
+    _publish(out, final)
+    return final
+
+
+def _staged(final: Path) -> Path:
+    """`<final>.writing` beside the report folder `final`: afresh, holding a copy of `final` when it exists (what
+    the write-up does not write again, such as `seeds.csv`, stays), where the write-up is written."""
+    staging = final.with_name(final.name + records.WRITING)
+    shutil.rmtree(staging, ignore_errors=True)  # a writer killed midway
+    if final.is_dir():
+        shutil.copytree(final, staging)
+    else:
+        staging.mkdir(parents=True)
+    return staging
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Put the finished `staging` folder in place of `final`: a folder cannot be replaced in one rename, so the
+    old one is renamed away first (`<final>.old`), then removed."""
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_best_runs(

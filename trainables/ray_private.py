@@ -141,6 +141,38 @@ def replace_checkpoints(trial, checkpoints: list, last_index: int | None) -> Non
         trial.storage.current_checkpoint_index = last_index
 
 
+def tune_env_copies() -> set:
+    """The names of the driver's variables Tune copies into every trial actor's `runtime_env` `env_vars`
+    (`ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`, the set itself: AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, ...). Raises ImportError, AttributeError."""
+    from ray.tune.execution import class_cache
+
+    return class_cache.ENV_VARS_TO_PROPAGATE
+
+
+_KEPT_FROM_TUNE: set[str] = set()  # the names `stop_tune_copying_secrets` took off Tune's list
+
+
+def stop_tune_copying_secrets(secret_name) -> list[str]:
+    """Keep Tune from copying the driver's credentials into every trial actor's `runtime_env` `env_vars`
+    (`tune_env_copies`), which Ray's runtime env agent logs in plain text ("Creating runtime env: ..." in
+    runtime_env_agent.log). Idempotent.
+
+    Args:
+        secret_name: a compiled pattern; the names it finds (`.search`) are no longer copied.
+    Returns:
+        The names no longer copied, sorted ([] when this Ray has no such list): the caller carries them another way.
+    """
+    try:
+        copies = tune_env_copies()
+    except (ImportError, AttributeError):
+        return []
+    secret = {name for name in copies if secret_name.search(name)}
+    copies.difference_update(secret)
+    _KEPT_FROM_TUNE.update(secret)
+    return sorted(_KEPT_FROM_TUNE)
+
+
 def count_each_actor_death_once() -> bool:
     """Make Tune charge a trial one failure per death of its actor, whenever the actor dies; idempotent.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from trainables.experiment import records
 from trainables.experiment.outcome import FAILURE_GATE, TIME_BUDGET
+from trainables.experiment.redaction import REDACTED_FLAGS
 
 HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
 
@@ -87,7 +88,8 @@ def resume_command(launch: dict | None, resume: bool = True, retry_errored: bool
     --lr {lr}``; a sweep the `raysweep` command launched (its `argv[0]` is that program) names it by its
     absolute path, ``/venv/bin/raysweep grid --resume``: a bare `raysweep` is not found where the venv is
     not active. The command's own programs are the ones resolved at launch (`sweeps/engine/command_sweep/
-    programs.py`), whatever the new shell's PATH.
+    programs.py`), whatever the new shell's PATH. The launch's `--notify` flags are left out: the record keeps
+    their URLs redacted (`trainables/experiment/redaction.py`), and a redacted URL would send nowhere.
 
     Args:
         launch: the `raysweep.json` record (or any dict with `argv` and `python`); None or no `argv`:
@@ -101,12 +103,25 @@ def resume_command(launch: dict | None, resume: bool = True, retry_errored: bool
     argv = [str(a) for a in argv]
     end = argv.index("--") if "--" in argv else len(argv)
     added = (["--resume"] if resume else []) + (["--retry-errored"] if resume and retry_errored else [])
-    flags = [a for a in argv[:end] if a not in ("--resume", "--retry-errored")] + added
+    flags = [a for a in _without_redacted(argv[:end]) if a not in ("--resume", "--retry-errored")] + added
     if Path(argv[0]).name == "raysweep":  # the console command, by its path
         words = [os.path.abspath(argv[0]), *flags[1:], *argv[end:]]
     else:
         words = [launch.get("python") or "python", *flags, *argv[end:]]
     return " ".join(_shell_word(word) for word in words)
+
+
+def _without_redacted(flags: list[str]) -> list[str]:
+    """`flags` without each `REDACTED_FLAGS` flag and its value (`--notify URL`, `--notify=URL`)."""
+    out, skip = [], False
+    for word in flags:
+        if skip:
+            skip = False
+        elif word in REDACTED_FLAGS:
+            skip = True
+        elif word.partition("=")[0] not in REDACTED_FLAGS:
+            out.append(word)
+    return out
 
 
 def continue_command(launch: dict | None, counts: dict, ended_by: str | None, resumed: bool = True) -> str | None:
@@ -142,12 +157,15 @@ def continue_advice(launch: dict | None, counts: dict, ended_by: str | None, res
     errored = counts.get("errored", 0)
     if command is None:
         return ""
+    argv = [str(a) for a in (launch or {}).get("argv") or []]
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    notify = " (add your --notify URLs again, which are not recorded)" if len(_without_redacted(own)) < len(own) else ""
     if ended_by == FAILURE_GATE:
-        return f"once the cause is fixed, continue with: {command}"
+        return f"once the cause is fixed, continue with: {command}{notify}"
     if "--retry-errored" in command.split():
-        return f"{errored} trial(s) errored; to run them again: {command}"
+        return f"{errored} trial(s) errored; to run them again: {command}{notify}"
     more = f" (add --retry-errored to run its {errored} errored trial(s) again too)" if errored else ""
-    return f"continue with: {command}{more}"
+    return f"continue with: {command}{more}{notify}"
 
 
 _PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")  # shlex's safe characters and braces

@@ -123,13 +123,15 @@ def _experiment_hint(fs, root: str, dirs: list[str]) -> str:
 
 
 def _read_trial_files(fs, root: str, trial: dict, both: bool = False) -> None:
-    """Read result.json (or progress.csv; with ``both``, both of them) and error.txt of one trial into ``trial``."""
+    """Read result.json (or progress.csv; with ``both``, or when result.json is torn, its last line cut short, both
+    of them) and error.txt of one trial into ``trial``."""
     folder = posixpath.join(root, trial["dir"]) if trial["dir"] else None
     trial["result"] = trial["csv"] = None
     if folder is None:
         return
     trial["result"] = read_bytes(fs, posixpath.join(folder, "result.json"))
-    if both or not trial["result"]:  # none, or empty (seen for PBT members paused and restored): Tune's CSV log
+    torn = bool(trial["result"]) and not trial["result"].endswith(b"\n")  # a copy cut short, a full disk, a write
+    if both or torn or not trial["result"]:  # none, or empty (seen for PBT members paused and restored): Tune's CSV log
         trial["csv"] = read_bytes(fs, posixpath.join(folder, "progress.csv"))
         trial["result"] = None if trial["csv"] and not trial["result"] else trial["result"]
     if trial["status"] in (None, "ERROR"):
@@ -211,14 +213,16 @@ def _parse_results(trials: list[dict], where: str, population: bool = False) -> 
             parts.append(_parse_fast(trials, fast))
         except (pa.ArrowInvalid, ValueError):
             slow = sorted(slow + fast)
-    shorter = []
+    shorter, torn = [], []
     for i in slow:
         trial = trials[i]
         rows = _parse_result_json(trial["result"], f"{where}/{trial['dir']}/result.json") if trial["result"] else []
         if trial["csv"]:
             logged = _parse_progress_csv(trial["csv"])
             if len(logged) > len(rows):
-                shorter += [trial["dir"]] if rows else []
+                cut = trial["result"] is not None and not trial["result"].endswith(b"\n")
+                torn += [trial["dir"]] if cut else []
+                shorter += [trial["dir"]] if rows and not cut else []
                 rows = _fill_from_json(logged, rows)
         if not rows:
             continue
@@ -242,6 +246,12 @@ def _parse_results(trials: list[dict], where: str, population: bool = False) -> 
         warnings.warn(
             f"{where}: result.json of {', '.join(shorter)} lacks rows that progress.csv holds (Tune's JSON logger "
             "drops rows when a trial restarts from a checkpoint): read from progress.csv",
+            stacklevel=4,
+        )
+    if torn:
+        warnings.warn(
+            f"{where}: result.json of {', '.join(torn)} is cut short (its last line is not whole: a torn copy or a "
+            "full disk?): read up to its last whole line, the rows after it from progress.csv",
             stacklevel=4,
         )
     if not parts:

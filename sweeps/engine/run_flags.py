@@ -203,6 +203,22 @@ def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_NAME_BYTES = 200  # a folder name holds 255 bytes (NAME_MAX); an out-of-memory round adds `_oom_gpu0.125`
+
+
+def check_name(name: str) -> None:
+    """Check --name: a plain folder name of at most MAX_NAME_BYTES bytes (UTF-8), before anything is written.
+
+    Raises:
+        UsageError: naming the value (cut short when long) and what is allowed.
+    """
+    shown = repr(name) if len(name) <= 80 else f"{name[:40]!r}... ({len(name)} characters)"
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise UsageError(f"--name={shown} must be a plain folder name (no '/', not '.' or '..')")
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise UsageError(f"--name={shown} is too long: at most {MAX_NAME_BYTES} bytes (a folder of that name is made)")
+
+
 def check_run_args(args: argparse.Namespace) -> None:
     """Check the flags of `add_run_args` (in place: parsed --gpus-per-trial, resolved storage,
     --max-failures with its default).
@@ -218,8 +234,7 @@ def check_run_args(args: argparse.Namespace) -> None:
             check_positive_int(flag, getattr(args, flag[2:].replace("-", "_"), None))
     if not args.progress_every > 0:
         raise UsageError(f"--progress-every={args.progress_every} must be > 0 seconds")
-    if not args.name or args.name in (".", "..") or "/" in args.name or "\\" in args.name:
-        raise UsageError(f"--name={args.name!r} must be a plain folder name (no '/', not '.' or '..')")
+    check_name(args.name)
     check_dashboard_host(args.dashboard_host)
     args.notify = check_notify_urls(args.notify)
     args.storage_path = check_storage_path(args.storage_path)

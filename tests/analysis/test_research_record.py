@@ -13,7 +13,9 @@ import pytest
 
 from analysis.reading.load import load_trials
 from sweeps.engine.estimate import history_estimate
+from tests.helpers.ray_cluster import files_holding, temp_dir_of
 from tests.helpers.research_record import SCRIPT, closed_port_url, git_repo
+from trainables.experiment.redaction import redact_url
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -39,10 +41,18 @@ def run_sweep(cwd: Path, storage: Path, env: dict, *argv: str) -> subprocess.Com
 
 @pytest.mark.slow
 def test_sweep_records_provenance_notifies_once_and_dry_run_estimates_its_wall_time(tmp_path, receiver, sweep_env):
+    """Also secrets stay secret (issue 55): the --notify URL's password and the shell's AWS_SECRET_ACCESS_KEY
+    are in no file of the experiment or of the joined Ray's temp folder (its logs), nor in the output."""
     repo, runs = git_repo(tmp_path / "repo"), tmp_path / "runs"
-    sweep = ["--axis", "lr=1,2,3,4", "--notify", receiver.url, "--", PY, "train.py", "{lr}"]
-    proc = run_sweep(repo, runs, sweep_env, *sweep)
+    password, aws_secret = "n0tify-pa55w0rd", "aws-s3cr3t-k3y-0123"
+    with_password = receiver.url.replace("json://", "json://someone:" + password + "@")
+    sweep = ["--axis", "lr=1,2,3,4", "--notify", with_password, "--", PY, "train.py", "{lr}"]
+    proc = run_sweep(repo, runs, {**sweep_env, "AWS_SECRET_ACCESS_KEY": aws_secret}, *sweep)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    leaks = files_holding([runs, temp_dir_of(sweep_env["RAY_ADDRESS"])], [password, aws_secret])
+    assert leaks == {} and password not in proc.stdout + proc.stderr, leaks
+    info = json.loads((runs / "command" / "raysweep.json").read_text())
+    assert info["argv"][info["argv"].index("--notify") + 1] == "json://127.0.0.1"  # scheme and host
 
     # provenance: the commit and the uncommitted diff, printed by --provenance
     shown = subprocess.run(
@@ -139,4 +149,4 @@ def test_a_script_that_raises_at_start_is_counted_alike_everywhere_and_told_once
     assert lines[0] == said and lines[1].startswith("stopped early: its first 3 trial attempts failed")
     assert re.fullmatch(r"first error: trial seed\d: RuntimeError: no data for seed \d", lines[2]), lines
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: --notify")]
-    assert len(warnings) == 1 and dead in warnings[0]
+    assert len(warnings) == 1 and redact_url(dead) in warnings[0] and dead not in warnings[0]

@@ -162,3 +162,26 @@ def test_a_trial_failing_or_killed_before_its_command_starts_ends_the_sweep_with
         assert "  failed before its command started, at its work folder" in out
     else:
         assert stop[0].endswith(f"3 of them: {WORKER_ENDED} (killed?)"), stop  # the cause, once
+
+
+def test_the_failure_gate_lives_on_the_drivers_node(ray_gpus, monkeypatch):
+    """A lost worker node must not take the sweep's gate with it (issue 55): `open_gate` pins the actor to the
+    node of the process that opens it (the driver), not soft: a driver on a node Ray does not know (a stand-in
+    for any other node, on this one-node Ray) gets a gate that is never placed elsewhere."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from trainables.command import failure_gate
+
+    gate = failure_gate.open_gate(3)
+    try:
+        node = ray.get(gate.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=60)
+        assert node == ray.get_runtime_context().get_node_id()
+        assert ray.get(gate.enter.remote("t1/a"), timeout=60) == "go"
+    finally:
+        ray.kill(gate)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "ab" * 28))
+    gate = failure_gate.open_gate(3)
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(gate.enter.remote("t1/b"), timeout=60)

@@ -285,3 +285,36 @@ def alive_nodes(address: str, env: dict) -> list[str]:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def temp_dir_of(address: str) -> Path:
+    """The Ray temp dir of the head whose GCS listens at `address` (`HOST:PORT`), from its `gcs_server`'s
+    `--log_dir` (`<temp dir>/session_<...>/logs`). Raises StopIteration when no such process runs here."""
+    import psutil
+
+    port = int(address.rsplit(":", 1)[1])
+    gcs = next(
+        psutil.Process(c.pid)
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid
+    )
+    log_dir = next(a.split("=", 1)[1] for a in gcs.cmdline() if a.startswith("--log_dir="))
+    return Path(log_dir).parents[1]
+
+
+def files_holding(folders: list[Path], secrets: list[str]) -> dict[str, str]:
+    """The regular files under `folders` whose bytes hold any of `secrets` (each file read whole): path -> the start of
+    the line holding the first one found (at most 600 bytes)."""
+    wanted = [s.encode() for s in secrets]
+    found = {}
+    for folder in folders:
+        for path in folder.rglob("*"):
+            try:
+                data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+            except OSError:  # a file removed meanwhile, a socket
+                continue
+            at = next((data.find(s) for s in wanted if s in data), -1)
+            if at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1  # the line holding it, from its start
+                found[str(path)] = data[start : min(at + 50, start + 600)].decode(errors="replace")
+    return found

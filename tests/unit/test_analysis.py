@@ -538,6 +538,28 @@ def test_write_report(grid):
     for png in ("learning_curves.png", "metric_vs_noise_rate.png", "heatmap.png", "timeline.png"):
         assert f"]({png})" in report
     assert "- trials: 18 (18 finished, 0 errored, 0 diverged)" in report
+
+
+def test_a_report_is_replaced_whole_and_keeps_the_files_it_does_not_write(grid, monkeypatch):
+    """A writer killed midway leaves the previous report and `report.writing` (issue 55), never a torn report;
+    files the write-up does not write (the seeds table, a user's notes) stay; the next write-up clears the leftover."""
+    from analysis import writeup
+
+    out = analysis.write_up(grid, formats=())
+    (out / "notes.md").write_text("my notes\n")
+    before = (out / "report.md").read_text()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # as a SIGTERM or Ctrl-C while the figures are drawn
+
+    monkeypatch.setattr(writeup, "_figures", killed)
+    with pytest.raises(KeyboardInterrupt):
+        analysis.write_up(grid, formats=())
+    assert (out / "report.md").read_text() == before and (grid / "report.writing").is_dir()
+    monkeypatch.undo()
+    assert analysis.write_up(grid, formats=()) == out
+    assert (out / "notes.md").read_text() == "my notes\n" and (out / "report.md").read_text() == before
+    assert sorted(p.name for p in grid.iterdir() if p.name.startswith("report")) == ["report"]
     assert analysis.load_trials(grid).shape[0] == 18  # the report folder is not taken for a trial
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from tests.helpers.command_sweeps import MISSING_DATA, PY, ROOT
 
 # --- the pieces, without Ray -----------------------------------------------------------------------
@@ -160,6 +162,36 @@ def test_initial_failures_stop_after_three_exits_without_the_metric_for_one_reas
     for _ in range(4):
         working.on_trial_error(0, [], no_metric(SHAPE_NOT_READ))
     assert not working.stop_all()  # a trial reported the metric: the command works
+
+
+@pytest.mark.parametrize("lost", ["unavailable", "died"])
+def test_a_gate_that_does_not_answer_costs_a_warning_never_the_sweep(lost, monkeypatch, capsys):
+    """A lost node took the gate actor (issue 55): Tune's error handler calls `on_trial_error`, whose `forget`
+    raised ActorUnavailableError and ended fit(); now one line, nothing counted, the retries go on."""
+    from types import SimpleNamespace
+
+    import ray.exceptions
+
+    from trainables.command import initial_failures
+    from trainables.command.failure_gate import EARLY_FAILURE_METRIC
+
+    def no_answer(ref):
+        if lost == "unavailable":
+            raise ray.exceptions.ActorUnavailableError("the node was lost", b"\0" * 16)
+        raise ray.exceptions.RayActorError()
+
+    monkeypatch.setattr(initial_failures.ray, "get", no_answer)
+    callbacks = initial_failures.InitialFailures(3)
+    callbacks._gate = SimpleNamespace(forget=SimpleNamespace(remote=lambda *args: "ref"))
+    trial = SimpleNamespace(trial_id="t1", last_result={})
+    for hook in (callbacks.on_trial_error, callbacks.on_trial_recover, callbacks.on_trial_complete):
+        hook(0, [], trial)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith("warning: the sweep's failure gate did not answer") for line in lines)
+    assert callbacks.failures.count() == 0 and not callbacks.stop_all()
+    callbacks.on_trial_error(0, [], SimpleNamespace(trial_id="t2", last_result={EARLY_FAILURE_METRIC: 1}))
+    assert callbacks.failures.count() == 1  # a failure before any metric still counts from the trial's own result
 
 
 def test_explain_prints_each_distinct_early_error_once_from_the_failure_records(tmp_path, capsys, monkeypatch):

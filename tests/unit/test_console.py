@@ -85,16 +85,17 @@ def test_carried_env_keeps_the_users_variables_and_path_and_leaves_out_the_machi
         "MLFLOW_TRACKING_URI": "sqlite:///m.db",
         "SLURM_JOB_ID": "7",
         "BASH_FUNC_module%%": "() {  eval $($LMOD_CMD bash $*)\n}",
-        "PASSWORD": "pa$HOME",  # Ray would expand $HOME with the node's
+        "PASSWORD": "pa$HOME",  # a secret: set as written by the setup hook, which expands nothing
+        "DATA_ROOT": "$HOME/data",  # Ray would expand $HOME in env_vars with the node's
     }
     carried = job_env.carried_env(environ)
     assert carried.env_vars == {
         "DATA_DIR": "/data",
         "PATH": "/home/u/repo/.venv/bin:/usr/bin",
         "PRICE": "5$ each",
-        "WANDB_API_KEY": "0123abcd",
     }
-    assert carried.rewritten == ["PASSWORD"]
+    assert carried.secrets == {"PASSWORD": "pa$HOME", "WANDB_API_KEY": "0123abcd"}  # never in Ray's logged env_vars
+    assert carried.rewritten == ["DATA_ROOT"]
     submitted = {job_env.JOB_CONFIG_ENV: json.dumps({"runtime_env": {"env_vars": {"DATA_DIR": "/job"}}})}
     assert "DATA_DIR" not in job_env.carried_env({**environ, **submitted}).env_vars  # `ray job submit` set it
 
@@ -105,7 +106,7 @@ def test_job_runtime_env_holds_the_shells_variables_on_a_cluster_and_the_hook_wh
     """Only what the job needs (a runtime_env costs the first trials their prestarted workers): the shell's
     variables when joining a cluster (a private Ray's workers inherit them), unless --no-env; the hook when a
     folder Ray puts first on the workers' sys.path holds a package or module named like ours."""
-    environ = {"DATA_DIR": "/data", "PASSWORD": "pa$HOME"}
+    environ = {"DATA_DIR": "/data", "DATA_ROOT": "$HOME/data", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
     plain, clashing = tmp_path / "plain", clashing_repo(tmp_path / "repo")
     plain.mkdir()
     snapshot = {"working_dir": "/runs/x/code/1"}
@@ -115,8 +116,16 @@ def test_job_runtime_env_holds_the_shells_variables_on_a_cluster_and_the_hook_wh
     assert set(private) == {"worker_process_setup_hook"} and callable(private["worker_process_setup_hook"])
     assert capsys.readouterr().err == ""
     joined = job_env.job_runtime_env(None, True, "10.0.0.1:6379", environ, [str(plain)])
-    assert joined == {"env_vars": {"DATA_DIR": "/data"}}
-    assert "not carried to the trials: PASSWORD" in capsys.readouterr().err
+    assert joined["env_vars"] == {"DATA_DIR": "/data"} and "s3cr3t" not in repr(joined)
+    assert "not carried to the trials: DATA_ROOT" in capsys.readouterr().err
+    saved = os.environ.pop("AWS_SECRET_ACCESS_KEY", None)
+    try:
+        joined["worker_process_setup_hook"]()  # what Ray runs in each worker before its first task
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] == "s3cr3t"
+    finally:
+        os.environ.pop("AWS_SECRET_ACCESS_KEY")
+        if saved is not None:
+            os.environ["AWS_SECRET_ACCESS_KEY"] = saved
     assert job_env.job_runtime_env(None, False, "10.0.0.1:6379", environ, [str(plain)]) is None  # --no-env
     assert job_env.job_runtime_env(None, False, "ray://10.0.0.1:10001", environ, [str(clashing)]) is None
     (plain / "analysis.py").write_text("")  # a module shadows as a package does
@@ -184,3 +193,23 @@ def test_launch_lines_of_a_command_name_the_program_this_shells_path_resolves(tm
     assert lr_search.launch_line(args, None).endswith(
         f"; command: python train.py --lr '{{lr}}' (python = {bin_dir / 'python'})"
     )
+
+
+def test_tune_no_longer_copies_the_drivers_credentials_into_its_trials_logged_env_vars(monkeypatch):
+    """Tune puts the driver's AWS_* credentials in every trial actor's runtime_env env_vars, which Ray's runtime
+    env agent logs (issue 55): raysweep takes them off Tune's list and carries them itself (the setup hook)."""
+    from trainables import ray_private
+
+    copies = ray_private.tune_env_copies()
+    saved = set(copies)
+    try:
+        assert "AWS_SECRET_ACCESS_KEY" in copies or "AWS_SECRET_ACCESS_KEY" in ray_private._KEPT_FROM_TUNE
+        kept_out = ray_private.stop_tune_copying_secrets(job_env.SECRET_NAME)
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} <= set(kept_out)
+        assert not set(kept_out) & copies
+        assert ray_private.stop_tune_copying_secrets(job_env.SECRET_NAME) == kept_out  # idempotent
+    finally:
+        copies.clear()
+        copies.update(saved)
+    carried = job_env.job_runtime_env(None, False, "10.0.0.1:6379", {"AWS_SECRET_ACCESS_KEY": "s3cr3t"}, [], kept_out)
+    assert "env_vars" not in carried and callable(carried["worker_process_setup_hook"])  # --no-env: still carried

@@ -163,6 +163,7 @@ def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):
         (["--resume", "--no-skip-existing"], "--no-skip-existing .* contradicts"),
         (["--dashboard-host", "my-laptop"], "--dashboard-host='my-laptop' is not an IP address"),
         (["--name", "../elsewhere"], "--name='../elsewhere' must be a plain folder name"),
+        (["--name", "x" * 5000], r"--name='x{40}'\.\.\. \(5000 characters\) is too long: at most 200 bytes"),
         (["--cpus-per-trial", "0"], "--cpus-per-trial=0.0 must be > 0"),
         (["--max-concurrent", "0"], "--max-concurrent=0 must be a whole number >= 1"),
         (["--noise-rates", "0.1,0.1"], "repeats a value"),

@@ -238,3 +238,19 @@ def test_epochs_done_count_reports_not_the_step_a_script_logged():
     s = sweep_status([from_zero, steps, failed, joined], total_trials=4)
     assert (s["epochs_done"], s["epochs_planned"]) == (2 + 2 + 2 + 2, 8)
     assert format_progress(s, 10.0)[0].split(" | ")[2] == "epochs 8/8"
+
+
+def test_epochs_after_a_retry_are_counted_once_and_the_final_line_says_how_many_ran_again():
+    """A lost node's trial restored from its epoch-1 checkpoint reports `training_iteration` 1, 2, 2, 3 (issue 55):
+    3 epochs done, as planned, and the final line says 1 epoch ran again."""
+    out = io.StringIO()
+    progress = SweepProgress(interval_s=0.0, quiet=True, stream=out)
+    trial = fake_trial("a", "RUNNING", epochs=3)
+    trial.trial_id = "a1"
+    for step in (1, 2, 2, 3):  # the second 2: after the retry
+        trial.last_result = {"epoch": step, "training_iteration": step, "val/acc": 0.5}
+        progress.on_trial_result(0, [trial], trial, trial.last_result)
+    progress.on_trial_result(0, [trial], trial, {"training_iteration": 3, "command/no_retry": 1})  # a mark, no epoch
+    trial.status = "TERMINATED"
+    progress.on_experiment_end(trials=[trial])
+    assert "epochs 3/3 (and 1 run again after retries) | ETA" in out.getvalue()

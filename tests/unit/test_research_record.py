@@ -94,6 +94,32 @@ def test_changed_files_names_the_files_whose_diff_or_commit_changed():
     assert changed_files(before, before) == []
 
 
+def test_notify_urls_are_recorded_and_said_by_scheme_and_host_only_and_the_continue_command_leaves_them_out():
+    from analysis.reading.driver_record import continue_advice
+    from analysis.status import _quoted_command
+    from trainables.experiment.redaction import redact_url, redacted_argv
+
+    assert redact_url("json://someone:pa55@hooks.example.com:8080/x?token=t0k") == "json://hooks.example.com"
+    assert redact_url("json://u:p@127.0.0.1:9/") == "json://127.0.0.1"
+    assert redact_url("slack://T0k3nA/T0k3nB/T0k3nC") == "slack://<redacted>"  # the first token is no host
+    assert redact_url("ntfy://my-private-topic") == "ntfy://<redacted>"
+    assert redact_url("not a url") == "<redacted>"
+    argv = ["/v/raysweep", "run", "--notify", "json://u:pa55@h.io/", "--notify=mailto://u:pa55@gmail.com", "--"]
+    argv += ["python", "t.py", "--notify", "x://u:keep@h.io"]  # the command's own words stay
+    assert redacted_argv(argv) == [
+        *["/v/raysweep", "run", "--notify", "json://h.io", "--notify=mailto://gmail.com", "--"],
+        *["python", "t.py", "--notify", "x://u:keep@h.io"],
+    ]
+    counts = {"interrupted": 1}
+    advice = continue_advice({"argv": redacted_argv(argv)}, counts, "Ctrl-C")
+    assert "gmail" not in advice and "h.io/" not in advice and "x://u:keep@h.io" in advice
+    assert advice.endswith(" (add your --notify URLs again, which are not recorded)")
+    assert _quoted_command(advice) == (
+        "continue with: `/v/raysweep run --resume -- python t.py --notify x://u:keep@h.io` "
+        "(add your --notify URLs again, which are not recorded)"
+    )
+
+
 def test_a_bad_notify_url_is_a_usage_error_naming_it():
     with pytest.raises(UsageError, match="'slackk://x'"):
         check_notify_urls(["json://127.0.0.1:9/", "slackk://x"])

@@ -112,6 +112,17 @@ def test_dead_driver_with_trials_left_says_resume_and_exits_1(tmp_path):
     assert "4 trial(s) left: continue with: `python sweeps/noise_grid.py --seeds 8 --resume`" in result.stdout
 
 
+def test_a_report_its_writer_left_unfinished_is_said_with_the_command_that_rebuilds_it(tmp_path):
+    experiment = small_sweep(tmp_path, record(dead_pid(), ended=time.time(), exit_code=0))
+    assert not any("report" in line for line in format_status(read_status(experiment)))
+    (experiment / "report.writing").mkdir()  # the driver was killed while writing its report
+    lines = format_status(read_status(experiment))
+    assert lines[-2] == (
+        "  report: not finished (its writer was stopped while writing it; report.writing/ holds the part written): "
+        f"rebuild it with `python -m analysis {experiment}`"
+    )
+
+
 def test_watch_prints_again_until_the_driver_ends(tmp_path):
     import io
     import threading

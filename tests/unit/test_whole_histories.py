@@ -248,3 +248,23 @@ def test_a_stopped_commands_late_rows_make_it_finished_only_when_it_ended_by_its
     assert ended_by_itself["training_iteration"] == 3 and cut["training_iteration"] == 1
     assert trial_outcome("TERMINATED", ended_by_itself, stop_at=1) == "finished"
     assert trial_outcome("TERMINATED", cut, stop_at=1) == "pruned"
+
+
+def test_a_torn_result_json_is_read_to_its_last_whole_line_and_the_rest_from_progress_csv(tmp_path):
+    """A result.json cut mid-line (a torn copy, a full disk) lost its best epoch: its best read 0.61 instead of
+    0.81 (issue 55). Its whole lines are read, the rows after them from progress.csv, with a warning naming it."""
+    accs = [0.5, 0.61, 0.7, 0.81, 0.75]
+    rows = [{"epoch": n + 1, "val/acc": acc} for n, acc in enumerate(accs)]
+    experiment = write_experiment(tmp_path, "grid", [trial_spec("a", {"lr": 0.1, "epochs": 5}, rows)])
+    folder = next(p for p in experiment.iterdir() if (p / "result.json").exists())
+    logged = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    pd.DataFrame([{k: v for k, v in r.items() if k != "config"} for r in logged]).to_csv(
+        folder / "progress.csv", index=False
+    )
+    text = (folder / "result.json").read_text()
+    cut = text.index("\n", text.index("\n") + 1) + 40  # two whole lines, then 40 bytes of the third
+    (folder / "result.json").write_text(text[:cut])
+    with pytest.warns(UserWarning, match=f"result.json of {folder.name} is cut short"):
+        trials, history = analysis.load_experiment(experiment)
+    assert list(history["val/acc"]) == accs and history["val/acc"].max() == 0.81
+    assert list(history["epoch"]) == [1, 2, 3, 4, 5]

@@ -139,11 +139,18 @@ class FailureGate:
 def open_gate(limit: int, survival_s: float = SURVIVAL_WINDOW_S):
     """The sweep's gate actor, afresh: created if missing, else reset (the driver calls this when Tune
     starts; its trials find it by name, in the driver's namespace). Returns the actor handle; not
-    waited for (a trial's first call waits for the actor to start)."""
-    import ray
+    waited for (a trial's first call waits for the actor to start).
 
+    The actor lives on the driver's node (`NodeAffinitySchedulingStrategy`, not soft): Ray would place a
+    0-CPU actor on any node, and a lost worker node would take the sweep's gate with it (issue 55)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    on_driver_node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     actor = ray.remote(num_cpus=0)(FailureGate)
-    gate = actor.options(name=GATE_NAME, get_if_exists=True, max_concurrency=1).remote(limit, survival_s)
+    gate = actor.options(
+        name=GATE_NAME, get_if_exists=True, max_concurrency=1, scheduling_strategy=on_driver_node
+    ).remote(limit, survival_s)
     gate.reset.remote(limit, survival_s)  # an actor left by an earlier fit() of this driver
     return gate
 

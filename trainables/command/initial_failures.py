@@ -103,7 +103,15 @@ class InitialFailures(tune.Callback, tune.Stopper):
         """Release the tickets `trial`'s dead workers still hold at the gate; with `count`, returns how many
         died before their command started (each counts), and records that as the trial's failure when its
         worker wrote none (a watchdog's record, `trainables/command/startup.py`, says more)."""
-        ended = ray.get(self._gate.forget.remote(trial.trial_id, count)) if self._gate is not None else 0
+        try:
+            ended = ray.get(self._gate.forget.remote(trial.trial_id, count)) if self._gate is not None else 0
+        except ray.exceptions.RayError as e:  # the gate's node or worker is gone: a retry, never the sweep's end
+            print(
+                f"warning: the sweep's failure gate did not answer for trial {trial} ({type(e).__name__}): "
+                "its tickets are not released; Tune's retries go on",
+                flush=True,
+            )
+            return 0
         folder = ray_private.trial_folder_uri(trial) if ended else None
         if folder and records.read_failure(folder) is None:
             failure = TrialFailure(

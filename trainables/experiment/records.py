@@ -47,6 +47,7 @@ WRITE_PROBE = ".raysweep_write_probe"  # written and removed before Ray starts (
 PROVENANCE_DIR = "provenance"
 PROVENANCE_PREFIX = "run-"
 REPORT_DIR = "report"
+WRITING = ".writing"  # <report folder>.writing: the write-up under way, swapped in whole (analysis/writeup.py)
 SEEDS_TABLE = "seeds.csv"
 CODE_DIR = "code"
 CODE_MANIFEST = "raysweep_code.json"

@@ -7,7 +7,12 @@ missing, or someone else's used, and even `PATH`, so which `python` runs the com
 So a sweep that joins a cluster passes the shell's variables (`carried_env`) as its `ray.init`'s
 `runtime_env` `env_vars` (docs.ray.io/en/latest/ray-core/handling-dependencies.html); a private
 Ray's workers are this process's children and have them already. `--no-env` leaves them out, for
-clusters whose nodes differ.
+clusters whose nodes differ. A variable whose name says it holds a secret (`SECRET_NAME`:
+AWS_SECRET_ACCESS_KEY, WANDB_API_KEY, HF_TOKEN, ..._PASSWORD) never goes into `env_vars`: Ray's runtime
+env agent logs every runtime env it creates, values included ("Creating runtime env: ..." in
+runtime_env_agent.log, a file anyone on the node may read). Those reach the workers through the job's
+`worker_process_setup_hook` instead (`worker_setup_hook`): a function Ray pickles into its GCS store and
+runs in each worker before any task, which sets them in the worker's environment (and so the command's).
 
 Second, Ray puts the driver's current folder first on every worker's `sys.path` (the job's
 `py_driver_sys_path`), so a user's repository with its own `analysis/`, `sweeps/` or `trainables/`
@@ -62,15 +67,22 @@ TRIAL_FOLDERS = ("WANDB_DIR", "MLFLOW_TRACKING_URI")
 TEST_SWITCHES = ("RAYSWEEP_FAULT_INJECT", "RAYSWEEP_STARTUP_LIMIT_S")
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a driver that `ray job submit` started
 RAY_EXPANDS = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars replaces (posixpath._varprog)
+# a name that says its value is a secret: carried through the setup hook, never Ray's logged `env_vars`
+SECRET_NAME = re.compile(
+    r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH|_KEY$|^KEY$|_PASS$",
+    re.IGNORECASE,
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class CarriedEnv:
     """The launching shell's variables that reach every trial (`env_vars`: {name: value}, sorted by
-    name) and the names left out because Ray would rewrite their values (`rewritten`, see `carried_env`)."""
+    name; `secrets`: those of them whose name says they are secret, `SECRET_NAME`, which Ray must not
+    log) and the names left out because Ray would rewrite their values (`rewritten`, see `carried_env`)."""
 
     env_vars: dict[str, str]
     rewritten: list[str]
+    secrets: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
@@ -78,7 +90,8 @@ def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
 
     Carried: everything the user set, `PATH` included (the command's `python` is the one the shell
     finds), values as they are (secrets included: they reach the trials through Ray's job config,
-    never the experiment's records). Not carried: `NOT_CARRIED` and `NOT_CARRIED_PREFIXES` (machine
+    never the experiment's records or Ray's logs: `secrets` holds those whose name says so, `SECRET_NAME`,
+    which the setup hook sets as written, `$` included). Not carried: `NOT_CARRIED` and `NOT_CARRIED_PREFIXES` (machine
     and shell identity, Ray's, Tune's and raysweep's own but the tests' `TEST_SWITCHES`), what Ray sets per trial
     (`RAY_SETS_PER_TRIAL`), the tracker folders raysweep sets per trial (`TRIAL_FOLDERS`), the
     variables of a `ray job submit` job's own `runtime_env` (Ray refuses a second value for them),
@@ -95,8 +108,10 @@ def carried_env(environ: Mapping[str, str]) -> CarriedEnv:
         and name not in TRIAL_FOLDERS
         and name not in submitted
     }
-    rewritten = [name for name, value in wanted.items() if RAY_EXPANDS.search(value)]
-    return CarriedEnv({k: v for k, v in wanted.items() if k not in rewritten}, rewritten)
+    secrets = {name: value for name, value in wanted.items() if SECRET_NAME.search(name)}
+    rewritten = [name for name, value in wanted.items() if RAY_EXPANDS.search(value) and name not in secrets]
+    plain = {k: v for k, v in wanted.items() if k not in rewritten and k not in secrets}
+    return CarriedEnv(plain, rewritten, secrets)
 
 
 def _submitted_job_env_vars(environ: Mapping[str, str]) -> set[str]:
@@ -117,25 +132,31 @@ def job_runtime_env(
     address: str | None,
     environ: Mapping[str, str] = os.environ,
     driver_folders: list[str] | None = None,
+    always: tuple[str, ...] | list[str] = (),
 ) -> dict | None:
     """The sweep's `ray.init(runtime_env=...)`: `runtime_env` (a code snapshot's `working_dir`, or None)
     plus what this job needs, only where it needs it: a job with a `runtime_env` gets no prestarted
     workers, so its first trials start later (about 5 s on 2 busy cores, docs/performance.md).
 
-    - `env_vars` (`carried_env(environ)`) when joining a cluster at `address`, unless `carry_env` is
-      False (--no-env); a private Ray's workers are this process's children and inherit its whole
-      environment anyway. Joining, the variables Ray would rewrite are named on stderr.
-    - the `worker_process_setup_hook` that puts raysweep's packages first in every worker, when one of
-      the folders Ray puts first on the workers' `sys.path` (`driver_folders`, default
-      `ray_driver_folders()`) holds a package or module named like ours; not through Ray Client
-      (`ray://`), whose driver runs on the head, in the client server's folder.
+    - `env_vars` (`carried_env(environ)`, its secrets left out) when joining a cluster at `address`, unless
+      `carry_env` is False (--no-env); a private Ray's workers are this process's children and inherit its
+      whole environment anyway. Joining, the variables Ray would rewrite are named on stderr.
+    - the `worker_process_setup_hook` (`worker_setup_hook`) that sets the carried secrets in every worker,
+      and puts raysweep's packages first in every worker when one of the folders Ray puts first on the
+      workers' `sys.path` (`driver_folders`, default `ray_driver_folders()`) holds a package or module
+      named like ours; not through Ray Client (`ray://`), whose driver runs on the head, in the client
+      server's folder. Joining, the `always` names set in `environ` (those Tune itself would copy into each
+      trial's env_vars, `ray_private.stop_tune_copying_secrets`: AWS credentials) go through the hook even
+      with --no-env; a private Ray's workers inherit them.
     Returns:
         The runtime_env, or None when the job needs none.
     """
     job = dict(runtime_env or {})
+    secrets = {name: environ[name] for name in always if name in environ} if address else {}
     if carry_env and address:
         carried = carried_env(environ)
         job["env_vars"] = carried.env_vars
+        secrets |= carried.secrets
         if carried.rewritten:
             print(
                 f"warning: not carried to the trials: {', '.join(carried.rewritten)} (a value holding $NAME or "
@@ -143,11 +164,30 @@ def job_runtime_env(
                 "the command)",
                 file=sys.stderr,
             )
-    if not (address and "://" in address) and shadowing(
+    ours_first = not (address and "://" in address) and shadowing(
         ray_driver_folders() if driver_folders is None else driver_folders
-    ):
-        job["worker_process_setup_hook"] = packages_first_hook(ROOT)
+    )
+    if ours_first or secrets:
+        job["worker_process_setup_hook"] = worker_setup_hook(ROOT if ours_first else None, secrets)
     return job or None
+
+
+def worker_setup_hook(packages_root: str | None, secrets: Mapping[str, str]):
+    """Ray's `worker_process_setup_hook` for this job: a function of no arguments, run in each worker before
+    it imports any task, that sets `secrets` ({name: value}) in the worker's environment and, with
+    `packages_root`, installs `our_packages_first`'s finder for that folder. Ray pickles it (by value: a
+    closure) into its GCS store under a key, which is all its runtime env, and so its logs, hold."""
+    install = packages_first_hook(packages_root) if packages_root else None
+    values = dict(secrets)
+
+    def setup() -> None:
+        import os
+
+        os.environ.update(values)
+        if install is not None:
+            install()
+
+    return setup
 
 
 def ray_driver_folders() -> list[str]:

@@ -96,6 +96,7 @@ def init_ray(
     """
     started = time.perf_counter()
     address = cluster_to_join(address)
+    tune_copies = ray_private.stop_tune_copying_secrets(job_env.SECRET_NAME)  # Tune would log them (Ray's agent)
     if runtime_env:  # the snapshot applied its own excludes: a file the repo's .gitignore names is still code
         os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
     if ray.is_initialized():  # a notebook or test that started Ray itself: its workers have its environment
@@ -107,7 +108,7 @@ def init_ray(
             flush=True,
         )
         return
-    runtime_env = job_env.job_runtime_env(runtime_env, carry_env, address)
+    runtime_env = job_env.job_runtime_env(runtime_env, carry_env, address, always=tune_copies)
     if address:
         try:
             context = ray.init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env)

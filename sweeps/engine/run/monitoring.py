@@ -178,6 +178,8 @@ class SweepProgress(tune.Callback):
         self.ending = None  # the `sweep_end.Ending` of the fit under way
         self.slots = 0  # the most trials seen running at once: the slots of the ETA's model
         self.placed: dict[str, str] = {}  # running trial id -> the GPU ids of its `placement.json`
+        self.reached: dict[str, int] = {}  # trial id -> the highest `training_iteration` it reported
+        self.rerun = 0  # epochs run again after a retry restored an earlier checkpoint (counted once in `epochs`)
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
         self.total_trials = total_num_samples
@@ -220,6 +222,15 @@ class SweepProgress(tune.Callback):
             shown.append((name, result, planned))
         return shown
 
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        # A retry restores the trial's latest checkpoint and Tune's `training_iteration` with it (1, 2, 2, 3, ...
+        # after a loss at epoch 2): `epochs` counts each epoch once, the final line says how many ran again.
+        step = result.get("training_iteration")
+        if isinstance(step, int) and "epoch" in result and not result.get(records.JOINS_STEP_METRIC):
+            if step <= self.reached.get(trial.trial_id, 0):
+                self.rerun += 1
+            self.reached[trial.trial_id] = max(step, self.reached.get(trial.trial_id, 0))
+
     def on_trial_error(self, iteration, trials, trial, **info):
         where = trial.error_file or trial.path
         self._print([f"[{format_duration(time.time() - self.started)}] trial {trial} {_failed(trial)}: see {where}"])
@@ -243,6 +254,8 @@ class SweepProgress(tune.Callback):
             "finished" if not cut else "stopped by its time budget" if ending.ended_by == TIME_BUDGET else "interrupted"
         )
         line = lines[0].replace("] ", f"] sweep {said}: ", 1)
+        if self.rerun:
+            line = line.replace(" | ETA", f" (and {self.rerun} run again after retries) | ETA", 1)
         self._print([line + (f" | {saved} planned trial(s) not needed: the searcher finished" if saved > 0 else "")])
 
     def _print(self, lines: list[str]) -> None:

@@ -9,6 +9,7 @@ import time
 
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import CTRL_C, FAILURE_GATE, LEFT_OUT, SIGTERM, TIME_BUDGET
+from trainables.experiment.redaction import redact_url
 from trainables.experiment.rules import show_value
 
 _WATCHED: dict = {}  # the sweep this process tells about: {"urls", "name", "started"}; emptied once told
@@ -85,7 +86,8 @@ def send(title: str, body: str, kind: str) -> bool:
     finally:
         log.disabled = was_disabled
     if not delivered:
-        print(f"warning: --notify: the message '{title}' could not be delivered to {', '.join(urls)}", file=sys.stderr)
+        where = ", ".join(redact_url(url) for url in urls)
+        print(f"warning: --notify: the message '{title}' could not be delivered to {where}", file=sys.stderr)
     return delivered
 
 

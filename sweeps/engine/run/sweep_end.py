@@ -33,6 +33,7 @@ from trainables.experiment.outcome import (
     planned_epochs,
     trial_outcome,
 )
+from trainables.experiment.redaction import redacted_argv
 
 
 def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
@@ -270,7 +271,8 @@ def say_interrupted(ending: Ending, reused: int) -> None:
     others = describe_counts(counts | {"finished": 0}, shown=())
     head = "stopped by its time budget" if ending.ended_by == TIME_BUDGET else "interrupted"
     resumed = "--resume" in sys.argv[: sys.argv.index("--") if "--" in sys.argv else len(sys.argv)]
-    advice = continue_advice({"argv": sys.argv, "python": sys.executable}, counts, ending.ended_by, resumed)
+    launch = {"argv": redacted_argv(sys.argv), "python": sys.executable}
+    advice = continue_advice(launch, counts, ending.ended_by, resumed)
     print(
         f"{head}: {counts['finished']} of {total} trials finished"
         + (f", {others}" if others else "")

@@ -17,6 +17,7 @@ from pathlib import Path
 from analysis.reading.provenance import changed_files, read_records
 from trainables.command.workdir import snapshot_copies
 from trainables.experiment import records
+from trainables.experiment.redaction import redacted_argv
 
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".r", ".R", ".lua", ".pl", ".rb", ".js")  # a command's script
 PROJECT = str(Path(__file__).resolve().parents[3])  # the built-in sweeps' code: this checkout
@@ -93,7 +94,7 @@ def collect(folder: str, nodes: list[dict] | None = None, outputs: tuple[str, ..
         if node["host"] == here["host"] and not node["gpus"]:
             node["gpus"] = gpus  # Ray names the model only; NVML gives the driver's node's memory too
     record = {
-        "command": shlex.join([sys.executable, *sys.argv]),
+        "command": shlex.join([sys.executable, *redacted_argv(sys.argv)]),  # --notify URLs: scheme and host
         "cwd": os.getcwd(),
         "started": started,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
