@@ -124,7 +124,7 @@ def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, dive
     trial.mkdir(parents=True)
     full = {"epochs": 3, **config}
     (trial / "params.json").write_text(json.dumps(full))
-    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": {"epochs": 3}}))
+    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": full}))
     rows = [{"epoch": e, "val/acc": 0.5 + e / 10, "trial_id": name} for e in range(1, epochs_done + 1)]
     if diverged:
         rows.append({"epoch": epochs_done, "diverged": True})
