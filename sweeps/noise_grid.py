@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
 
     from ray.tune import Tuner
 
-    from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished
+    from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished, say_nothing_to_resume
     from sweeps.engine.run import resume
     from sweeps.engine.run.launch import TrialFunction, start_sweep
     from sweeps.engine.seeds_auto import seed_search
@@ -134,6 +134,10 @@ def main(argv: list[str]) -> int:
     )
     if not args.resume and not plan.todo and not auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
+    if args.resume and not auto:
+        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, identity)
+        if done is not None:
+            return done
     print(
         f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
         f"{len(data['y_test'])} test); {len(plan.todo)} to run, {len(plan.reused)} reused",

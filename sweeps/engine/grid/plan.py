@@ -109,6 +109,18 @@ def say_all_finished(plan: GridPlan, experiment_dir: str, objective: Objective) 
     return resume.say_outcome(None, plan.reused, objective.metric)
 
 
+def say_nothing_to_resume(plan: GridPlan, experiment_dir: str, objective: Objective, hash_fn: Callable) -> int | None:
+    """`--resume` of a sweep whose every cell finished and none of whose trials is left unfinished
+    (`resume.unfinished_trials`): say that nothing is left to run, print its table and report, and return the
+    exit code of its trials (`resume.say_outcome`); None when a cell or trial is left: Tune's restore runs it (a
+    cell not finished may be one the sweep never started)."""
+    if plan.todo or resume.unfinished_trials(experiment_dir, hash_fn):
+        return None
+    print(f"nothing left to run: all {len(plan.reused)} cells of {experiment_dir} finished (--resume)", flush=True)
+    print_summary(experiment_dir, objective)
+    return resume.say_outcome(None, plan.reused, objective.metric)
+
+
 def fit_grid(
     sweep: Sweep, plan: GridPlan, trial_name_creator: Callable, new_tuner: Callable[[TuneConfig], Tuner]
 ) -> tuple[int, list]:

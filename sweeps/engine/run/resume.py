@@ -127,6 +127,12 @@ def say_changed_identity(todo: list[dict], finished: dict[str, dict], hash_fn: C
         )
 
 
+def unfinished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = TrialIdentity()) -> list:
+    """The trial folders of an experiment that did not finish (interrupted, errored, never run): what a
+    `--resume` has left to run (an errored one only with --retry-errored)."""
+    return [folder for folders in _scan(experiment_dir, hash_fn)[1].values() for folder in folders]
+
+
 def plan_cells(
     cells: list[dict],
     experiment_dir: str | Path,
