@@ -161,7 +161,9 @@ def test_resume_plan_skips_a_torn_trial_config(tmp_path):
     (torn / records.TRIAL_CONFIG_FILE).write_text('{"config_hash": "torn", "config": {"epo')
     with pytest.warns(records.TornRecord, match=f"{torn.name}/{records.TRIAL_CONFIG_FILE}"):
         finished = resume.finished_trials(experiment)
-    assert finished == {config_hash({"epochs": 4}): str(whole)}  # the torn one: from Tune's config (5 epochs: unfinished)
+    assert finished == {
+        config_hash({"epochs": 4}): str(whole)
+    }  # the torn one: from Tune's config (5 epochs: unfinished)
 
 
 def test_analysis_loads_an_experiment_with_torn_records(tmp_path):
