@@ -73,6 +73,20 @@ def releases(experiment_dir: str) -> list[dict | None]:
         return []
 
 
+def run_releases(experiment_dir: str) -> list[tuple[float, str | None]]:
+    """(Unix seconds each run of the sweep started, the raysweep version that ran it or None before 0.8.0), oldest
+    first; [] without records or when they cannot be read."""
+    try:
+        found = read_records(experiment_dir)
+    except (OSError, ValueError):
+        return []
+    return [
+        (float(r["started"]), (r.get("raysweep") or {}).get("version"))
+        for r in found
+        if isinstance(r.get("started"), (int, float))
+    ]
+
+
 def describe(record: dict, patch: bool = True) -> str:
     """One record as text: when, the command, the raysweep release that ran it, the code (repo, commit, branch,
     changed and untracked files, then the patch itself when `patch`), the versions, and the nodes with their GPUs."""

@@ -9,8 +9,9 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.reading.provenance import run_releases
 from analysis.reading.tune_files import flatten
-from analysis.reading.tune_state import repeats
+from analysis.reading.tune_state import release_of, repeats
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
 
@@ -195,11 +196,15 @@ def _iterations(trial: dict) -> int:
 def drop_repeats(
     trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
 ) -> tuple[list[dict], pd.DataFrame, list[str]]:
-    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`).
+    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`): of the same
+    release of raysweep (the provenance records say which ran each trial).
 
     Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
     folders (or trial ids) left out, sorted."""
+    runs = run_releases(prefix + root) if len(trials) > 1 else []
     timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
+    for t in timed:  # a cell run by two releases is two runs of it, not a repeat
+        t["release"] = release_of(t["start"] if t["start"] is not None else t["end"], runs)
     dropped = set(repeats(timed))
     left_out = sorted(
         prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)
