@@ -109,3 +109,16 @@ def test_an_amp_auto_trial_that_ran_on_a_gpu_is_not_a_cpu_cell(tmp_path):
     with redirect_stdout(io.StringIO()):
         assert resume.plan_cells([cell], tmp_path / "exp", True, hash_fn=TrialIdentity(False))[1] == {}
         assert len(resume.plan_cells([cell], tmp_path / "exp", True, hash_fn=TrialIdentity(True))[1]) == 1
+
+
+def test_the_planner_knows_before_ray_whether_trials_train_on_cuda(monkeypatch):
+    from sweeps.engine.cluster import local_gpus
+
+    monkeypatch.delenv(local_gpus.LOGICAL_GPUS_ENV, raising=False)
+    assert not local_gpus.trials_use_cuda(0, None) and local_gpus.trials_use_cuda(0.25, None)
+    monkeypatch.setattr(local_gpus, "light_readings", lambda: [{"index": 0}])
+    assert local_gpus.trials_use_cuda(None, None) and not local_gpus.trials_use_cuda(None, "ray://head:10001")
+    monkeypatch.setattr(local_gpus, "light_readings", lambda: [])
+    assert not local_gpus.trials_use_cuda(None, None)
+    monkeypatch.setenv(local_gpus.LOGICAL_GPUS_ENV, "2")  # logical GPUs carry no CUDA
+    assert not local_gpus.trials_use_cuda(1, None)

@@ -146,7 +146,7 @@ def plan_cells(
         cells: one full trial config per cell of the grid.
         experiment_dir: `<storage-path>/<name>`.
         skip_existing: False runs every cell.
-        hash_fn: a config's id (`config_hash` for the built-in trainable, `command_hash` for commands).
+        hash_fn: a config's id (`TrialIdentity` for the built-in trainable, `command_hash` for commands).
         relaunch: a new run of the sweep (not `--resume`): when cells to run have unfinished trials of an
             earlier run there (interrupted, errored, never run), say that they run again from the start in
             new folders, and what --resume or a new --name would do instead.
