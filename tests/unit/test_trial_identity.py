@@ -95,7 +95,10 @@ def test_a_0_1_0_trial_is_reused_by_todays_default_cell_and_a_changed_field_is_s
     with redirect_stdout(out):
         todo, reused = resume.plan_cells(cells, tmp_path / "exp", skip_existing=True)
     assert [c["noise_rate"] for c in todo] == [0.4] and len(reused) == 1
-    assert "differ" not in out.getvalue()
+    _finished_trial(tmp_path / "exp" / "b", {**old, "noise_rate": 0.8})  # a cell this grid does not hold
+    with redirect_stdout(out):
+        resume.plan_cells(cells, tmp_path / "exp", skip_existing=True)
+    assert "differ" not in out.getvalue()  # noise_rate is swept: 0.4 is a new cell, not 0.8 changed
 
     with redirect_stdout(out):  # the same cell with lr given anew: one line names the field, then and now
         todo, reused = resume.plan_cells([{**cells[0], "lr": 0.1}], tmp_path / "exp", skip_existing=True)

@@ -98,16 +98,18 @@ def _saved_identity(saved: dict, hash_fn: Callable[[dict], str]) -> str:
         return saved["config_hash"]
 
 
-def say_changed_identity(todo: list[dict], finished: dict[str, dict], hash_fn: Callable[[dict], str], where) -> None:
-    """Print one line when cells to run match finished trials of `where` in every swept setting but differ in a
-    setting that is the same for the whole grid (an option given anew, a default changed between releases):
-    which setting, its value then and now. `finished`: {hash: config} of the finished trials not reused."""
+def say_changed_identity(
+    todo: list[dict], cells: list[dict], finished: dict[str, dict], hash_fn: Callable[[dict], str], where
+) -> None:
+    """Print one line when cells to run match finished trials of `where` in every setting the grid (`cells`) sweeps
+    but differ in a setting that is the same for the whole grid (an option given anew, a default changed between
+    releases): which setting, its value then and now. `finished`: {hash: config} of the finished trials not reused."""
     fields_of = getattr(hash_fn, "fields", lambda config: config)  # `TrialIdentity.fields`; a command: its config
-    cells = [fields_of(c) for c in todo]
-    swept = {k for k in set().union(*cells) if len({repr(c.get(k)) for c in cells}) > 1} if cells else set()
+    grid = [fields_of(c) for c in cells]
+    swept = {k for k in set().union(*grid) if len({repr(c.get(k)) for c in grid}) > 1} if grid else set()
     changed: dict[str, tuple] = {}
     matched = 0
-    for cell in cells:
+    for cell in (fields_of(c) for c in todo):
         for config in finished.values():
             try:
                 old = fields_of(config)
@@ -159,7 +161,9 @@ def plan_cells(
     todo = [c for c, h in zip(cells, hashes) if h not in done]
     reused = {h: done[h] for h in hashes if h in done}
     if skip_existing:
-        say_changed_identity(todo, {h: c for h, c in configs.items() if h not in reused}, hash_fn, experiment_dir)
+        say_changed_identity(
+            todo, cells, {h: c for h, c in configs.items() if h not in reused}, hash_fn, experiment_dir
+        )
     again = [h for h in hashes if h not in done and h in unfinished]
     if relaunch and again:
         print(
