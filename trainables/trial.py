@@ -37,7 +37,7 @@ from ray.tune import Checkpoint
 
 from trainables import divergence
 from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
-from trainables.config import TrainConfig, config_hash, parse_config
+from trainables.config import TrainConfig, config_hash, identity, parse_config
 from trainables.data import data_key, load_data
 from trainables.experiment import records
 from trainables.experiment.storage import trial_folder, trial_storage_dir
@@ -183,7 +183,12 @@ def start_trial(cfg: TrainConfig, data: dict) -> Path | None:
 
     trial_dir = trial_folder()  # on storage: every node of a cluster, every retry and --resume see it
     on_gpu = torch.cuda.is_available()  # a trial given no GPU sees none (CUDA_VISIBLE_DEVICES is empty)
-    saved = {"config_hash": config_hash(cfg, on_gpu), "config": dataclasses.asdict(cfg), "on_gpu": on_gpu}
+    saved = {
+        "config_hash": config_hash(cfg, on_gpu),
+        "config": dataclasses.asdict(cfg),
+        "on_gpu": on_gpu,
+        "identity": identity(cfg, on_gpu),  # the settings as they train: amp=auto without CUDA is off
+    }
     records.write_trial_config(trial_dir, saved)
     write_noise_summary(cfg, data, trial_dir)
     return trial_dir

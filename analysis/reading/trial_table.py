@@ -12,6 +12,7 @@ import pandas as pd
 from analysis.reading.provenance import run_releases
 from analysis.reading.tune_files import flatten
 from analysis.reading.tune_state import release_of, repeats
+from trainables.experiment import records
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
 
@@ -157,9 +158,25 @@ def _trial_columns(trials: list[dict], history: pd.DataFrame, ids: np.ndarray, p
     resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
     resources.columns = [f"resources/{c}" for c in resources.columns]
     dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})
-    config = pd.DataFrame.from_records([flatten(t["config"]) for t in trials], index=range(n))
+    configs = _recorded_settings([flatten(t["config"]) for t in trials], dirs["trial_dir"].tolist())
+    config = pd.DataFrame.from_records(configs, index=range(n))
     config.columns = [f"config/{c}" for c in config.columns]
     return pd.concat([base, resources, dirs, config], axis=1)
+
+
+def _recorded_settings(configs: list[dict], folders: list[str | None]) -> list[dict]:
+    """Each trial's Tune config, with the settings other trials were given and it was not filled from the full
+    config the built-in trainable recorded (`trial_config.json`, its `identity` first: `amp=auto` on a CPU is
+    `off`): a cell an earlier release ran with its default (`amp` off) is the cell a later run names
+    (`--amp off`), not a row of its own with `amp` unknown."""
+    given = set().union(*configs) if configs else set()
+    out = []
+    for config, folder in zip(configs, folders):
+        missing = given - set(config)
+        saved = records.read_trial_config(folder) if missing and folder else None
+        recorded = {**((saved or {}).get("config") or {}), **((saved or {}).get("identity") or {})}
+        out.append({**config, **{k: recorded[k] for k in missing if k in recorded}})
+    return out
 
 
 def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:

@@ -134,3 +134,19 @@ def test_a_cell_run_again_by_another_release_is_that_cells_second_run_not_a_dupl
     assert len(trials) == 9 and str(original) in set(trials["trial_dir"])  # last week's run of the cell kept
     assert len(today & set(trials["trial_dir"])) == 1 and len(today & set(trials.attrs["duplicates"])) == 1
     assert sorted(cell_counts(analysis.sweep_summary(str(experiment)))) == ["(1)"] * 7 + ["(2)"]
+
+
+def test_a_setting_an_earlier_release_left_at_its_default_is_read_from_the_trials_record(tmp_path):
+    """Issue 56: a 0.1.0 cell (no `amp` given, amp off by default) and today's `--amp off` cell are one row, and a
+    trial of today's default `amp=auto` on a CPU reads as the `off` it trained with (`identity`)."""
+    from analysis.reading.trial_table import _recorded_settings
+    from trainables.experiment import records
+
+    old, auto = tmp_path / "old", tmp_path / "auto"
+    records.write_trial_config(old, {"config_hash": "x", "config": {"amp": "off", "noise_rate": 0.2}})
+    records.write_trial_config(
+        auto, {"config_hash": "y", "config": {"amp": "auto"}, "on_gpu": False, "identity": {"amp": "off"}}
+    )
+    configs = [{"noise_rate": 0.2}, {"noise_rate": 0.4, "amp": "off"}, {"noise_rate": 0.6}]
+    filled = _recorded_settings(configs, [str(old), None, str(auto)])
+    assert [c.get("amp") for c in filled] == ["off", "off", "off"] and configs[0] == {"noise_rate": 0.2}
