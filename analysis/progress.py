@@ -159,15 +159,27 @@ def _left(cost: TrialCost | None, running: list, pending: list, per_trial: float
 
 def _best(trials: list, outcomes: list[str], objective: Objective) -> tuple | None:
     """(best value of the objective's metric by its mode, trial name) over the trials neither failed nor
-    stopped (as the tables rank them: `outcome.LEFT_OUT`), from Tune's `metric_analysis`; None before any value."""
-    metric, mode, best = objective.metric, objective.mode, None
-    for trial, outcome in zip(trials, outcomes):
-        value = (trial.metric_analysis or {}).get(metric, {}).get(mode) if outcome not in LEFT_OUT else None
-        if value is None or math.isnan(value):
-            continue
-        if best is None or (value > best[0] if mode == "max" else value < best[0]):
-            best = (value, str(trial))
-    return best
+    stopped (as the tables rank them: `outcome.LEFT_OUT`), from Tune's `metric_analysis`; None before any value.
+    Equal values: the earliest trial (`started`), so the console, `status` and `--json` name the same one
+    whatever order they list the trials in."""
+    metric, sign = objective.metric, (-1 if objective.mode == "max" else 1)
+    candidates = []
+    for index, (trial, outcome) in enumerate(zip(trials, outcomes)):
+        value = (trial.metric_analysis or {}).get(metric, {}).get(objective.mode) if outcome not in LEFT_OUT else None
+        if value is not None and not math.isnan(value):
+            candidates.append((sign * value, started(trial), index, value))  # then, unknown starts: listed first
+    if not candidates:
+        return None
+    *_, index, value = min(candidates)
+    return value, str(trials[index])
+
+
+def started(trial) -> float:
+    """When a trial started, in Unix seconds: a Tune `Trial`'s `run_metadata.start_time`, a `status.TrialRecord`'s
+    `start`; infinity when not known (after every trial that is)."""
+    meta = getattr(trial, "run_metadata", None)
+    start = getattr(meta, "start_time", None) if meta is not None else getattr(trial, "start", None)
+    return float(start) if isinstance(start, (int, float)) and not math.isnan(start) else math.inf
 
 
 def describe_counts(counts: dict, shown=("running", "pending", "finished", "errored", "diverged")) -> str:

@@ -49,6 +49,7 @@ from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, trial_outcome
+from trainables.experiment.release import label
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -133,6 +134,7 @@ def read_status(source, now: float | None = None) -> dict:
         "left": left,
         "argv": info.get("argv"),
         "launch": {"argv": info.get("argv"), "python": info.get("python")},  # for `resume_command`
+        "raysweep": info.get("raysweep"),  # the release that launched it; None before 0.8.0
         "resumable": "tuner.pkl" in files,  # what `--resume` restores (`Tuner.restore`)
         "duplicates": duplicates,
         "report_unfinished": records.REPORT_DIR + records.WRITING in dirs,  # its writer stopped midway
@@ -161,6 +163,8 @@ def format_status(state: dict, now: float | None = None) -> list[str]:
     if describe_duplicates(state["duplicates"]):
         lines.append(describe_duplicates(state["duplicates"]))
     lines.append(driver_line(state, time.time() if now is None else now))
+    if state.get("raysweep"):
+        lines.append(f"  launched by {label(state['raysweep'])}")
     if state["driver_alive"] is not False:
         return lines
     if state.get("report_unfinished"):

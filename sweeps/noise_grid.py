@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
 
     from ray.tune import Tuner
 
-    from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished
+    from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished, say_nothing_to_resume
     from sweeps.engine.run import resume
     from sweeps.engine.run.launch import TrialFunction, start_sweep
     from sweeps.engine.seeds_auto import seed_search
@@ -121,9 +121,23 @@ def main(argv: list[str]) -> int:
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
     # trials differ in length (epochs, model), the cells longest first (`grid.plan.longest_first`).
-    plan = plan_grid(cells, axes, options.experiment_dir, skip_existing=args.skip_existing, relaunch=not args.resume)
+    from trainables.config import TrialIdentity
+
+    identity = TrialIdentity(on_gpu=local_gpus.trials_use_cuda(args.gpus_per_trial, args.address))
+    plan = plan_grid(
+        cells,
+        axes,
+        options.experiment_dir,
+        skip_existing=args.skip_existing,
+        relaunch=not args.resume,
+        hash_fn=identity,
+    )
     if not args.resume and not plan.todo and not auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
+    if args.resume and not auto:
+        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, identity)
+        if done is not None:
+            return done
     print(
         f"data: {args.dataset or 'digits'} ({len(data['y_train'])} train / {len(data['y_val'])} val / "
         f"{len(data['y_test'])} test); {len(plan.todo)} to run, {len(plan.reused)} reused",
@@ -146,7 +160,7 @@ def main(argv: list[str]) -> int:
     )
     if auto:
         seed_search.finish_auto(options.experiment_dir, cells, args.compare, rule, options.objective.metric)
-    elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo)):
+    elif args.resume and (missing := resume.cells_not_in(rounds[0], plan.todo, identity)):
         print(
             f"{len(missing)} cell(s) of these flags are not part of the resumed sweep; "
             "run again without --resume to add them"

@@ -354,7 +354,7 @@ def main(argv: list[str]) -> int:
     preflight.check_before_writing(options.experiment_dir, options.mlflow_uri, options.wandb_project)
     program = resolve_program(args.template, options.experiment_dir, args.resume)  # the launch's, on a resume
 
-    from sweeps.engine.grid.plan import plan_grid, say_all_finished
+    from sweeps.engine.grid.plan import plan_grid, say_all_finished, say_nothing_to_resume
     from sweeps.engine.run import resume
     from sweeps.engine.seeds_auto import seed_search
 
@@ -370,6 +370,10 @@ def main(argv: list[str]) -> int:
     )
     if not args.resume and not plan.todo and not args.auto:
         return say_all_finished(plan, options.experiment_dir, options.objective)
+    if args.resume and not args.auto:
+        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, resume.command_hash)
+        if done is not None:
+            return done
     snapshot = code_snapshot.take_snapshot(
         options.experiment_dir, args.in_place, args.resume, shared_fs=not args.no_shared_fs
     )

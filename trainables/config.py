@@ -78,12 +78,57 @@ def parse_config(config: dict) -> TrainConfig:
     return TrainConfig(**config)
 
 
-def config_hash(cfg: TrainConfig | dict) -> str:
-    """A stable 16-hex-digit id of what a trial learns: sha1 of the sorted JSON of every field
-    (defaults filled in) except `RUN_ONLY_KEYS`. Same hash, same trial: a finished one is reused."""
+# The fields of release 0.1.0 (commit c556436), whose trial hashes are kept: a field added since enters a
+# trial's identity only away from its default, so a new field never renames the trials run before it.
+FIRST_RELEASE_FIELDS = frozenset(
+    "dataset data_root data_seed val_fraction test_fraction noise_type noise_rate noise_seed model loss "
+    "label_smoothing gce_q sce_alpha sce_beta optimizer lr momentum weight_decay batch_size grad_accum_steps "
+    "grad_clip epochs warmup_epochs amp seed checkpoint_every gpu_memory_headroom".split()
+)
+
+
+def identity(cfg: TrainConfig | dict, on_gpu: bool = False) -> dict:
+    """What a trial learns, as its hash reads it: every field (defaults filled in) except `RUN_ONLY_KEYS`,
+    with values that train the same written one way.
+
+    - `amp="auto"` off a GPU is `off` (autocast is CUDA only, `train.autocast_dtype`); on a GPU it stays
+      `auto` (bf16 or none, by the card).
+    - a field not in `FIRST_RELEASE_FIELDS` is left out at its default.
+    Args:
+        cfg: a `TrainConfig` or its dict (parsed; unknown keys raise ValueError).
+        on_gpu: whether the trial trains on a CUDA device.
+    """
     cfg = cfg if isinstance(cfg, TrainConfig) else parse_config(cfg)
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_ONLY_KEYS}
+    if fields["amp"] == "auto" and not on_gpu:
+        fields["amp"] = "off"
+    defaults = dataclasses.asdict(TrainConfig())
+    return {k: v for k, v in fields.items() if k in FIRST_RELEASE_FIELDS or v != defaults[k]}
+
+
+def config_hash(cfg: TrainConfig | dict, on_gpu: bool = False) -> str:
+    """A stable 16-hex-digit id of what a trial learns: sha1 of the sorted JSON of its `identity`.
+    Same hash, same trial: a finished one is reused. The hashes of earlier releases' cells are held by
+    tests/unit/test_trial_identity.py; one that changes needs a reason recorded there."""
+    fields = identity(cfg, on_gpu)
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TrialIdentity:
+    """The `hash_fn` of the built-in trainable's sweeps: `config_hash` and `identity` on one device kind.
+
+    Fields:
+        on_gpu: whether the sweep's trials train on CUDA (`amp="auto"` is `off` when not).
+    """
+
+    on_gpu: bool = False
+
+    def __call__(self, config: dict) -> str:
+        return config_hash(config, self.on_gpu)
+
+    def fields(self, config: dict) -> dict:
+        return identity(config, self.on_gpu)
 
 
 CHOICES = {

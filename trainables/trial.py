@@ -37,7 +37,7 @@ from ray.tune import Checkpoint
 
 from trainables import divergence
 from trainables.checkpoints import CHECKPOINT_FILE, load_latest_state
-from trainables.config import TrainConfig, config_hash, parse_config
+from trainables.config import TrainConfig, config_hash, identity, parse_config
 from trainables.data import data_key, load_data
 from trainables.experiment import records
 from trainables.experiment.storage import trial_folder, trial_storage_dir
@@ -174,13 +174,22 @@ def end_diverged(
 
 
 def start_trial(cfg: TrainConfig, data: dict) -> Path | None:
-    """Inside a Tune trial: write `trial_config.json` (the resolved config and its hash: how a later
-    run of the sweep recognises this cell as done) and `noise.json`; return the trial folder.
-    Outside Tune: None, nothing written."""
+    """Inside a Tune trial: write `trial_config.json` (the resolved config, its hash and whether it trains on
+    a GPU: how a later run of the sweep recognises this cell as done, `config.identity`) and `noise.json`;
+    return the trial folder. Outside Tune: None, nothing written."""
     if _tune_trial_name() is None:
         return None
+    import torch
+
     trial_dir = trial_folder()  # on storage: every node of a cluster, every retry and --resume see it
-    records.write_trial_config(trial_dir, {"config_hash": config_hash(cfg), "config": dataclasses.asdict(cfg)})
+    on_gpu = torch.cuda.is_available()  # a trial given no GPU sees none (CUDA_VISIBLE_DEVICES is empty)
+    saved = {
+        "config_hash": config_hash(cfg, on_gpu),
+        "config": dataclasses.asdict(cfg),
+        "on_gpu": on_gpu,
+        "identity": identity(cfg, on_gpu),  # the settings as they train: amp=auto without CUDA is off
+    }
+    records.write_trial_config(trial_dir, saved)
     write_noise_summary(cfg, data, trial_dir)
     return trial_dir
 

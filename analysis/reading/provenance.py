@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainables.experiment import records, storage
+from trainables.experiment.release import label
 
 FOLDER = records.PROVENANCE_DIR  # under the experiment folder: one record (+ patch) per run of the sweep
 
@@ -63,15 +64,39 @@ def changed_files(previous: dict, current: dict) -> list[str]:
     return sorted(files)
 
 
+def releases(experiment_dir: str) -> list[dict | None]:
+    """raysweep's `{"version", "commit"}` of each run of the sweep, oldest first (`trainables.experiment.release`);
+    None for a run by a release before 0.8.0, which did not record it; [] without records or when unreadable."""
+    try:
+        return [record.get("raysweep") for record in read_records(experiment_dir)]
+    except (OSError, ValueError):
+        return []
+
+
+def run_releases(experiment_dir: str) -> list[tuple[float, str | None]]:
+    """(Unix seconds each run of the sweep started, the raysweep version that ran it or None before 0.8.0), oldest
+    first; [] without records or when they cannot be read."""
+    try:
+        found = read_records(experiment_dir)
+    except (OSError, ValueError):
+        return []
+    return [
+        (float(r["started"]), (r.get("raysweep") or {}).get("version"))
+        for r in found
+        if isinstance(r.get("started"), (int, float))
+    ]
+
+
 def describe(record: dict, patch: bool = True) -> str:
-    """One record as text: when, the command, the code (repo, commit, branch, changed and untracked
-    files, then the patch itself when `patch`), the versions, and the nodes with their GPUs."""
+    """One record as text: when, the command, the raysweep release that ran it, the code (repo, commit, branch,
+    changed and untracked files, then the patch itself when `patch`), the versions, and the nodes with their GPUs."""
     code, versions = record.get("code") or {}, record.get("versions") or {}
     lines = [
         f"run {record.get('file', '')}: started {record.get('started_utc', '?')} UTC",
         f"  command: {record['command']}",
     ]
     lines.append(f"  cwd: {record.get('cwd', '?')}")
+    lines.append(f"  ran by: {label(record.get('raysweep'))}")
     if code.get("commit"):
         dirty = code.get("diff_files") or {}
         lines.append(

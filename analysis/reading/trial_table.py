@@ -9,8 +9,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from analysis.reading.provenance import run_releases
 from analysis.reading.tune_files import flatten
-from analysis.reading.tune_state import repeats
+from analysis.reading.tune_state import release_of, repeats
+from trainables.experiment import records
 from trainables.experiment.records import JOINS_STEP_METRIC
 from trainables.experiment.rules import guess_mode
 
@@ -156,9 +158,25 @@ def _trial_columns(trials: list[dict], history: pd.DataFrame, ids: np.ndarray, p
     resources = pd.DataFrame.from_records([t["resources"] for t in trials], index=range(n))
     resources.columns = [f"resources/{c}" for c in resources.columns]
     dirs = pd.DataFrame({"trial_dir": [prefix + posixpath.join(root, t["dir"]) if t["dir"] else None for t in trials]})
-    config = pd.DataFrame.from_records([flatten(t["config"]) for t in trials], index=range(n))
+    configs = _recorded_settings([flatten(t["config"]) for t in trials], dirs["trial_dir"].tolist())
+    config = pd.DataFrame.from_records(configs, index=range(n))
     config.columns = [f"config/{c}" for c in config.columns]
     return pd.concat([base, resources, dirs, config], axis=1)
+
+
+def _recorded_settings(configs: list[dict], folders: list[str | None]) -> list[dict]:
+    """Each trial's Tune config, with the settings other trials were given and it was not filled from the full
+    config the built-in trainable recorded (`trial_config.json`, its `identity` first: `amp=auto` on a CPU is
+    `off`): a cell an earlier release ran with its default (`amp` off) is the cell a later run names
+    (`--amp off`), not a row of its own with `amp` unknown."""
+    given = set().union(*configs) if configs else set()
+    out = []
+    for config, folder in zip(configs, folders):
+        missing = given - set(config)
+        saved = records.read_trial_config(folder) if missing and folder else None
+        recorded = {**((saved or {}).get("config") or {}), **((saved or {}).get("identity") or {})}
+        out.append({**config, **{k: recorded[k] for k in missing if k in recorded}})
+    return out
 
 
 def _estimate_spans(history: pd.DataFrame, ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
@@ -195,11 +213,15 @@ def _iterations(trial: dict) -> int:
 def drop_repeats(
     trials: list[dict], rows: pd.DataFrame, prefix: str, root: str
 ) -> tuple[list[dict], pd.DataFrame, list[str]]:
-    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`).
+    """Leave out the trials that repeat another (:func:`analysis.reading.tune_state.repeats`): of the same
+    release of raysweep (the provenance records say which ran each trial).
 
     Returns the trials kept (ids made unique), their result rows (``_trial`` renumbered) and the
     folders (or trial ids) left out, sorted."""
+    runs = run_releases(prefix + root) if len(trials) > 1 else []
     timed = [{**t, "end": t["end"] if t["end"] is not None else t["tail"].get("timestamp")} for t in trials]
+    for t in timed:  # a cell run by two releases is two runs of it, not a repeat
+        t["release"] = release_of(t["start"] if t["start"] is not None else t["end"], runs)
     dropped = set(repeats(timed))
     left_out = sorted(
         prefix + posixpath.join(root, t["dir"]) if t["dir"] else t["trial_id"] for t in (trials[i] for i in dropped)

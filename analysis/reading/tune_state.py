@@ -177,17 +177,19 @@ def repeats(trials: Sequence[Mapping]) -> list[int]:
     then one a state file lists, then the first given. The exception is Tune's own: trials that
     one state file lists under different ids are distinct even with equal configs (two PBT members
     whose explore step clipped both to the same bound), so a config keeps as many trials as the
-    most of them one state file lists.
+    most of them one state file lists. Trials of two raysweep releases (``release``) are never repeats of
+    each other: a cell run by the release of last week and again by today's shows both, as its seeds.
 
     Args:
         trials: mappings with ``config`` (dict), ``status`` (Tune's, or None), ``end`` (Unix
-            seconds of its last result, or None) and ``state`` (the state file listing it, or None).
+            seconds of its last result, or None), ``state`` (the state file listing it, or None) and
+            optionally ``release`` (the raysweep version that started it, :func:`release_of`; None: not known).
     Returns:
         the indices left out, ascending.
     """
     groups: dict[str, list[int]] = {}
     for i, trial in enumerate(trials):
-        groups.setdefault(config_key(trial["config"]), []).append(i)
+        groups.setdefault((config_key(trial["config"]), trial.get("release")), []).append(i)
     left_out = []
     for members in groups.values():
         if len(members) < 2:
@@ -197,6 +199,16 @@ def repeats(trials: Sequence[Mapping]) -> list[int]:
         ranked = sorted(members, key=lambda i: _keep_order(trials[i], i))
         left_out += ranked[keep:]
     return sorted(left_out)
+
+
+def release_of(started: float | None, runs: list[tuple[float, str | None]]) -> str | None:
+    """The raysweep version of the run of the sweep that started a trial at Unix seconds `started`: the last of
+    `runs` ((start, version) each, `analysis.reading.provenance.run_releases`) that began before it; None when
+    not known (no records, a time not known, or a run before 0.8.0, which recorded no version)."""
+    if started is None:
+        return None
+    before = [version for start, version in runs if start <= started]
+    return before[-1] if before else None
 
 
 def describe_duplicates(left_out: list[str]) -> str | None:

@@ -58,6 +58,7 @@ def status_document(state: dict) -> dict:
         "resume_command": _continue_command(state),
         "duplicates": list(state["duplicates"]),
         "exit_code": exit_code(state),
+        "raysweep": state.get("raysweep"),
     }
 
 
@@ -79,6 +80,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         by outcome, as everywhere; ``ended_by``: why the sweep ended. When no trial reported the table
         metric (every trial errored), the document still comes, with no cells and ``problem`` saying why.
     """
+    from analysis.reading.provenance import releases
     from analysis.reading.trial_outcomes import outcome_column
     from analysis.tables.summary import sweep_tables
     from trainables.experiment.errors import ExperimentError
@@ -97,6 +99,9 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "best": None,
         "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
         "duplicates": list(trials.attrs.get("duplicates") or []),
+        "raysweep": [
+            r for path in trials.attrs.get("experiments") or [trials.attrs.get("experiment")] for r in releases(path)
+        ],
         "seed_rule": None,
         "search": None,
         "ended_by": trials.attrs.get("ended_by"),

@@ -408,8 +408,8 @@ def test_cli_help_and_usage_errors_import_no_pandas():
 
 def test_analysis_imports_only_the_record_owner_from_trainables():
     """analysis reads records through their owner (trainables.experiment.records, .storage), takes the one
-    t-quantile from trainables.experiment.confidence and the objective, selection rules, error and the redaction of
-    recorded --notify URLs from the same shared floor,
+    t-quantile from trainables.experiment.confidence, the objective, selection rules, error, the redaction of
+    recorded --notify URLs and raysweep's release label from the same shared floor,
     and loads no training code, torch, Ray or sweep engine."""
     code = (
         "import sys, analysis.figures.search, analysis.writeup, analysis.status; "
@@ -425,6 +425,7 @@ def test_analysis_imports_only_the_record_owner_from_trainables():
         "trainables.experiment.outcome",
         "trainables.experiment.records",
         "trainables.experiment.redaction",
+        "trainables.experiment.release",
         "trainables.experiment.rules",
         "trainables.experiment.storage",
     ]

@@ -111,3 +111,42 @@ def test_repeats_keeps_the_finished_then_newest_then_listed_trial():
     assert repeats([trial("TERMINATED", 1.0), trial("TERMINATED", 1.0, "s1")]) == [0]  # a tie: the listed one
     assert repeats([trial("TERMINATED", 1.0), trial("TERMINATED", 1.0, seed=1)]) == []  # another seed
     assert repeats([trial("TERMINATED", 1.0, "s1"), trial("TERMINATED", 2.0, "s2")]) == [0]  # two drivers
+
+
+def test_a_cell_run_again_by_another_release_is_that_cells_second_run_not_a_duplicate(tmp_path):
+    """Issue 56: a grid of last week's release (no version recorded) whose cell today's release ran again:
+    both runs count in the cell; a copy made within one release stays a duplicate."""
+    from trainables.experiment import records
+
+    experiment = one_seed_grid(tmp_path)
+    records.write_provenance(experiment, "1", {"command": "old", "started": T0 - 10})  # 0.1.0: no `raysweep`
+    records.write_provenance(
+        experiment, "2", {"command": "new", "started": T0 + 1000, "raysweep": {"version": "0.8.0"}}
+    )
+    original = first_trial(experiment)
+    shutil.copytree(original, experiment / "rerun_today")
+    rewrite_results(experiment / "rerun_today", trial_id="today_00000", timestamp=int(T0 + 2000))
+    shutil.copytree(original, experiment / "copied_today")  # a copy of the same trial of today's run: a repeat
+    rewrite_results(experiment / "copied_today", trial_id="today_00001", timestamp=int(T0 + 2000))
+
+    trials, _ = analysis.load_experiment(experiment)
+    today = {str(experiment / "rerun_today"), str(experiment / "copied_today")}
+    assert len(trials) == 9 and str(original) in set(trials["trial_dir"])  # last week's run of the cell kept
+    assert len(today & set(trials["trial_dir"])) == 1 and len(today & set(trials.attrs["duplicates"])) == 1
+    assert sorted(cell_counts(analysis.sweep_summary(str(experiment)))) == ["(1)"] * 7 + ["(2)"]
+
+
+def test_a_setting_an_earlier_release_left_at_its_default_is_read_from_the_trials_record(tmp_path):
+    """Issue 56: a 0.1.0 cell (no `amp` given, amp off by default) and today's `--amp off` cell are one row, and a
+    trial of today's default `amp=auto` on a CPU reads as the `off` it trained with (`identity`)."""
+    from analysis.reading.trial_table import _recorded_settings
+    from trainables.experiment import records
+
+    old, auto = tmp_path / "old", tmp_path / "auto"
+    records.write_trial_config(old, {"config_hash": "x", "config": {"amp": "off", "noise_rate": 0.2}})
+    records.write_trial_config(
+        auto, {"config_hash": "y", "config": {"amp": "auto"}, "on_gpu": False, "identity": {"amp": "off"}}
+    )
+    configs = [{"noise_rate": 0.2}, {"noise_rate": 0.4, "amp": "off"}, {"noise_rate": 0.6}]
+    filled = _recorded_settings(configs, [str(old), None, str(auto)])
+    assert [c.get("amp") for c in filled] == ["off", "off", "off"] and configs[0] == {"noise_rate": 0.2}

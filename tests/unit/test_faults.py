@@ -14,7 +14,8 @@ from sweeps.engine.flags import UsageError
 from sweeps.engine.run import resume
 from trainables import train_epochs
 from trainables.checkpoints import load_latest_state
-from trainables.config import config_hash
+from trainables.config import TrialIdentity, config_hash
+from trainables.experiment.objective import Objective
 
 DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
 
@@ -124,12 +125,30 @@ def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, dive
     trial.mkdir(parents=True)
     full = {"epochs": 3, **config}
     (trial / "params.json").write_text(json.dumps(full))
-    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": {"epochs": 3}}))
+    (trial / "trial_config.json").write_text(json.dumps({"config_hash": config_hash(full), "config": full}))
     rows = [{"epoch": e, "val/acc": 0.5 + e / 10, "trial_id": name} for e in range(1, epochs_done + 1)]
     if diverged:
         rows.append({"epoch": epochs_done, "diverged": True})
     (trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return trial
+
+
+def test_resume_of_a_finished_sweep_says_nothing_is_left(tmp_path, capsys, monkeypatch):
+    from sweeps.engine.grid import plan
+
+    monkeypatch.setattr(plan, "print_summary", lambda *a: print("table"))
+    cells = [{"epochs": 3, "noise_rate": r, "seed": 0} for r in (0.1, 0.2)]
+    fake_trial(tmp_path, "sym_0.1_seed0", cells[0], 3)
+    fake_trial(tmp_path, "sym_0.2_seed0", cells[1], 3)
+    grid = plan.plan_grid(cells, {"noise_rate": [0.1, 0.2]}, str(tmp_path), skip_existing=True)
+    assert plan.say_nothing_to_resume(grid, str(tmp_path), Objective(), TrialIdentity()) == 0
+    assert f"nothing left to run: all 2 cells of {tmp_path} finished (--resume)" in capsys.readouterr().out
+
+    fake_trial(tmp_path, "sym_0.3_seed0", {**cells[0], "noise_rate": 0.3}, 1)  # killed: --resume continues it
+    grid = plan.plan_grid(cells, {"noise_rate": [0.1, 0.2]}, str(tmp_path), skip_existing=True)
+    assert plan.say_nothing_to_resume(grid, str(tmp_path), Objective(), TrialIdentity()) is None
+    grid = plan.plan_grid([*cells, {**cells[0], "noise_rate": 0.4}], {}, str(tmp_path), skip_existing=True)
+    assert grid.todo and plan.say_nothing_to_resume(grid, str(tmp_path), Objective(), TrialIdentity()) is None
 
 
 def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):

@@ -46,6 +46,8 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
     document = json.loads(result.stdout)
     validate(document, STATUS_SCHEMA)
     assert document["schema"] == "raysweep.status/2"
+    assert document["raysweep"] is None  # a sweep launched before 0.8.0 recorded no release
+    validate({**document, "raysweep": {"version": "0.8.0", "commit": "abc1234"}}, STATUS_SCHEMA)
     assert document["counts"] == {
         **{"total": 8, "running": 1, "pending": 3, "finished": 2, "pruned": 0, "errored": 1, "diverged": 1},
         **{"no_metric": 0, "interrupted": 0, "not_run": 0},  # the driver is alive: nothing stopped yet
@@ -95,6 +97,7 @@ def test_summary_json_validates_with_cells_n_mean_std_and_the_rule(tmp_path):
     document = json.loads(result.stdout)
     validate(document, SUMMARY_SCHEMA)
     assert document["schema"] == "raysweep.summary/2"
+    validate({**document, "raysweep": [None, {"version": "0.8.0", "commit": "abc1234"}]}, SUMMARY_SCHEMA)
     assert document["selection"] == {
         "rule": "best-val",
         "k": None,

@@ -67,6 +67,24 @@ def test_status_counts_states_best_and_epochs_including_trials_not_created_yet()
     assert [name for name, _, _ in s["running_trials"]] == ["b", "a"]  # best val/acc first
 
 
+def test_a_tie_for_best_is_the_earliest_trial_in_any_listing_order():
+    from types import SimpleNamespace
+
+    trials = trials_of(*[((f"i{i}", "TERMINATED", 10), {"val_acc": 0.5}) for i in range(1, 301)])
+    for i, trial in enumerate(trials):  # i1 started first
+        trial.run_metadata = SimpleNamespace(start_time=1000.0 + i)
+    assert sweep_status(trials, 300)["best"] == (0.5, "i1")
+    assert sweep_status(sorted(trials, key=str), 300)["best"] == (0.5, "i1")  # status lists i1, i10, i100, ...
+    assert sweep_status(trials[::-1], 300)["best"] == (0.5, "i1")
+    from analysis.status import TrialRecord
+
+    records = [
+        TrialRecord(str(t), "TERMINATED", {}, t.last_result, t.metric_analysis, start=1000.0 + i)
+        for i, t in enumerate(trials)
+    ]
+    assert sweep_status(records[::-1], 300)["best"] == (0.5, "i1")  # `status`'s trials read from Tune's snapshot
+
+
 def test_progress_block_has_counts_best_eta_and_one_line_per_running_trial():
     timed = {"time_this_iter_s": 6.0}  # Tune's: each epoch takes 6 s, after a start-up of 2 s
     trials = trials_of(

@@ -153,6 +153,7 @@ def test_trial_confusion_survives_a_torn_file(tmp_path):
 
 def test_resume_plan_skips_a_torn_trial_config(tmp_path):
     from sweeps.engine.run import resume
+    from trainables.config import config_hash
 
     experiment = noise_grid(tmp_path, seeds=(0,), rates=(0.0,))  # two trials, epochs 0..4 of 5
     whole, torn = sorted(p for p in experiment.iterdir() if p.is_dir())
@@ -160,7 +161,9 @@ def test_resume_plan_skips_a_torn_trial_config(tmp_path):
     (torn / records.TRIAL_CONFIG_FILE).write_text('{"config_hash": "torn", "config": {"epo')
     with pytest.warns(records.TornRecord, match=f"{torn.name}/{records.TRIAL_CONFIG_FILE}"):
         finished = resume.finished_trials(experiment)
-    assert finished == {"whole": str(whole)}  # the torn one: hashed from Tune's config (5 epochs: unfinished)
+    assert finished == {
+        config_hash({"epochs": 4}): str(whole)
+    }  # the torn one: from Tune's config (5 epochs: unfinished)
 
 
 def test_analysis_loads_an_experiment_with_torn_records(tmp_path):

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from analysis.reading import provenance
 from analysis.reading.provenance import changed_files, format_provenance
 from sweeps.engine.flags import UsageError, check_notify_urls
 from sweeps.engine.run import notify
 from sweeps.engine.sweep_records import provenance_capture
 from tests.helpers.research_record import SCRIPT, closed_port_url, git_repo
+from trainables.experiment import release
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -50,6 +52,8 @@ def test_record_run_writes_a_record_and_patch_that_provenance_prints(tmp_path, c
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     assert text.count(f"commit {head} (branch main)") == 2 and text.count("+# lr warm-up tried") == 1
     assert "code changed since the previous run: train.py" in text
+    assert text.count(f"ran by: {release.label(release.release())}") == 2  # raysweep's version and commit
+    assert provenance.releases(experiment) == [release.release()] * 2
 
 
 def test_the_record_lists_code_not_outputs_and_the_changed_line_is_one_line_with_a_count(tmp_path, capsys):

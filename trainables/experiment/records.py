@@ -256,7 +256,8 @@ def read_trial_config(trial: Folder) -> dict | None:
 
 
 def write_trial_config(trial: Folder, record: dict) -> str:
-    """Write `{"config_hash": str, "config": dict}` as the trial's `trial_config.json`."""
+    """Write `{"config_hash": str, "config": dict, "on_gpu": bool, "identity": dict}` as the trial's
+    `trial_config.json` (`identity`: `trainables.config.identity`, the settings as they train)."""
     return write_record(record_path(trial, TRIAL_CONFIG_FILE), record)
 
 

@@ -87,3 +87,15 @@ def check_flags(args) -> None:
     """
     if not getattr(args, "dry_run", False):
         check_local_gpus(args.gpus, args.gpus_per_trial, args.address)
+
+
+def trials_use_cuda(gpus_per_trial: float | str | None, address: str | None) -> bool:
+    """Whether the sweep's trials will train on CUDA, before Ray starts (a trial's identity reads it:
+    `trainables.config.identity`, `amp=auto` is `off` without CUDA). `gpus_per_trial` 0: no; logical GPUs
+    (RAYSWEEP_LOGICAL_GPUS) carry no CUDA: no; a share given: yes; none given: this machine has an NVIDIA GPU
+    (on a remote cluster, not known here: no)."""
+    if gpus_per_trial == 0 or os.environ.get(LOGICAL_GPUS_ENV):
+        return False
+    if gpus_per_trial is not None:
+        return True
+    return not (address and address != "local") and bool(light_readings())

@@ -14,7 +14,7 @@ from sweeps.engine.flags import epochs_of
 from sweeps.engine.run import resume
 from sweeps.engine.run.launch import Sweep
 from sweeps.engine.run.sweep_end import print_summary
-from trainables.config import TrainConfig, config_hash
+from trainables.config import TrainConfig, TrialIdentity
 from trainables.experiment.objective import Objective
 
 # Relative time of one epoch of each model on the same data, for ordering trials only: mlp 0.04 s and
@@ -68,7 +68,7 @@ def plan_grid(
     experiment_dir: str,
     *,
     skip_existing: bool,
-    hash_fn: Callable[[dict], str] = config_hash,
+    hash_fn: Callable[[dict], str] = TrialIdentity(),
     relaunch: bool = False,
 ) -> GridPlan:
     """Plan a grid: skip the cells already finished in `experiment_dir`, order the rest longest first.
@@ -81,7 +81,7 @@ def plan_grid(
         axes: the grid's axes, setting (or tuple of linked settings) -> values.
         experiment_dir: `RunOptions.experiment_dir` (a path or a URI).
         skip_existing: False runs every cell again.
-        hash_fn: a config's id (`config_hash`; `resume.command_hash` for command trials).
+        hash_fn: a config's id (`TrialIdentity`; `resume.command_hash` for command trials).
         relaunch: a new run of the sweep, not `--resume` (`resume.plan_cells` says what reruns where).
     Returns:
         the `GridPlan`; its `todo` is empty when every cell is finished.
@@ -105,6 +105,18 @@ def say_all_finished(plan: GridPlan, experiment_dir: str, objective: Objective) 
     exit code of the reused trials (`resume.say_outcome`: 0 all done, 1 one diverged). `objective`:
     the sweep's (`RunOptions.objective`)."""
     print(f"all {len(plan.reused)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
+    print_summary(experiment_dir, objective)
+    return resume.say_outcome(None, plan.reused, objective.metric)
+
+
+def say_nothing_to_resume(plan: GridPlan, experiment_dir: str, objective: Objective, hash_fn: Callable) -> int | None:
+    """`--resume` of a sweep whose every cell finished and none of whose trials is left unfinished
+    (`resume.unfinished_trials`): say that nothing is left to run, print its table and report, and return the
+    exit code of its trials (`resume.say_outcome`); None when a cell or trial is left: Tune's restore runs it (a
+    cell not finished may be one the sweep never started)."""
+    if plan.todo or resume.unfinished_trials(experiment_dir, hash_fn):
+        return None
+    print(f"nothing left to run: all {len(plan.reused)} cells of {experiment_dir} finished (--resume)", flush=True)
     print_summary(experiment_dir, objective)
     return resume.say_outcome(None, plan.reused, objective.metric)
 

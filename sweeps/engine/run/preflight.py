@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from sweeps.engine.flags import UsageError
 from trainables.config import TrainConfig
-from trainables.experiment import records, storage
+from trainables.experiment import records, release, storage
 
 
 def probe_storage(experiment_dir: str) -> None:
@@ -114,8 +115,10 @@ def check_resume(experiment_dir: str, resume: bool, settings: dict | None = None
             f"--resume: no sweep to resume in {experiment_dir} (no tuner.pkl); check --name and "
             "--storage-path, or drop --resume to start it"
         )
-    info = records.read_settings(experiment_dir) if settings is not None else None  # torn: warned, skipped
-    if info is None:
+    info = records.read_settings(experiment_dir)  # torn: warned, skipped
+    if (changed := release.resume_change(info, sys.executable)) is not None:
+        print(changed, flush=True)
+    if info is None or settings is None:
         return
     recorded = info.get("settings", {})
     for key, value in json.loads(json.dumps(settings)).items():  # tuples as lists, as recorded

@@ -5,7 +5,8 @@ Three ways to run a sweep again under the same name:
   as it was: finished trials stay finished, unfinished ones continue from their newest checkpoint,
   errored ones stay errored unless `--retry-errored` (then they continue from their checkpoint too).
 - default (skip existing): the grid is planned cell by cell. A cell whose trial already finished in
-  this experiment folder (same `config_hash`, see `trainables.config`) is reused; only the other
+  this experiment folder (same `config_hash`, see `trainables.config.identity`: a field added by a later
+  release at its default, or `amp=auto` on a CPU, keeps the hash of an earlier release) is reused; only the other
   cells run, in a new `Tuner` over an explicit list of configs. That is how a finished grid is
   extended with more noise rates or seeds: Ray's restore cannot change a search space
   (ray-project/ray#42221), so this is done here, on top of Tune's result files.
@@ -32,7 +33,7 @@ import pandas as pd
 from analysis import ExperimentError, load_trials
 from trainables.command import initial_failures
 from trainables.command.failure import failure_line
-from trainables.config import config_hash
+from trainables.config import TrialIdentity, config_hash
 from trainables.experiment import records, storage
 from trainables.experiment.outcome import ERRORED, INTERRUPTED, NO_METRIC, NOT_RUN, NOT_STARTED
 
@@ -43,13 +44,13 @@ def command_hash(config: dict) -> str:
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = config_hash) -> dict[str, str]:
+def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = TrialIdentity()) -> dict[str, str]:
     """Finished trials of an experiment folder: config hash -> trial folder (the newest per hash).
 
     A trial is finished when it diverged, or its last `epoch` is its config's `epochs`, or (a
     command trial, whose config has no `epochs`) Tune recorded it as TERMINATED without error after
     it reported a step (a sweep stopped before a trial reported, e.g. by --max-initial-failures, leaves it unfinished).
-    Its hash is the one in `trial_config.json` (the built-in trainable writes it), else
+    Its hash is today's of the config in `trial_config.json` (the built-in trainable writes it), else
     `hash_fn` of its config. The folder may be local or on object storage (s3://...): trial
     folders are returned as strings, local paths or URIs, and read through pyarrow.
     """
@@ -58,31 +59,87 @@ def finished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] =
 
 def _scan(experiment_dir: str | Path, hash_fn: Callable[[dict], str]) -> tuple[dict[str, str], dict[str, list]]:
     """(`finished_trials`, {config hash: folders of its trials that did not finish}) of an experiment folder."""
+    finished, unfinished, _ = _scan_configs(experiment_dir, hash_fn)
+    return finished, unfinished
+
+
+def _scan_configs(experiment_dir: str | Path, hash_fn: Callable[[dict], str]) -> tuple[dict, dict, dict]:
+    """`_scan`, and {config hash: config} of the finished trials (to name what changed in a cell's identity)."""
     found: dict[str, tuple[float, str]] = {}
     unfinished: dict[str, list] = {}
+    configs: dict[str, dict] = {}
     for row in _trials_of(experiment_dir).to_dict("records"):
         trial_dir = row["trial_dir"]
         saved = records.read_trial_config(trial_dir)  # a torn one: warned, then hashed from Tune's config
-        if saved is not None:  # the built-in trainable: its resolved config (epochs included) and hash
-            key, row["config/epochs"] = saved["config_hash"], saved["config"]["epochs"]
+        if saved is not None:  # the built-in trainable: its resolved config (epochs included)
+            key, config = _saved_identity(saved, hash_fn), saved["config"]
+            row["config/epochs"] = config["epochs"]
         else:
-            key = hash_fn(
-                {k[len("config/") :]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)}
-            )
+            config = {k[len("config/") :]: v for k, v in row.items() if k.startswith("config/") and not _missing(v)}
+            key = hash_fn(config)
         if not _finished(row):
             unfinished.setdefault(key, []).append(trial_dir)
             continue
         mtime = storage.modified(storage.join(trial_dir, "result.json"))
         if mtime is not None and (key not in found or mtime > found[key][0]):
             found[key] = (mtime, trial_dir)
-    return {h: d for h, (_, d) in found.items()}, unfinished
+            configs[key] = config
+    return {h: d for h, (_, d) in found.items()}, unfinished, configs
+
+
+def _saved_identity(saved: dict, hash_fn: Callable[[dict], str]) -> str:
+    """The hash of a `trial_config.json` by today's `config.identity` (its own device when it recorded it, else
+    the sweep's): a trial of an earlier release keeps its cell. Its recorded hash when today's config refuses it."""
+    try:
+        if "on_gpu" in saved:
+            return config_hash(saved["config"], saved["on_gpu"])
+        return hash_fn(saved["config"])
+    except ValueError:  # a field a later release removed or renamed: the hash it recorded
+        return saved["config_hash"]
+
+
+def say_changed_identity(
+    todo: list[dict], cells: list[dict], finished: dict[str, dict], hash_fn: Callable[[dict], str], where
+) -> None:
+    """Print one line when cells to run match finished trials of `where` in every setting the grid (`cells`) sweeps
+    but differ in a setting that is the same for the whole grid (an option given anew, a default changed between
+    releases): which setting, its value then and now. `finished`: {hash: config} of the finished trials not reused."""
+    fields_of = getattr(hash_fn, "fields", lambda config: config)  # `TrialIdentity.fields`; a command: its config
+    grid = [fields_of(c) for c in cells]
+    swept = {k for k in set().union(*grid) if len({repr(c.get(k)) for c in grid}) > 1} if grid else set()
+    changed: dict[str, tuple] = {}
+    matched = 0
+    for cell in (fields_of(c) for c in todo):
+        for config in finished.values():
+            try:
+                old = fields_of(config)
+            except ValueError:
+                continue
+            diff = sorted(k for k in set(cell) | set(old) if cell.get(k) != old.get(k))
+            if diff and not set(diff) & swept:
+                matched += 1
+                changed.update({k: (old.get(k), cell.get(k)) for k in diff})
+                break
+    if changed:
+        what = ", ".join(f"{k} (then {a!r}, now {b!r})" for k, (a, b) in changed.items())
+        print(
+            f"{matched} cell(s) differ from finished trials of {where} only in {what}: they run again as new "
+            "cells; give the old value(s) as flags to reuse those trials",
+            flush=True,
+        )
+
+
+def unfinished_trials(experiment_dir: str | Path, hash_fn: Callable[[dict], str] = TrialIdentity()) -> list:
+    """The trial folders of an experiment that did not finish (interrupted, errored, never run): what a
+    `--resume` has left to run (an errored one only with --retry-errored)."""
+    return [folder for folders in _scan(experiment_dir, hash_fn)[1].values() for folder in folders]
 
 
 def plan_cells(
     cells: list[dict],
     experiment_dir: str | Path,
     skip_existing: bool,
-    hash_fn: Callable[[dict], str] = config_hash,
+    hash_fn: Callable[[dict], str] = TrialIdentity(),
     relaunch: bool = False,
 ) -> tuple[list[dict], dict[str, str]]:
     """Split the grid into cells to run and finished trials to reuse.
@@ -91,18 +148,22 @@ def plan_cells(
         cells: one full trial config per cell of the grid.
         experiment_dir: `<storage-path>/<name>`.
         skip_existing: False runs every cell.
-        hash_fn: a config's id (`config_hash` for the built-in trainable, `command_hash` for commands).
+        hash_fn: a config's id (`TrialIdentity` for the built-in trainable, `command_hash` for commands).
         relaunch: a new run of the sweep (not `--resume`): when cells to run have unfinished trials of an
             earlier run there (interrupted, errored, never run), say that they run again from the start in
             new folders, and what --resume or a new --name would do instead.
     Returns:
         (configs to run, {config hash: trial folder} of the reused cells).
     """
-    done, unfinished = _scan(experiment_dir, hash_fn) if skip_existing or relaunch else ({}, {})
+    done, unfinished, configs = _scan_configs(experiment_dir, hash_fn) if skip_existing or relaunch else ({}, {}, {})
     done = done if skip_existing else {}
     hashes = [hash_fn(c) for c in cells]
     todo = [c for c, h in zip(cells, hashes) if h not in done]
     reused = {h: done[h] for h in hashes if h in done}
+    if skip_existing:
+        say_changed_identity(
+            todo, cells, {h: c for h, c in configs.items() if h not in reused}, hash_fn, experiment_dir
+        )
     again = [h for h in hashes if h not in done and h in unfinished]
     if relaunch and again:
         print(
@@ -134,7 +195,7 @@ class FreshDirname:
         return f"{base}_{trial.trial_id}" if storage.exists(storage.join(self.experiment_dir, base)) else base
 
 
-def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = config_hash) -> list[dict]:
+def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = TrialIdentity()) -> list[dict]:
     """The cells whose config hash matches no trial of `results` (a `ResultGrid`)."""
     ran = {hash_fn(r.config) for r in results}
     return [c for c in cells if hash_fn(c) not in ran]

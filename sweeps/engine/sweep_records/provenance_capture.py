@@ -18,6 +18,7 @@ from analysis.reading.provenance import changed_files, read_records
 from trainables.command.workdir import snapshot_copies
 from trainables.experiment import records
 from trainables.experiment.redaction import redacted_argv
+from trainables.experiment.release import release
 
 SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".r", ".R", ".lua", ".pl", ".rb", ".js")  # a command's script
 PROJECT = str(Path(__file__).resolve().parents[3])  # the built-in sweeps' code: this checkout
@@ -82,8 +83,8 @@ def collect(folder: str, nodes: list[dict] | None = None, outputs: tuple[str, ..
         outputs: the sweep's output folders, left out of the untracked files (`git_state`).
     Returns:
         (record: `command` (shlex-joined, the Python executable first), `cwd`, `started` (Unix
-        seconds the process started), `started_utc`, `code` (`git_state`), `versions`, `packages`
-        (name -> version), `nodes` (host, cpus, gpu_count, gpus [{name, memory_gib}]);
+        seconds the process started), `started_utc`, `code` (`git_state`), `raysweep` (`release.release()`),
+        `versions`, `packages` (name -> version), `nodes` (host, cpus, gpu_count, gpus [{name, memory_gib}]);
         the patch text of `git diff HEAD`, "" when clean or not a repository).
     """
     started = process_start_time()
@@ -99,6 +100,7 @@ def collect(folder: str, nodes: list[dict] | None = None, outputs: tuple[str, ..
         "started": started,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
         "code": code,
+        "raysweep": release(),  # this run's raysweep {"version", "commit"}: a resume may run another release
         "versions": versions() | {"driver": driver},
         "packages": {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]},
         "nodes": nodes or [here],
