@@ -74,8 +74,8 @@ class Runs:
       count with a step of their own; a per-batch scalar) is never a row when `step_key` is `epoch`;
     - `SummaryWriter.add_scalars(main, {k: v, ...}, step)` writes each `k` to a run folder `{main}_{k}/` of
       its own with the tag `main`: read as the metric `{main}_{k}` (the run name TensorBoard shows;
-      `{main}/{k}` when the objective names that spelling), at the epoch its group's `epoch` key holds at
-      the same step (values wait for it; those it never maps are not rows).
+      `{main}/{k}`, for every key of the group, when the objective names a metric in that spelling), at the
+      epoch its group's `epoch` key holds at the same step (values wait for it; those it never maps are not rows).
 
     With another `step_key` (`step`), every value is read at its TensorBoard step, except the calls without
     `epoch` of a run that writes one (validation steps). Lightning's `hp_metric` placeholder is not a metric.
@@ -144,7 +144,8 @@ class Runs:
             epochs[step] = _whole(value)
             held = waiting.pop(step, {})
             return [{**held, "epoch": epochs[step]}] if self.step_key == "epoch" and held else []
-        name = f"{main}/{key}" if f"{main}/{key}" in self.names else f"{main}_{key}"
+        slash = any(name.startswith(f"{main}/") for name in self.names)  # the objective's spelling, for the group
+        name = f"{main}/{key}" if slash else f"{main}_{key}"
         if self.step_key != "epoch":
             return [{name: value, self.step_key: step}]
         if step in epochs:
