@@ -4,8 +4,10 @@ epoch, with nothing extra (issue 38).
 `tests/recorded/` holds what unmodified public scripts printed and wrote, run on CPU with tiny data for 2
 epochs: pytorch/examples `word_language_model/main.py` (stdout), timm `train.py --device cpu` (stderr,
 stdout, `summary.csv`), Lightning 2.6.6 `examples/pytorch/basics/backbone_image_classifier.py` (a
-console excerpt, stderr, CSVLogger's `metrics.csv`, the default TensorBoard logger's event files). The
-values expected are those of the scripts' own files and lines. `tests/scripts/lightning_style.py` runs
+console excerpt, stderr, CSVLogger's `metrics.csv`, the default TensorBoard logger's event files). Issue 54
+added `lightning_tb_steps/` and `add_scalars_tb/` (`tests/recorded/record_tensorboard.py` regenerates them): a
+validation-step counter past the epochs, and `add_scalars` with an `epoch` key. The values expected are those
+of the scripts' own files and lines. `tests/scripts/lightning_style.py` runs
 the real `lightning` package.
 """
 
