@@ -96,6 +96,18 @@ class Runs:
         """{tag: [run folders]} of the tags found in several runs: not read (raysweep cannot tell them apart)."""
         return {tag: tuple(sorted(map(str, runs))) for tag, runs in self.runs_of.items() if len(runs) > 1}
 
+    def unread(self) -> list[str]:
+        """Clauses for an error: what the runs held but gave no row (values with no epoch, tags in several runs)."""
+        parts = []
+        if self.unmapped and self.step_key == "epoch":
+            tags = ", ".join(list(self.unmapped)[:12])
+            parts.append(
+                f"tensorboard held {tags} only at TensorBoard steps, no epoch (--step-key step reads them there)"
+            )
+        for tag, runs in self.ambiguous.items():
+            parts.append(f"tensorboard tag {tag} is in several run folders ({', '.join(runs)}): not read")
+        return parts
+
     def read(self, paths: list[Path], root: Path, final: bool = False) -> tuple[list[dict], list[Path]]:
         """The rows of the log calls completed since the last read of the event files `paths` (in the
         order written; run folders named relative to `root`), and the files that held calls."""

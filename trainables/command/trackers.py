@@ -371,21 +371,5 @@ def describe_sources(work_dir: Path, step_key: str, sources=TRACKERS) -> str:
             keys = list(reader.held)
             parts.append(f"{source} held {', '.join(keys[:12]) + (' ...' if len(keys) > 12 else '') or 'no row'}")
             if source == "tensorboard":
-                parts += _tensorboard_unread(reader.tensorboard, step_key)
+                parts += reader.tensorboard.unread()
     return "; ".join(parts)
-
-
-def _tensorboard_unread(runs, step_key: str) -> list[str]:
-    """Clauses for what the TensorBoard runs `runs` (`tensorboard_reader.Runs`, read to the end) held but
-    gave no row: values with no epoch, tags found in several run folders."""
-    parts = []
-    if runs.unmapped and step_key == "epoch":
-        tags = ", ".join(list(runs.unmapped)[:12])
-        parts.append(
-            f"tensorboard held {tags} only at TensorBoard steps, no epoch (--step-key step reads them at their steps)"
-        )
-    parts += [
-        f"tensorboard tag {tag} is in several run folders ({', '.join(folders)}): not read"
-        for tag, folders in runs.ambiguous.items()
-    ]
-    return parts
