@@ -126,6 +126,8 @@ def test_tensorboard_only_script(tmp_path, sweep_env):
         tmp_path,
         "--metrics-from",
         "tensorboard",
+        "--step-key",
+        "step",  # no `epoch` scalar: its steps are not epochs (issue 54)
         "--metric",
         "val/accuracy",
         "--axis",
@@ -144,7 +146,7 @@ def test_tensorboard_only_script(tmp_path, sweep_env):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = trials(tmp_path / "runs" / "command")
     rows = history(found["lr0.2"])
-    assert rows["epoch"].tolist() == [1, 2, 3, 4]
+    assert rows["step"].tolist() == [1, 2, 3, 4]
     assert rows["val/accuracy"].round(4).tolist() == [0.52, 0.54, 0.56, 0.58]
     assert rows["train/loss"].round(4).tolist() == [1.0, 0.5, 0.3333, 0.25]
     assert "best configuration by best val/accuracy over epochs: lr=0.2" in proc.stdout

@@ -4,8 +4,10 @@ epoch, with nothing extra (issue 38).
 `tests/recorded/` holds what unmodified public scripts printed and wrote, run on CPU with tiny data for 2
 epochs: pytorch/examples `word_language_model/main.py` (stdout), timm `train.py --device cpu` (stderr,
 stdout, `summary.csv`), Lightning 2.6.6 `examples/pytorch/basics/backbone_image_classifier.py` (a
-console excerpt, stderr, CSVLogger's `metrics.csv`, the default TensorBoard logger's event files). The
-values expected are those of the scripts' own files and lines. `tests/scripts/lightning_style.py` runs
+console excerpt, stderr, CSVLogger's `metrics.csv`, the default TensorBoard logger's event files). Issue 54
+added `lightning_tb_steps/` and `add_scalars_tb/` (`tests/recorded/record_tensorboard.py` regenerates them): a
+validation-step counter past the epochs, and `add_scalars` with an `epoch` key. The values expected are those
+of the scripts' own files and lines. `tests/scripts/lightning_style.py` runs
 the real `lightning` package.
 """
 
@@ -19,7 +21,7 @@ import pytest
 
 from tests.helpers.recorded import RECORDED, console, file_rows, recorded_lines
 from trainables.command.output_shapes import pipe_pairs
-from trainables.command.trackers import TrackerResults
+from trainables.command.trackers import TrackerResults, describe_sources
 from trainables.experiment.objective import Objective
 
 
@@ -115,3 +117,98 @@ def test_lightning_tensorboard_logger_epoch_values_at_their_epoch(tmp_path, sour
     ]
     assert rows[2:] == [{"test_loss": 0.27978435158729553, "epoch": 1}]
     assert not any("valid_loss_step" in r or "hp_metric" in r for r in rows)
+
+
+def events_of(run: Path) -> dict:
+    """{tag: {step: value}} of the run folder `run`, read with tensorboard's `EventAccumulator` (what its UI shows)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+
+
+def copy_recorded(name: str):
+    return lambda work: shutil.copytree(RECORDED / name, work / "tb")
+
+
+@pytest.mark.parametrize("sources", [("tensorboard",), None], ids=["tensorboard", "auto"])
+def test_lightning_validation_steps_past_the_epochs_are_never_epochs(tmp_path, sources):
+    """Issue 54: 3 epochs, `limit_val_batches=5`: `valid_loss_step` counts 0..14 from before the first
+    `epoch` scalar; it is no row, and every epoch-level value is at the `epoch` logged with it."""
+    rows = read_records(tmp_path, copy_recorded("lightning_tb_steps"), "valid_loss_epoch", sources)
+    logged = events_of(RECORDED / "lightning_tb_steps" / "lightning_logs" / "version_0")
+    assert len(logged["valid_loss_step"]) == 15 and min(logged["epoch"]) == 3  # the steps start before any epoch
+    epoch_at = {step: int(e) for step, e in logged["epoch"].items()}
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 2]  # the last: test_loss, a final result joined to epoch 2
+    for name in ("valid_loss_epoch", "train_loss_epoch"):
+        assert {r["epoch"]: r[name] for r in rows[:3]} == {epoch_at[s]: v for s, v in logged[name].items()}
+    assert set(rows[0]) == set(rows[1]) == set(rows[2]) == {"epoch", "valid_loss_epoch", "train_loss_epoch"}
+    assert rows[3] == {"test_loss": logged["test_loss"][12], "epoch": 2} and epoch_at[12] == 3
+
+
+@pytest.mark.parametrize("metric", ["dashboard_test_acc_1", "dashboard/test_acc_1"])
+def test_add_scalars_runs_are_series_at_their_epoch_key(tmp_path, metric):
+    """`add_scalars('dashboard', {'test_acc_1': a, 'pure_ratio_1': b, 'epoch': e}, global_step)`: one run folder
+    per key, each with the tag `dashboard`; each key is a metric, at the epoch the `epoch` key holds at its step.
+    The epoch's folder read last (written later) still maps the values read before it."""
+    reader = TrackerResults(tmp_path, "epoch", ("tensorboard",), Objective(metric, test_metric=None), since=0.0)
+    for run in ("", "dashboard_test_acc_1", "dashboard_pure_ratio_1"):
+        (tmp_path / "tb" / run).mkdir(parents=True, exist_ok=True)
+        for path in (RECORDED / "add_scalars_tb" / run).glob("events*"):
+            shutil.copy(path, tmp_path / "tb" / run)
+    rows = reader.poll()
+    assert rows == []  # no epoch yet: the values wait for it (the per-batch train/loss is never a row)
+    shutil.copytree(RECORDED / "add_scalars_tb" / "dashboard_epoch", tmp_path / "tb" / "dashboard_epoch")
+    reader.next_read = 0.0
+    rows = reader.poll() + reader.close()
+    series = {key: events_of(RECORDED / "add_scalars_tb" / f"dashboard_{key}")["dashboard"] for key in
+              ("test_acc_1", "pure_ratio_1", "epoch")}  # fmt: skip
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert {r["epoch"]: r[metric] for r in rows} == {
+        int(series["epoch"][s]): v for s, v in series["test_acc_1"].items()
+    }
+    other = metric.replace("test_acc_1", "pure_ratio_1")  # the group's keys in the spelling --metric uses
+    assert {r["epoch"]: r[other] for r in rows} == {0: 100.0, 1: 99.0, 2: 98.0}
+    assert all(set(r) == {"epoch", metric, other} for r in rows)
+
+
+def write_scalars(folder: Path, scalars: dict, steps=range(1, 4)) -> None:
+    """`SummaryWriter(folder).add_scalar(tag, value(step), step)` for each tag of `scalars`, each step."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step in steps:
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value(step), step)
+    writer.close()
+
+
+def test_tensorboard_steps_with_no_epoch_are_rows_only_at_their_steps(tmp_path):
+    """A run with no `epoch` scalar: its steps are not epochs (no row under --step-key epoch, and the error
+    says so); `--step-key step` reads each value at its TensorBoard step."""
+
+    def write(work):
+        write_scalars(work / "tb", {"val/accuracy": lambda s: s / 10})
+
+    assert read_records(tmp_path / "a", write, "val/accuracy", ("tensorboard",)) == []
+    assert "tensorboard held val/accuracy only at TensorBoard steps, no epoch" in describe_sources(
+        tmp_path / "a", "epoch"
+    )
+    rows = read_records(tmp_path / "b", write, "val/accuracy", ("tensorboard",), step_key="step")
+    assert rows == [{"val/accuracy": pytest.approx(s / 10), "step": s} for s in (1, 2, 3)]
+
+
+def test_a_tag_in_two_run_folders_is_not_merged(tmp_path, capsys):
+    """`runs/train` and `runs/val` both logging `loss` and `epoch`: raysweep cannot tell which `loss` is
+    meant; neither is read, and one line names the folders."""
+
+    def write(work):
+        write_scalars(work / "runs" / "train", {"loss": lambda s: 1 / s, "epoch": lambda s: s})
+        write_scalars(work / "runs" / "val", {"loss": lambda s: 2 / s, "epoch": lambda s: s, "acc": lambda s: s})
+
+    rows = read_records(tmp_path, write, "loss", ("tensorboard",))
+    assert not any("loss" in r for r in rows) and [r["acc"] for r in rows] == [1, 2, 3]
+    assert (
+        "metrics: TensorBoard tag loss is in 2 run folders (runs/train, runs/val): not read" in capsys.readouterr().out
+    )

@@ -1,5 +1,5 @@
 """Each tracker's records as result rows: pure functions of a file's text (a CSV logger's file,
-`trainer_state.json`), of TensorBoard log calls, or of an MLflow store (`trainables/command/trackers.py`
+`trainer_state.json`) or of an MLflow store (TensorBoard's: `tensorboard_reader.Runs`) (`trainables/command/trackers.py`
 finds the records and reads them while the command runs)."""
 
 from __future__ import annotations
@@ -83,31 +83,3 @@ def _with_step(row: dict, step_key: str) -> list[dict]:
         if isinstance(row.get(column), (int, float)):
             return [{**row, step_key: row[column]}]
     return []
-
-
-def tensorboard_rows(calls: list, step_key: str, epoch_tagged: bool) -> tuple[list[dict], bool]:
-    """The rows of TensorBoard log calls (`tensorboard_reader.LogCall`, in the order written).
-
-    A call holding an `epoch` scalar (Lightning's logger adds one to each call made with the global
-    step) is read at that epoch when `step_key` is `epoch`; once a run has written one, its calls
-    without it (validation steps counting on their own) are left out. A run that never writes `epoch`
-    is read at the global step. Lightning's `hp_metric` placeholder (a call with hyperparameters) is
-    not a metric.
-    Returns:
-        (rows, whether the run has written an `epoch` scalar so far).
-    """
-    rows = []
-    for call in calls:
-        epoch_tagged = epoch_tagged or "epoch" in call.scalars
-        if call.hparams or not call.scalars or (epoch_tagged and "epoch" not in call.scalars):
-            continue
-        row = {k: _whole(v) if k == "epoch" else v for k, v in call.scalars.items()}
-        if step_key != "epoch" or "epoch" not in row:
-            row[step_key] = call.step
-        rows.append(row)
-    return rows, epoch_tagged
-
-
-def _whole(value):
-    """A float holding a whole number (TensorBoard's epoch `1.0`) as an int."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from trainables.command.parse import StepContext
-from trainables.command.tensorboard_reader import EventFile
-from trainables.command.tracker_rows import STEP_COLUMNS, csv_files, csv_rows, hf_rows, mlflow_rows, tensorboard_rows
+from trainables.command.tensorboard_reader import Runs
+from trainables.command.tracker_rows import STEP_COLUMNS, csv_files, csv_rows, hf_rows, mlflow_rows
 from trainables.command.wandb_reader import RUN_GLOB, read_history
 from trainables.experiment.objective import Objective
 from trainables.experiment.records import MLFLOW_STORE
@@ -155,8 +155,7 @@ class TrackerResults:
         self.values: dict = {}  # step -> --metric as printed, when the printed rows are read
         self.returned: dict = {}  # metric names of the rows returned; `last_step`: their last step
         self.last_step = None
-        self.event_files: dict = {}  # TensorBoard event file -> its `EventFile`
-        self.epoch_tagged = False  # the TensorBoard run writes an `epoch` scalar with its calls
+        self.tensorboard = Runs(step_key, (objective.step_metrics if objective else ()))  # its run folders
         self.logged_step: set = set()  # W&B run logs holding `step_key` as a metric of their own
         self.closing = False
         self.announce = since is not None  # say which files are read (a live read, not a restart's recovery)
@@ -307,15 +306,19 @@ class TrackerResults:
         return rows
 
     def _read_tensorboard(self, paths: list[Path]) -> list[dict]:
-        """The rows of the TensorBoard log calls written since the last read (`tensorboard_rows`)."""
-        for path in paths:
-            self.event_files.setdefault(path, EventFile(path))
-        calls = []
-        for path, events in self.event_files.items():
-            read = events.read(final=self.closing)
-            self._note_file("tensorboard", path, read)
-            calls += read
-        rows, self.epoch_tagged = tensorboard_rows(calls, self.step_key, self.epoch_tagged)
+        """The rows of the TensorBoard log calls written since the last read (`tensorboard_reader.Runs`);
+        a tag found in several run folders is not read (said once in the trial's log)."""
+        known = self.tensorboard.ambiguous
+        rows, files = self.tensorboard.read(paths, self.work_dir, final=self.closing)
+        for path in files:
+            self._note_file("tensorboard", path, [path])
+        for tag, runs in self.tensorboard.ambiguous.items() - known.items():
+            self.held.pop(tag, None)
+            if self.announce:
+                print(
+                    f"metrics: TensorBoard tag {tag} is in {len(runs)} run folders ({', '.join(runs)}): not read",
+                    flush=True,
+                )
         return rows
 
     def _note_file(self, source: str, path: Path, found: list) -> None:
@@ -367,4 +370,6 @@ def describe_sources(work_dir: Path, step_key: str, sources=TRACKERS) -> str:
             reader.close()
             keys = list(reader.held)
             parts.append(f"{source} held {', '.join(keys[:12]) + (' ...' if len(keys) > 12 else '') or 'no row'}")
+            if source == "tensorboard":
+                parts += reader.tensorboard.unread()
     return "; ".join(parts)
