@@ -246,10 +246,16 @@ def test_the_driver_record_keeps_the_trials_an_earlier_run_stopped_until_they_en
     (folder / "driver.json").write_text(json.dumps(earlier))
     held = driver_lock.hold(str(folder))
     ending = SimpleNamespace(
-        stopped={"c"}, ended={"a"}, scheduler_stops={}, ended_by="Ctrl-C", why="Ctrl-C", ended_at=None
+        stopped={"c"},
+        ended={"a"},
+        scheduler_stops={},
+        ended_by="Ctrl-C",
+        why="Ctrl-C",
+        ended_at=None,
+        not_created=lambda: 2,
     )
     held.record_end(130, ending)  # a resumed `a` ended; `b` was not run again
     assert json.loads((folder / "driver.json").read_text())["stopped"] == ["b", "c"]
     held.release(130)
     record = json.loads((folder / "driver.json").read_text())
-    assert (record["exit_code"], record["stopped"]) == (130, ["b", "c"])
+    assert (record["exit_code"], record["stopped"], record["not_created"]) == (130, ["b", "c"], 2)
