@@ -116,6 +116,8 @@ def read_status(source, now: float | None = None) -> dict:
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
     record = driver or {}
+    if alive is False and record.get("not_created") is not None:  # the planned trials never made, as its last line
+        total = len(trials) + int(record["not_created"])  # counted them (none for a searcher that ended by itself)
     stopped = set(record.get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
     stops = record.get("scheduler_stops") or {}  # and those their scheduler stopped: pruned
     status = sweep_status(trials, total, objective, over=alive is False, stopped=stopped, scheduler_stops=stops)

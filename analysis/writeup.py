@@ -57,7 +57,7 @@ from analysis.reading.oom_rounds import reruns_line
 from analysis.reading.pbt_members import pbt_note
 from analysis.reading.provenance import sweep_runs
 from analysis.reading.provenance import writeup_lines as provenance_lines
-from analysis.reading.trial_outcomes import outcome_column
+from analysis.reading.trial_outcomes import trial_counts
 from analysis.statistics.select import add_selected
 from analysis.tables.best_runs import best_runs, failed, format_table, write_table
 from analysis.tables.formatting import short_value
@@ -67,7 +67,6 @@ from analysis.tables.summary import SweepTables, cell_trials, format_summary, sw
 from analysis.writeup_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
 from trainables.experiment import records
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import count_outcomes
 
 
 def write_up(
@@ -249,10 +248,10 @@ def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> li
     """The write-up's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
     out-of-memory re-runs counted in place of their failures, metric, efficiency (per run of the sweep when it ran
     more than once, `efficiency_lines`)."""
-    counts = count_outcomes(outcome_column(trials))
+    counts = trial_counts(trials)
     return [
         f"- experiment: `{trials.attrs['experiment']}`",
-        f"- trials: {len(trials)} ({describe_counts(counts, shown=('finished', 'errored', 'diverged'))})",
+        f"- trials: {counts['total']} ({describe_counts(counts, shown=('finished', 'errored', 'diverged'))})",
         *([f"- {duplicates_line(trials)}"] if duplicates_line(trials) else []),
         *([f"- {reruns}"] if (reruns := reruns_line(trials.attrs.get("oom_reruns") or ())) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",

@@ -34,8 +34,10 @@ from analysis.figures.optuna_plots import (
     plot_slice,
 )
 from analysis.reading.search_record import import_optuna
+from analysis.reading.trial_outcomes import trial_counts
 from analysis.tables.search_table import ended_words, format_mean, format_param, search_frame, search_table
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import COUNTS
 
 optuna = import_optuna()
 
@@ -232,8 +234,9 @@ def top_trials(
     Columns: `trial`, one per `config/` column that varies (prefix dropped; blank where a trial did not
     have it), `epochs`, `ended` (an `ended` or `outcome` column of `df`, else
     :func:`analysis.reading.trial_outcomes.outcome_column` with `epochs`; in words, "pruned by <scheduler>", an
-    interrupted trial by `df.attrs["ended_by"]`), `n_seeds`, and `<metric>` formatted as
-    `0.9124 ± 0.011` (the ± part only with a `<metric>_ci95` column and more than one seed). Trials
+    interrupted trial by `df.attrs["ended_by"]`), `n_seeds`, and `<metric>` ± its 95 % CI as the search table writes
+    it (`format_mean`: `91.24 ± 1.10` for an accuracy shown in %, `attrs["percent"]`; the ± part only with a
+    `<metric>_ci95` column and more than one seed). Trials
     without a value of `metric` (diverged, errored) are not ranked; none at all gives an empty table.
     """
     metric = objective.metric
@@ -248,8 +251,10 @@ def top_trials(
     ended_by = df.attrs.get("ended_by")
     out["ended"] = table["ended"].map(lambda outcome: ended_words(outcome, scheduler, ended_by))
     out["n_seeds"] = table["n_seeds"]
-    out[metric] = [format_mean(m, c) for m, c in zip(table[metric], table[f"{metric}_ci95"])]
-    return out.reset_index(drop=True)
+    out[metric] = [format_mean(m, c, table.attrs["percent"]) for m, c in zip(table[metric], table[f"{metric}_ci95"])]
+    out = out.reset_index(drop=True)
+    out.attrs["percent"] = table.attrs["percent"]
+    return out
 
 
 def _distribution(given, values: pd.Series) -> optuna.distributions.BaseDistribution:
@@ -333,12 +338,10 @@ def search_pictures(trials: pd.DataFrame, history: pd.DataFrame, objective: Obje
     study = study_from_trials(frame, params, objective, distributions=record.distributions, history=history)
     complete = complete_trials(study)
     varied = [p for p in params if len({repr(t.params[p]) for t in complete if p in t.params}) > 1]
-    states = pd.Series([t.state.name.lower() for t in study.trials]).value_counts()
-    counts = (
-        f"{len(complete)} of {len(study.trials)} trials complete"
-        + "".join(f", {n} {state}" for state, n in states.items() if state != "complete")
-        + "; as Optuna does, pruned and unfinished trials have no value here (the search table lists them)."
-    )
+    n = trial_counts(trials)  # the others in the run's words and counts, not Optuna's states (RUNNING: interrupted)
+    others = "".join(f", {n[k]} {k.replace('_', ' ')}" for k in COUNTS[3:] if n[k] and k != "no_metric")
+    counts = f"{len(complete)} of {n['total']} trials complete{others}; as Optuna does, pruned and unfinished trials "
+    counts += "have no value here (the search table lists them)."
     if len(complete) < 2 or not varied:
         why = f"{len(complete)} complete trial(s), 2 needed" if len(complete) < 2 else "no parameter varies"
         names = {**OPTUNA_PICTURES, "optimization_history_time": "Optimization history over time"}

@@ -80,6 +80,7 @@ def load_experiment(
         duplicates=duplicates,
         search=sweep.get("search"),
         ended_by=read.ended_by,
+        not_created=read.not_created,
     )
     history.attrs.update(experiment=prefix + root)
     return trials_df, history
@@ -88,13 +89,15 @@ def load_experiment(
 @dataclasses.dataclass
 class _Folder:
     """One experiment folder read: its trials and history tables, the sweep's record (``raysweep.json``), the
-    repeats left out, and why the sweep ended (``ended_by``, as ``load_trials`` says)."""
+    repeats left out, why the sweep ended (``ended_by``) and its planned trials never made (``not_created``), as
+    ``load_trials`` says."""
 
     trials: pd.DataFrame
     history: pd.DataFrame
     sweep: dict
     duplicates: list[str]
     ended_by: str | None
+    not_created: int
 
 
 def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, driver: str) -> _Folder:
@@ -106,7 +109,7 @@ def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, dr
     trials = [trials[i] for i in order]
     population = getattr(sweep.get("search"), "kind", None) == "pbt"
     trials_df, history = assemble(trials, rows, order, prefix, root, modes or {}, population=population)
-    outcomes, ended_by = trial_outcomes(trials, driver, sweep.get("search"))
+    outcomes, ended_by, not_created = trial_outcomes(trials, driver, sweep.get("search"))
     trials_df.insert(trials_df.columns.get_loc("status") + 1, "outcome", outcomes)
     if population:  # each member a row of its own, its hyperparameters those at its best epoch
         metric = sweep.get("metric")
@@ -114,7 +117,7 @@ def _load_folder(fs, root: str, prefix: str, modes: Mapping[str, str] | None, dr
         busy = {t["trial_id"]: t["busy"] for t in trials if t.get("busy")}
         objective = Objective(metric, mode) if metric and mode in ("max", "min") else Objective()
         trials_df = member_view(trials_df, history, objective, busy)
-    return _Folder(trials_df, history, sweep, duplicates, ended_by)
+    return _Folder(trials_df, history, sweep, duplicates, ended_by, not_created)
 
 
 def load_trials(
@@ -164,7 +167,9 @@ def load_trials(
         ``test_metric`` (``raysweep.json``'s: None for a sweep without one; not recorded: ``test/acc``);
         ``search``: a search's or PBT's :class:`analysis.reading.search_record.SearchRecord` (else None);
         ``ended_by``: why the sweep ended, as its driver recorded it (``trainables.experiment.outcome.SWEEP_ENDS``:
-        ``finished``, ``Ctrl-C``, ``time budget``, ...; None while it runs or when unknown).
+        ``finished``, ``Ctrl-C``, ``time budget``, ...; None while it runs or when unknown); ``not_created``: the
+        trials it planned that its searcher never made (a search its time budget or Ctrl-C ended: not run; 0
+        while it runs or when its driver did not record them; summed over experiments compared together).
 
         Repeated trials (equal configs) are left out as the module docstring says;
         ``df.attrs["duplicates"]`` lists them. A trial the sweep re-ran after it ran out of GPU memory
@@ -360,6 +365,7 @@ def _load_many(
         test_metric=tests.pop() if len(tests) == 1 else None,
         duplicates=[d for t, _ in loaded for d in t.attrs.get("duplicates", [])],
         search=loaded[0][0].attrs.get("search") if len(loaded) == 1 else None,
+        not_created=sum(int(t.attrs.get("not_created") or 0) for t, _ in loaded),
     )
     history.attrs.update(experiment=", ".join(paths), experiments=paths)
     return trials, history

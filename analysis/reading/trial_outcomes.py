@@ -18,15 +18,17 @@ from trainables.experiment.outcome import (
     PENDING,
     PRUNED,
     RUNNING,
+    count_outcomes,
     planned_epochs,
     scheduler_pruned,
     trial_outcome,
 )
 
 
-def trial_outcomes(trials: list[dict], experiment: str, search=None) -> tuple[list[str], str | None]:
+def trial_outcomes(trials: list[dict], experiment: str, search=None) -> tuple[list[str], str | None, int]:
     """(`trial_outcome` of each trial dict, why the sweep ended: `driver.json`'s `ended_by`, None while it runs
-    or when unknown).
+    or when unknown, and the planned trials its searcher never made: `driver.json`'s `not_created`, 0 while it
+    runs or when not recorded).
 
     The sweep is over when its driver record says it ended or is gone; the trials that record lists as
     stopped did not end by themselves; its `scheduler_stops` tell pruned trials. A search whose record has
@@ -52,7 +54,7 @@ def trial_outcomes(trials: list[dict], experiment: str, search=None) -> tuple[li
         )
         for t in trials
     ]
-    return outcomes, record.get("ended_by") if over else None
+    return outcomes, record.get("ended_by") if over else None, int(record.get("not_created") or 0) if over else 0
 
 
 def _ran(trial: dict) -> dict:
@@ -71,6 +73,14 @@ def _logged_stop(tail: dict) -> int | None:
     if str(tail.get("done")) != "True":  # a bool from JSON, numpy's from a DataFrame row
         return None
     return int(tail.get("training_iteration") or 0)
+
+
+def trial_counts(trials: pd.DataFrame) -> dict[str, int]:
+    """The trials of a :func:`analysis.load_trials` table by outcome (`outcome.count_outcomes`), with ``total``:
+    the planned trials its searcher never made (``attrs["not_created"]``, as the driver's last line counted them)
+    count as not run. The one count of the summary, the report, a search's closing lines and ``--json``."""
+    not_created = int(trials.attrs.get("not_created") or 0)
+    return {"total": len(trials) + not_created, **count_outcomes(outcome_column(trials), not_created, over=True)}
 
 
 def outcome_column(trials: pd.DataFrame, epochs: int | None = None) -> pd.Series:

@@ -15,6 +15,7 @@ from analysis.statistics.stats import cell_stats
 from analysis.tables.formatting import bare, format_number, latex_escape, render_table
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import LEFT_OUT
+from trainables.experiment.rules import format_metric, shown_as_percent
 
 
 def failed(trials: pd.DataFrame) -> pd.Series:
@@ -58,6 +59,9 @@ def best_runs(
         - of a ``--seeds auto`` sweep, ``seeds_n`` and ``decision`` (``attrs["seed_rule"]`` states
           the rule; :func:`analysis.statistics.seed_marks.attach_decisions`).
 
+        Values as logged; ``attrs["percent"]``: whether tables show them x100 in %
+        (`trainables.experiment.rules.shown_as_percent`, as every other table of the run).
+
     Raises:
         ExperimentError: no trial reported the metric, or a ``by`` column does not exist.
     """
@@ -77,7 +81,8 @@ def best_runs(
         table["best_seed"] = table["best_seed"].astype("Int64")
     table = table.sort_values("mean", ascending=(mode == "min"), na_position="last", kind="stable")
     table = table.rename(columns=bare)
-    table.attrs.update(metric=metric, mode=mode, scope=scope)
+    percent = shown_as_percent(metric, work.loc[work["_usable"], "_value"].tolist())
+    table.attrs.update(metric=metric, mode=mode, scope=scope, percent=percent)
     return attach_decisions(table.reset_index(drop=True), trials.attrs)
 
 
@@ -114,7 +119,8 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     """Render a :func:`best_runs` table as text, Markdown or LaTeX.
 
     Shows the configuration columns, ``n`` (and ``failed`` when any trial failed),
-    ``mean ± ci95``, ``std`` and the best seed. Numbers use ``digits`` significant digits.
+    ``mean ± ci95``, ``std`` and the best seed. Numbers use ``digits`` significant digits; the metric's
+    mean, interval and std x100 with two decimals where ``attrs["percent"]`` (its header says ``%``).
 
     Args:
         table: output of :func:`best_runs`.
@@ -129,20 +135,26 @@ def format_table(table: pd.DataFrame, style: str = "text", digits: int = 4) -> s
     metric = table.attrs.get("metric", "mean")
     show_failed = "n_failed" in table.columns and table["n_failed"].sum() > 0
     marks = bool(table.attrs.get("seed_rule"))  # --seeds auto: each row's n and decision vs its cell's best
-    header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} (mean ± 95% CI)", "std", "best seed"]
+    percent = table.attrs.get("percent", False)
+    unit = "%; " if percent else ""
+    header = [*keys, "n", *(["failed"] if show_failed else []), f"{metric} ({unit}mean ± 95% CI)", "std", "best seed"]
     header += ["seeds, decision"] if marks else []
     body = []
+
+    def number(value) -> str:
+        return format_number(value, digits) if not percent or pd.isna(value) else format_metric(value, True)
+
     for _, row in table.iterrows():
-        mean = format_number(row["mean"], digits)
+        mean = number(row["mean"])
         if not pd.isna(row["ci95"]):
-            mean += " ± " + format_number(row["ci95"], digits)
+            mean += " ± " + number(row["ci95"])
         body.append(
             [
                 *(format_number(row[k], digits) for k in keys),
                 str(row["n"]),
                 *([str(row["n_failed"])] if show_failed else []),
                 mean,
-                format_number(row["std"], digits),
+                number(row["std"]),
                 format_number(row["best_seed"], digits),
                 *([decision_mark(row) or "–"] if marks else []),
             ]

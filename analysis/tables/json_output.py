@@ -17,7 +17,8 @@ from typing import Any
 from analysis.progress import eta_seconds
 from analysis.reading.driver_record import continue_command, exit_code
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import COUNTS, count_outcomes
+from trainables.experiment.outcome import COUNTS
+from trainables.experiment.rules import json_unit
 
 STATUS_SCHEMA = "raysweep.status/2"
 SUMMARY_SCHEMA = "raysweep.summary/2"
@@ -75,13 +76,15 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         dict, see ``analysis/schemas/summary-2.json``: one cell per (method, noise type, noise rate)
         with ``n`` seeds, ``mean``, ``std`` (ddof=1) and ``ci95`` of the table metric in its own
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
+        ``units``: the unit of ``metric``'s and ``val_metric``'s values here (`rules.json_unit`: ``fraction``, an
+        accuracy the console, tables and report show x100 in %, or ``as logged``).
         ``search``: of a search or PBT experiment, its search table (every trial ranked by ``metric``
         under the rule, searched parameters, epochs, how it ended); null for a grid. ``trials``: the trials
         by outcome, as everywhere; ``ended_by``: why the sweep ended. When no trial reported the table
         metric (every trial errored), the document still comes, with no cells and ``problem`` saying why.
     """
     from analysis.reading.provenance import releases
-    from analysis.reading.trial_outcomes import outcome_column
+    from analysis.reading.trial_outcomes import trial_counts
     from analysis.tables.summary import sweep_tables
     from trainables.experiment.errors import ExperimentError
 
@@ -97,7 +100,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "columns": [],
         "cells": [],
         "best": None,
-        "trials": {"total": len(trials), **count_outcomes(outcome_column(trials))},
+        "trials": trial_counts(trials),
         "duplicates": list(trials.attrs.get("duplicates") or []),
         "raysweep": [
             r for path in trials.attrs.get("experiments") or [trials.attrs.get("experiment")] for r in releases(path)
@@ -120,6 +123,7 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
     test_of_best = cells.get(best_key) if objective.test_metric else None  # None: no test metric, cells are metric's
     document["selection"]["description"] = a["rule"]
     return document | {
+        "units": {objective.metric: json_unit(tables.val.attrs["percent"]), a["metric"]: json_unit(a["percent"])},
         "rows": a["rows"],
         "columns": a["columns"],
         "cells": [{"key": dict(zip(keys, key)), **cell} for key, cell in cells.items()],
@@ -151,6 +155,7 @@ def _search(trials, history, objective: Objective) -> dict | None:
         "searcher": a["searcher"],
         "scheduler": a["scheduler"],
         "params": a["params"],
+        "unit": json_unit(a["percent"]),
         "trials": [
             {
                 "rank": None if pd.isna(row["rank"]) else int(row["rank"]),

@@ -25,7 +25,8 @@ from analysis.reading.pbt_members import BEST_EPOCH, pbt_note
 from analysis.reading.trial_outcomes import outcome_column
 from analysis.tables.formatting import bare, format_number, render_table
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import LEFT_OUT, TIME_BUDGET, outcome_words
+from trainables.experiment.outcome import LEFT_OUT, NOT_RUN, TIME_BUDGET, outcome_words
+from trainables.experiment.rules import format_metric, shown_as_percent
 
 ASHA_NAMES = ("AsyncHyperBandScheduler", "ASHAScheduler")
 
@@ -51,8 +52,9 @@ def search_table(
         DataFrame with ``rank`` (1, 2, ...; NA unranked), ``trial``, one column per
         parameter (raw values, NaN where a trial did not have it), ``epochs`` (int), ``best_epoch``
         (a PBT member's, when ``df`` has it: :mod:`analysis.reading.pbt_members`), ``ended``,
-        ``n_seeds``, ``metric`` and ``<metric>_ci95`` (NaN with one seed or no interval);
-        ``attrs["metric"]``, ``attrs["mode"]``, ``attrs["params"]``.
+        ``n_seeds``, ``metric`` and ``<metric>_ci95`` (NaN with one seed or no interval), as logged;
+        ``attrs["metric"]``, ``attrs["mode"]``, ``attrs["params"]`` and ``attrs["percent"]``: whether the metric
+        is shown x100 in % (`trainables.experiment.rules.shown_as_percent`, as every other table shows it).
     """
     metric, mode = objective.metric, objective.mode
     if params is None:
@@ -82,7 +84,8 @@ def search_table(
     out.insert(0, "rank", pd.array(np.where(ranked, np.cumsum(ranked), 0), dtype="Int64"))
     out.loc[~ranked, "rank"] = pd.NA
     out = out.reset_index(drop=True)
-    out.attrs.update(metric=metric, mode=mode, params=list(params))
+    percent = shown_as_percent(metric, values.dropna().tolist())
+    out.attrs.update(metric=metric, mode=mode, params=list(params), percent=percent)
     return out
 
 
@@ -127,8 +130,8 @@ def experiment_search_table(selected: pd.DataFrame, objective: Objective) -> pd.
             and ``attrs["search"]`` (:class:`analysis.reading.search_record.SearchRecord`).
     Returns:
         the table (its parameters: those the search set), ``attrs`` as :func:`search_table` plus
-        ``kind``, ``searcher``, ``scheduler`` and ``ended_by`` (why the sweep ended: the words of its
-        interrupted trials).
+        ``kind``, ``searcher``, ``scheduler``, ``ended_by`` (why the sweep ended: the words of its
+        interrupted trials) and ``not_created`` (its planned trials the searcher never made: not run, no row).
     """
     record = selected.attrs.get("search")
     if record is None:
@@ -136,7 +139,11 @@ def experiment_search_table(selected: pd.DataFrame, objective: Objective) -> pd.
     frame = search_frame(selected, objective.metric)
     table = search_table(frame, objective, params=[p for p in record.params if f"config/{p}" in frame])
     table.attrs.update(
-        kind=record.kind, searcher=record.searcher, scheduler=record.scheduler, ended_by=selected.attrs.get("ended_by")
+        kind=record.kind,
+        searcher=record.searcher,
+        scheduler=record.scheduler,
+        ended_by=selected.attrs.get("ended_by"),
+        not_created=int(selected.attrs.get("not_created") or 0),
     )
     return table
 
@@ -160,8 +167,8 @@ def ended_words(outcome: str, scheduler: str | None = None, ended_by: str | None
 def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str | None = None) -> str:
     """A :func:`search_table` as text, Markdown or LaTeX (``analysis.tables.formatting.render_table``):
     rank, trial, parameters (3 significant digits; blank where a trial did not have one), epochs,
-    ended, seeds and the metric as ``0.9124 ± 0.011`` (4 significant digits; ± with more than one seed)."""
-    metric, params = table.attrs["metric"], table.attrs["params"]
+    ended, seeds and the metric (``metric_header``: its unit and spread) as :func:`format_mean` writes it."""
+    metric, params, percent = table.attrs["metric"], table.attrs["params"], table.attrs.get("percent", False)
     best_epoch = [BEST_EPOCH] if BEST_EPOCH in table else []
     header = [
         "rank",
@@ -171,7 +178,7 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
         *(c.replace("_", " ") for c in best_epoch),
         "ended",
         "n_seeds",
-        metric,
+        metric_header(metric, percent, table[f"{metric}_ci95"].notna().any()),
     ]
     body = [
         [
@@ -182,7 +189,7 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
             *("–" if pd.isna(row[c]) else str(row[c]) for c in best_epoch),
             ended_words(row["ended"], scheduler, table.attrs.get("ended_by")),
             str(row["n_seeds"]),
-            format_mean(row[metric], row[f"{metric}_ci95"]),
+            format_mean(row[metric], row[f"{metric}_ci95"], percent),
         ]
         for _, row in table.iterrows()
     ]
@@ -190,8 +197,12 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
 
 
 def search_caption(table: pd.DataFrame, rule: str, scheduler: str | None = None) -> str:
-    """The sentence above the search table: how it is ranked and what each end reason means."""
+    """The sentence above the search table: how it is ranked and what each end reason means; the trials the
+    searcher never made count among the not run (as in every count of the run), though they have no row."""
     counts = table["ended"].value_counts()
+    never = int(table.attrs.get("not_created") or 0)
+    if never:
+        counts[NOT_RUN] = counts.get(NOT_RUN, 0) + never
     ended_by = table.attrs.get("ended_by")
     ended = ", ".join(f"{n} {ended_words(reason, scheduler, ended_by)}" for reason, n in counts.items())
     budget = "; stopped by the time budget: the sweep ended before it did" if ended_by == TIME_BUDGET else ""
@@ -199,6 +210,7 @@ def search_caption(table: pd.DataFrame, rule: str, scheduler: str | None = None)
         f"{len(table)} trials ranked by {rule} ({table.attrs['mode']}), mean over the seeds of a trial "
         f"± its 95 % CI; trials without a value (errored, diverged, interrupted) last. Ended: {ended}. "
         f"Pruned: the scheduler stopped it early{budget}."
+        + (f" {never} of the not run were never made by the searcher: no row." if never else "")
     )
 
 
@@ -209,11 +221,20 @@ def format_param(value) -> str:
     return f"{value:.3g}" if isinstance(value, (float, np.floating)) else str(value)
 
 
-def format_mean(mean, ci) -> str:
-    """``0.9124 ± 0.011`` (4 significant digits), ``0.9124`` without an interval, ``–`` without a value."""
+def metric_header(metric: str, percent: bool, spread: bool) -> str:
+    """The metric's column header, saying its unit and its spread: ``val_acc (%; ± 95% CI)``, ``val/loss``."""
+    said = ["%"] * percent + ["± 95% CI"] * bool(spread)
+    return f"{metric} ({'; '.join(said)})" if said else metric
+
+
+def format_mean(mean, ci, percent: bool = False) -> str:
+    """A trial's value ± the 95 % CI over its seeds: ``91.24 ± 1.10`` x100 when ``percent``
+    (`trainables.experiment.rules.format_metric`), else ``0.9124 ± 0.011`` (4 significant digits); no ± without
+    an interval, ``–`` without a value."""
     if pd.isna(mean):
         return "–"
-    return format_number(mean) + ("" if pd.isna(ci) else " ± " + format_number(ci))
+    number = (lambda v: format_metric(v, True)) if percent else format_number
+    return number(mean) + ("" if pd.isna(ci) else " ± " + number(ci))
 
 
 def search_outcome_lines(experiment: str, objective: Objective, planned: int, k: int = 10) -> list[str]:
@@ -228,19 +249,18 @@ def search_outcome_lines(experiment: str, objective: Objective, planned: int, k:
     """
     from analysis.progress import describe_counts
     from analysis.reading.load import load_experiment
+    from analysis.reading.trial_outcomes import trial_counts
     from analysis.statistics.select import add_selected
     from trainables.experiment.errors import ExperimentError
     from trainables.experiment.outcome import count_outcomes
 
     try:
         trials, history = load_experiment(experiment)
-    except ExperimentError:  # stopped before its first trial: none created
-        trials, history = None, None
-    ran = outcome_column(trials) if trials is not None else []
-    counts = count_outcomes(ran, not_created=planned - len(ran), over=True)  # never created: not run
-    lines = [f"{max(planned, len(ran))} trials: {describe_counts(counts, shown=('finished', 'pruned'))}"]
-    if trials is None:
-        return lines
+    except ExperimentError:  # stopped before its first trial: none created, all `planned` not run
+        counts = count_outcomes([], not_created=planned, over=True)
+        return [f"{planned} trials: {describe_counts(counts, shown=('finished', 'pruned'))}"]
+    counts = trial_counts(trials)  # those never created (driver.json's not_created): not run, as the last line
+    lines = [f"{counts['total']} trials: {describe_counts(counts, shown=('finished', 'pruned'))}"]
     metric = objective.metric
     if metric not in history.columns or not history[metric].notna().any():
         return lines

@@ -16,13 +16,12 @@ from analysis.progress import describe_counts
 from analysis.reading.load import duplicates_line, load_experiment
 from analysis.reading.oom_rounds import reruns_line
 from analysis.reading.pbt_members import BEST_EPOCH, MEMBER, pbt_note
-from analysis.reading.trial_outcomes import outcome_column
+from analysis.reading.trial_outcomes import trial_counts
 from analysis.tables.formatting import aligned_text, format_value
 from analysis.tables.paper import paper_table
 from analysis.tables.paper_format import format_cell
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import count_outcomes
 
 
 def sweep_summary(experiment: Any, objective: Objective = Objective()) -> str:
@@ -109,7 +108,7 @@ def sweep_tables(
         raise ExperimentError(f"no trial reported {metric!r}: nothing to summarise")
     test = paper_table(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
     val = paper_table(trials, history, objective.validation(), rows=test.attrs["rows"], baseline=None)
-    return SweepTables(test, val, best_cell(val), count_outcomes(outcome_column(trials)))
+    return SweepTables(test, val, best_cell(val), trial_counts(trials))
 
 
 def format_summary(trials: pd.DataFrame, tables: SweepTables) -> str:

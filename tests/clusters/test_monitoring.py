@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -103,9 +105,11 @@ def test_sweep_submitted_as_ray_job_succeeds_with_best_run_table_in_its_logs(ray
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
-    while (status := client.get_job_status(job_id)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
-        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
-        time.sleep(2)
+    ended = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    assert wait_until(lambda: client.get_job_status(job_id) in ended, deadline - time.monotonic(), every_s=2), (
+        client.get_job_logs(job_id)[-3000:]
+    )
+    status = client.get_job_status(job_id)
     logs = client.get_job_logs(job_id)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
     # The table, laid out as the grid: one noise rate (row) x one noise type (column), one seed.
@@ -201,10 +205,14 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
         assert url, "".join(seen)[-3000:]
         profile, names = tmp_path / "chromium-profile", ("sym_0.25_seed0", "sym_0.5_seed0")
         # The dashboard samples each worker's title every few seconds: load the page until a trial's shows.
-        deadline, page = time.monotonic() + 180, ""
-        while time.monotonic() < deadline and not any(f"ray::{n}" in page for n in names):
+        page = ""
+
+        def a_trial_titled() -> bool:
+            nonlocal page
             page = headless_chromium("--dump-dom", f"{url}/#/cluster", profile=profile).stdout
-        assert any(f"ray::{n}" in page for n in names), re.findall(r"ray::[\w.]+", page)
+            return any(f"ray::{n}" in page for n in names)
+
+        assert wait_until(a_trial_titled, 180, every_s=0), re.findall(r"ray::[\w.]+", page)
         headless_chromium(f"--screenshot={shot}", f"{url}/#/cluster", profile=profile)
         assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
     finally:

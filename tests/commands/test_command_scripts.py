@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +15,7 @@ import pytest
 
 from analysis.reading.load import load_history
 from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+from tests.helpers.processes import wait_until
 from tests.helpers.trial_results import history, trials
 
 # --- sweeps --------------------------------------------------------------------------------------
@@ -265,22 +265,18 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path, 
         start_new_session=True,
     )
     experiment = tmp_path / "runs" / "command"
-    deadline = time.monotonic() + 300
-    logs = lambda: list(experiment.glob("*/command_stdout.txt")) if experiment.exists() else []  # noqa: E731
+    logs = lambda: list(experiment.glob("*/command_stdout.txt"))  # noqa: E731
     # killed once Tune recorded 4 rows: a step checkpoint each, so num_to_keep=2 has deleted some, maybe
     # the one Tune's experiment state names (sweeps/engine/run/checkpoint_repair.py restores from a later one then)
     recorded = lambda: max([_epochs(p.with_name("result.json")) for p in logs()] or [[]], key=len)  # noqa: E731
-    while len(recorded()) < 4 and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(0.02)
+    wait_until(lambda: len(recorded()) >= 4 or driver.poll() is not None, 300, every_s=0.02)
     assert driver.poll() is None, "the sweep ended before it could be killed"
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     (log,) = logs()
     # the worker and the script outlive the driver for a moment and may print epochs Tune never records
     printed = lambda: [int(e) for e in re.findall(r"^epoch (\d+)/", log.read_text(), re.M)]  # noqa: E731
-    wait_deadline = time.monotonic() + 10
-    while max(printed()) <= max(recorded()) and time.monotonic() < wait_deadline:
-        time.sleep(0.05)
+    wait_until(lambda: max(printed()) > max(recorded()), 10, every_s=0.05)
     unreported = max(printed()) > max(recorded())
     proc = subprocess.run(
         [PY, "sweeps/run_command.py", *flags, "--resume", *argv],

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import wait_until
 from tests.helpers.repos import make_repo, tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,9 +66,7 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
     log = (tmp_path / "sweep.log").open("w")
     sweep = subprocess.Popen(argv, cwd=repo, env=sweep_env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
-        while not list(out.glob("command/*/result.json")) and sweep.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: list(out.glob("command/*/result.json")) or sweep.poll() is not None, 300, every_s=0.2)
         (repo / "data" / "__init__.py").write_text("VERSION = 2\n")
         edited = (repo / "data" / "__init__.py").stat().st_mtime  # the file system's clock, as the checkpoints'
         assert sweep.wait(timeout=400) == 0, (tmp_path / "sweep.log").read_text()[-3000:]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import wait_until
 from tests.helpers.repos import make_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +32,7 @@ def test_four_trials_read_through_dotdot_keep_their_own_checkpoints_and_leave_th
     (launch.parent / "other_programs_tmp").mkdir()  # a folder beside the launch folder that no trial reads
     env = {**sweep_env, "PYTHONPATH": str(ROOT)}
     sweep = subprocess.Popen(argv, cwd=launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not list((out / "command" / "code").glob("*/raysweep_code.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: list((out / "command" / "code").glob("*/raysweep_code.json")), 300, every_s=0.2)
     (launch.parent / "other_programs_tmp").rmdir()  # gone after launch, before the trials set up
     stdout, stderr = sweep.communicate(timeout=600)
     proc = subprocess.CompletedProcess(argv, sweep.returncode, stdout, stderr)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from sweeps import noise_grid
+from tests.helpers.processes import wait_for, wait_until
 from tests.helpers.trial_results import results_of
 from trainables import train_epochs
 
@@ -129,11 +130,9 @@ def run_driver(argv: list[str], kill_after: float | None, experiment: Path) -> N
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     if kill_after is not None:
-        before = set(experiment.glob("experiment_state-*.json")) if experiment.exists() else set()
-        while proc.poll() is None and not (
-            set(experiment.glob("experiment_state-*.json")) - before if experiment.exists() else set()
-        ):
-            time.sleep(0.05)
+        before = set(experiment.glob("experiment_state-*.json"))
+        saved = lambda: proc.poll() is not None or set(experiment.glob("experiment_state-*.json")) - before  # noqa: E731
+        wait_for(saved, 300, "a new experiment state", every_s=0.05)
         time.sleep(kill_after)
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=300)
@@ -246,23 +245,26 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     experiment = tmp_path / "window"
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
-    finished = None
-    while finished is None:
-        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before a trial finished"
-        for trial in experiment.glob("sym_*"):
-            rows = results_of(trial) if (trial / "result.json").exists() else []
-            if rows and rows[-1].get("epoch") == 4:
-                finished = trial
-        time.sleep(0.02)
+
+    def a_finished_trial() -> Path | None:
+        assert proc.poll() is None, "the sweep ended before a trial finished"
+        trials = [t for t in experiment.glob("sym_*") if (t / "result.json").exists()]
+        return next((t for t in trials if (rows := results_of(t)) and rows[-1].get("epoch") == 4), None)
+
+    finished = wait_for(a_finished_trial, 240, "a trial that finished", every_s=0.02)
     # The trial's `stdout` reaches storage by Tune's background artifact sync, after its last result:
     # the test counts its epoch lines, so it waits (deadline) until all 4 are there, then kills.
     stdout = finished / "stdout"
-    while not (stdout.exists() and stdout.read_text().count("Epoch [") == 4):
-        assert proc.poll() is None and time.monotonic() < deadline, (
-            "the trial's stdout never reached storage with 4 epoch lines: "
-            f"{stdout.read_text() if stdout.exists() else 'absent'}"
-        )
-        time.sleep(0.02)
+
+    def never() -> str:
+        text = stdout.read_text() if stdout.exists() else "absent"
+        return f"the trial's stdout never reached storage with 4 epoch lines: {text}"
+
+    def four_epoch_lines() -> bool:
+        assert proc.poll() is None, never()
+        return stdout.read_text().count("Epoch [") == 4
+
+    assert wait_until(four_epoch_lines, deadline - time.monotonic(), every_s=0.02), never()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     rows_before = results_of(finished)

@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from sweeps import lr_search
 from sweeps.engine.flags import UsageError
+from tests.helpers.processes import wait_until
 
 
 def trial_results(experiment: Path) -> dict[str, list[dict]]:
@@ -118,12 +118,9 @@ def test_interrupted_search_resumes_without_repeating_trials(ray_gpus, tmp_path)
     argv = search_argv(tmp_path, "--name", "resumed", "--repeat", "2", epochs=2)
 
     def interrupt_after_three_trials_exist():  # as Ctrl+C would: Tune saves its state and returns
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if experiment.exists() and len([p for p in experiment.iterdir() if (p / "params.json").exists()]) >= 3:
-                os.kill(os.getpid(), signal.SIGUSR1)
-                return
-            time.sleep(0.2)
+        three = lambda: len([p for p in experiment.iterdir() if (p / "params.json").exists()]) >= 3  # noqa: E731
+        if wait_until(three, 300, every_s=0.2):
+            os.kill(os.getpid(), signal.SIGUSR1)
 
     watcher = threading.Thread(target=interrupt_after_three_trials_exist, daemon=True)
     watcher.start()

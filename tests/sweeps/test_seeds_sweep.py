@@ -6,13 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 
 import pandas as pd
 import pytest
 
 from tests.helpers.command_sweeps import PY, ROOT, SWEEP_TIMEOUT_S, run_sweep
+from tests.helpers.processes import wait_until
 
 AXES = ["--axis", "cell=gap,same", "--axis", "method=A,B", "--seeds", "auto"]
 # two slots for four open methods: with as many slots as open methods a free slot gets a seed run ahead (never
@@ -23,23 +23,14 @@ COMMAND = ["--", PY, "tests/scripts/seeded_methods.py", "--cell", "{cell}", "--m
 COMMAND += ["--sleep", "1"]  # 1 s a trial: a sweep slow enough to kill
 
 
-def _finished(experiment, polling: bool = False) -> list[tuple]:
-    """(cell, method, seed) of every trial folder whose command reported its val_acc; `polling`: while the
-    sweep runs, a params.json that Tune is writing is read at the next poll (after it, one is an error)."""
+def _finished(experiment) -> list[tuple]:
+    """(cell, method, seed) of every trial folder whose command reported its val_acc. While the sweep runs, a
+    params.json that Tune is writing in place raises (`wait_until` polls again); after it, that is an error."""
     done = []
-    try:
-        results = list(experiment.glob("*/result.json")) if experiment.exists() else []
-    except FileNotFoundError:  # the storage probe makes the folder and removes it again before the sweep starts
-        results = []
-    for trial in results:
+    for trial in experiment.glob("*/result.json"):
         rows = [json.loads(line) for line in trial.read_text().splitlines() if line.strip().endswith("}")]
         if any("val_acc" in r for r in rows):
-            try:
-                config = json.loads(trial.with_name("params.json").read_text())
-            except (FileNotFoundError, json.JSONDecodeError):  # Tune writes it in place
-                if polling:
-                    continue
-                raise
+            config = json.loads(trial.with_name("params.json").read_text())
             done.append((config["cell"], config["method"], config["seed"]))
     return done
 
@@ -63,9 +54,7 @@ def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_high
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
-    while len(_finished(experiment, polling=True)) < 4 and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(0.05)
+    wait_until(lambda: len(_finished(experiment)) >= 4 or driver.poll() is not None, 300, every_s=0.05)
     assert driver.poll() is None, "the sweep ended before it could be killed"
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -62,15 +61,20 @@ def test_status_of_a_running_12_trial_sweep_then_of_its_killed_driver(tmp_path, 
         start_new_session=True,
     )
     try:
-        deadline, seen = time.monotonic() + 240, None
-        while time.monotonic() < deadline and driver.poll() is None:
-            if (experiment / "raysweep.json").exists() and list(experiment.glob("experiment_state-*.json")):
-                if not (experiment / "driver.json").exists():  # a driver without its record (issue 20 not merged)
-                    (experiment / "driver.json").write_text(json.dumps(record(driver.pid)))
-                seen = status(experiment)
-                if seen.returncode == 0 and " 0 running" not in seen.stdout.splitlines()[0]:
-                    break
-            time.sleep(0.5)
+        seen = None
+
+        def a_trial_runs() -> bool:
+            nonlocal seen
+            if not ((experiment / "raysweep.json").exists() and list(experiment.glob("experiment_state-*.json"))):
+                return driver.poll() is not None
+            if not (experiment / "driver.json").exists():  # a driver without its record (issue 20 not merged)
+                (experiment / "driver.json").write_text(json.dumps(record(driver.pid)))
+            seen = status(experiment)
+            return (
+                seen.returncode == 0 and " 0 running" not in seen.stdout.splitlines()[0]
+            ) or driver.poll() is not None
+
+        wait_until(a_trial_runs, 240, every_s=0.5)
         assert seen is not None and " 0 running" not in seen.stdout.splitlines()[0], "no trial ran within 240 s"
         out = seen.stdout.splitlines()
         counts = re.search(

@@ -7,12 +7,12 @@ are read back with the trackers' own APIs. Skipped where the `trackers` extra is
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from sweeps.engine.run import monitoring
+from tests.helpers.processes import wait_until
 from tests.helpers.tracker_flags import HAS_MLFLOW, HAS_WANDB, flags
 
 
@@ -24,9 +24,8 @@ def tiny_tuner(callbacks: list, storage: Path, started=None):
 
     def trainable(config):
         tune.report({"val/acc": config["x"]})
-        deadline = time.monotonic() + 60
-        while started and not started(Path(tune.get_context().get_trial_dir())) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        if started:
+            wait_until(lambda: started(Path(tune.get_context().get_trial_dir())), 60)
         tune.report({"val/acc": config["x"] * 2})
 
     return tune.Tuner(

@@ -66,6 +66,7 @@ def test_load_trials_one_row_per_trial(grid):
         "duplicates": [],
         "search": None,  # a grid: no searcher, no PBT
         "ended_by": None,  # no driver record
+        "not_created": 0,  # nor trials its searcher never made
     }
     assert set(trials["outcome"]) == {"finished"}
 
@@ -314,7 +315,8 @@ def test_format_and_write_table(tmp_path):
         "n",
         "failed",
         "val/acc",
-        "(mean",
+        "(%;",  # an accuracy in [0, 1]: x100, as every table of the run shows it
+        "mean",
         "±",
         "95%",
         "CI)",
@@ -322,15 +324,19 @@ def test_format_and_write_table(tmp_path):
         "best",
         "seed",
     ]
-    assert "0.83 ± 0.08957" in text and len(text.splitlines()) == 4
+    assert "83.00 ± 8.96" in text and "3.61" in text and len(text.splitlines()) == 4
     markdown = analysis.format_table(table, "markdown")
     assert markdown.splitlines()[1] == "|---|---|---|---|---|---|"
-    assert "| 0.2 | 3 | 0 | 0.83 ± 0.08957 | 0.03606 | 2 |" in markdown
+    assert "| 0.2 | 3 | 0 | 83.00 ± 8.96 | 3.61 | 2 |" in markdown
     latex = analysis.format_table(table, "latex")
-    assert r"noise\_rate" in latex and r"0.83 $\pm$ 0.08957" in latex and latex.startswith(r"\begin{tabular}{lrrrrr}")
+    assert r"noise\_rate" in latex and r"83.00 $\pm$ 8.96" in latex and latex.startswith(r"\begin{tabular}{lrrrrr}")
     paths = analysis.write_table(table, tmp_path / "out" / "best_runs")
     assert [p.name for p in paths] == ["best_runs.csv", "best_runs.md", "best_runs.tex"]
-    assert pd.read_csv(paths[0])["mean"].tolist() == pytest.approx([0.83, 0.65, 0.5])
+    assert pd.read_csv(paths[0])["mean"].tolist() == pytest.approx([0.83, 0.65, 0.5])  # the CSV: as logged
+    loss = analysis.best_runs(
+        HAND.assign(**{"last/val/acc": HAND["last/val/acc"] * 100}), analysis.Objective("val/acc", "max")
+    )
+    assert not loss.attrs["percent"] and "83 ± 8.957" in analysis.format_table(loss)  # already in %: as logged
 
 
 # ---------------------------------------------------------------------------------------------

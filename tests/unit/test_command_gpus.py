@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +13,7 @@ import pyarrow.fs
 import pynvml
 import pytest
 
+from tests.helpers.processes import wait_until
 from trainables import gpu_oom, gpu_use
 from trainables.command import failure
 from trainables.experiment import records
@@ -41,9 +41,7 @@ def process_tree():
     try:
         import psutil
 
-        deadline = time.monotonic() + 10
-        while not psutil.Process(shell.pid).children() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: psutil.Process(shell.pid).children(), 10, every_s=0.01)
         yield shell.pid, psutil.Process(shell.pid).children()[0].pid
     finally:
         for child in psutil.Process(shell.pid).children():

@@ -5,7 +5,6 @@ out-of-memory errors are injected, and Ray's logical GPUs stand in for devices.
 """
 
 import os
-import time
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from sweeps import noise_grid
 from sweeps.engine import flags
 from sweeps.engine.cluster import gpus
 from sweeps.engine.flags import UsageError
+from tests.helpers.processes import wait_until
 from trainables import gpu, gpu_oom, gpu_share, gpu_use
 from trainables.experiment import records
 
@@ -296,9 +296,7 @@ def test_is_gpu_oom_sees_through_wrapping():
 def test_utilization_is_sampled_in_the_background():
     recorded = iter([30.0, 60.0, 90.0] * 1000)
     with gpu_use.sample_gpu_utilization(lambda: next(recorded), every_s=0.005) as samples:
-        deadline = time.time() + 5
-        while len(samples) < 6 and time.time() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(samples) >= 6, 5, every_s=0.01)
     assert len(samples) >= 6 and samples[:3] == [30.0, 60.0, 90.0]
     metrics = gpu_use.gpu_metrics(0.25, 0.225, [30.0, 60.0, 90.0])
     assert metrics == {"gpu/fraction": 0.25, "gpu/memory_cap": 0.225, "gpu/utilization_mean": 60.0}

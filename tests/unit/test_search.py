@@ -301,7 +301,8 @@ def test_top_trials_shows_mean_and_ci_and_says_why_each_trial_ended(trials_df):
     assert len(table) == 5
     best = trials_df.loc[trials_df["val/acc"].idxmax()]
     assert table.loc[0, "trial"] == best["trial_id"]
-    assert table.loc[0, "val/acc"] == f"{best['val/acc']:.4g} ± 0.01"
+    # an accuracy in [0, 1]: x100 in %, as the summary above it and every other table of the run shows it
+    assert table.attrs["percent"] and table.loc[0, "val/acc"] == f"{best['val/acc'] * 100:.2f} ± 1.00"
     assert {"lr", "weight_decay", "loss", "gce_q"} <= set(table.columns)
     assert ((table["gce_q"] == "") == (table["loss"] != "gce")).all()  # blank where the loss has no q
     assert (table["ended"] == "finished").all()  # nothing says a scheduler stopped any: none is pruned
@@ -358,3 +359,26 @@ def test_pbt_bad_input_fails_before_ray_starts(argv, match, tmp_path):
     with pytest.raises(UsageError, match=match):
         pbt.main([*argv, "--storage-path", str(tmp_path / "runs")])
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_search_table_says_the_unit_and_spread_of_its_metric():
+    """An accuracy in [0, 1] x100 in %, as the summary above it (`rules.shown_as_percent` decides for every
+    table), its ± named as the 95 % CI over a trial's seeds; a loss as logged, 4 significant digits."""
+    df = pd.DataFrame(
+        {
+            "trial": ["a", "b"],
+            "config/lr": [0.1, 0.01],
+            "training_iteration": [3, 3],
+            "ended": ["finished", "finished"],
+            "num_seeds": [3, 3],
+            "val/acc": [0.5290, 0.61234],
+            "val/acc_ci95": [0.0123, float("nan")],
+            "val/loss": [0.000123, 0.5],
+        }
+    )
+    table = search_table(df, Objective("val/acc", "max"))
+    header, first, second = format_search_table(table).splitlines()[:3]
+    assert header.endswith("val/acc (%; ± 95% CI)") and first.endswith("61.23") and second.endswith("52.90 ± 1.23")
+    loss = search_table(df.assign(num_seeds=1), Objective("val/loss", "min"))
+    header, first = format_search_table(loss).splitlines()[:2]
+    assert not loss.attrs["percent"] and header.split()[-1] == "val/loss" and first.endswith("0.000123")

@@ -290,3 +290,46 @@ def test_json_holds_the_search_table(tmp_path):
     assert "gce_q" not in first["params"]  # a ce trial has no q
     assert {t["ended"] for t in search["trials"]} == {"finished", "pruned", "interrupted", "errored"}
     assert document(noise_grid(tmp_path, seeds=(0,)))["search"] is None
+
+
+# --- one scale and one count per run ------------------------------------------------------------------------
+
+
+def test_a_budget_ended_search_counts_its_never_made_trials_alike_and_shows_one_scale_everywhere(tmp_path):
+    """6 trials made (3 finished, 1 stopped by the time budget, 2 pruned), 4 never made by the searcher: every
+    count of the run says 10 trials, 4 not run, as the driver's last line did (`driver.json`'s not_created);
+    val/acc (in [0, 1]) is shown x100 in % with its unit and spread said, and `--json` states its unit."""
+    from analysis.reading.trial_outcomes import trial_counts
+    from analysis.tables.search_table import search_outcome_lines
+    from analysis.tables.summary import format_summary, sweep_tables
+
+    experiment = search_experiment(tmp_path, n=6, finished=3, budget=1)
+    write_driver_end(experiment, ended_by="time budget", stopped=["abcde_00002"], not_created=4)
+    trials, history = analysis.load_experiment(experiment)
+    objective = analysis.Objective("val/acc", "max")
+    counts = trial_counts(trials)
+    assert (counts["total"], counts["finished"], counts["interrupted"], counts["not_run"]) == (10, 3, 1, 4)
+    summary = format_summary(trials, sweep_tables(trials, history, objective))
+    assert "failed trials (left out of the cells): 0 errored, 0 diverged, 1 interrupted, 4 not run" in summary
+    assert "test/acc (%)" in summary and "mean ± std (n seeds)" in summary  # its spread, said
+
+    lines = search_outcome_lines(str(experiment), objective, planned=10)
+    assert lines[0] == "10 trials: 3 finished, 2 pruned, 1 interrupted, 4 not run"
+    header, best = lines[-1].splitlines()[:2]
+    assert header.split()[-2:] == ["val/acc", "(%)"]  # one seed each: no spread to say
+    top = trials.loc[trials["best/val/acc"].idxmax(), "best/val/acc"]  # the rule: the best over epochs
+    assert best.split()[-1] == f"{top * 100:.2f}"  # the summary's scale, not 0.7877
+
+    report = (analysis.write_up(experiment) / "report.md").read_text()
+    assert "- trials: 10 (3 finished, 2 pruned, 0 errored, 0 diverged, 1 interrupted, 4 not run)" in report
+    assert "4 not run" in report.split("## Search")[1].split("\n\n")[1]  # the search table's caption
+    assert "running" not in report.split("## Search")[1]  # Optuna's states are not our words
+    assert "val/acc (%)" in report and "val/acc (%; mean ± 95% CI)" in report
+
+    result = subprocess.run(
+        [sys.executable, "-m", "analysis", str(experiment), "--json"], capture_output=True, text=True, cwd=REPO
+    )
+    document = json.loads(result.stdout)
+    assert document["trials"]["total"] == 10 and document["trials"]["not_run"] == 4
+    assert document["units"] == {"val/acc": "fraction", "test/acc": "fraction"}
+    assert document["search"]["unit"] == "fraction" and document["search"]["trials"][0]["value"] == pytest.approx(top)

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
+from tests.helpers.processes import wait_until
 from trainables.command.watchdog import files_being_written, group_alive, wait_for_writes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,9 +100,7 @@ def test_killed_worker_mid_save_the_shim_keeps_the_command_and_the_watchdog_lets
         for process in [*direct, psutil.Process(worker.pid)]:
             process.send_signal(signal.SIGKILL)
         worker.wait()
-        deadline = time.monotonic() + 120
-        while group_alive(leader) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not group_alive(leader), 120)
         assert not group_alive(leader)  # the watchdog ended the command once its file was closed
         assert target.stat().st_size == 40 * MIB
     finally:

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.helpers.analysis_fixtures import trial_spec, write_experiment
+from tests.helpers.processes import wait_until
 from trainables.experiment import outcome as words
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import trial_outcome
@@ -159,9 +159,7 @@ def test_sweep_ending_tells_stopped_trials_from_ended_ones_and_routes_sigterm_to
             ending_callback.on_trial_start(0, [], trials[name])
         ending_callback.on_trial_complete(0, [], trials["a"])
         os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's SIGTERM: Tune's resumable stop, not death
-        deadline = time.monotonic() + 10
-        while not tune_stops and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: tune_stops, 10, every_s=0.01)
         assert tune_stops == [signal.SIGINT]
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # a second SIGTERM ends the driver at once
         ending_callback.on_experiment_end(list(trials.values()))
@@ -255,10 +253,16 @@ def test_the_driver_record_keeps_the_trials_an_earlier_run_stopped_until_they_en
     (folder / "driver.json").write_text(json.dumps(earlier))
     held = driver_lock.hold(str(folder))
     ending = SimpleNamespace(
-        stopped={"c"}, ended={"a"}, scheduler_stops={}, ended_by="Ctrl-C", why="Ctrl-C", ended_at=None
+        stopped={"c"},
+        ended={"a"},
+        scheduler_stops={},
+        ended_by="Ctrl-C",
+        why="Ctrl-C",
+        ended_at=None,
+        not_created=lambda: 2,
     )
     held.record_end(130, ending)  # a resumed `a` ended; `b` was not run again
     assert json.loads((folder / "driver.json").read_text())["stopped"] == ["b", "c"]
     held.release(130)
     record = json.loads((folder / "driver.json").read_text())
-    assert (record["exit_code"], record["stopped"]) == (130, ["b", "c"])
+    assert (record["exit_code"], record["stopped"], record["not_created"]) == (130, ["b", "c"], 2)

@@ -82,6 +82,12 @@ def shown_as_percent(metric: str, values) -> bool:
     return "acc" in metric.rsplit("/", 1)[-1].lower() and bool(finite) and all(0 <= v <= 1 for v in finite)
 
 
+def json_unit(percent: bool) -> str:
+    """How `--json` states the unit of a metric's values, which it gives as logged: `fraction` for an accuracy
+    in [0, 1] that the console, tables and report show x100 in % (`shown_as_percent`), else `as logged`."""
+    return "fraction" if percent else "as logged"
+
+
 def show_value(metric: str, value: float) -> str:
     """One value of `metric` on its own (the progress block, a notification): `83.40%` for an accuracy held
     as a fraction, else `0.8340` (`format_metric`)."""

@@ -67,8 +67,9 @@ class DriverHold:
         """Stop the heartbeat and record `ended`, `exit_code`, and of the fit's `ending`
         (`sweeps.engine.run.sweep_end.Ending`): `stopped`, the ids of the trials this run stopped before they
         ended, and those an earlier run stopped that did not end in this one; `scheduler_stops`; `ended_by`
-        and `why`, why the sweep ended (`trainables.experiment.outcome.SWEEP_ENDS`); the elapsed time its
-        console said; and `resumed`: this run was a `--resume` (what continues it depends on it:
+        and `why`, why the sweep ended (`trainables.experiment.outcome.SWEEP_ENDS`); `not_created`, the planned
+        trials its searcher never made (not run: the last line counts them, the analysis reads them); the elapsed
+        time its console said; and `resumed`: this run was a `--resume` (what continues it depends on it:
         `driver_record.continue_command`). Still holding the folder: the summary and report written next
         read the sweep as over. `release` then lets it go."""
         earlier = set((self.previous or {}).get("stopped") or ()) - set(ending.ended)
@@ -81,6 +82,7 @@ class DriverHold:
             scheduler_stops={**self.record["scheduler_stops"], **ending.scheduler_stops},
             ended_by=ending.ended_by,
             why=ending.why,
+            not_created=ending.not_created(),
             resumed=bool(resumed),
             # the elapsed time the console's final block said (`--status` says the same)
             elapsed_s=ending.ended_at - self.record["started"] if ending.ended_at else None,
