@@ -230,3 +230,18 @@ def test_printed_rows_without_the_metric_are_reported_at_the_end_when_no_tracker
     # none does: the printed rows are the trial's, so its error can name the keys they held
     assert reader.close([{"epoch": 2, "loss": 0.5}]) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
     assert reader.source is None
+
+
+def test_a_hydra_run_six_folders_down_is_found_and_files_from_before_the_start_are_not(tmp_path):
+    """lightning-hydra-template's `logger=csv` writes `logs/train/runs/<stamp>/csv/version_0/metrics.csv`."""
+    old = tmp_path / "logs/train/runs/2026-01-01_00-00-00/csv/version_0/metrics.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text("epoch,val/acc\n0,0.1\n")
+    os.utime(old, (1_000, 1_000))
+    new = tmp_path / "logs/train/runs/2026-11-28_07-00-00/csv/version_0/metrics.csv"
+    new.parent.mkdir(parents=True)
+    new.write_text("epoch,val/acc\n0,0.5\n")
+    (tmp_path / ".git/a/b/c/d/e").mkdir(parents=True)
+    (tmp_path / ".git/a/b/c/d/e/metrics.csv").write_text("epoch,val/acc\n0,0.9\n")
+    assert trackers.find_records(tmp_path, "csv") == [old, new]
+    assert trackers.find_records(tmp_path, "csv", since=2_000) == [new]
