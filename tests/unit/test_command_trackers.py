@@ -135,7 +135,7 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     assert reader.source == "csv"
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
-    assert trackers.describe_sources(tmp_path, "epoch") == ("csv held val_acc, step, train_loss; hf held eval_loss")
+    assert trackers.describe_sources(tmp_path, "epoch") == ("csv held step, train_loss, val_acc; hf held eval_loss")
     printed = TrackerResults(tmp_path, "epoch", auto=True)
     row = {"epoch": 1, "acc": 0.5}  # the command prints its own rows (no --metric known): they are the rows
     assert printed.poll([row]) == [row] and printed.close() == [] and printed.source is None
@@ -245,3 +245,13 @@ def test_a_hydra_run_six_folders_down_is_found_and_files_from_before_the_start_a
     (tmp_path / ".git/a/b/c/d/e/metrics.csv").write_text("epoch,val/acc\n0,0.9\n")
     assert trackers.find_records(tmp_path, "csv") == [old, new]
     assert trackers.find_records(tmp_path, "csv", since=2_000) == [new]
+
+
+def test_of_several_runs_csv_logs_the_newest_is_read(tmp_path):
+    reader = TrackerResults(tmp_path, "epoch", objective=Objective("val/acc", test_metric=None), since=100.0)
+    for stamp, acc, mtime in (("07-00", 0.5, 200), ("07-05", 0.6, 300)):
+        path = tmp_path / f"logs/train/runs/{stamp}/csv/version_0/metrics.csv"
+        path.parent.mkdir(parents=True)
+        path.write_text(f"epoch,val/acc\n0,{acc}\n")
+        os.utime(path, (mtime, mtime))
+    assert reader.close() == [{"epoch": 0, "val/acc": 0.6}]

@@ -277,7 +277,8 @@ class TrackerResults:
         if source == "tensorboard":
             return self._read_tensorboard(paths)
         paths = csv_files(paths, self.metric) if source == "csv" else paths
-        for path in paths[-1:] if source == "hf" else paths:  # each trainer_state.json holds the whole history
+        # each trainer_state.json holds the whole history; of several runs' CSV logs (Hydra's runs/<stamp>/), the newest
+        for path in paths[-1:] if source in ("hf", "csv") else paths:
             if source == "wandb":
                 found, self.seen[path] = read_history(path, self.seen.get(path, 0))
                 rows += self._wandb_rows(path, found)
