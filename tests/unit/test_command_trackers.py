@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,18 @@ def test_of_several_runs_csv_logs_the_newest_is_read(tmp_path):
         path.write_text(f"epoch,val/acc\n0,{acc}\n")
         os.utime(path, (mtime, mtime))
     assert reader.close() == [{"epoch": 0, "val/acc": 0.6}]
+
+
+def test_check_says_a_tracker_file_was_written_when_only_printed_text_was_read(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from sweeps.engine.command_sweep.command_check import _say_source
+
+    path = tmp_path / "logs/train/runs/07-00/csv/version_0/metrics.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("epoch,loss\n0,0.5\n")
+    events = SimpleNamespace(source=None, since=time.time() - 60, files={})
+    _say_source(SimpleNamespace(metrics_from="output", step_key="epoch", metric="acc"), events, True, tmp_path)
+    assert (
+        "tracker files written but not read: logs/train/runs/07-00/csv/version_0/metrics.csv" in capsys.readouterr().out
+    )
