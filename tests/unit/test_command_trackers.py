@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_records_are_read_live_from_this_attempt_and_every_source_is_described(t
     assert reader.source == "csv"
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "trainer_state.json").write_text('{"log_history": [{"eval_loss": 0.3, "epoch": 1.0}]}')
-    assert trackers.describe_sources(tmp_path, "epoch") == ("csv held val_acc, step, train_loss; hf held eval_loss")
+    assert trackers.describe_sources(tmp_path, "epoch") == ("csv held step, train_loss, val_acc; hf held eval_loss")
     printed = TrackerResults(tmp_path, "epoch", auto=True)
     row = {"epoch": 1, "acc": 0.5}  # the command prints its own rows (no --metric known): they are the rows
     assert printed.poll([row]) == [row] and printed.close() == [] and printed.source is None
@@ -230,3 +231,43 @@ def test_printed_rows_without_the_metric_are_reported_at_the_end_when_no_tracker
     # none does: the printed rows are the trial's, so its error can name the keys they held
     assert reader.close([{"epoch": 2, "loss": 0.5}]) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
     assert reader.source is None
+
+
+def test_a_hydra_run_six_folders_down_is_found_and_files_from_before_the_start_are_not(tmp_path):
+    """lightning-hydra-template's `logger=csv` writes `logs/train/runs/<stamp>/csv/version_0/metrics.csv`."""
+    old = tmp_path / "logs/train/runs/2026-01-01_00-00-00/csv/version_0/metrics.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text("epoch,val/acc\n0,0.1\n")
+    os.utime(old, (1_000, 1_000))
+    new = tmp_path / "logs/train/runs/2026-11-28_07-00-00/csv/version_0/metrics.csv"
+    new.parent.mkdir(parents=True)
+    new.write_text("epoch,val/acc\n0,0.5\n")
+    (tmp_path / ".git/a/b/c/d/e").mkdir(parents=True)
+    (tmp_path / ".git/a/b/c/d/e/metrics.csv").write_text("epoch,val/acc\n0,0.9\n")
+    assert trackers.find_records(tmp_path, "csv") == [old, new]
+    assert trackers.find_records(tmp_path, "csv", since=2_000) == [new]
+
+
+def test_of_several_runs_csv_logs_the_newest_is_read(tmp_path):
+    reader = TrackerResults(tmp_path, "epoch", objective=Objective("val/acc", test_metric=None), since=100.0)
+    for stamp, acc, mtime in (("07-00", 0.5, 200), ("07-05", 0.6, 300)):
+        path = tmp_path / f"logs/train/runs/{stamp}/csv/version_0/metrics.csv"
+        path.parent.mkdir(parents=True)
+        path.write_text(f"epoch,val/acc\n0,{acc}\n")
+        os.utime(path, (mtime, mtime))
+    assert reader.close() == [{"epoch": 0, "val/acc": 0.6}]
+
+
+def test_check_says_a_tracker_file_was_written_when_only_printed_text_was_read(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from sweeps.engine.command_sweep.command_check import _say_source
+
+    path = tmp_path / "logs/train/runs/07-00/csv/version_0/metrics.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("epoch,loss\n0,0.5\n")
+    events = SimpleNamespace(source=None, since=time.time() - 60, files={})
+    _say_source(SimpleNamespace(metrics_from="output", step_key="epoch", metric="acc"), events, True, tmp_path)
+    assert (
+        "tracker files written but not read: logs/train/runs/07-00/csv/version_0/metrics.csv" in capsys.readouterr().out
+    )

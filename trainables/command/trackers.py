@@ -9,9 +9,11 @@ records under `{trial_dir}` hold `--metric` when the command's printed lines do 
 | wandb  | `trainables/command/wandb_reader.py` | `{trial_dir}/wandb/*run-*/run-*.wandb` (WANDB_DIR) |
 | mlflow | `MlflowClient().get_metric_history` | `{trial_dir}/mlflow.db` (MLFLOW_TRACKING_URI) |
 | csv    | `csv.DictReader` (Lightning's, Keras' `CSVLogger`; timm) | a `*.csv` with a `--metric` column |
-|        |                     | (else `metrics.csv`) up to 4 folders down |
+|        |                     | (else `metrics.csv`) at any depth (Hydra's `logs/train/runs/<stamp>/csv/version_0/`) |
 | hf     | `json` (`trainer_state.json`'s `log_history`) | `trainer_state.json` up to 3 folders down |
-| tensorboard | `trainables/command/tensorboard_reader.py` | `*tfevents*` files up to 4 folders down |
+| tensorboard | `trainables/command/tensorboard_reader.py` | `*tfevents*` files at any depth |
+
+Only files written since the command started are read (`since`), so a file of the code copy is never one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from trainables.experiment.records import MLFLOW_STORE
 
 TRACKERS = ("wandb", "mlflow", "csv", "hf", "tensorboard")  # in the order auto-detection tries them
 READ_EVERY_S = 2.0  # how often the files and stores are read while the command runs
-_DEPTHS = {"csv": ("*.csv", 4), "hf": ("trainer_state.json", 3), "tensorboard": ("*tfevents*", 4)}
+_DEPTHS = {"csv": ("*.csv", None), "hf": ("trainer_state.json", 3), "tensorboard": ("*tfevents*", None)}  # None: any
 ENV_TRACKERS = ("wandb", "mlflow")  # the trackers `tracker_env` points at the trial's folder
 
 
@@ -101,13 +103,15 @@ def find_records(work_dir: Path, source: str, since: float | None = None) -> lis
     return [p for mtime, p in sorted(stamped) if since is None or mtime >= since]
 
 
-def _named_files(folder: Path, pattern: str, depth: int) -> list[Path]:
-    """Files matching `pattern` (`metrics.csv`, `*.csv`) at most `depth` folders below `folder`; links to
+def _named_files(folder: Path, pattern: str, depth: int | None) -> list[Path]:
+    """Files matching `pattern` (`metrics.csv`, `*.csv`) at most `depth` folders below `folder` (None: at
+    any depth, Hydra's `logs/<task>/runs/<stamp>/csv/version_0/` is 6 down); links to
     folders (the code copy's data links) and hidden folders are not entered, so a large dataset costs nothing."""
     found, top = [], len(folder.parts)
     for root, dirs, files in os.walk(folder):
         found += [Path(root) / name for name in files if Path(name).match(pattern)]
-        dirs[:] = [] if len(Path(root).parts) - top >= depth else [d for d in dirs if not d.startswith(".")]
+        deep = depth is not None and len(Path(root).parts) - top >= depth
+        dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".")]
     return found
 
 
@@ -273,7 +277,8 @@ class TrackerResults:
         if source == "tensorboard":
             return self._read_tensorboard(paths)
         paths = csv_files(paths, self.metric) if source == "csv" else paths
-        for path in paths[-1:] if source == "hf" else paths:  # each trainer_state.json holds the whole history
+        # each trainer_state.json holds the whole history; of several runs' CSV logs (Hydra's runs/<stamp>/), the newest
+        for path in paths[-1:] if source in ("hf", "csv") else paths:
             if source == "wandb":
                 found, self.seen[path] = read_history(path, self.seen.get(path, 0))
                 rows += self._wandb_rows(path, found)

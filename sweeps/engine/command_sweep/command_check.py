@@ -174,7 +174,7 @@ def _command_env(args, cell: dict, folders: tuple, command: tuple, metrics_file:
 def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
     """Print the source the rows came from: the tracker `events` read (`wandb`, ...), else
     --metrics-from; returns the keys each tracker record held (`describe_sources`), for `_verdict`."""
-    from trainables.command.trackers import describe_sources, sources_of
+    from trainables.command.trackers import TRACKERS, describe_sources, find_records, sources_of
 
     source, metrics_from = getattr(events, "source", None), args.metrics_from
     if source:
@@ -184,6 +184,11 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
         print(f"metrics source: {source} (its records under {{trial_dir}}{found}){files_read}", flush=True)
     else:
         print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
+        since = getattr(events, "since", None)
+        written = [p for s in TRACKERS for p in (find_records(work_dir, s, since) if since else ())]
+        if written:  # printed text was read while the command also wrote a tracker file
+            names = ", ".join(str(p.relative_to(work_dir)) for p in written if p.is_relative_to(work_dir))
+            print(f"metrics: read printed text only; tracker files written but not read: {names}", flush=True)
     return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
 
 
