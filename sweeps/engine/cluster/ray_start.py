@@ -138,7 +138,8 @@ def start_local_ray(**init_kwargs):
     """
     for attempt in (1, 2):
         try:
-            return ray.init(**init_kwargs)
+            with ray_private.ray_processes_in_own_session():  # a TERM to our group spares them
+                return ray.init(**init_kwargs)
         except Exception as e:  # any failure of Ray's start-up: RuntimeError, TimeoutError, ConnectionError...
             ray.shutdown()
             if attempt == 2:
