@@ -12,6 +12,7 @@ and callers keep their own fallback. It lives in `trainables/`, the bottom layer
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # the logger of Ray's token set-up
@@ -359,3 +360,33 @@ def placement_group_factory_class():
     from ray.tune.execution.placement_groups import PlacementGroupFactory
 
     return PlacementGroupFactory
+
+
+# --- a local Ray in its own session (sweeps/engine/cluster/ray_start.py) --------------------------
+
+
+@contextlib.contextmanager
+def ray_processes_in_own_session():
+    """While open, the processes `ray.init` starts (GCS, raylet, dashboard...) begin a session of their
+    own (`setsid`), so a SIGTERM to the driver's process group (SLURM, `timeout`) leaves them up until
+    the driver has written its ending and calls `ray.shutdown()`. Linux's parent-death signal that Ray
+    sets still ends them with the driver. Replaces `ray._private.services.ConsolePopen` meanwhile."""
+    import sys
+
+    from ray._private import services
+
+    original = services.ConsolePopen
+    if sys.platform == "win32":
+        yield
+        return
+
+    class OwnSessionPopen(original):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnSessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original

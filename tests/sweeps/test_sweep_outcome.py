@@ -209,6 +209,54 @@ else:  # worse, once the others have set ASHA's first rung: pruned there
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_process_group_exits_143_with_the_table_and_leaves_no_ray(tmp_path):
+    """What SLURM and `timeout` do: SIGTERM to the driver's whole process group, its own local Ray
+    started (in a session of its own, so it outlives the signal until the driver has written its ending).
+    About 40 s on 2 busy cores."""
+    import psutil
+
+    experiment = tmp_path / "runs" / "term"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
+    argv = [
+        PY,
+        "sweeps/run_command.py",
+        "--name",
+        "term",
+        "--address",
+        "local",
+        "--storage-path",
+        str(tmp_path / "runs"),
+    ]
+    argv += ["--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--axis", "seed=0,1", "--"]
+    argv += [
+        PY,
+        "tests/scripts/timed_epochs.py",
+        "--startup",
+        "0",
+        "--epochs",
+        "200",
+        "--epoch-s",
+        "1",
+        "--seed",
+        "{seed}",
+    ]
+    driver = start_driver(argv, env, tmp_path / "term.log")
+    wait_for(lambda: reported(experiment) or driver.poll() is not None, 240, "a first epoch")
+    ray_processes = psutil.Process(driver.pid).children(recursive=True)
+    assert any("raylet" in " ".join(p.cmdline()) for p in ray_processes)
+    os.killpg(driver.pid, signal.SIGTERM)
+    out_of = lambda: (tmp_path / "term.log").read_text()[-3000:]  # noqa: E731
+    assert driver.wait(120) == 143, out_of()
+    out = (tmp_path / "term.log").read_text()
+    assert "best configuration:" in out and re.search(r"^interrupted: .*\(SIGTERM\); continue with: ", out, re.M), out[
+        -3000:
+    ]
+    assert json.loads((experiment / "driver.json").read_text())["exit_code"] == 143
+    left = psutil.wait_procs(ray_processes, timeout=30)[1]
+    assert not left, [p.cmdline() for p in left]
+
+
+@pytest.mark.slow
 def test_a_search_its_time_budget_ended_counts_alike_everywhere_and_advises_no_resume(tmp_path, sweep_env, receiver):
     """A search of a command with ASHA and --time-budget-s: one trial finishes, one is pruned, one runs until the
     budget stops it. The progress block, the last line, the search's closing table, --status (text and JSON),

@@ -124,21 +124,55 @@ def end_group(
     """
     if writes.folders and writes.wait_s > 0:
         wait_for_writes(pgid, writes.folders, writes.wait_s, reap=reap)
+    escaped = escaped_descendants(pgid)  # read before the SIGTERM: orphans lose their parent link
+    _signal_each(escaped, signal.SIGTERM)
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        return
+        pass
     deadline = time.monotonic() + grace_period_s
     while time.monotonic() < deadline:
         if reap is not None:
             reap()
-        if not group_alive(pgid):
+        if not group_alive(pgid) and not any(p.is_running() for p in escaped):
             return
         time.sleep(0.05)
+    _signal_each(escaped, signal.SIGKILL)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def escaped_descendants(pgid: int) -> list:
+    """psutil Processes descended from a member of group `pgid` that have left it (`setsid`,
+    `setpgid`: a launcher's ranks, a daemon), which a signal to the group would miss; [] without psutil.
+    `Process.is_running` compares the start time too, so a pid reused later is never signalled."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    escaped = {}
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) != pgid:
+                continue
+            for child in process.children(recursive=True):
+                if os.getpgid(child.pid) != pgid:
+                    escaped[child.pid] = child
+        except (psutil.Error, OSError):
+            continue
+    return list(escaped.values())
+
+
+def _signal_each(processes: Sequence, signum: int) -> None:
+    """Send `signum` to each psutil Process still running (the same process, not a reused pid)."""
+    for process in processes:
+        try:
+            if process.is_running():
+                process.send_signal(signum)
+        except Exception:  # psutil.Error: gone or not ours
+            pass
 
 
 def start_watchdog(pgid: int, grace_period_s: float, writes: Writes = Writes()) -> int:

@@ -118,7 +118,7 @@ def init_ray(
     else:
         secure_dashboard(dashboard_host)
         new_token = quiet_local_token_auth()
-        context = ray.init(
+        context = start_local_ray(
             address="local",
             dashboard_host=dashboard_host,
             include_dashboard=True,
@@ -127,6 +127,25 @@ def init_ray(
             runtime_env=runtime_env,
         )
     _announce(context, address, started, None if address else new_token)
+
+
+def start_local_ray(**init_kwargs):
+    """`ray.init(**init_kwargs)` for a new local Ray, tried a second time when the first start fails
+    (a loaded machine: its processes miss Ray's start-up timeouts), after `ray.shutdown()`.
+
+    Raises:
+        UsageError: both starts failed; one line with the first line of Ray's error.
+    """
+    for attempt in (1, 2):
+        try:
+            with ray_private.ray_processes_in_own_session():  # a TERM to our group spares them
+                return ray.init(**init_kwargs)
+        except Exception as e:  # any failure of Ray's start-up: RuntimeError, TimeoutError, ConnectionError...
+            ray.shutdown()
+            if attempt == 2:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise UsageError(f"the local Ray did not start, twice: {type(e).__name__}: {first}") from None
+            print(f"the local Ray did not start ({type(e).__name__}); trying once more", flush=True)
 
 
 def _announce(context, address: str | None, started: float, new_token) -> None:

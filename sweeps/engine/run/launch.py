@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import ray
 from ray.tune import CheckpointConfig, FailureConfig, RunConfig, SyncConfig, TuneConfig, Tuner
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import BasicVariantGenerator
 
 from sweeps.engine import estimate
@@ -213,18 +214,27 @@ def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
 def sweep_tune_config(
     tune_config: TuneConfig, max_concurrent: int | None = None, options: RunOptions | None = None
 ) -> TuneConfig:
-    """`tune_config` with the pieces every sweep shares: trial actors reused (no Python/torch start-up
-    per trial; benchmarks/sweep_efficiency.py) and `max_concurrent` trials at once (None: Tune's
+    """`tune_config` with the pieces every sweep shares: trial actors reused where no scheduler stops
+    trials early (no Python/torch start-up per trial; benchmarks/sweep_efficiency.py) and
+    `max_concurrent` trials at once (None: Tune's
     default); with `options`, the sweep's --time-budget-s (seconds) and trial folders named by its
     trial_name_creator (with a suffix where that folder exists already, `resume.fresh_dirname`).
     """
-    shared = {"reuse_actors": True, "max_concurrent_trials": max_concurrent}
+    shared = {"reuse_actors": _reuse_actors(tune_config), "max_concurrent_trials": max_concurrent}
     if options is not None:
         shared |= {
             "time_budget_s": options.time_budget_s,
             "trial_dirname_creator": resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
         }
     return dataclasses.replace(tune_config, **shared)
+
+
+def _reuse_actors(tune_config: TuneConfig) -> bool:
+    """Whether trial actors may be reused: only without a scheduler that stops trials (ASHA, PBT...).
+    A function trainable's `reset_config` gives up when a stopped trial's thread outlives 2 s
+    (TUNE_FUNCTION_THREAD_TIMEOUT_S), as a command ending its group does; the idle actor then kept
+    the trial's CPUs with nothing running (issue 55: 8 minutes on a 2-CPU Ray)."""
+    return tune_config.scheduler is None or type(tune_config.scheduler) is FIFOScheduler
 
 
 def hold_and_start_ray(options: RunOptions, trial_function: TrialFunction):
