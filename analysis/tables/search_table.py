@@ -199,7 +199,7 @@ def format_search_table(table: pd.DataFrame, style: str = "text", scheduler: str
 def search_caption(table: pd.DataFrame, rule: str, scheduler: str | None = None) -> str:
     """The sentence above the search table: how it is ranked and what each end reason means; the trials the
     searcher never made count among the not run (as in every count of the run), though they have no row."""
-    counts = table["ended"].value_counts()
+    counts = dict(table["ended"].value_counts())  # a plain dict: pandas 3 may hand back a read-only array
     never = int(table.attrs.get("not_created") or 0)
     if never:
         counts[NOT_RUN] = counts.get(NOT_RUN, 0) + never

@@ -333,3 +333,15 @@ def test_a_budget_ended_search_counts_its_never_made_trials_alike_and_shows_one_
     assert document["trials"]["total"] == 10 and document["trials"]["not_run"] == 4
     assert document["units"] == {"val/acc": "fraction", "test/acc": "fraction"}
     assert document["search"]["unit"] == "fraction" and document["search"]["trials"][0]["value"] == pytest.approx(top)
+
+
+def test_caption_adds_trials_never_made_to_the_not_run_already_counted():
+    """CI failure of 2026-11-28: pandas 3 hands value_counts back read-only, so adding the trials the searcher
+    never made to a 'not run' count already there raised instead of writing the caption."""
+    from analysis.tables.search_table import search_caption
+
+    table = pd.DataFrame({"ended": ["finished", "finished", "not run", "not run"]})
+    table.attrs.update(mode="max", not_created=2)
+    caption = search_caption(table, "val_acc")
+    assert "2 finished" in caption and "4 not run" in caption
+    assert "2 of the not run were never made by the searcher" in caption
