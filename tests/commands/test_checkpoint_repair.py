@@ -44,10 +44,12 @@ def run_rows(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line]
 
 
-@pytest.mark.parametrize("num_to_keep", [None, 2])
+@pytest.mark.parametrize("num_to_keep, gone", [(None, "deleted"), (2, "emptied")])
 def test_a_trial_whose_snapshot_checkpoint_is_gone_resumes_from_the_newest_left(
-    ray_gpus, tmp_path, capsys, num_to_keep
+    ray_gpus, tmp_path, capsys, num_to_keep, gone
 ):
+    """`emptied`: the deletion was cut short, the folder is left without its files (what a driver killed
+    while `num_to_keep` deleted leaves; on S3 the folder's marker object): it counts as gone."""
     flag = tmp_path / "fail"
     flag.touch()
     run_config = RunConfig(
@@ -64,6 +66,8 @@ def test_a_trial_whose_snapshot_checkpoint_is_gone_resumes_from_the_newest_left(
     assert (trial_dir / "checkpoint_000003").is_dir()
     assert {r["checkpoint_dir_name"] for r in run_rows(trial_dir)} >= {"checkpoint_000002", "checkpoint_000003"}
     shutil.rmtree(trial_dir / "checkpoint_000003")  # the checkpoint the snapshot names is gone
+    if gone == "emptied":
+        (trial_dir / "checkpoint_000003").mkdir()
     flag.unlink()
 
     capsys.readouterr()

@@ -7,6 +7,8 @@ reached storage leaves a snapshot naming a deleted checkpoint: `Tuner.restore` t
 trial with "Could not recover from checkpoint as it does not exist on storage anymore"
 (`ray/tune/trainable/trainable.py:Trainable.restore`; ray-project/ray#27790), on every retry.
 The wider the gap between a checkpoint and the snapshot upload (object storage), the likelier.
+A deletion cut short by the kill leaves the folder (or, on object storage, its marker) without the
+files: that counts as gone too (seen once in CI on S3: Tune restored from an empty folder).
 
 `RestoreFromSurvivingCheckpoint` runs at the first step of a restored sweep, before any trial
 starts: such a trial restores from the newest checkpoint in its folder that Tune had reported
@@ -46,6 +48,19 @@ class RestoreFromSurvivingCheckpoint(tune.Callback):
                     print(line, flush=True)
 
 
+def holds_files(fs: pafs.FileSystem, folder: str) -> bool:
+    """Whether a checkpoint folder exists and holds at least one file.
+
+    A deletion cut short (the driver killed while `num_to_keep` removed an old checkpoint) can leave the
+    folder without its files, or on object storage only the folder's marker object: Tune would then
+    restore from an empty folder. Such a folder counts as gone.
+    Raises:
+        OSError: the storage cannot be read.
+    """
+    selector = pafs.FileSelector(folder, allow_not_found=True, recursive=True)
+    return any(info.type == pafs.FileType.File for info in fs.get_file_info(selector))
+
+
 def repair_missing_checkpoint(trial) -> str | None:
     """Point `trial` (a restored `ray.tune.experiment.Trial`) at a checkpoint that exists, if its own is gone.
 
@@ -54,6 +69,7 @@ def repair_missing_checkpoint(trial) -> str | None:
     next checkpoint the trial saves gets the index after the newest one. A checkpoint in another
     trial's folder (a PBT member restoring from the member it copies) is left alone: rebuilding
     from there would let this trial's bookkeeping delete the other's checkpoints.
+    A checkpoint folder left without files (`holds_files`) is gone too.
     Returns:
         None when the checkpoint exists; otherwise the console line saying what the trial resumes
         from (or that it starts again, when no reported checkpoint is left, or that a missing
@@ -63,7 +79,7 @@ def repair_missing_checkpoint(trial) -> str | None:
     """
     missing = trial.checkpoint
     fs = missing.filesystem
-    if fs.get_file_info(missing.path).type != pafs.FileType.NotFound:
+    if holds_files(fs, missing.path):
         return None
     folder = posixpath.dirname(missing.path)
     if folder != ray_private.trial_folder_path(trial):  # PBT: another member's checkpoint; its own bookkeeping owns it
@@ -78,6 +94,7 @@ def repair_missing_checkpoint(trial) -> str | None:
         if info.type == pafs.FileType.Directory
         and (m := CHECKPOINT_DIR.match(info.base_name))
         and info.base_name in rows
+        and holds_files(fs, info.path)
     )
     checkpoints = [(tune.Checkpoint(posixpath.join(folder, name), filesystem=fs), rows[name]) for _, name in left]
     # Tune's index of the last checkpoint: the next one is index + 1, not one kept
