@@ -106,7 +106,9 @@ def heatmap_axes(trials: pd.DataFrame) -> tuple[str, str] | str:
 def paper_curves_picture(paper: pd.DataFrame, trials: pd.DataFrame) -> Picture:
     """The paper table (:func:`analysis.paper_table`) against noise rate, 95 % CI bands; left out (by design) where
     its trials have fewer than two noise rates (:func:`noise_rate_missing`)."""
-    why = noise_rate_missing(trials) if "noise_rate" in paper.attrs["columns"] else "the paper table has no noise rate"
+    why = noise_rate_missing(trials)
+    if why is None and "noise_rate" not in paper.attrs["columns"]:
+        why = f"the paper table has no noise_rate column (its rows: {', '.join(paper.attrs['rows'])})"
     draw = None if why else functools.partial(plot_paper_curves, paper)
     return Picture("noise_rate_curves", f"{paper.attrs['metric']} vs noise rate", draw, why=why or "", expected=True)
 
