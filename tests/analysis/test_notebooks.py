@@ -19,6 +19,8 @@ from tests.helpers.experiment_kinds import KIND_METRICS, five_kinds
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
+pytestmark = pytest.mark.xdist_group("notebooks")  # one worker runs them all: one kernel per notebook, one build
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ("noise_grid_analysis", "search_analysis")
 SELECT_LAST = {"grid", "command"}  # kinds run with SELECT = "last" injected after the parameters cell (papermill-style)
