@@ -160,18 +160,22 @@ def _left(cost: TrialCost | None, running: list, pending: list, per_trial: float
 def _best(trials: list, outcomes: list[str], objective: Objective) -> tuple | None:
     """(best value of the objective's metric by its mode, trial name) over the trials neither failed nor
     stopped (as the tables rank them: `outcome.LEFT_OUT`), from Tune's `metric_analysis`; None before any value.
-    Equal values: the earliest trial (`started`), so the console, `status` and `--json` name the same one
-    whatever order they list the trials in."""
-    metric, sign = objective.metric, (-1 if objective.mode == "max" else 1)
+    Equal values: `best_index`'s rule, so the console, `status`, `--json` and `--notify` name the same one."""
     candidates = []
-    for index, (trial, outcome) in enumerate(zip(trials, outcomes)):
-        value = (trial.metric_analysis or {}).get(metric, {}).get(objective.mode) if outcome not in LEFT_OUT else None
-        if value is not None and not math.isnan(value):
-            candidates.append((sign * value, started(trial), index, value))  # then, unknown starts: listed first
-    if not candidates:
-        return None
-    *_, index, value = min(candidates)
-    return value, str(trials[index])
+    for trial, outcome in zip(trials, outcomes):
+        value = (trial.metric_analysis or {}).get(objective.metric, {}).get(objective.mode)
+        if outcome not in LEFT_OUT and value is not None and not math.isnan(value):
+            candidates.append((value, started(trial), trial))
+    index = best_index([(value, start) for value, start, _ in candidates], objective.mode)
+    return None if index is None else (candidates[index][0], str(candidates[index][2]))
+
+
+def best_index(values: list[tuple[float, float]], mode: str) -> int | None:
+    """The one tie rule of the best trial: the index of the best of (value, start) pairs by `mode` ("max" or
+    "min"); equal values: the earliest start (Unix seconds, `started`; unknown: infinity, after every known one),
+    then the first listed, whatever order the trials are listed in. None when `values` is empty."""
+    sign = -1 if mode == "max" else 1
+    return min(range(len(values)), key=lambda i: (sign * values[i][0], values[i][1], i), default=None)
 
 
 def started(trial) -> float:

@@ -41,21 +41,17 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from analysis.figures.confusion import CONFUSION_SELECT, load_confusion
-from analysis.figures.curves import plot_learning_curves, plot_metric_vs_noise_rate, plot_paper_curves
 from analysis.figures.packing import run_efficiencies, sweep_efficiency
-from analysis.figures.plots import plot_confusion, plot_heatmap, plot_timeline
+from analysis.figures.plots import plot_confusion
 from analysis.figures.search import search_pictures
 from analysis.progress import describe_counts, format_duration
 from analysis.reading.load import (
-    ExperimentError,
-    config_column,
     duplicates_line,
     load_experiment,
     resolve_objective,
 )
 from analysis.reading.oom_rounds import reruns_line
 from analysis.reading.pbt_members import pbt_note
-from analysis.reading.provenance import sweep_runs
 from analysis.reading.provenance import writeup_lines as provenance_lines
 from analysis.reading.trial_outcomes import trial_counts
 from analysis.statistics.select import add_selected
@@ -64,7 +60,7 @@ from analysis.tables.formatting import short_value
 from analysis.tables.paper_format import format_paper_table, write_paper_table
 from analysis.tables.search_table import experiment_search_table, format_search_table, search_caption
 from analysis.tables.summary import SweepTables, cell_trials, format_summary, sweep_tables
-from analysis.writeup_pictures import CURVES_SHOWN, Pictures, heatmap_axes, one_noise_rate
+from analysis.writeup_pictures import Pictures, experiment_pictures, experiment_runs, paper_curves_picture
 from trainables.experiment import records
 from trainables.experiment.objective import Objective
 
@@ -116,7 +112,8 @@ def write_up(
     if test_metric in history.columns and history[test_metric].notna().any():
         tables = sweep_tables(trials, history, objective, rows=rows, baseline=baseline, bootstrap=bootstrap)
         paper, summary = tables.test, _write_paper(trials, tables, out, pictures)
-    _figures(trials, history, selected, objective, pictures)
+    for picture in experiment_pictures(trials, history, selected, objective):
+        pictures.add(picture)
     (out / "report.md").write_text(_markdown(trials, table, objective, rule, paper, summary, searched, pictures))
     _publish(out, final)
     return final
@@ -183,28 +180,11 @@ def _write_paper(trials: pd.DataFrame, tables: SweepTables, out: Path, pictures:
     write_paper_table(paper, out / "paper_table")
     summary = format_summary(trials, tables)
     (out / "summary.txt").write_text(summary)
-    if "noise_rate" in paper.attrs["columns"] and not one_noise_rate(trials, pictures, "noise_rate_curves"):
-        pictures.save("noise_rate_curves", f"{paper.attrs['metric']} vs noise rate", lambda: plot_paper_curves(paper))
+    pictures.add(paper_curves_picture(paper, trials))
     confusion = _best_confusion(trials, tables)
     if confusion is not None:
         pictures.save("confusion", "Confusion matrix of the best configuration", confusion)
     return summary
-
-
-def _figures(trials, history, selected, objective: Objective, pictures: Pictures) -> None:
-    """Learning curves, metric vs noise rate, heatmap and timeline, where they mean something."""
-    metric = objective.metric
-    curves = functools.partial(plot_learning_curves, history, trials, objective, highlight=CURVES_SHOWN)
-    pictures.save("learning_curves", "Learning curves", curves)
-    if _has(trials, "noise_rate") and not one_noise_rate(trials, pictures, "metric_vs_noise_rate"):
-        figure = functools.partial(plot_metric_vs_noise_rate, selected, objective, scope="select")
-        pictures.save("metric_vs_noise_rate", f"{metric} vs noise rate", figure)
-    axes = heatmap_axes(trials, pictures)
-    if axes:
-        figure = functools.partial(plot_heatmap, selected, metric, *axes, scope="select")
-        pictures.save("heatmap", f"{metric} over {axes[0]} × {axes[1]}", figure)
-    starts = [start for start, _ in _runs(trials)]
-    pictures.save("timeline", "Trial timeline", lambda: plot_timeline(trials, runs=starts if len(starts) > 1 else None))
 
 
 def writeup_folder(trials: pd.DataFrame) -> Path:
@@ -236,14 +216,6 @@ def _best_confusion(trials: pd.DataFrame, tables: SweepTables):
     )
 
 
-def _has(trials: pd.DataFrame, key: str) -> bool:
-    try:
-        config_column(trials, key)
-        return True
-    except ExperimentError:
-        return False
-
-
 def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> list[str]:
     """The write-up's bullet list: experiment, trial counts by outcome (the words of `--status`), duplicates,
     out-of-memory re-runs counted in place of their failures, metric, efficiency (per run of the sweep when it ran
@@ -256,14 +228,9 @@ def _overview_lines(trials: pd.DataFrame, objective: Objective, rule: str) -> li
         *([f"- {reruns}"] if (reruns := reruns_line(trials.attrs.get("oom_reruns") or ())) else []),
         f"- metric: `{objective.metric}` ({objective.mode}); each trial's value: {rule}",
         *([f"- {pbt_note(trials)}"] if pbt_note(trials) else []),
-        *efficiency_lines(trials, _runs(trials)),
+        *efficiency_lines(trials, experiment_runs(trials)),
         "",
     ]
-
-
-def _runs(trials: pd.DataFrame) -> list[tuple[float, str]]:
-    """The runs of one experiment (`sweep_runs`); [] for experiments compared together."""
-    return [] if trials.attrs.get("experiments") else sweep_runs(trials.attrs["experiment"])
 
 
 def efficiency_lines(trials: pd.DataFrame, runs: list[tuple[float, str]]) -> list[str]:

@@ -14,7 +14,6 @@ import pytest
 
 import analysis
 from analysis.figures.search import OPTUNA_PICTURES, search_pictures
-from tests.helpers.analysis_fixtures import search_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 SEARCH_PNGS = {f"{name}.png" for name in OPTUNA_PICTURES} | {"optimization_history_time.png"}
@@ -65,27 +64,3 @@ def test_a_ten_trial_search_reports_the_search_without_a_warning(tmp_path, sweep
     assert len(figures["optimization_history"].axes[0].collections[0].get_offsets()) == complete
     table = pd.read_csv(experiment / "report" / "search_table.csv")
     assert len(table) == 10 and set(table["ended"]) <= {"finished", "pruned"}
-
-
-@pytest.mark.slow
-def test_the_search_notebook_runs_headless_on_a_small_search(tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    search_experiment(tmp_path / "runs", errored=1)  # the latest experiment under ./runs
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    notebook = nbformat.read(REPO / "notebooks" / "search_analysis.ipynb", as_version=4)
-    assert (
-        "parameters" in notebook.cells[0].metadata.get("tags", []) and "EXPERIMENT = None" in notebook.cells[0].source
-    )
-    client = nbclient.NotebookClient(
-        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()  # raises CellExecutionError on any cell error
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    text = "".join(o.get("text", "") for o in outputs)
-    assert f"{tmp_path / 'runs' / 'lr_search'}: 12 trials, a search (OptunaSearch, AsyncHyperBandScheduler)" in text
-    assert not [o for o in outputs if o.output_type == "stream" and o.name == "stderr"]  # no warning
-    markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
-    assert any("| rank | trial | lr | weight_decay |" in m for m in markdown)
-    images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 6  # history, history over time, slice, importances, parallel coordinates, curves

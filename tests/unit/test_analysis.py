@@ -558,7 +558,7 @@ def test_a_report_is_replaced_whole_and_keeps_the_files_it_does_not_write(grid, 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as a SIGTERM or Ctrl-C while the figures are drawn
 
-    monkeypatch.setattr(writeup, "_figures", killed)
+    monkeypatch.setattr(writeup, "experiment_pictures", killed)
     with pytest.raises(KeyboardInterrupt):
         analysis.write_up(grid, formats=())
     assert (out / "report.md").read_text() == before and (grid / "report.writing").is_dir()

@@ -4,6 +4,7 @@ table computed once per report and read by the summary, the report and `--json`.
 from __future__ import annotations
 
 import json
+import math
 
 import analysis
 from analysis.__main__ import main
@@ -47,6 +48,31 @@ def test_one_percent_rule_for_tables_the_progress_block_and_notifications():
         config, metrics, metrics_dataframe, path = {"lr": 0.1}, {"val/acc": 0.834}, None, "a"
 
     assert best_line([Result()], analysis.Objective()) == "best: lr=0.1 (val/acc 83.40%)"  # as the progress block
+
+
+def test_the_notify_best_line_breaks_ties_as_the_console_status_and_json():
+    from analysis.progress import best_index
+    from sweeps.engine.run.notify import best_line
+
+    assert best_index([(0.5, 30.0), (0.7, 20.0), (0.7, 10.0), (0.7, 10.0)], "max") == 2  # earliest, then listed first
+    assert best_index([(0.5, 30.0), (0.7, 10.0)], "min") == 0 and best_index([], "max") is None
+    assert best_index([(0.7, math.inf), (0.7, 5.0)], "max") == 1  # an unknown start comes after every known one
+
+    class Result:
+        def __init__(self, name, value):
+            self.config, self.metrics, self.metrics_dataframe, self.path = (
+                {"trial": name},
+                {"val/acc": value},
+                None,
+                name,
+            )
+
+    results = [Result(f"i{k}", 0.9) for k in range(1, 301)]  # 300 equal values, listed i1 ... i300
+    starts = {f"i{k}": 1000.0 + (k - 110) % 300 for k in range(1, 301)}  # i110 started first
+    assert best_line(results, analysis.Objective(), starts=starts) == "best: trial=i110 (val/acc 90.00%)"
+    assert best_line(results, analysis.Objective()) == "best: trial=i1 (val/acc 90.00%)"  # no starts: the first listed
+    results.append(Result("i301", 0.95))  # a better value wins whenever it started
+    assert best_line(results, analysis.Objective(), starts=starts) == "best: trial=i301 (val/acc 95.00%)"
 
 
 def test_the_report_computes_each_table_once_and_the_summary_and_json_read_the_same(tmp_path, monkeypatch, capsys):

@@ -55,7 +55,7 @@ def sweep_ended(code: int, ending, rounds: list, objective: Objective, reused: i
     error = first_error(rounds, ending)
     if error:
         lines.append(f"first error: {error}")
-    lines += [best_line(rounds[0], objective, ending.outcomes), f"wall time: {wall_time()}"]
+    lines += [best_line(rounds[0], objective, ending.outcomes, ending.starts), f"wall time: {wall_time()}"]
     send(title, "\n".join(lines), "success" if code == 0 else "warning")
 
 
@@ -91,21 +91,25 @@ def send(title: str, body: str, kind: str) -> bool:
     return delivered
 
 
-def best_line(results, objective: Objective, outcomes: dict | None = None) -> str:
+def best_line(results, objective: Objective, outcomes: dict | None = None, starts: dict | None = None) -> str:
     """`best: key=value ... (metric value)` of a `ResultGrid`: the trial with the best value of the objective's
     metric over its epochs (the report's default rule, best-val), among those the tables rank (`outcomes`: trial
-    path -> outcome; an errored, diverged, interrupted or not-run trial's value is no result); its keys that vary
-    between the trials (all when one trial); "best: none" when no such trial reported the metric."""
-    metric, sign = objective.metric, 1 if objective.mode == "max" else -1
-    best, value = None, None
-    for result in results:
-        if (outcomes or {}).get(result.path) in LEFT_OUT:
-            continue
-        for candidate in _values(result, metric):
-            if value is None or sign * candidate > sign * value:
-                best, value = result, candidate
-    if best is None:
+    path -> outcome; an errored, diverged, interrupted or not-run trial's value is no result); equal values: the
+    earliest started (`starts`: trial path -> Unix seconds; `analysis.progress.best_index`, the rule of the console,
+    `status` and `--json`); its keys that vary between the trials (all when one trial); "best: none" when no such
+    trial reported the metric."""
+    from analysis.progress import best_index
+
+    metric, pick = objective.metric, max if objective.mode == "max" else min
+    ranked = [
+        (result, pick(values))
+        for result in results
+        if (outcomes or {}).get(result.path) not in LEFT_OUT and (values := _values(result, metric))
+    ]
+    index = best_index([(value, (starts or {}).get(r.path, math.inf)) for r, value in ranked], objective.mode)
+    if index is None:
         return f"best: none (no trial reported {metric})"
+    best, value = ranked[index]
     configs = [r.config or {} for r in results]
     keys = [k for k in best.config if len({repr(c.get(k)) for c in configs}) > 1] or list(best.config)
     shown = " ".join(f"{k}={best.config[k]}" for k in keys)

@@ -15,6 +15,7 @@ from ray import tune
 
 import analysis
 from analysis.progress import describe_counts
+from analysis.progress import started as started_at
 from analysis.reading.driver_record import continue_advice
 from sweeps.engine.cluster.gpus import requeued_trial_paths
 from trainables.experiment.objective import Objective
@@ -80,6 +81,7 @@ class Ending:
     started: set = dataclasses.field(default_factory=set)  # ids of the trials started in this fit
     ended: set = dataclasses.field(default_factory=set)  # ids of those that ended by themselves (or by the scheduler)
     outcomes: dict = dataclasses.field(default_factory=dict)  # trial path -> `trial_outcome` at the end
+    starts: dict = dataclasses.field(default_factory=dict)  # trial path -> when it started (`progress.started`)
     stopped: set = dataclasses.field(default_factory=set)  # ids of the trials started and stopped before they ended
     scheduler_stops: dict = dataclasses.field(default_factory=dict)  # trial id -> iteration of its scheduler's STOP
     previous_sigterm: object = None  # the SIGTERM handler before the fit, put back at its end
@@ -179,6 +181,7 @@ class SweepEnding(tune.Callback):
         ending.stopped = ((ending.started | ending.earlier.stopped) & ids) - ending.ended
         ending.total = max(ending.total, len(trials))
         for trial in trials:
+            ending.starts[trial.path] = started_at(trial)  # the best's tie rule (`progress.best_index`)
             ending.outcomes[trial.path] = trial_outcome(
                 trial.status,
                 trial.last_result,
