@@ -39,6 +39,9 @@ if XDIST_WORKER and "RAY_TMPDIR" not in os.environ:
 SESSION_GROUPS = {
     "s3_server": "s3",  # the S3 server, its Ray head and the two-raylet cluster whose nodes reach it
     "smoke_grid": "smoke_grid",  # the README's quick start, run once
+    # Started once per worker that asks: apart, each worker would start its own (issue 53).
+    "eight_slot_head": "eight_slots",  # the 8-slot `ray start --head` of tests/clusters/test_gate_slots.py
+    "plain": "plain_tune",  # tests/analysis/test_analysis_tune.py's Tune run (a module fixture)
 }
 
 

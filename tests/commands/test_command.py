@@ -314,15 +314,16 @@ RUN = [
 
 @pytest.mark.slow
 def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus, tmp_path, capsys):
-    """2 noise rates x 2 noise types x 2 seeds of a plain script at 0.5 logical GPU per trial; run again
-    with a third noise rate: only its 4 cells run, the 8 finished ones are reused."""
+    """2 noise rates x 2 noise types of a plain script at 0.5 logical GPU per trial; run again with a third
+    noise rate: only its 2 cells run, the 4 finished ones are reused. (One seed: a second doubles the trials
+    and proves nothing more; issue 53.)"""
     from sweeps import run_command
 
     flags = [
         "--axis",
         "noise_type=sym,asym",
         "--seeds",
-        "2",
+        "1",
         "--gpus-per-trial",
         "0.5",
         "--cpus-per-trial",
@@ -335,7 +336,7 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
     out = capsys.readouterr().out
     experiment = tmp_path / "command"
     trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
-    assert trials == sorted(f"{t}_{r}_seed{s}" for t in ("sym", "asym") for r in ("0.2", "0.4") for s in (0, 1))
+    assert trials == sorted(f"{t}_{r}_seed0" for t in ("sym", "asym") for r in ("0.2", "0.4"))
     for name in trials:
         envs = [json.loads(p.read_text()) for p in (experiment / name / "work").glob("env_*.json")]
         assert envs and envs[0]["RAYSWEEP_GPU_MEMORY_FRACTION"] == "0.45" and envs[0]["CUDA_VISIBLE_DEVICES"] in "0123"
@@ -351,8 +352,8 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
 
     assert run_command.main(["--axis", "noise_rate=0.2,0.4,0.6", *flags, *RUN]) == 0
     out = capsys.readouterr().out
-    assert "4 to run, 8 reused" in out and "8 finished trial(s) reused" in out
-    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 12
+    assert "2 to run, 4 reused" in out and "4 finished trial(s) reused" in out
+    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 6
 
 
 @pytest.mark.slow

@@ -156,13 +156,14 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
 @pytest.mark.slow
 def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path, capsys):
     """4 members on 2 CPUs, a perturbation every epoch: members are paused and restarted from checkpoints (their
-    own or a better member's), where Tune's own JSON logger dropped rows (issue 45); every row is kept and read."""
+    own or a better member's), where Tune's own JSON logger dropped rows (issue 45); every row is kept and read.
+    Two epochs: the first pair is paused at epoch 1 while the second pair runs, then restarted (issue 53)."""
     code = pbt.main(
         [
             "--num-samples",
             "4",
             "--epochs",
-            "3",
+            "2",
             "--perturbation-interval",
             "1",
             "--batch-size",
@@ -199,7 +200,8 @@ def test_pbt_prints_the_progress_block_and_writes_trial_logs(ray_gpus, tmp_path,
     assert f"member={best}," in line and f"val/acc {100 * logged[best]['val/acc'].max():.2f} (1)" in line, line
     for trial in trials:
         log = (trial / "stdout").read_text()
-        assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [3/3]" in log
+        assert f"{trial.name}:INFO | [CPU | pid " in log and "Epoch [2/2]" in log
+        assert len(set(re.findall(r"\| pid (\d+)\]", log))) >= 2, log  # paused at epoch 1, restarted in a new actor
         assert (trial / "trial_config.json").exists() and (trial / "noise.json").exists()
     # Its report draws the population's schedule (issue 42), known from raysweep.json's scheduler.
     assert json.loads((tmp_path / "pbt" / "raysweep.json").read_text())["scheduler"] == "PopulationBasedTraining"
