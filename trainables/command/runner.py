@@ -50,7 +50,8 @@ from trainables.command.sources import (
 )
 from trainables.command.startup import Startup, before_command
 from trainables.command.step_reporter import StepReporter
-from trainables.command.trackers import TRACKERS, sources_of, tracker_env, trackers_named
+from trainables.command.tracker_env import tracker_env, trackers_named
+from trainables.command.trackers import TRACKERS, sources_of
 from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage

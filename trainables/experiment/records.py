@@ -65,7 +65,7 @@ WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
-MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/trackers.py:tracker_env)
+MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/tracker_env.py)
 PENDING_ESTIMATE = ".{name}.estimate.json"  # under the storage path, beside the experiment folder
 # In a command trial's result that repeats the step of the row before it with a final result joined
 # (`trainables/command/step_reporter.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.

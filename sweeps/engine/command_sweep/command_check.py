@@ -107,7 +107,7 @@ def time_command(args, cell: dict, epochs: int | None, limit_s: float, gpus: flo
         terminate_group,
     )
     from trainables.command.sources import read_metrics_file, record_reader
-    from trainables.command.trackers import tracker_env
+    from trainables.command.tracker_env import tracker_env
 
     cells = getattr(args, "cells", [cell])  # lr_search.py's command reads the step and metrics by default
     step_key, metrics_from = getattr(args, "step_key", "epoch"), getattr(args, "metrics_from", "output")
@@ -161,7 +161,7 @@ def _command_env(args, cell: dict, folders: tuple, command: tuple, metrics_file:
     the command or its script names (`trackers_named`) printed. `folders`: `{trial_dir}` and the folder the
     command runs in; `command`: the trial's name and argv."""
     from trainables.command.process import command_env
-    from trainables.command.trackers import tracker_env, trackers_named
+    from trainables.command.tracker_env import tracker_env, trackers_named
 
     (work_dir, cwd), (name, argv) = folders, command
     env = command_env(cell, work_dir, name, metrics_file, 0.0)
@@ -178,10 +178,17 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
 
     source, metrics_from = getattr(events, "source", None), args.metrics_from
     if source:
-        found = "" if metrics_from == source else f"; found by --metrics-from output: no printed {args.metric}"
+        found = "" if metrics_from == source else f"; found by --metrics-from output: they hold {args.metric}"
         files = [str(f.relative_to(work_dir)) for f in events.files.get(source, ()) if f.is_relative_to(work_dir)]
         files_read = f" read from {', '.join(files)}" if files else ""
         print(f"metrics source: {source} (its records under {{trial_dir}}{found}){files_read}", flush=True)
+        if getattr(events, "disagreed", None):  # (step, printed, recorded)
+            steps = ", ".join(
+                f"{step} ({printed} printed, {recorded} recorded)" for step, printed, recorded in events.disagreed
+            )
+            print(
+                f"metrics: the printed text disagreed with the {source} records at {args.step_key} {steps}", flush=True
+            )
     else:
         print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
         since = getattr(events, "since", None)
