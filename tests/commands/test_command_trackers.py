@@ -80,6 +80,7 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
         "4",
         "--sleep",
         "0.5",
+        "--test-after",
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -89,7 +90,11 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
     for name, trial in found.items():
         lr = 0.1 if "lr0.1" in name else 0.2
         rows = history(trial)
-        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once, also after the kill
+        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once in result.json, also after the kill
+        assert "command/joins_step" not in rows
+        if name.startswith("csv"):  # test_acc, logged at epoch 5 after the fit, joins epoch 4's row
+            assert rows["test_acc"].isna().tolist() == [True, True, True, False], name
+            assert rows["test_acc"].iloc[-1] == pytest.approx(0.5 + lr), name
         assert rows["val_acc"].round(4).tolist() == [round(0.5 + lr * e / 10, 4) for e in (1, 2, 3, 4)], name
     killed = [t for n, t in found.items() if n.startswith("csv")]
     assert all((t / "work" / "killed").exists() for t in killed)
