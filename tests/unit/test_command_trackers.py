@@ -15,7 +15,7 @@ import tomllib
 from packaging.requirements import Requirement
 
 from tests.helpers.command_sweeps import PY, ROOT
-from trainables.command import tracker_env, trackers
+from trainables.command import process, trackers
 from trainables.command.tracker_rows import csv_rows, hf_rows
 from trainables.command.trackers import TrackerResults
 from trainables.command.wandb_reader import read_history
@@ -29,7 +29,7 @@ def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
-    tracker_env.tracker_env(env, work, tracker)
+    process.tracker_env(env, work, tracker)
     subprocess.run(
         [PY, SCRIPT, "--tracker", tracker, "--lr", "0.2", "--out", str(work), *extra],
         cwd=ROOT,
@@ -109,14 +109,14 @@ def test_hf_rows_and_a_torn_trainer_state():
 
 def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
     env = {"WANDB_MODE": "online", "MLFLOW_TRACKING_URI": ""}
-    assert tracker_env.tracker_env(env, tmp_path, "output") == [
+    assert process.tracker_env(env, tmp_path, "output") == [
         f"WANDB_DIR={tmp_path}",
         f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/mlflow.db",
     ]
     assert env["WANDB_MODE"] == "online"  # the user's choice stays
-    assert tracker_env.tracker_env({}, tmp_path, "csv") == []
-    assert tracker_env.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
-    assert tracker_env.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
+    assert process.tracker_env({}, tmp_path, "csv") == []
+    assert process.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+    assert process.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
 
 
 def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):
@@ -174,14 +174,14 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
 def test_tracker_settings_are_said_only_for_a_tracker_the_command_or_its_script_names(tmp_path):
     (tmp_path / "plain.py").write_text("import torch\nprint('epoch=1 acc=0.5')\n")
     (tmp_path / "logs.py").write_text("try:\n    import wandb\nexcept ImportError:\n    pass\n")
-    assert tracker_env.trackers_named(["python", "plain.py", "--lr", "0.1"], tmp_path, "output") == ()
-    assert tracker_env.trackers_named(["python", "logs.py"], tmp_path, "output") == ("wandb",)
-    assert tracker_env.trackers_named(
-        ["python", "plain.py", "--trainer.logger", "MLFlowLogger"], tmp_path, "output"
-    ) == ("mlflow",)
-    assert tracker_env.trackers_named(["python", "plain.py"], tmp_path, "mlflow") == ("mlflow",)
+    assert process.trackers_named(["python", "plain.py", "--lr", "0.1"], tmp_path, "output") == ()
+    assert process.trackers_named(["python", "logs.py"], tmp_path, "output") == ("wandb",)
+    assert process.trackers_named(["python", "plain.py", "--trainer.logger", "MLFlowLogger"], tmp_path, "output") == (
+        "mlflow",
+    )
+    assert process.trackers_named(["python", "plain.py"], tmp_path, "mlflow") == ("mlflow",)
     env = {}
-    assert tracker_env.tracker_env(env, tmp_path, "output", shown=()) == []  # set all the same, said for none
+    assert process.tracker_env(env, tmp_path, "output", shown=()) == []  # set all the same, said for none
     assert env["WANDB_MODE"] == "offline" and env["MLFLOW_TRACKING_URI"].endswith("mlflow.db")
 
 

@@ -23,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+from trainables.command.key_sources import file_origin
 from trainables.command.parse import StepContext
 from trainables.command.tensorboard_reader import Runs
 from trainables.command.tracker_rows import STEP_COLUMNS, csv_files, csv_rows, hf_rows, mlflow_rows
@@ -113,6 +114,7 @@ class TrackerResults:
         self.ripe = 0  # how many of `waiting` were there at the last read of the records
         self.unread: dict = {s: [] for s in sources}  # rows read from a source not chosen yet
         self.files: dict = {}  # source -> the files its rows came from, in order
+        self.origins_of: dict = {}  # source -> {metric: where it was read (`key_sources`)}
         self.seen: dict = {}  # file or store -> rows read (W&B: bytes)
         self.held: dict = {}  # metric names in the rows of the source read, in order of appearance
         self.values: dict = {}  # step -> --metric as printed
@@ -292,6 +294,13 @@ class TrackerResults:
             self.seen[path] = len(found)
         return rows
 
+    @property
+    def origins(self) -> dict:
+        """{metric: where it was read} of the source read (`trainables/command/key_sources.py`)."""
+        if self.source == "tensorboard":
+            return self.tensorboard.origins
+        return self.origins_of.get(self.source, {})
+
     def _wandb_rows(self, path: Path, found: list[dict]) -> list[dict]:
         """W&B history rows with their step: the run's own `step_key` metric where it logs one (an
         `epoch` it counts itself, whatever `_step` says), else W&B's step; once a run has logged its own,
@@ -322,8 +331,13 @@ class TrackerResults:
         return rows
 
     def _note_file(self, source: str, path: Path, found: list) -> None:
+        """Keep `path` among `source`'s files, and the origin of each key its rows `found` hold."""
         if found and path not in self.files.setdefault(source, []):
             self.files[source].append(path)
+        if source != "tensorboard":
+            origins = self.origins_of.setdefault(source, {})
+            keys = {k for row in found for k in (row["metrics"] if source == "wandb" else row)}
+            origins.update({k: file_origin(source, path, self.work_dir, k) for k in keys - origins.keys()})
 
 
 def _stamp(path: Path) -> tuple | None:
