@@ -337,7 +337,7 @@ class TrackerResults:
         if source != "tensorboard":
             origins = self.origins_of.setdefault(source, {})
             keys = {k for row in found for k in (row["metrics"] if source == "wandb" else row)}
-            origins.update({k: file_origin(source, path, self.work_dir, k) for k in keys - origins.keys()})
+            origins.update({k: file_origin(source, path, self.work_dir, k) for k in keys})  # the newest file's
 
 
 def _stamp(path: Path) -> tuple | None:
