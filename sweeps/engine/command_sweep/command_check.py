@@ -204,7 +204,7 @@ def _say_key_sources(keys, origins: dict) -> None:
     """Print where each metric shown was read (`trainables/command/key_sources.py`), one line per key."""
     from trainables.command.key_sources import describe
 
-    for key in [k for k in keys if k in origins]:
+    for key in [k for k in origins if k in keys]:  # in the order first read
         print(f"  metric source: {key} <- {describe(origins[key])}", flush=True)
 
 
