@@ -85,7 +85,8 @@ def read_status(source, now: float | None = None) -> dict:
         dict with `status` (`analysis.progress.sweep_status`), `metric`, `mode`, `elapsed_s` (seconds
         from the driver's start to now, or to its end: `_elapsed`),
         `ended_by` and `why` (why an ended sweep ended, `driver.json`'s; None while it runs, or unknown),
-        `log_lines` (running trial -> last log line), `driver` (the `driver.json` record or None),
+        `log_lines` (running trial -> last log line), `metric_sources` (running command trial -> {metric:
+        where it was read}, `trainables/command/key_sources.py`), `driver` (the `driver.json` record or None),
         `driver_alive` (bool or None when unknown), `left` (trials not finished: running, pending,
         interrupted or not run), `argv` (the sweep's command line, or None), `launch` (what
         `resume_command` reads), `where`, `resumable` and `duplicates`: the folders of trials
@@ -112,6 +113,8 @@ def read_status(source, now: float | None = None) -> dict:
     trials, log_lines, duplicates = _trial_records(fs, root, dirs, listed, objective.metric)
     for folder in round_folders(fs, root):  # out-of-memory re-runs count in place of their failures
         _add_reruns(fs, folder, objective.metric, trials, log_lines, duplicates)
+    running = [t for t in trials if t.status == "RUNNING" and t.folder]
+    metric_sources = {t.name: _metric_sources(fs, posixpath.join(root, t.folder)) for t in running}
     total = max(int(info.get("total_trials") or 0), len(trials))
     driver = read_holder(prefix + root)
     alive = holder_alive(driver, now) if driver else None
@@ -131,6 +134,7 @@ def read_status(source, now: float | None = None) -> dict:
         "ended_by": record.get("ended_by") if alive is False else None,
         "why": record.get("why") if alive is False else None,
         "log_lines": log_lines,
+        "metric_sources": {name: keys for name, keys in metric_sources.items() if keys},
         "driver": driver,
         "driver_alive": alive,
         "left": left,
@@ -281,6 +285,13 @@ def _trial_records(
     trials = [t for i, t in enumerate(trials) if i not in dropped]
     names = {t.name for t in trials}
     return trials, {name: line for name, line in log_lines.items() if name in names}, duplicates
+
+
+def _metric_sources(fs, folder: str) -> dict | None:
+    """{metric: where it was read} of a running command trial (its `metric_sources.json`), or None."""
+    path = posixpath.join(folder, records.METRIC_SOURCES_FILE)
+    record = records.parse_record(read_bytes(fs, path) or b"{}", path) or {}
+    return record.get("keys") if isinstance(record.get("keys"), dict) else None
 
 
 def _placed_on(fs, root: str, folder: str, log_line: str | None) -> str | None:

@@ -123,7 +123,7 @@ def add_metric_flags(parser) -> None:
         "the order they arrive, and $RAYSWEEP_METRICS_FILE; stdout or stderr: that stream's lines and the file; "
         "jsonl: that file only; tensorboard, wandb, mlflow, csv, hf: the event files, W&B run, MLflow store, "
         "CSV file (one with --metric as a column, else metrics.csv) or trainer_state.json the script writes under "
-        f"{{trial_dir}}, which output reads instead when its printed lines hold no --metric (default: {METRICS_FROM})",
+        f"{{trial_dir}}, which output reads instead of printed lines when they hold --metric (default: {METRICS_FROM})",
     )
 
 

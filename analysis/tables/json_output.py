@@ -16,6 +16,7 @@ from typing import Any
 
 from analysis.progress import eta_seconds
 from analysis.reading.driver_record import continue_command, exit_code
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import COUNTS
 from trainables.experiment.rules import json_unit
@@ -78,6 +79,8 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         units (an accuracy stays in [0, 1]); a statistic that does not exist (std of one seed) is null.
         ``units``: the unit of ``metric``'s and ``val_metric``'s values here (`rules.json_unit`: ``fraction``, an
         accuracy the console, tables and report show x100 in %, or ``as logged``).
+        ``metric_sources``: trial name -> where each metric was read, for command trials that recorded
+        it (absent otherwise).
         ``search``: of a search or PBT experiment, its search table (every trial ranked by ``metric``
         under the rule, searched parameters, epochs, how it ended); null for a grid. ``trials``: the trials
         by outcome, as everywhere; ``ended_by``: why the sweep ended. When no trial reported the table
@@ -110,6 +113,8 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "ended_by": trials.attrs.get("ended_by"),
         "problem": None,
     }
+    sources = _metric_sources(trials)
+    document |= {"metric_sources": sources} if sources else {}
     try:
         tables = sweep_tables(trials, history, objective, rows=rows)
     except ExperimentError as error:  # nothing to tabulate: the counts still tell what happened
@@ -132,6 +137,16 @@ def summary_document(trials, history, objective: Objective, *, rows: list[str] |
         "search": _search(trials, history, objective),
         "problem": None if any(cell["n"] for cell in cells.values()) else "no cell has a usable value",
     }
+
+
+def _metric_sources(trials) -> dict:
+    """Trial name -> {metric: where it was read} of the command trials that recorded it (`metric_sources.json`)."""
+    found = {}
+    for name, folder in zip(trials.get("trial_name", ()), trials.get("trial_dir", ())):
+        keys = records.read_metric_sources(folder) if isinstance(folder, str) else None
+        if keys:
+            found[str(name)] = keys
+    return found
 
 
 def _search(trials, history, objective: Objective) -> dict | None:
@@ -209,6 +224,7 @@ def _running_trial(state: dict, name: str, result: dict, planned: int) -> dict:
         "metric": _number(result.get(state["metric"])),
         "train_loss": _number(result.get("train/loss")),
         "log_line": state["log_lines"].get(name),
+        **({"metric_sources": state["metric_sources"][name]} if name in state.get("metric_sources", {}) else {}),
     }
 
 

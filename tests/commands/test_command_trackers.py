@@ -16,6 +16,7 @@ import pytest
 from tests.helpers.command_sweeps import PY, ROOT, run_sweep
 from tests.helpers.processes import wait_for
 from tests.helpers.trial_results import history, trials
+from trainables.experiment import records
 
 SCRIPT = "tests/scripts/tracker_only.py"
 
@@ -37,6 +38,7 @@ def test_check_names_each_source_and_the_keys_when_the_metric_is_missing(tmp_pat
             f"metrics source: {tracker} (its records under {{trial_dir}}; found by --metrics-from output" in proc.stdout
         )
         assert re.search(r"metrics row: .*val_acc=0\.52", proc.stdout), proc.stdout[-2000:]
+        assert re.search(rf"metric source: val_acc <- {tracker} \S+, (column|key) val_acc", proc.stdout), tracker
     proc = subprocess.run(
         [PY, "sweeps/run_command.py", "--check", "--metric", "val/acc", "--metrics-from", "csv", "--"]
         + [PY, SCRIPT, "--tracker", "csv", "--lr", "0.1", "--out", "{trial_dir}", "--epochs", "2"],
@@ -80,6 +82,7 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
         "4",
         "--sleep",
         "0.5",
+        "--test-after",
         env=sweep_env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -89,7 +92,11 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
     for name, trial in found.items():
         lr = 0.1 if "lr0.1" in name else 0.2
         rows = history(trial)
-        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once, also after the kill
+        assert rows["epoch"].tolist() == [1, 2, 3, 4], name  # each epoch once in result.json, also after the kill
+        assert "command/joins_step" not in rows
+        if name.startswith("csv"):  # test_acc, logged at epoch 5 after the fit, joins epoch 4's row
+            assert rows["test_acc"].isna().tolist() == [True, True, True, False], name
+            assert rows["test_acc"].iloc[-1] == pytest.approx(0.5 + lr), name
         assert rows["val_acc"].round(4).tolist() == [round(0.5 + lr * e / 10, 4) for e in (1, 2, 3, 4)], name
     killed = [t for n, t in found.items() if n.startswith("csv")]
     assert all((t / "work" / "killed").exists() for t in killed)
@@ -99,6 +106,16 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
             r"reporting [12] row\(s\) written before the restart .*steps [12]\.\.2, from csv records",
             (trial / "stdout").read_text(),
         )
+    for name, trial in found.items():  # where each value was read (metric_sources.json, issue 54 item 5)
+        tracker = name.split("_")[0]
+        origin = records.read_metric_sources(trial)["val_acc"]
+        assert origin["source"] == tracker and origin[("column" if tracker == "csv" else "key")] == "val_acc", name
+        if tracker == "csv":  # the attempt after the kill read its own run's file
+            assert origin["file"] == "lightning_logs/version_1/metrics.csv", origin
+    analyze = [PY, "-m", "analysis", str(tmp_path / "runs" / "command"), "--json"]
+    document = json.loads(subprocess.run(analyze, cwd=ROOT, capture_output=True, text=True, timeout=120).stdout)
+    assert len(document["metric_sources"]) == 8  # analyze --json shows each trial's
+    assert all(keys["val_acc"]["source"] in name for name, keys in document["metric_sources"].items())
     wandb_trial = next(t for n, t in found.items() if n.startswith("wandb"))
     assert history(wandb_trial)["train/loss"].tolist() == [1.0, 0.5, pytest.approx(1 / 3), 0.25]
 

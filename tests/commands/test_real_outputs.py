@@ -20,6 +20,7 @@ from tests.helpers.command_sweeps import PY, ROOT, run_sweep
 from tests.helpers.recorded import console, file_rows
 from tests.helpers.trial_results import history, trials
 from trainables.command.trackers import TrackerResults
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.records import JOINS_STEP_METRIC
 
@@ -46,10 +47,10 @@ def test_real_lightning_csv_and_tensorboard_loggers_hold_the_epochs_the_module_c
             tmp_path, "epoch", (source,), objective=Objective("valid_loss_epoch", test_metric=None)
         )  # every record
         rows = reader.close()
-        assert [r["epoch"] for r in rows] == [0, 1, 1], source
+        assert [r["epoch"] for r in rows] == [0, 1], source  # one row per epoch
         for column in ("valid_loss_epoch", "train_loss_epoch"):
-            assert [r[column] for r in rows[:2]] == pytest.approx([truth[column][e] for e in "01"], rel=1e-6)
-        assert rows[2] == {"test_loss": pytest.approx(truth["test_loss"], rel=1e-6), "epoch": 1}
+            assert [r[column] for r in rows] == pytest.approx([truth[column][e] for e in "01"], rel=1e-6)
+        assert "test_loss" not in rows[0] and rows[1]["test_loss"] == pytest.approx(truth["test_loss"], rel=1e-6)
     [metrics] = tmp_path.glob("lightning_logs/*/metrics.csv")
     assert [r["valid_loss_epoch"] for r in rows[:2]] == list(file_rows(metrics, "valid_loss_epoch").values())
 
@@ -70,10 +71,19 @@ def test_sweep_of_a_lightning_script_reads_its_logger_with_no_flag(tmp_path, swe
     for name, trial in found.items():
         truth = json.loads(next(trial.glob("**/truth.json")).read_text())
         rows = history(trial)
-        # each epoch once (no validation step, no test epoch); test_loss joined to the last epoch's row
-        assert rows["epoch"].tolist() == [0, 1, 1] and rows[JOINS_STEP_METRIC].tolist()[2] == 1, name
+        # result.json: each epoch once (no validation step, no test epoch), test_loss on the last epoch's row
+        assert rows["epoch"].tolist() == [0, 1] and JOINS_STEP_METRIC not in rows, name
         valid = rows["valid_loss_epoch"].tolist()
-        assert valid[:2] == pytest.approx([truth["valid_loss_epoch"][e] for e in "01"]) and valid[2] == valid[1]
-        assert rows["test_loss"].tolist()[2] == pytest.approx(truth["test_loss"]) and rows["test_loss"][:2].isna().all()
+        assert valid == pytest.approx([truth["valid_loss_epoch"][e] for e in "01"])
+        assert rows["test_loss"].tolist()[1] == pytest.approx(truth["test_loss"]) and rows["test_loss"][:1].isna().all()
         source = "csv" if name.startswith("csv") else "tensorboard"
         assert f"metrics from {source} records: lightning_logs/version_0/" in (trial / "stdout").read_text()
+        origin = records.read_metric_sources(trial)["valid_loss_epoch"]  # where it was read (issue 54 item 5)
+        if source == "csv":
+            assert origin == {
+                "source": "csv",
+                "file": "lightning_logs/version_0/metrics.csv",
+                "column": "valid_loss_epoch",
+            }
+        else:
+            assert origin == {"source": "tensorboard", "run": "lightning_logs/version_0", "tag": "valid_loss_epoch"}

@@ -8,6 +8,8 @@ layout: `lightning_logs/version_N/metrics.csv`, train and val rows written separ
 (`checkpoint-N/trainer_state.json` with the Trainer's `log_history`; with --at-exit one `trainer_state.json` at the end,
 as `save_strategy="no"` and `trainer.save_state()` leave it). Epoch e logs `val_acc` = 0.5 + lr * e / 10
 and the training loss 1 / e (W&B: `train/loss`, Hugging Face: `loss`, else `train_loss`).
+--test-after (csv): after the last epoch E, a row `E + 1,,,,test_acc` (0.5 + lr), as Lightning's `trainer.test`
+logs `test_acc` at `max_epochs`, one past the last epoch.
 --kill-worker-at E: after logging epoch E, once, SIGKILL the Ray worker (the parent of the command shim); a rerun
 goes on after the last epoch it logged (`<out>/done.txt`), as a script resuming from its checkpoint.
 """
@@ -30,6 +32,7 @@ p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--kill-worker-at", type=int, default=0)
 p.add_argument("--start-delay", type=float, default=0.0)
+p.add_argument("--test-after", action="store_true", help="csv: a test_acc row after the last epoch")
 p.add_argument("--at-exit", action="store_true", help="hf: write trainer_state.json once, at the end (save_state())")
 args = p.parse_args()
 time.sleep(args.start_delay)
@@ -62,13 +65,18 @@ def csv_logger():
     folder.mkdir(parents=True)
     path = folder / "metrics.csv"
     with open(path, "w", newline="") as f:
-        csv.writer(f).writerow(["epoch", "step", "train_loss", "val_acc"])
+        csv.writer(f).writerow(["epoch", "step", "train_loss", "val_acc"] + (["test_acc"] if args.test_after else []))
 
     def log(e):
         with open(path, "a", newline="") as f:
             csv.writer(f).writerows([[e, e * 10, 1.0 / e, ""], [e, e * 10, "", val_acc(e)]])
 
-    return log, lambda: None
+    def test():
+        if args.test_after:
+            with open(path, "a", newline="") as f:
+                csv.writer(f).writerow([args.epochs + 1, args.epochs * 10, "", "", 0.5 + args.lr])
+
+    return log, test
 
 
 def hf_logger():

@@ -15,7 +15,7 @@ import tomllib
 from packaging.requirements import Requirement
 
 from tests.helpers.command_sweeps import PY, ROOT
-from trainables.command import trackers
+from trainables.command import process, trackers
 from trainables.command.tracker_rows import csv_rows, hf_rows
 from trainables.command.trackers import TrackerResults
 from trainables.command.wandb_reader import read_history
@@ -29,7 +29,7 @@ def run_script(tmp_path: Path, tracker: str, *extra: str) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
-    trackers.tracker_env(env, work, tracker)
+    process.tracker_env(env, work, tracker)
     subprocess.run(
         [PY, SCRIPT, "--tracker", tracker, "--lr", "0.2", "--out", str(work), *extra],
         cwd=ROOT,
@@ -109,14 +109,14 @@ def test_hf_rows_and_a_torn_trainer_state():
 
 def test_tracker_env_fills_only_what_the_environment_leaves_unset(tmp_path):
     env = {"WANDB_MODE": "online", "MLFLOW_TRACKING_URI": ""}
-    assert trackers.tracker_env(env, tmp_path, "output") == [
+    assert process.tracker_env(env, tmp_path, "output") == [
         f"WANDB_DIR={tmp_path}",
         f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/mlflow.db",
     ]
     assert env["WANDB_MODE"] == "online"  # the user's choice stays
-    assert trackers.tracker_env({}, tmp_path, "csv") == []
-    assert trackers.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
-    assert trackers.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
+    assert process.tracker_env({}, tmp_path, "csv") == []
+    assert process.tracker_env({}, tmp_path, "wandb") == ["WANDB_MODE=offline", f"WANDB_DIR={tmp_path}"]
+    assert process.tracker_env({"WANDB_API_KEY": "k"}, tmp_path, "wandb") == [f"WANDB_DIR={tmp_path}"]
 
 
 def test_records_are_read_live_from_this_attempt_and_every_source_is_described(tmp_path):
@@ -174,14 +174,14 @@ def test_a_metric_in_no_record_fails_the_trial_naming_the_keys_each_source_held(
 def test_tracker_settings_are_said_only_for_a_tracker_the_command_or_its_script_names(tmp_path):
     (tmp_path / "plain.py").write_text("import torch\nprint('epoch=1 acc=0.5')\n")
     (tmp_path / "logs.py").write_text("try:\n    import wandb\nexcept ImportError:\n    pass\n")
-    assert trackers.trackers_named(["python", "plain.py", "--lr", "0.1"], tmp_path, "output") == ()
-    assert trackers.trackers_named(["python", "logs.py"], tmp_path, "output") == ("wandb",)
-    assert trackers.trackers_named(["python", "plain.py", "--trainer.logger", "MLFlowLogger"], tmp_path, "output") == (
+    assert process.trackers_named(["python", "plain.py", "--lr", "0.1"], tmp_path, "output") == ()
+    assert process.trackers_named(["python", "logs.py"], tmp_path, "output") == ("wandb",)
+    assert process.trackers_named(["python", "plain.py", "--trainer.logger", "MLFlowLogger"], tmp_path, "output") == (
         "mlflow",
     )
-    assert trackers.trackers_named(["python", "plain.py"], tmp_path, "mlflow") == ("mlflow",)
+    assert process.trackers_named(["python", "plain.py"], tmp_path, "mlflow") == ("mlflow",)
     env = {}
-    assert trackers.tracker_env(env, tmp_path, "output", shown=()) == []  # set all the same, said for none
+    assert process.tracker_env(env, tmp_path, "output", shown=()) == []  # set all the same, said for none
     assert env["WANDB_MODE"] == "offline" and env["MLFLOW_TRACKING_URI"].endswith("mlflow.db")
 
 
@@ -205,24 +205,59 @@ def test_lightning_validation_step_rows_are_never_epochs():
     assert [r["step"] for r in csv_rows(text, "step")] == [4, 5]
 
 
-def test_printed_rows_win_when_they_hold_the_metric_and_a_disagreeing_tracker_is_said(tmp_path, capsys):
+def test_a_tracker_holding_the_metric_wins_over_printed_rows_and_where_they_disagree_is_said(tmp_path, capsys):
     reader = TrackerResults(tmp_path, "epoch", objective=Objective("val_acc", test_metric=None), since=0.0, auto=True)
     (tmp_path / "metrics.csv").write_text("epoch,val_acc\n1,0.8123\n2,0.9\n")
     # printed rows without --metric are held back, and dropped once the CSV's rows hold it...
     assert reader.poll([{"epoch": 1, "loss": 0.5}]) == [{"epoch": 1, "val_acc": 0.8123}] and reader.source == "csv"
+    (tmp_path / "w").mkdir()
     reader = TrackerResults(
         tmp_path / "w", "epoch", objective=Objective("val_acc", test_metric=None), since=0.0, auto=True
     )
-    (tmp_path / "w").mkdir()
     (tmp_path / "w" / "metrics.csv").write_text("epoch,val_acc\n1,0.8123\n2,0.9\n")
-    printed = [{"epoch": 1, "val_acc": 0.812}, {"epoch": 2, "val_acc": 0.85}]
-    assert reader.poll(printed[:1]) == printed[:1] and reader.close(printed[1:]) == printed[1:]
-    assert reader.source is None  # ...but the printed rows hold it: they are the rows
+    printed = [{"epoch": 1, "val_acc": 0.812}, {"epoch": 2, "val_acc": 0.85}]  # a Rich frame's rounded values
+    # ...and so are printed rows holding it (Rich frames, rounded values): the CSV's are the rows
+    assert reader.poll(printed[:1]) == [{"epoch": 1, "val_acc": 0.8123}]  # epoch 2 has begun in the CSV
+    assert reader.close(printed[1:]) == [{"epoch": 2, "val_acc": 0.9}]
+    assert reader.source == "csv" and reader.disagreed == [(2, 0.85, 0.9)]  # 0.8123 prints as 0.812: they agree
     said = capsys.readouterr().out
+    assert "metrics from csv records: metrics.csv (they hold --metric val_acc" in said
     assert (
-        "the printed val_acc and the csv records (metrics.csv) disagree at epoch 2: 0.85 printed, 0.9 recorded" in said
+        "the printed val_acc and the csv records (metrics.csv) disagree at epoch 2: 0.85 printed, 0.9 recorded; "
+        "the history holds the recorded values" in said
     )
-    assert "epoch 1" not in said  # 0.8123 prints as 0.812: they agree
+
+
+def test_printed_rows_wait_through_one_read_and_a_tracker_found_later_takes_over(tmp_path, capsys):
+    reader = TrackerResults(tmp_path, "epoch", objective=Objective("val_acc", test_metric=None), since=0.0, auto=True)
+    assert reader.poll([{"epoch": 1, "val_acc": 0.4}]) == []  # the records are read once more first
+    reader.next_read = 0.0
+    assert reader.poll() == [{"epoch": 1, "val_acc": 0.4}] and reader.printed  # none holds it: as printed
+    assert reader.poll([{"epoch": 2, "val_acc": 0.6}]) == [{"epoch": 2, "val_acc": 0.6}]  # at once from now on
+    (tmp_path / "log.csv").write_text("epoch,val_acc\n1,0.51\n2,0.6\n3,0.7\n4,0.8\n")  # a tracker appears
+    reader.next_read = 0.0
+    rows = reader.poll([{"epoch": 3, "val_acc": 0.7}])  # the CSV holds it: its rows from now on
+    assert reader.source == "csv" and rows == [{"epoch": 3, "val_acc": 0.7}] + [
+        {"epoch": e, "val_acc": v}
+        for e, v in ((1, 0.51), (2, 0.6), (3, 0.7))  # `StepReporter` skips steps 1-3
+    ]
+    assert reader.close([{"epoch": 4, "val_acc": 0.85}]) == [{"epoch": 4, "val_acc": 0.8}]
+    said = capsys.readouterr().out
+    assert "metrics from csv records: log.csv (they hold --metric val_acc; the printed rows up to epoch 3 were" in said
+    assert "disagree at epoch 1: 0.4 printed, 0.51 recorded (and at 1 more); the history holds the recorded " in said
+    assert "values (the printed ones up to epoch 3, reported before)" in said
+
+
+def test_the_last_epoch_is_one_row_with_the_figures_logged_after_it(tmp_path):
+    """Lightning's CSVLogger: `trainer.test` logs `test/acc` at epoch `max_epochs`, after the fit's last epoch."""
+    log = tmp_path / "metrics.csv"
+    reader = TrackerResults(tmp_path, "epoch", ("csv",), Objective("val/acc", test_metric="test/acc"), since=0.0)
+    log.write_text("epoch,step,train/loss,val/acc,test/acc\n0,9,0.9,,\n0,9,,0.5,\n1,19,0.5,,\n")
+    assert reader.poll() == [{"step": 9, "train/loss": 0.9, "val/acc": 0.5, "epoch": 0}]  # epoch 1 has begun
+    log.write_text(log.read_text() + "1,19,,0.7,\n2,20,,,0.65\n")
+    reader.next_read = 0.0
+    assert reader.poll() == []  # epoch 1 may be the last: held until an epoch's keys come, or the end
+    assert reader.close() == [{"step": 19, "train/loss": 0.5, "val/acc": 0.7, "test/acc": 0.65, "epoch": 1}]
 
 
 def test_printed_rows_without_the_metric_are_reported_at_the_end_when_no_tracker_holds_it(tmp_path):

@@ -18,6 +18,7 @@ from analysis.status import read_status, watch
 from analysis.tables.json_output import STATUS_SCHEMA, SUMMARY_SCHEMA, dumps, schema, status_document
 from tests.helpers.analysis_fixtures import T0, paper_grid, trial_spec, write_experiment
 from tests.helpers.sweep_status import record, small_sweep
+from trainables.experiment import records
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -40,6 +41,9 @@ def validate(document: dict, version: str) -> None:
 
 def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driver(tmp_path):
     experiment = small_sweep(tmp_path, record(os.getpid()))
+    running_folder = next(experiment.glob("train_abcde_00004_*"))
+    where = {"val/acc": {"source": "csv", "file": "logs/csv/version_0/metrics.csv", "column": "val/acc"}}
+    records.write_metric_sources(running_folder, where)  # a command trial's (trainables/command/key_sources.py)
     result = analysis_cli(experiment, "--status", "--json")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 1  # one document, nothing else on stdout
@@ -60,6 +64,7 @@ def test_status_json_validates_and_holds_counts_running_trials_best_eta_and_driv
         5,
     )
     assert running["metric"] == pytest.approx(0.97) and running["log_line"].endswith("Epoch [2/5] | Loss 0.5")
+    assert running["metric_sources"] == where
     assert document["best"] == {"value": pytest.approx(0.97), "trial": "sym_0.2_seed4"}
     # 5 + 5 + 3 (diverged) + 1 (errored) + 2 (running) epochs done; 2 trials not created count 5 each
     assert document["epochs"] == {"done": 16, "planned": 34}
@@ -91,12 +96,18 @@ def test_watch_json_prints_one_document_per_line_until_the_driver_ends(tmp_path)
 def test_summary_json_validates_with_cells_n_mean_std_and_the_rule(tmp_path):
     """One seed per cell: std and ci95 do not exist and are null, never NaN (not JSON)."""
     experiment = paper_grid(tmp_path, seeds=(0,), status={("ce", "sym", 0.4, 0): "ERROR"})
+    trial = sorted(experiment.glob("train_*"))[0]
+    where = {"val/acc": {"source": "stdout", "line": "Epoch [<n>/<n>] | Val Acc <n>"}}
+    records.write_metric_sources(trial, where)
     result = analysis_cli(experiment, "--json")
     assert result.returncode == 0, result.stderr
     assert "NaN" not in result.stdout and "Infinity" not in result.stdout
     document = json.loads(result.stdout)
     validate(document, SUMMARY_SCHEMA)
     assert document["schema"] == "raysweep.summary/2"
+    assert list(document["metric_sources"].values()) == [where]  # only the trial that recorded one
+    with pytest.raises(jsonschema.ValidationError):  # each origin names its source
+        validate({**document, "metric_sources": {"t": {"val/acc": {"file": "x.csv"}}}}, SUMMARY_SCHEMA)
     validate({**document, "raysweep": [None, {"version": "0.8.0", "commit": "abc1234"}]}, SUMMARY_SCHEMA)
     assert document["selection"] == {
         "rule": "best-val",

@@ -93,10 +93,10 @@ def test_lightning_console_does_not_hide_its_csv_logger(tmp_path):
     assert printed == []
     rows = read_records(tmp_path, lightning_csv, "valid_loss_epoch", printed=printed)
     metrics = RECORDED / "lightning_metrics.csv"
-    assert [r["epoch"] for r in rows] == [0, 1, 1]  # the last: test_loss, logged at epoch 2 after the fit
+    assert [r["epoch"] for r in rows] == [0, 1]  # one row per epoch: test_loss (logged at epoch 2) joins the last
     for column in ("valid_loss_epoch", "train_loss_epoch"):
-        assert {r["epoch"]: r[column] for r in rows[:2]} == file_rows(metrics, column)
-    assert rows[2] == {"test_loss": 0.27978435158729553, "epoch": 1}
+        assert {r["epoch"]: r[column] for r in rows} == file_rows(metrics, column)
+    assert "test_loss" not in rows[0] and rows[1]["test_loss"] == 0.27978435158729553
     assert not any("valid_loss_step" in r for r in rows)  # validation steps count on their own: never epochs
     steps = read_records(tmp_path / "s", lightning_csv, "valid_loss_epoch", ("csv",), step_key="step")
     assert min(r["step"] for r in steps) == 49 and steps[-1]["step"] == 3437  # no validation step 0..313
@@ -115,7 +115,7 @@ def test_lightning_tensorboard_logger_epoch_values_at_their_epoch(tmp_path, sour
         (0, 0.5871946811676025, 1.2091004848480225),
         (1, 0.2884407341480255, 0.3866567611694336),
     ]
-    assert rows[2:] == [{"test_loss": 0.27978435158729553, "epoch": 1}]
+    assert len(rows) == 2 and rows[1]["test_loss"] == 0.27978435158729553  # joined to the last epoch's row
     assert not any("valid_loss_step" in r or "hp_metric" in r for r in rows)
 
 
@@ -140,11 +140,12 @@ def test_lightning_validation_steps_past_the_epochs_are_never_epochs(tmp_path, s
     logged = events_of(RECORDED / "lightning_tb_steps" / "lightning_logs" / "version_0")
     assert len(logged["valid_loss_step"]) == 15 and min(logged["epoch"]) == 3  # the steps start before any epoch
     epoch_at = {step: int(e) for step, e in logged["epoch"].items()}
-    assert [r["epoch"] for r in rows] == [0, 1, 2, 2]  # the last: test_loss, a final result joined to epoch 2
+    assert [r["epoch"] for r in rows] == [0, 1, 2]  # one row per epoch: test_loss, a final result, joins epoch 2
     for name in ("valid_loss_epoch", "train_loss_epoch"):
-        assert {r["epoch"]: r[name] for r in rows[:3]} == {epoch_at[s]: v for s, v in logged[name].items()}
-    assert set(rows[0]) == set(rows[1]) == set(rows[2]) == {"epoch", "valid_loss_epoch", "train_loss_epoch"}
-    assert rows[3] == {"test_loss": logged["test_loss"][12], "epoch": 2} and epoch_at[12] == 3
+        assert {r["epoch"]: r[name] for r in rows} == {epoch_at[s]: v for s, v in logged[name].items()}
+    assert set(rows[0]) == set(rows[1]) == {"epoch", "valid_loss_epoch", "train_loss_epoch"}
+    assert rows[2] == {**rows[2], "test_loss": logged["test_loss"][12]} and epoch_at[12] == 3
+    assert set(rows[2]) == set(rows[1]) | {"test_loss"}
 
 
 @pytest.mark.parametrize("metric", ["dashboard_test_acc_1", "dashboard/test_acc_1"])

@@ -24,6 +24,7 @@ import re
 import string
 
 from trainables.command import output_shapes
+from trainables.command.key_sources import printed_origin
 from trainables.command.output_shapes import KEY, NUMBER
 from trainables.experiment.objective import Objective
 
@@ -238,14 +239,17 @@ class StepContext:
         self.settled: set = set()  # names in `pending` read from a line that is not a running value
         self.dump: list = []  # the lines of a multi-line JSON dump being read (`_json_dump`)
         self.frame: list = []  # the lines of a Rich progress-bar frame being read
+        self.origins: dict = {}  # metric -> where it was first read (`key_sources.printed_origin`)
+        self.stream = "stdout"  # the stream of the line being read
         self.crash = False  # in a crash dump: nothing is read until a line names a step
         self.bar_ended = False  # a Keras bar reached its last batch in this step: a later bar is an evaluation
         self.after: dict = {}  # that evaluation's values: final figures if no step follows
         self.rich_noted = False  # the note on Rich frames' values was printed
 
-    def feed(self, line: str) -> list[dict]:
-        """Results completed by this stdout line, each {metric: value, step_key: step}. A progress
+    def feed(self, line: str, stream: str = "stdout") -> list[dict]:
+        """Results completed by this line of `stream`, each {metric: value, step_key: step}. A progress
         bar's redraws (`\r`-separated, as tqdm and Lightning print them) are read in order."""
+        self.stream = stream
         if self.frame and output_shapes.rich_wrapped(line):
             self.frame.append(line.strip())
             return []
@@ -255,6 +259,7 @@ class StepContext:
             return done
         dump = None if self.crash else self._json_dump(line)
         if dump is not None:
+            self._note("a JSON object over several lines", dump)
             return done + self.add(dump)
         return done + [r for part in line.split("\r") for r in self._read(part)]
 
@@ -266,6 +271,7 @@ class StepContext:
         if self.crash and (self.step_key not in metrics or part[:1].isspace()):
             return []  # `trainer.max_epochs=2` in Hydra's overrides, `lr=0.1` in a traceback's source line
         self.crash = False
+        self._note(part, metrics)
         bar, last_batch = output_shapes.keras_bar(output_shapes.plain_text(part))
         if bar and self.bar_ended and self.step_key not in metrics:
             self.after.update(metrics)  # `model.evaluate`'s bar after `fit`'s last epoch: not the epoch's values
@@ -275,6 +281,10 @@ class StepContext:
         if named and named["total"] is not None and int(named["total"]) == metrics[self.step_key]:
             self.last_step = metrics[self.step_key]
         return self.add(metrics, running)
+
+    def _note(self, part: str, metrics: dict) -> None:
+        for key in metrics.keys() - self.origins.keys():
+            self.origins[key] = printed_origin(self.stream, part, self.patterns, key)
 
     def _read_frame(self) -> list[dict]:
         """The results of the Rich frame read so far (its lines joined: a name and its value may be wrapped apart)."""

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from trainables.command.gpu_sharing import CAP_HOOK_DIR
+from trainables.command.key_sources import trial_origins
 from trainables.command.parse import StepContext, format_value
 from trainables.command.sources import StreamLog, decode_line, read_metrics_file
 from trainables.command.trackers import TrackerResults
@@ -28,6 +29,7 @@ from trainables.command.user_metrics import METRICS_FILE_ENV
 from trainables.command.watchdog import group_alive
 from trainables.config import TrainConfig
 from trainables.experiment.objective import Objective
+from trainables.experiment.records import MLFLOW_STORE
 from trainables.gpu_share import memory_fraction_for
 
 TAIL_LINES = 30  # stderr / stdout lines quoted in a trial's error
@@ -37,6 +39,51 @@ TAIL_POLL_S = 0.02  # how long a reader waits for more output at the end of its 
 SHIM = Path(__file__).with_name("shim.py")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+ENV_TRACKERS = ("wandb", "mlflow")  # the trackers `tracker_env` points at the trial's folder
+
+
+def tracker_env(env: dict, work_dir: Path, metrics_from: str, shown=ENV_TRACKERS) -> list[str]:
+    """Point the trackers `metrics_from` may read at the trial's folder, where `env` leaves them unset.
+
+    Sets (in `env`) `WANDB_MODE=offline` (not with a `WANDB_API_KEY`: online runs write the same log)
+    and `WANDB_DIR={trial_dir}` (W&B's run folder then is `{trial_dir}/wandb/offline-run-*`, which
+    `wandb sync` uploads later), and
+    `MLFLOW_TRACKING_URI=sqlite:///{trial_dir}/mlflow.db`, for `output` and the matching source.
+    Args:
+        shown: the trackers whose settings are returned (`trackers_named`); all are set.
+    Returns:
+        `NAME=value` for each variable set of a tracker in `shown`, to be said once in the trial's log.
+    """
+    wanted = {
+        "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(work_dir)},
+        "mlflow": {"MLFLOW_TRACKING_URI": f"sqlite:///{work_dir / MLFLOW_STORE}"},
+    }
+    if env.get("WANDB_API_KEY"):  # logged in for online runs: they also write their log under WANDB_DIR
+        del wanted["wandb"]["WANDB_MODE"]
+    set_now = []
+    for source, values in wanted.items():
+        for name, value in values.items() if metrics_from in ("output", source) else ():
+            if not env.get(name):
+                env[name] = value
+                set_now += [f"{name}={value}"] if source in shown else []
+    return set_now
+
+
+def trackers_named(argv: list[str], cwd: Path, metrics_from: str) -> tuple:
+    """The trackers of `ENV_TRACKERS` that the command names (`--log-wandb`, `WandbLogger`) or whose
+    name its script's source holds (`import wandb`, `import mlflow`), and the one --metrics-from names.
+
+    Args:
+        argv: the command; each word ending in `.py` is read as a file relative to `cwd` (when it is one).
+    """
+    text = " ".join(argv)
+    for word in argv:
+        path = Path(cwd, word)
+        if word.endswith(".py") and path.is_file():
+            text += path.read_text(errors="replace")
+    return tuple(t for t in ENV_TRACKERS if t == metrics_from or re.search(t, text, re.IGNORECASE))
 
 
 def command_env(
@@ -156,6 +203,7 @@ class CommandOutput:
         default_factory=lambda: {n: collections.deque(maxlen=TAIL_LINES) for n in STREAM_NAMES}
     )
     file_offset: int = 0  # bytes of the metrics file read so far
+    file_keys: dict = dataclasses.field(default_factory=dict)  # the names read from the metrics file
     open_streams: int = 2
 
     def poll(self, timeout_s: float) -> list[dict]:
@@ -169,7 +217,7 @@ class CommandOutput:
             self.echo[name].write(f"{self.prefixes[name]} {line}\n")
             self.tails[name].append(line)
             if STREAM_NAMES[name] in self.streams:
-                results += self.context.feed(line)
+                results += self.context.feed(line, STREAM_NAMES[name])
         results += self.written_since()
         return self.events.poll(results) if self.events else results
 
@@ -178,7 +226,12 @@ class CommandOutput:
         if self.metrics_file is None:
             return []
         results, self.file_offset = read_metrics_file(self.metrics_file, self.file_offset, self.step_key)
+        self.file_keys.update(dict.fromkeys(k for row in results for k in row))
         return results
+
+    def origins(self) -> dict:
+        """{metric: where it was read} of the rows reported (`key_sources.trial_origins`)."""
+        return trial_origins(self.context, self.events, self.file_keys, self.metrics_file)
 
 
 def start_readers(proc: subprocess.Popen, log: StreamLog, outputs: dict) -> queue.Queue:

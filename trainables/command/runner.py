@@ -22,6 +22,7 @@ from ray import tune
 
 from trainables.command.failure import take_turn, verdict
 from trainables.command.gpu_sharing import GpuSharing, cap_line, mps_env
+from trainables.command.key_sources import SourceRecord
 from trainables.command.parse import (
     METRICS_FROM,
     STEP_KEY,
@@ -38,6 +39,8 @@ from trainables.command.process import (
     log_prefix,
     start_command,
     start_readers,
+    tracker_env,
+    trackers_named,
 )
 from trainables.command.sources import (
     OUTPUT_FILES,
@@ -50,7 +53,7 @@ from trainables.command.sources import (
 )
 from trainables.command.startup import Startup, before_command
 from trainables.command.step_reporter import StepReporter
-from trainables.command.trackers import TRACKERS, sources_of, tracker_env, trackers_named
+from trainables.command.trackers import TRACKERS, sources_of
 from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
@@ -254,9 +257,11 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
     holds them open) and the last lines are read; True when the trial ends early (it diverged, or Tune stopped it:
     the command is then ended after its `writes`, and what it wrote is still read, into `late_rows.json`)."""
     exited_at = cut = None  # cut: Tune stopped the trial while its command still ran
+    sources = SourceRecord(reporter.trial_folder)  # where each reported metric was read: metric_sources.json
     while output.open_streams:
         if reporter.report_new(output.poll(POLL_S)):
             return True  # the caller's finally block ends the command
+        sources.update(reporter.seen, output.origins())
         reporter.stopped = reporter.stopped or _stop_requested()
         if reporter.stopped and cut is None:
             cut = reporter.cut = proc.poll() is None  # still training: the step it was in is not kept
@@ -274,7 +279,9 @@ def _read_and_report(proc, output: CommandOutput, reporter: StepReporter, grace_
         return True
     # what the last step printed (not a step a stopped command was cut in; a crash before any step: a config dump)
     last = output.context.close(exit_code_soon(proc) not in (None, 0), cut=bool(cut))
-    return reporter.report_new(events.close(last) if events else last, final=True) or reporter.stopped
+    ended = reporter.report_new(events.close(last) if events else last, final=True)
+    sources.update(reporter.seen, output.origins())
+    return ended or reporter.stopped
 
 
 def _end_command(

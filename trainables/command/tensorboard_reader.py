@@ -90,6 +90,7 @@ class Runs:
         self.waiting: dict = {}  # add_scalars group -> {step: {metric: value}} not mapped to an epoch yet
         self.runs_of: dict = {}  # tag of a plain run -> the run folders holding it
         self.unmapped: dict = {}  # metric -> None: values at steps with no epoch (never rows)
+        self.origins: dict = {}  # metric -> {"source": "tensorboard", "run": its folder, "tag": its tag}
 
     @property
     def ambiguous(self) -> dict:
@@ -139,6 +140,7 @@ class Runs:
         key, scalars = self.step_key, dict(call.scalars)
         for tag in scalars:
             self.runs_of.setdefault(tag, set()).add(run)
+            self.origins.setdefault(tag, {"source": "tensorboard", "run": str(run), "tag": tag})
         if "epoch" in scalars:
             self.tagged.add(run)
             scalars["epoch"] = _whole(scalars["epoch"])
@@ -158,6 +160,7 @@ class Runs:
             return [{**held, "epoch": epochs[step]}] if self.step_key == "epoch" and held else []
         slash = any(name.startswith(f"{main}/") for name in self.names)  # the objective's spelling, for the group
         name = f"{main}/{key}" if slash else f"{main}_{key}"
+        self.origins.setdefault(name, {"source": "tensorboard", "run": str(run), "tag": main})
         if self.step_key != "epoch":
             return [{name: value, self.step_key: step}]
         if step in epochs:

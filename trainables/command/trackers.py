@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from pathlib import Path
 
+from trainables.command.key_sources import file_origin
 from trainables.command.parse import StepContext
 from trainables.command.tensorboard_reader import Runs
 from trainables.command.tracker_rows import STEP_COLUMNS, csv_files, csv_rows, hf_rows, mlflow_rows
@@ -34,55 +34,12 @@ from trainables.experiment.records import MLFLOW_STORE
 TRACKERS = ("wandb", "mlflow", "csv", "hf", "tensorboard")  # in the order auto-detection tries them
 READ_EVERY_S = 2.0  # how often the files and stores are read while the command runs
 _DEPTHS = {"csv": ("*.csv", None), "hf": ("trainer_state.json", 3), "tensorboard": ("*tfevents*", None)}  # None: any
-ENV_TRACKERS = ("wandb", "mlflow")  # the trackers `tracker_env` points at the trial's folder
 
 
 def sources_of(metrics_from: str) -> tuple:
     """The trackers `--metrics-from` reads: that one, or all of them for any other value (`output`
     auto-detects them; a stream's error lists what they held)."""
     return (metrics_from,) if metrics_from in TRACKERS else TRACKERS
-
-
-def tracker_env(env: dict, work_dir: Path, metrics_from: str, shown=ENV_TRACKERS) -> list[str]:
-    """Point the trackers `metrics_from` may read at the trial's folder, where `env` leaves them unset.
-
-    Sets (in `env`) `WANDB_MODE=offline` (not with a `WANDB_API_KEY`: online runs write the same log)
-    and `WANDB_DIR={trial_dir}` (W&B's run folder then is `{trial_dir}/wandb/offline-run-*`, which
-    `wandb sync` uploads later), and
-    `MLFLOW_TRACKING_URI=sqlite:///{trial_dir}/mlflow.db`, for `output` and the matching source.
-    Args:
-        shown: the trackers whose settings are returned (`trackers_named`); all are set.
-    Returns:
-        `NAME=value` for each variable set of a tracker in `shown`, to be said once in the trial's log.
-    """
-    wanted = {
-        "wandb": {"WANDB_MODE": "offline", "WANDB_DIR": str(work_dir)},
-        "mlflow": {"MLFLOW_TRACKING_URI": f"sqlite:///{work_dir / MLFLOW_STORE}"},
-    }
-    if env.get("WANDB_API_KEY"):  # logged in for online runs: they also write their log under WANDB_DIR
-        del wanted["wandb"]["WANDB_MODE"]
-    set_now = []
-    for source, values in wanted.items():
-        for name, value in values.items() if metrics_from in ("output", source) else ():
-            if not env.get(name):
-                env[name] = value
-                set_now += [f"{name}={value}"] if source in shown else []
-    return set_now
-
-
-def trackers_named(argv: list[str], cwd: Path, metrics_from: str) -> tuple:
-    """The trackers of `ENV_TRACKERS` that the command names (`--log-wandb`, `WandbLogger`) or whose
-    name its script's source holds (`import wandb`, `import mlflow`), and the one --metrics-from names.
-
-    Args:
-        argv: the command; each word ending in `.py` is read as a file relative to `cwd` (when it is one).
-    """
-    text = " ".join(argv)
-    for word in argv:
-        path = Path(cwd, word)
-        if word.endswith(".py") and path.is_file():
-            text += path.read_text(errors="replace")
-    return tuple(t for t in ENV_TRACKERS if t == metrics_from or re.search(t, text, re.IGNORECASE))
 
 
 def find_records(work_dir: Path, source: str, since: float | None = None) -> list[Path]:
@@ -126,12 +83,14 @@ class TrackerResults:
 
     Which source is read (`source`): of several, the first whose rows hold `--metric` (at `close`,
     failing that, the first holding any row); of one, that one. With `auto` (the default
-    `--metrics-from output`) the command's printed rows (`poll(printed)`) come first: once one holds
-    `--metric` they are the trial's rows; while none does they are held back, and dropped when a
-    tracker's rows hold it (a console printing only `v_num=0` does not hide Lightning's `metrics.csv`).
-    When the printed rows were taken, `close` compares their `--metric` with a tracker's that holds it
-    and says where they disagree. A last step whose keys no earlier step had (Lightning's `test_loss`,
-    logged at `max_epochs` after the fit) is an end-of-run result: it is returned at the step before.
+    `--metrics-from output`) a tracker whose rows hold `--metric` wins over the command's printed rows
+    (`poll(printed)`: Rich frames, rounded values): printed rows are held back until a read of the
+    records after them finds none holding it (at most `2 * READ_EVERY_S`), then reported as they come;
+    a tracker found holding it later still takes over from the next step on (said in the trial's log).
+    Once a tracker is read, the printed `--metric` is only compared with it, and `close` says where
+    they disagree (`disagreed`). A last step whose keys no earlier step had (Lightning's `test_loss`,
+    logged at `max_epochs` after the fit) is an end-of-run result: it joins the last epoch's row, which
+    is held back until a later step holding an epoch's keys starts, or `close` (one row per epoch).
     """
 
     def __init__(
@@ -151,12 +110,18 @@ class TrackerResults:
         self.objective, self.metric = objective, objective.metric if objective else None
         self.source: str | None = None  # the source read, once chosen
         self.printed: bool | None = None if auto else False  # auto: the printed rows are read (True) or not
-        self.waiting: list = []  # printed rows held back until one, or a tracker's, holds --metric
+        self.waiting: list = []  # printed rows held back until a read of the records finds no tracker holding --metric
+        self.ripe = 0  # how many of `waiting` were there at the last read of the records
         self.unread: dict = {s: [] for s in sources}  # rows read from a source not chosen yet
         self.files: dict = {}  # source -> the files its rows came from, in order
+        self.origins_of: dict = {}  # source -> {metric: where it was read (`key_sources`)}
         self.seen: dict = {}  # file or store -> rows read (W&B: bytes)
         self.held: dict = {}  # metric names in the rows of the source read, in order of appearance
-        self.values: dict = {}  # step -> --metric as printed, when the printed rows are read
+        self.values: dict = {}  # step -> --metric as printed
+        self.recorded: dict = {}  # step -> --metric as the tracker read holds it
+        self.printed_until = None  # the last printed step reported before a tracker took over
+        self.disagreed: list = []  # (step, printed, recorded) where the printed --metric differs from the tracker's
+        self.newest: dict | None = None  # the newest complete step's row, held until a later epoch starts
         self.returned: dict = {}  # metric names of the rows returned; `last_step`: their last step
         self.last_step = None
         self.tensorboard = Runs(step_key, (objective.step_metrics if objective else ()))  # its run folders
@@ -171,7 +136,7 @@ class TrackerResults:
         when those are read (see the class), and the tracker rows completed since the last read (at
         most every `READ_EVERY_S`)."""
         out = self._printed_rows(list(printed))
-        if self.printed or time.monotonic() < self.next_read:
+        if time.monotonic() < self.next_read:
             return out
         self.next_read = time.monotonic() + READ_EVERY_S
         if self.source is None:
@@ -184,89 +149,121 @@ class TrackerResults:
         out = self.poll(printed)
         if self.source is None and not self.printed:
             if self.waiting:  # no source holds --metric: the printed rows, as they are
-                self.printed = True  # first: `_printed_rows` gives the rows held back only then
+                self.printed, self.ripe = True, len(self.waiting)
                 out += self._printed_rows([])
-            elif source := next((s for s in self.sources if self.unread[s]), None):
+            elif source := next((s for s in self.sources if self.unread.get(s)), None):
                 out += self._take(source)
-        if self.source is not None:
-            return out + self._end_of_run(self.context.close())
-        if self.printed and self.auto:
-            self._compare()
+        if self.source is None:
+            return out
+        out += self._end_of_run(self.context.close())
+        self._compare()
         return out
 
     def _printed_rows(self, printed: list) -> list[dict]:
-        """The printed rows to report now (all of them once they are read; none while held back)."""
+        """The printed rows to report now: all of them once they are read; none while held back, nor
+        once a tracker is read (their --metric is then kept for `_compare`)."""
         if not self.auto:
             return printed
+        self.values.update({r[self.step_key]: r[self.metric] for r in printed if self.metric in r})
         if self.printed is False:
             return []
         self.waiting += printed
-        if self.printed or (self.waiting and (self.metric is None or any(self.metric in r for r in self.waiting))):
-            self.printed, rows, self.waiting = True, self.waiting, []
-            self.values.update({r[self.step_key]: r[self.metric] for r in rows if self.metric in r})
+        ripe = self.waiting[: self.ripe] if self.metric is not None else self.waiting
+        if self.printed or any(self.metric is None or self.metric in r for r in ripe):
+            self.printed, rows, self.waiting, self.ripe = True, self.waiting, [], 0
             return rows
         return []
 
     def _choose(self) -> list[dict]:
-        """Read every source; the rows of the first whose rows hold --metric (the only one, of one)."""
+        """Read every source; the rows of the first whose rows hold --metric (the only one, of one);
+        else the printed rows that waited through this read, when they hold it."""
         for source in self.sources:
             self.unread[source] += self._read(source)
             rows = self.unread[source]
             if rows and (self.metric is None or len(self.sources) == 1 or any(self.metric in r for r in rows)):
-                return self._take(source)
-        return []
+                if not (self.printed and self.metric is None):  # no --metric to tell them apart: as printed
+                    return self._take(source)
+        rows = self._printed_rows([]) if self.printed is None else []  # those that waited through the last read
+        self.ripe = len(self.waiting)
+        return rows
 
     def _take(self, source: str) -> list[dict]:
-        """Read `source` from now on (said in the trial's log when read live); its rows read so far."""
+        """Read `source` from now on (said in the trial's log when read live); its rows read so far
+        (after a printed step already reported, a step of its rows at or below it is not reported twice)."""
         self.source, rows = source, self.unread[source]
         self.unread = {}
-        if self.auto:
-            self.printed = False
+        if self.auto and self.printed:
+            self.printed_until = max(self.values, default=None)
         if self.announce:
             files = ", ".join(str(_relative(f, self.work_dir)) for f in self.files.get(source, ()))
-            dropped = f" (the printed lines hold no --metric {self.metric})" if self.waiting else ""
-            print(f"metrics from {source} records: {files or self.work_dir}{dropped}", flush=True)
-        self.waiting = []
+            why = f" (the printed lines hold no --metric {self.metric})" if self.auto else ""
+            why = f" (they hold --metric {self.metric}; the printed one is only compared)" if self.values else why
+            if self.printed_until is not None:
+                why = f" (they hold --metric {self.metric}; the printed rows up to {self.step_key} {self.printed_until}"
+                why += " were reported before)"
+            print(f"metrics from {source} records: {files or self.work_dir}{why}", flush=True)
+        if self.auto:
+            self.printed, self.waiting = False, []
         return self._step_rows(rows)
 
     def _step_rows(self, rows: list[dict]) -> list[dict]:
-        """`rows` grouped per step: the steps completed."""
+        """`rows` grouped per step: the steps completed, but the newest of them while no later step
+        holding an earlier step's keys has started (it may be the last epoch, which the end-of-run
+        figures join at `close`)."""
         key = self.step_key
         self.held.update(dict.fromkeys(k for row in rows for k in row if k != key))
         done = [r for row in sorted(rows, key=lambda r: r[key]) for r in self.context.add(row)]
+        done = ([self.newest] if self.newest else []) + done
+        self.newest = done.pop() if done else None
+        if self.newest and self._epoch_started(self.newest):
+            done, self.newest = done + [self.newest], None
         for row in done:
             self.returned.update(dict.fromkeys(k for k in row if k != key and k not in STEP_COLUMNS))
             self.last_step = row[key]
+            self.recorded.update({row[key]: row[self.metric]} if self.metric in row else {})
         return done
 
+    def _epoch_started(self, newest: dict) -> bool:
+        """Whether the step being read after `newest` holds a key of a step before it (an epoch's, not
+        only end-of-run figures)."""
+        known = self.returned.keys() | newest.keys()
+        started = self.context.step is not None and self.context.step != newest[self.step_key]
+        return started and any(k in known and k not in STEP_COLUMNS for k in self.context.pending)
+
     def _end_of_run(self, last: list[dict]) -> list[dict]:
-        """The last step's result; at the step before it when none of its keys was in an earlier step."""
-        key = self.step_key
-        if not last or self.last_step is None or set(last[0]) & self.returned.keys():
-            return last
-        return [{**{k: v for k, v in last[0].items() if k not in STEP_COLUMNS}, key: self.last_step}]
+        """The newest step held back, joined by the last step's result when none of its keys was in an
+        earlier step (then reported at the newest step's, once)."""
+        key, newest, self.newest = self.step_key, self.newest, None
+        if newest is None:  # an epoch's keys started the step after the last held: `last` is an epoch's
+            return self._step_rows_done(last)
+        self.returned.update(dict.fromkeys(k for k in newest if k != key and k not in STEP_COLUMNS))
+        if last and not set(last[0]) & self.returned.keys():
+            return self._step_rows_done([{**newest, **{k: v for k, v in last[0].items() if k not in STEP_COLUMNS}}])
+        return self._step_rows_done([newest, *last])
+
+    def _step_rows_done(self, rows: list[dict]) -> list[dict]:
+        for row in rows:
+            self.last_step = row[self.step_key]
+            self.recorded.update({row[self.step_key]: row[self.metric]} if self.metric in row else {})
+        return rows
 
     def _compare(self) -> None:
-        """Say in the trial's log where a tracker's --metric differs from the printed one at a step."""
-        if not self.values:
-            return
-        records = TrackerResults(self.work_dir, self.step_key, self.sources, self.objective)  # says nothing
-        records.since, records.existing = self.since, self.existing  # this attempt's records only
-        rows = [r for r in records.close() if self.metric in r]
-        differ = [
-            (step, value, row[self.metric])
-            for row in rows
-            for step, value in [(row[self.step_key], self.values.get(row[self.step_key]))]
-            if value is not None and not _agree(value, row[self.metric])
+        """Say in the trial's log where the printed --metric differs from the tracker's at a step (`disagreed`)."""
+        self.disagreed = [
+            (step, value, self.recorded[step])
+            for step, value in self.values.items()
+            if step in self.recorded and not _agree(value, self.recorded[step])
         ]
-        if differ:
-            step, printed, recorded = differ[0]
-            more = f" (and at {len(differ) - 1} more)" if len(differ) > 1 else ""
-            files = ", ".join(str(_relative(f, self.work_dir)) for f in records.files.get(records.source, ()))
+        if self.disagreed and self.announce:
+            step, printed, recorded = self.disagreed[0]
+            more = f" (and at {len(self.disagreed) - 1} more)" if len(self.disagreed) > 1 else ""
+            files = ", ".join(str(_relative(f, self.work_dir)) for f in self.files.get(self.source, ()))
+            kept = "the recorded values"
+            if self.printed_until is not None:
+                kept += f" (the printed ones up to {self.step_key} {self.printed_until}, reported before)"
             print(
-                f"metrics: the printed {self.metric} and the {records.source} records ({files}) disagree at "
-                f"{self.step_key} {step}: {printed} printed, {recorded} recorded{more}; the history holds the "
-                "printed values",
+                f"metrics: the printed {self.metric} and the {self.source} records ({files}) disagree at "
+                f"{self.step_key} {step}: {printed} printed, {recorded} recorded{more}; the history holds {kept}",
                 flush=True,
             )
 
@@ -296,6 +293,13 @@ class TrackerResults:
             rows += found[self.seen.get(path, 0) :]
             self.seen[path] = len(found)
         return rows
+
+    @property
+    def origins(self) -> dict:
+        """{metric: where it was read} of the source read (`trainables/command/key_sources.py`)."""
+        if self.source == "tensorboard":
+            return self.tensorboard.origins
+        return self.origins_of.get(self.source, {})
 
     def _wandb_rows(self, path: Path, found: list[dict]) -> list[dict]:
         """W&B history rows with their step: the run's own `step_key` metric where it logs one (an
@@ -327,8 +331,13 @@ class TrackerResults:
         return rows
 
     def _note_file(self, source: str, path: Path, found: list) -> None:
+        """Keep `path` among `source`'s files, and the origin of each key its rows `found` hold."""
         if found and path not in self.files.setdefault(source, []):
             self.files[source].append(path)
+        if source != "tensorboard":
+            origins = self.origins_of.setdefault(source, {})
+            keys = {k for row in found for k in (row["metrics"] if source == "wandb" else row)}
+            origins.update({k: file_origin(source, path, self.work_dir, k) for k in keys})  # the newest file's
 
 
 def _stamp(path: Path) -> tuple | None:

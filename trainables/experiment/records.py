@@ -18,6 +18,7 @@
             placement.json                  where the trial runs: its GPU ids, share, host and pid, from its start
             failure.json                    a command trial's last failure (`outcome.TrialFailure`)
             late_rows.json                  rows a command logged once Tune had stopped its trial (read_late_rows)
+            metric_sources.json             where a command trial read each metric (trainables/command/key_sources.py)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
             work/mlflow.db                  a command's MLflow store, where MLFLOW_TRACKING_URI is unset
@@ -60,12 +61,13 @@ PLACEMENT_FILE = "placement.json"
 OOM_ROUND = "_oom_gpu"  # <name>_oom_gpu<share>: the folder of an out-of-memory re-run round
 FAILURE_FILE = "failure.json"
 LATE_ROWS_FILE = "late_rows.json"
+METRIC_SOURCES_FILE = "metric_sources.json"
 LATE_ROWS_KEPT = 20  # the last results it keeps (Tune may drop those reported just before it stopped the trial)
 WORK_DIR = "work"
 WORK_TREE = "work_tree"
 NODE_WORK_DIR = "raysweep_work"  # object storage: beside Ray's `working_dirs/<trial>` on the node
 COMMAND_STEP_FILE = "command_step.json"
-MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/trackers.py:tracker_env)
+MLFLOW_STORE = "mlflow.db"  # in WORK_DIR (trainables/command/process.py:tracker_env)
 PENDING_ESTIMATE = ".{name}.estimate.json"  # under the storage path, beside the experiment folder
 # In a command trial's result that repeats the step of the row before it with a final result joined
 # (`trainables/command/step_reporter.py:StepReporter`): the tables drop that earlier row, the progress counts one epoch.
@@ -367,3 +369,14 @@ def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:
     last logged step. `cut`: the command was still training when Tune stopped the trial (it was ended, so those
     rows are not a full run: a scheduler's stop pruned it), else it had exited by itself."""
     return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows, "cut": cut})
+
+
+def read_metric_sources(trial: Folder) -> dict | None:
+    """{metric: its origin} of a command trial (`metric_sources.json`, `trainables/command/key_sources.py`), or None."""
+    record = read_record(record_path(trial, METRIC_SOURCES_FILE))
+    return record.get("keys") if record and isinstance(record.get("keys"), dict) else None
+
+
+def write_metric_sources(trial: Folder, origins: dict) -> str:
+    """Write `{"keys": {metric: {"source": ..., ...}}}` as the trial's `metric_sources.json`; returns its path."""
+    return write_record(record_path(trial, METRIC_SOURCES_FILE), {"keys": origins})

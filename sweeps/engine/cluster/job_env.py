@@ -60,8 +60,8 @@ NOT_CARRIED_PREFIXES = {
 # What Ray sets per trial: the accelerators it assigned (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES,
 # NEURON_RT_VISIBLE_CORES, TPU_VISIBLE_CHIPS, HABANA_VISIBLE_MODULES, ...).
 RAY_SETS_PER_TRIAL = re.compile(r"^[A-Z0-9_]*_VISIBLE_(DEVICES|CORES|CHIPS|MODULES)$")
-# raysweep points these at each trial's folder where they are unset (trainables/command/trackers.py:
-# tracker_env), so that each trial's tracker records stay in it.
+# raysweep points these at each trial's folder where they are unset (trainables/command/process.py:tracker_env),
+# so that each trial's tracker records stay in it.
 TRIAL_FOLDERS = ("WANDB_DIR", "MLFLOW_TRACKING_URI")
 # carried despite their prefix: the tests' switches a trial reads (trainables/command/startup.py: FAULT_ENV, LIMIT_ENV)
 TEST_SWITCHES = ("RAYSWEEP_FAULT_INJECT", "RAYSWEEP_STARTUP_LIMIT_S")

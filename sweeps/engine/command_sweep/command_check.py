@@ -34,6 +34,7 @@ def check_command(args) -> int:
     Returns:
         0 when the command exited 0 and --metric (and --test-metric) were in some row; else 1.
     """
+    from trainables.command.key_sources import trial_origins
     from trainables.command.parse import STREAMS_READ, StepContext
     from trainables.command.process import start_command
     from trainables.command.runner import METRICS_FILE
@@ -65,16 +66,17 @@ def check_command(args) -> int:
             for label, line in _interleaved(proc):
                 print(f"  {'' if label == 'stdout' else 'stderr '}| {line}", flush=True)
                 printed[label].append(line)
-                printed_rows = context.feed(line) if label in streams else []
+                printed_rows = context.feed(line, label) if label in streams else []
                 show(events.poll(printed_rows) if events else printed_rows)
             code = proc.wait()
         finally:
             terminate_group(proc, 2.0)
         _keep_new_paths(Path(folder), work_dir, code, args.in_place)
         last = context.close(crashed=code != 0) if streams else []  # a crash before any step: a preamble
-        rows = last + read_metrics_file(metrics_file, 0, args.step_key)[0]
-        show(events.close(rows) if events else rows)
+        written = read_metrics_file(metrics_file, 0, args.step_key)[0]
+        show(events.close(last + written) if events else last + written)
         held = _say_source(args, events, bool(seen), work_dir)
+        _say_key_sources(seen, trial_origins(context, events, [k for row in written for k in row], metrics_file))
     if code != 0:
         return _crashed(code, printed["stderr"], os.getcwd() if args.in_place else f"{work_dir} {COPY_REMOVED}")
     found = candidate_keys(printed, args.step_key, patterns)
@@ -98,6 +100,7 @@ def time_command(args, cell: dict, epochs: int | None, limit_s: float, gpus: flo
     """
     from sweeps.engine.estimate.first_cell import CellTiming
     from trainables.command.parse import step_pattern
+    from trainables.command.process import tracker_env
     from trainables.command.runner import (
         METRICS_FILE,
         STREAMS_READ,
@@ -107,7 +110,6 @@ def time_command(args, cell: dict, epochs: int | None, limit_s: float, gpus: flo
         terminate_group,
     )
     from trainables.command.sources import read_metrics_file, record_reader
-    from trainables.command.trackers import tracker_env
 
     cells = getattr(args, "cells", [cell])  # lr_search.py's command reads the step and metrics by default
     step_key, metrics_from = getattr(args, "step_key", "epoch"), getattr(args, "metrics_from", "output")
@@ -160,8 +162,7 @@ def _command_env(args, cell: dict, folders: tuple, command: tuple, metrics_file:
     at `{trial_dir}` where the environment leaves them unset (`tracker_env`); each setting of a tracker
     the command or its script names (`trackers_named`) printed. `folders`: `{trial_dir}` and the folder the
     command runs in; `command`: the trial's name and argv."""
-    from trainables.command.process import command_env
-    from trainables.command.trackers import tracker_env, trackers_named
+    from trainables.command.process import command_env, tracker_env, trackers_named
 
     (work_dir, cwd), (name, argv) = folders, command
     env = command_env(cell, work_dir, name, metrics_file, 0.0)
@@ -178,10 +179,17 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
 
     source, metrics_from = getattr(events, "source", None), args.metrics_from
     if source:
-        found = "" if metrics_from == source else f"; found by --metrics-from output: no printed {args.metric}"
+        found = "" if metrics_from == source else f"; found by --metrics-from output: they hold {args.metric}"
         files = [str(f.relative_to(work_dir)) for f in events.files.get(source, ()) if f.is_relative_to(work_dir)]
         files_read = f" read from {', '.join(files)}" if files else ""
         print(f"metrics source: {source} (its records under {{trial_dir}}{found}){files_read}", flush=True)
+        if getattr(events, "disagreed", None):  # (step, printed, recorded)
+            steps = ", ".join(
+                f"{step} ({printed} printed, {recorded} recorded)" for step, printed, recorded in events.disagreed
+            )
+            print(
+                f"metrics: the printed text disagreed with the {source} records at {args.step_key} {steps}", flush=True
+            )
     else:
         print(f"metrics source: {metrics_from}{'' if read_any else ' (no row read)'}", flush=True)
         since = getattr(events, "since", None)
@@ -190,6 +198,14 @@ def _say_source(args, events, read_any: bool, work_dir: Path) -> str:
             names = ", ".join(str(p.relative_to(work_dir)) for p in written if p.is_relative_to(work_dir))
             print(f"metrics: read printed text only; tracker files written but not read: {names}", flush=True)
     return describe_sources(work_dir, args.step_key, sources_of(metrics_from))
+
+
+def _say_key_sources(keys, origins: dict) -> None:
+    """Print where each metric shown was read (`trainables/command/key_sources.py`), one line per key."""
+    from trainables.command.key_sources import describe
+
+    for key in [k for k in origins if k in keys]:  # in the order first read
+        print(f"  metric source: {key} <- {describe(origins[key])}", flush=True)
 
 
 def _prepare_folder(args, folder: Path, metrics_name: str, times: dict | None = None) -> tuple[Path, Path]:

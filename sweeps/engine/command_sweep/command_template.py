@@ -307,7 +307,8 @@ def launch_line(template: list[str], plan, metrics_from: str) -> str:
     (`plan`: `todo`, `reused`), and `--metrics-from` in words, e.g. `wandb (the W&B runs under {trial_dir}/wandb)`."""
     words = {
         "output": "output (printed lines and $RAYSWEEP_METRICS_FILE; where they hold no --metric: the wandb, "
-        "mlflow, csv, hf or tensorboard records under {trial_dir} that do, named in the trial's log)",
+        "mlflow, csv, hf or tensorboard records under {trial_dir} that do, named in the trial's log, which win "
+        "over printed lines holding it too)",
         "stdout": "stdout (its lines and $RAYSWEEP_METRICS_FILE)",
         "stderr": "stderr (its lines and $RAYSWEEP_METRICS_FILE)",
         "jsonl": "jsonl ($RAYSWEEP_METRICS_FILE)",
