@@ -16,8 +16,9 @@ The boundary has a shape g_n and crosses at z_n >= c g_n. Shapes: Haybittle-Peto
 g_n = HP_RATIO (N/n)^HP_POWER before the cap and 1 at it, so the looks before the cap are strict and nearly
 flat and the last is near the fixed-n test, after Haybittle 1971, Br. J. Radiol. 44:793, and Peto et al.
 1976, Br. J. Cancer 34:585; its two constants were chosen by simulation on simulator seed 1001, not the
-benchmark's, among eight candidates for the most power at the cap against the fixed 10-seed tests, where the
-looks before it spend about 0.008 of 0.05: docs/seeds-auto.md), O'Brien-Fleming's g_n = sqrt(N/n) (1979)
+benchmark's, among ten candidates for the most power at the cap against the fixed 10-seed tests: the looks
+before it spend 0.013 of 0.05 and the cap's boundary, c = 2.109 for the combined test, is near the 2.077 of that
+test at 10 seeds alone; docs/seeds-auto.md), O'Brien-Fleming's g_n = sqrt(N/n) (1979)
 and Pocock's g_n = 1 (1977). The statistic of a path is S = max over the looks taken of z_n / g_n, the
 smallest c at which it would have crossed, and its sequential p-value is the simulated null probability
 that S over *all* planned looks is at least as large: p* = (1 + #{null paths with S >= s}) / (1 + paths)
