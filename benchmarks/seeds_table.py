@@ -64,16 +64,24 @@ def markdown(result: dict) -> str:
 
 
 def sweep_table(rows: list[dict]) -> list[str]:
-    """The sweep rows (12 cells x 3 methods) as Markdown lines: the rule against the fixed 10-seed grid."""
+    """The sweep rows (12 cells x 3 methods) as Markdown lines: the rule against the fixed 10-seed grids (paired
+    t-tests and Welch's; rows of before round 4 have no Welch grid and show "-" there)."""
     lines = [
-        "| rho | effect (sd) | false claims per cell, rule | fixed | power, rule | fixed | seeds per cell, rule "
-        "| fixed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rho | effect (sd) | false claims per cell, rule | fixed paired | power, rule | fixed paired | fixed Welch "
+        "| ratio to the better | seeds per cell, rule | fixed | goals |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        power = "- | -" if not r["effect_sd"] else f"{r['sequential_power']:.3f} | {r['fixed_power']:.3f}"
+        welch, ratio = r.get("fixed_welch_power"), r.get("power_ratio")
+        power = (
+            "- | - | - | -"
+            if not r["effect_sd"]
+            else f"{r['sequential_power']:.3f} | {r['fixed_power']:.3f} | "
+            + (f"{welch:.3f} | {ratio:.3f}x" if welch is not None else "- | -")
+        )
         lines.append(
             f"| {r['rho']:g} | {r['effect_sd']:g} | {r['sequential_fwer']:.4f} | {r['fixed_fwer']:.4f} | {power} | "
-            f"{r['sequential_seeds_per_cell']:.1f} | {r['fixed_seeds_per_cell']:.0f} |"
+            f"{r['sequential_seeds_per_cell']:.1f} | {r['fixed_seeds_per_cell']:.0f} | "
+            f"{r.get('goals_missed', '-') or 'met'} |"
         )
     return lines

@@ -10,19 +10,18 @@ Welch's rather than Student's pooled form: with one method's seeds 3 to 10 times
 other's (gce against ce, seen in the built-in grid) the pooled form's looks made 0.055-0.072 false claims
 at alpha 0.05, Welch's 0.046-0.052.
 
-The combined test (`"combined"`, the default) takes, at each look, the larger of Welch's z-value and
-PAIRED_WEIGHT = 0.9 times the paired test's (each two-sided p-value put on the z scale,
-z = Phi^-1(1 - p/2)), Welch's only from WELCH_FROM = 5 seeds on (from the cap, if it is lower). Both
-constants are fixed before any data (chosen once on `benchmarks/seeds_auto.py`'s scenarios). The weight
-puts the cost of the maximum on the paired side: where seeds share nothing, where Welch's test is the
-stronger, the boundary comes close to Welch's own (c = 2.07 with the default boundary, against 2.19 for
-the unweighted maximum and 2.04 for Welch's test alone); where seeds share much, the paired z is so far
-above Welch's that 0.9 of it still decides. Welch's test is left out of the looks at 3 and 4 seeds:
-with so few, its degrees of freedom are estimated badly when the methods' spreads differ, and its early
-looks cross more often than at equal spread (simulated, the unweighted maximum at 3 seeds: 2.2 crossings
-per 1,000 null paths with one method 3 times as spread, 5.0 at 10 times, against 1.3 at equal spread).
-Without them the boundary calibrated at equal spread holds at unequal spread too (200,000 null paths of
-the default rule: false claims 0.050, 0.052 and 0.049 at spread ratios 1, 3 and 10).
+The combined test (`"combined"`, the default) takes, at each look, the larger of Welch's z-value and the
+paired test's, unweighted (each two-sided p-value put on the z scale, z = Phi^-1(1 - p/2)), Welch's only
+from WELCH_FROM = 5 seeds on (from the cap, if it is lower): a max-t combination (Westfall & Young 1993,
+below) whose price, the boundary of a maximum of two statistics, is paid on both sides alike, so neither
+the rho-0 case (Welch's the stronger) nor the shared-seed case (the paired test's) is sacrificed to the
+other. Round 3 weighted the paired z by 0.9, which put the whole price on the paired side and lost power
+where seeds share much (`benchmarks/seeds_auto.py`'s sweep rows at rho 0.5 and 0.9; issue 57). Welch's
+test is left out of the looks at 3 and 4 seeds: with so few, its degrees of freedom are estimated badly
+when the methods' spreads differ, and its early looks cross more often than at equal spread (simulated,
+at 3 seeds: 2.2 crossings per 1,000 null paths with one method 3 times as spread, 5.0 at 10 times,
+against 1.3 at equal spread). Without them the boundary calibrated at equal spread holds at unequal
+spread too (`tests/unit/test_seed_pairs.py`; the benchmark's `unequal` rows).
 
 Its null law is simulated with independent methods of equal spread (rho = 0;
 `analysis/statistics/sequential.py`), and rho = 0 is its worst case for rho >= 0: write the pair as
@@ -30,7 +29,7 @@ A = (x + y)/2 and D = x - y; under the null, with equal variances, A and D are i
 paired t depends on D alone, and the two-sample statistic is mean(D) / sqrt((s_D^2 + 4 s_A^2) / (2n)),
 which only shrinks as A's spread grows; a larger rho scales A's spread up against D's
 (var A / var D = (1 + rho) / (4 (1 - rho))), so with D and the standardised A held fixed no path's
-statistic is larger than at rho = 0 (the weight and the looks left out change nothing in this). This is
+statistic is larger than at rho = 0 (the looks left out change nothing in this). This is
 exact for Student's degrees of freedom; Welch's also grow (towards 2(n-1)) as A's spread makes the two
 sample variances alike, so for Welch's test the worst case at rho = 0 is measured rather than proven
 (`benchmarks/seeds_auto.py`: false claims 0.05 at rho 0, below at 0.5-0.9). The price of the maximum: at
@@ -38,7 +37,7 @@ rho = 0 the combined test is weaker than the two-sample test alone, and at large
 paired test alone; the benchmark measures both. A negative rho (a seed that helps one method while
 hurting the other) is outside this guarantee; the paired test (`"paired"`) holds for any rho.
 
-This is a weighted "max-t" combination of two tests calibrated on their joint null law (Westfall & Young 1993,
+This is a "max-t" combination of two tests calibrated on their joint null law (Westfall & Young 1993,
 "Resampling-Based Multiple Testing", ch. 2), here with the law simulated rather than resampled.
 """
 
@@ -49,8 +48,6 @@ import warnings
 import numpy as np
 from scipy import stats
 
-PAIRED_WEIGHT = 0.9
-"""The combined test's weight on the paired z (module docstring)."""
 WELCH_FROM = 5
 """The combined test looks at Welch's test from this many seeds on (from the cap, if it is lower)."""
 
@@ -64,8 +61,8 @@ def look_z(a: np.ndarray, b: np.ndarray, test: str, min_seeds: int, max_seeds: i
         test: "combined", "paired" or "unpaired" (module docstring).
     Returns:
         z, shape [..., K], K = max_seeds - min_seeds + 1: Phi^-1(1 - p/2) of the look's two-sided p-value
-        (with "combined", the larger of Welch's z, from `WELCH_FROM` seeds on, and `PAIRED_WEIGHT` times
-        the paired z); NaN where fewer than n seeds of both exist.
+        (with "combined", the larger of the paired z and Welch's z, Welch's from `WELCH_FROM` seeds on);
+        NaN where fewer than n seeds of both exist.
         Values with no spread (every difference equal): p 0 if their mean difference is not 0, else 1.
     """
     looks = range(min_seeds, max_seeds + 1)
@@ -79,8 +76,7 @@ def look_z(a: np.ndarray, b: np.ndarray, test: str, min_seeds: int, max_seeds: i
             x, y = np.nan_to_num(a[..., :n]), np.nan_to_num(b[..., :n])  # masked by `have`; scipy's NaN path is slow
             look = np.full(have.shape, -np.inf)
             if test in ("combined", "paired"):
-                paired = stats.norm.isf(_p(stats.ttest_rel(x, y, axis=-1).pvalue) / 2)
-                look = PAIRED_WEIGHT * paired if test == "combined" else paired
+                look = stats.norm.isf(_p(stats.ttest_rel(x, y, axis=-1).pvalue) / 2)
             if test == "unpaired" or (test == "combined" and n >= min(WELCH_FROM, max_seeds)):
                 welch = stats.norm.isf(_p(stats.ttest_ind(x, y, axis=-1, equal_var=False).pvalue) / 2)
                 look = np.fmax(look, welch)

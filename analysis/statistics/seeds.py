@@ -3,8 +3,8 @@
 The procedure (pure functions; no Ray, no distribution code of our own: the tests are `scipy.stats`'):
 
 - Within a cell, **every pair of methods** is compared, at each look n = min_seeds..max_seeds (the seeds both
-  have), by the pair test of `analysis/statistics/pair_test.py`: by default the larger z of 0.9 times the
-  paired t-test's (`ttest_rel`: seed s gives every method the same split, noise draw and initialisation, so
+  have), by the pair test of `analysis/statistics/pair_test.py`: by default the larger z of the paired
+  t-test's (`ttest_rel`: seed s gives every method the same split, noise draw and initialisation, so
   the pairing removes what they share) and Welch's two-sample t-test's, from 5 seeds on
   (`ttest_ind(equal_var=False)`: stronger when they share nothing); `pair_test="paired"` or `"unpaired"`
   takes one of them.

@@ -19,7 +19,7 @@ def _pairs(rng, draws, effect, rho, seeds=10):
     return a + effect, b
 
 
-def test_the_looks_are_scipys_paired_and_welch_t_tests_on_the_z_scale_and_combined_is_the_weighted_larger():
+def test_the_looks_are_scipys_paired_and_welch_t_tests_on_the_z_scale_and_combined_is_the_larger():
     a, b = np.random.default_rng(0).normal(size=(2, 5, 6))
     paired, unpaired, combined = (look_z(a, b, t, 3, 6) for t in ("paired", "unpaired", "combined"))
     for k, n in enumerate(range(3, 7)):
@@ -27,10 +27,10 @@ def test_the_looks_are_scipys_paired_and_welch_t_tests_on_the_z_scale_and_combin
         p_ind = stats.ttest_ind(a[:, :n], b[:, :n], axis=1, equal_var=False).pvalue
         assert paired[:, k] == pytest.approx(stats.norm.isf(p_rel / 2))
         assert unpaired[:, k] == pytest.approx(stats.norm.isf(p_ind / 2))
-    # Welch's test from WELCH_FROM = 5 seeds on; the paired z weighted by PAIRED_WEIGHT = 0.9
-    assert combined[:, :2] == pytest.approx(0.9 * paired[:, :2])
-    assert combined[:, 2:] == pytest.approx(np.maximum(0.9 * paired[:, 2:], unpaired[:, 2:]))
-    assert look_z(a, b, "combined", 3, 4)[:, 1] == pytest.approx(np.maximum(0.9 * paired[:, 1], unpaired[:, 1]))
+    # Welch's test from WELCH_FROM = 5 seeds on; the two z-values unweighted (round 4, issue 57)
+    assert combined[:, :2] == pytest.approx(paired[:, :2])
+    assert combined[:, 2:] == pytest.approx(np.maximum(paired[:, 2:], unpaired[:, 2:]))
+    assert look_z(a, b, "combined", 3, 4)[:, 1] == pytest.approx(np.maximum(paired[:, 1], unpaired[:, 1]))
     short = np.where(np.arange(6) < 4, a, np.nan)  # 4 seeds: the looks at 5 and 6 not taken
     assert np.isnan(look_z(short, b, "combined", 3, 6)[:, 2:]).all()
 
@@ -161,3 +161,23 @@ def test_the_decisions_are_written_when_the_last_planned_trial_ends_without_anot
         assert not (tmp_path / "report" / "seeds.csv").exists()  # written once, when nothing is left
         searcher.on_trial_complete(trial_id, {"val/acc": 0.9 if config["loss"] == "ce" else 0.5 + config["seed"] / 100})
     assert (tmp_path / "report" / "seeds.csv").read_text().count("\n") == 3  # header and the two methods
+
+
+def test_the_quick_benchmark_fails_a_sweep_row_below_its_power_ratio_or_a_null_row_above_alpha():
+    from benchmarks.seeds_auto import quick_failures, sweep_goals
+
+    def sweep(effect, ratio, fixed=0.7, fwer=0.03):
+        row = {"rho": 0.5, "effect_sd": effect, "sequential_fwer": fwer, "best_fixed_power": fixed}
+        return row | {"power_ratio": ratio, "sequential_seeds_per_cell": 24.0, "fixed_seeds_per_cell": 30.0}
+
+    null = {"noise": "normal", "rho": 0.0, "effect_sd": 0.0, "draws": 400, "rule_combined": {"rate": 0.05}}
+    ok = {"sweeps": [sweep(0.0, None), sweep(1.0, 0.86), sweep(0.5, 0.5, fixed=0.3)], "rows": [null]}
+    assert quick_failures(ok, 0.05, 0.008) == []  # 0.5x at a fixed power of 0.3: outside the goal
+    low = {"sweeps": [sweep(1.0, 0.84)], "rows": [null | {"rule_combined": {"rate": 0.09}}]}
+    failed = quick_failures(low, 0.05, 0.008)
+    assert len(failed) == 2 and "0.840x" in failed[0] and "false claims 0.0900" in failed[1]
+    assert quick_failures({"sweeps": [sweep(0.0, None, fwer=0.08)], "rows": []}, 0.05, 0.008)
+    # the full form's goals: 0.9x where the better grid has power >= 0.5, seeds <= 0.75x where >= 0.95
+    assert sweep_goals(sweep(1.0, 0.89), 0.05, 0.008).startswith("power 0.890x")
+    assert sweep_goals(sweep(2.0, 1.0, fixed=0.99), 0.05, 0.008) == "seeds 0.80x the fixed grid's > 0.75x"
+    assert sweep_goals(sweep(1.0, 0.95), 0.05, 0.008) == ""
