@@ -171,6 +171,17 @@ def planned_epochs(config: dict | None) -> int | None:
     return int(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0 else None
 
 
+def ran_to_end(last_result: dict | None, config: dict | None) -> bool:
+    """Whether a trial known only from its folder (no readable Tune state lists it) ended by itself: its last logged
+    row says `done`, or its `training_iteration` reached its planned iterations (`planned_epochs`: Tune does not log
+    the `done` of a function trainable that returned after its last report)."""
+    result = last_result or {}
+    planned = planned_epochs(config)
+    iterations = result.get("training_iteration")
+    reached = planned is not None and isinstance(iterations, (int, float)) and iterations >= planned
+    return str(result.get("done")) == "True" or reached
+
+
 COUNTS = ("running", "pending", "finished", "pruned", "errored", "diverged", "no_metric", "interrupted", "not_run")
 """The keys of `count_outcomes`: `errored` includes `no_metric`."""
 

@@ -39,7 +39,7 @@ from sweeps.engine.cluster.gpus import (
 from sweeps.engine.cluster.ray_start import check_resources, init_ray
 from sweeps.engine.cluster.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
 from sweeps.engine.flags import UsageError
-from sweeps.engine.run import notify, resume, sweep_end
+from sweeps.engine.run import notify, resume, state_copy, sweep_end
 from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.run.monitoring import monitoring_callbacks
 from sweeps.engine.run.no_retry import NoRetryOnMarkedError
@@ -123,6 +123,7 @@ class Sweep:
         announce(options, self.gpus, tune_config)
         set_tune_environment(options.experiment_dir)
         if options.resume:
+            state_copy.restore_whole_state(options.experiment_dir)  # a torn state: its last whole copy
             tuner = Tuner.restore(
                 options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=options.retry_errored
             )
@@ -343,6 +344,7 @@ def sweep_run_config(
         ),
         "log_to_file": True,
         "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial]
+        + [state_copy.KeepWholeState(records.experiment_dir(storage_path, name))]  # for a --resume of a torn state
         + ray_private.history_keeping_loggers(records.JOINS_STEP_METRIC),  # Tune's own drop rows at a restore
         "stop": initial[0] if initial else None,
         "verbose": 0,
