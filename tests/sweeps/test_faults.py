@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from analysis.status import read_status
 from sweeps import noise_grid
 from tests.helpers.processes import wait_for, wait_until
 from tests.helpers.trial_results import results_of
@@ -220,7 +221,9 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
 @pytest.mark.slow
 def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus, tmp_path):
     """The driver is SIGKILLed right after a trial's last epoch, likely before Tune's next snapshot
-    of its experiment state; on --resume that trial trains nothing again and the other completes."""
+    of its experiment state, and that state is then cut mid-file; on --resume (from the last whole copy of
+    the state) that trial trains nothing again and the other completes. Cut again once the sweep finished,
+    the state hides no result: status counts both trials finished and a --resume runs nothing."""
     address = ray_gpus.get_runtime_context().gcs_address
     argv = [
         "sweeps/noise_grid.py",
@@ -269,12 +272,31 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     proc.wait(timeout=60)
     rows_before = results_of(finished)
     log_before = (finished / "stdout").read_text()
+    state = cut_state(experiment)  # and its Tune state torn, as a full disk or a copy cut short leaves it
 
     resumed = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"warning: {state} is torn (cut mid-file); resuming from its last whole copy" in resumed.stderr
     assert [r["epoch"] for r in results_of(finished)] == [r["epoch"] for r in rows_before] == [1, 2, 3, 4]
     assert (finished / "stdout").read_text().count("Epoch [") == log_before.count("Epoch [") == 4  # not trained again
     # The other cell completed once. (Killed before Tune's state named its folder, it may have run in a
     # fresh `<name>_<trial_id>` folder next to an empty one: old folders are kept, never overwritten.)
     others = [t for t in experiment.glob("sym_*") if t != finished and (t / "result.json").exists() and results_of(t)]
     assert len(others) == 1 and [r["epoch"] for r in results_of(others[0])] == [1, 2, 3, 4], others
+    # The finished sweep's state torn too: status counts both trials finished, a --resume runs nothing.
+    cut_state(experiment)
+    status = read_status(str(experiment))["status"]
+    assert (status["finished"], status["interrupted"]) == (2, 0), status
+    again = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "0 to run, 2 reused" in again.stdout or "nothing left to run" in again.stdout, again.stdout[-3000:]
+    for trial in (finished, others[0]):  # neither trained again
+        assert [r["epoch"] for r in results_of(trial)] == [1, 2, 3, 4]
+        assert (trial / "stdout").read_text().count("Epoch [") == 4
+
+
+def cut_state(experiment: Path) -> Path:
+    """Cut the newest `experiment_state-*.json` of `experiment` to half its length; return it."""
+    state = max(experiment.glob("experiment_state-*.json"))
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    return state
