@@ -160,6 +160,8 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     if not isinstance(config, dict):
         config = tail.get("config")
     trial["config"] = config if isinstance(config, dict) else {}
+    if trial["status"] == "RUNNING" and ran_to_end(tail, trial["config"]):  # a state older than its history
+        trial["status"] = "TERMINATED"  # (its last save failed: a full disk, a driver killed)
     if trial["status"] is None:  # no readable state lists it (torn, not written yet, a copied folder)
         trial["status"] = (
             "ERROR"

@@ -18,7 +18,7 @@ the sweep ended), so they cannot disagree. The words:
     running, pending   while the sweep runs
 
 Why a sweep ended (`driver.json`'s `ended_by`, `SWEEP_ENDS`): every trial ended (`ALL_ENDED`), Ctrl-C,
-SIGTERM, its time budget, its failure gate (`--max-initial-failures`) or `--fail-fast`.
+SIGTERM, its time budget, its failure gate (`--max-initial-failures`), `--fail-fast` or a full disk.
 
 A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
 `trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
@@ -54,8 +54,8 @@ RETRIED = (ERRORED, NO_METRIC, NOT_RUN)  # what `--resume --retry-errored` runs 
 
 # why a sweep ended: `driver.json`'s `ended_by`
 ALL_ENDED, CTRL_C, SIGTERM = "finished", "Ctrl-C", "SIGTERM"
-TIME_BUDGET, FAILURE_GATE, FAIL_FAST = "time budget", "failure gate", "fail-fast"
-SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST)
+TIME_BUDGET, FAILURE_GATE, FAIL_FAST, DISK_FULL = "time budget", "failure gate", "fail-fast", "disk full"
+SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST, DISK_FULL)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -132,7 +132,7 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             kept = estimate.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
-        first, ending = sweep_end.fit(tuner, self.held)
+        first, ending = sweep_end.fit(tuner, self.held, options.resume)
         oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
         rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
         requeued = sweep_end.count_requeued(ending, rounds)  # trials re-run count by their re-run's end
@@ -286,9 +286,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # A worker killed while Tune hands it the next trial (actor reuse) costs that trial one retry, not
-    # the trial: Tune counts that one death twice (trainables/ray_private.py).
+    # A worker killed while Tune hands it the next trial (actor reuse) costs one retry (Tune counted two).
     ray_private.count_each_actor_death_once()
+    ray_private.upload_files_whole()  # a full disk leaves no history file cut short in place
 
 
 def sweep_run_config(
