@@ -300,3 +300,56 @@ def cut_state(experiment: Path) -> Path:
     state = max(experiment.glob("experiment_state-*.json"))
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     return state
+
+
+# --- a full disk: a 4 MB tmpfs as the storage folder ------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (root where mounts are allowed; else the test is skipped: tests/unit/test_disk_full.py
+    injects ENOSPC at each write path instead); `grow()` frees space by making it 60 MiB."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    grow = lambda: subprocess.run(["mount", "-o", "remount,size=60m", str(folder)], check=True)  # noqa: E731
+    yield folder, grow
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_its_continue_command_reruns_no_finished_trial(ray_gpus, small_disk):
+    """4 trials of 6 epochs keep 3 checkpoints of 0.7 MB each: the 4 MiB fill up mid-sweep. The sweep ends with
+    one line naming the folder, exit 1, driver.json closed; no history left cut; once space is freed the printed
+    command finishes every trial, and one that had finished trains nothing again."""
+    folder, grow = small_disk
+    grid = ["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "6", "--gpus-per-trial", "0"]
+    address = ray_gpus.get_runtime_context().gcs_address
+    argv = ["sweeps/noise_grid.py", *grid, "--address", address, "--storage-path", str(folder), "--name", "full"]
+    full = subprocess.run([sys.executable, *argv, "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=400)
+    lines = [line for line in full.stderr.splitlines() if line.startswith("error: the disk of the storage folder")]
+    assert full.returncode == 1 and len(lines) == 1, full.stdout[-3000:] + full.stderr[-3000:]
+    assert f"{folder} is full" in lines[0] and "EOFError" not in full.stderr
+    experiment = folder / "full"
+    assert json.loads((experiment / "driver.json").read_text())["exit_code"] == 1
+    histories = {t.name: results_of(t) for t in experiment.glob("sym_*") if (t / "result.json").exists()}  # whole
+    logs = {t.name: (t / "stdout").read_text() for t in experiment.glob("sym_*") if (t / "stdout").exists()}
+    # trained to its end before the disk filled (its last rows may not have reached the full disk)
+    done = [
+        name for name, text in logs.items() if "Epoch [6/6]" in text and not (experiment / name / "error.txt").exists()
+    ]
+    assert done, logs  # the first trials fit: 4 MiB hold one trial's checkpoints
+    for name in done:  # its history was not emptied by a later copy
+        assert histories.get(name), name
+
+    grow()
+    command = lines[0].split("continue with: ", 1)[1]
+    assert command.endswith("--resume --retry-errored")
+    again = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for name in done:  # what it wrote is kept, and no epoch of it ran twice
+        rows = results_of(experiment / name)
+        assert rows[: len(histories[name])] == histories[name] and [r["epoch"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    status = read_status(str(experiment))["status"]
+    assert status["finished"] == 4 and status["errored"] == 0, status
