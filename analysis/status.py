@@ -48,7 +48,7 @@ from analysis.reading.tune_state import (
 from trainables.experiment import records
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
-from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, trial_outcome
+from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, ran_to_end, trial_outcome
 from trainables.experiment.release import label
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
@@ -343,7 +343,7 @@ def _update_from_rows(trial: TrialRecord, rows: list[dict], metric: str) -> None
         return
     trial.last_result = rows[-1]
     trial.end = rows[-1].get("timestamp", trial.end)
-    if rows[-1].get("done") is True:
+    if ran_to_end(rows[-1], trial.config):  # a torn or older snapshot lists it running, or none lists it
         trial.status = "TERMINATED"
     values = [r[metric] for r in rows if isinstance(r.get(metric), (int, float)) and r[metric] == r[metric]]
     if values:

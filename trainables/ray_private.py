@@ -294,17 +294,25 @@ def _history_keeping_classes() -> tuple[type, type]:
     return json_logger, csv_logger
 
 
-def count_callbacks_by_name() -> bool:
-    """Make Tune's usage record of a run's callbacks import no tracker: `tune.run` calls
-    `ray.air._internal.usage.tag_callbacks` whenever callbacks are given (every sweep's `RunConfig` has
-    some), and its `_count_callbacks` imports Ray's W&B, MLflow, Comet and Aim integrations to read four
-    class names; with wandb and mlflow installed (the `trackers` extra) that is 2 s and more before the
-    first trial on a quiet 2-core machine, which a Tune run without callbacks never pays. Ray compares
-    class names, not classes, so counting by the same names records the same tag.
+def upload_files_whole() -> bool:
+    """Tune's copies to a local storage folder (its state, each trial's history) write each file whole (`storage.
+    copy_whole`; `pyarrow.fs.copy_files` rewrites in place: a full disk left a result.json at 0 bytes). True."""
+    from ray.train._internal import storage as ray_storage
 
-    Returns:
-        True when Tune counts by name (now or before); False when this Ray lacks the function (nothing done).
-    """
+    from trainables.experiment.storage import copy_whole
+
+    if not isinstance(ray_storage._pyarrow_fs_copy_files, functools.partial):
+        ray_storage._pyarrow_fs_copy_files = functools.partial(copy_whole, ray_storage._pyarrow_fs_copy_files)
+    return True
+
+
+def count_callbacks_by_name() -> bool:
+    """Tune's usage record of a run's callbacks imports no tracker: `tune.run` calls
+    `ray.air._internal.usage.tag_callbacks` whenever callbacks are given (every sweep's `RunConfig` has some),
+    and its `_count_callbacks` imports Ray's W&B, MLflow, Comet and Aim integrations to read four class names;
+    with wandb and mlflow installed (the `trackers` extra) that is 2 s and more before the first trial on a
+    quiet 2-core machine. Ray compares class names, not classes, so counting by the same names records the
+    same tag. Returns True when Tune counts by name (now or before); False when this Ray lacks the function."""
     try:
         from ray.air._internal import usage
     except ImportError:

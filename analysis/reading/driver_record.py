@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from trainables.experiment import records
-from trainables.experiment.outcome import FAILURE_GATE, TIME_BUDGET
+from trainables.experiment.outcome import DISK_FULL, FAILURE_GATE, TIME_BUDGET
 from trainables.experiment.redaction import REDACTED_FLAGS
 
 HEARTBEAT_TIMEOUT_S = 60.0  # a driver on another host whose heartbeat is older than this is gone
@@ -138,14 +138,15 @@ def continue_command(launch: dict | None, counts: dict, ended_by: str | None, re
         script, and `--resume` keeps the launch's copy of the code: the same command again, without
         `--resume`, runs a fixed one, as its hint says); `--resume --retry-errored` after the failure gate
         stopped a resume (the trials it never started are held as errored, which a plain --resume leaves:
-        an interpreter or a path that changed since the launch) or when only errored trials are left; else
+        an interpreter or a path that changed since the launch), after a full disk (its writes failed the trials)
+        or when only errored trials are left; else
         `--resume`.
     """
     left = sum(counts.get(key, 0) for key in ("running", "pending", "interrupted", "not_run"))
     errored = counts.get("errored", 0)
     if ended_by == TIME_BUDGET or not (left or errored) or (ended_by == FAILURE_GATE and not resumed):
         return None
-    return resume_command(launch, retry_errored=ended_by == FAILURE_GATE or not left)
+    return resume_command(launch, retry_errored=ended_by in (FAILURE_GATE, DISK_FULL) or not left)
 
 
 def continue_advice(launch: dict | None, counts: dict, ended_by: str | None, resumed: bool = True) -> str:
@@ -162,6 +163,8 @@ def continue_advice(launch: dict | None, counts: dict, ended_by: str | None, res
     notify = " (add your --notify URLs again, which are not recorded)" if len(_without_redacted(own)) < len(own) else ""
     if ended_by == FAILURE_GATE:
         return f"once the cause is fixed, continue with: {command}{notify}"
+    if ended_by == DISK_FULL:  # its errored trials failed for want of space: they run again
+        return f"continue with: {command}{notify}"
     if "--retry-errored" in command.split():
         return f"{errored} trial(s) errored; to run them again: {command}{notify}"
     more = f" (add --retry-errored to run its {errored} errored trial(s) again too)" if errored else ""

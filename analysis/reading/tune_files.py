@@ -39,6 +39,7 @@ from analysis.reading.late_rows import add_late_rows
 from analysis.reading.search_record import PBT_LOG, PBT_SCHEDULERS, read_search_record
 from analysis.reading.tune_state import folder_trial, list_dir, listed_trials, read_bytes, sweep_settings
 from trainables.experiment.errors import ExperimentError
+from trainables.experiment.outcome import ran_to_end
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -147,16 +148,6 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     tail = trial["tail"]
     if trial["trial_id"] is None:
         trial["trial_id"] = str(tail.get("trial_id") or trial["dir"])
-    if trial["status"] is None:
-        trial["status"] = (
-            "ERROR"
-            if trial["error"]
-            else "TERMINATED"
-            if tail.get("done") is True
-            else "RUNNING"
-            if tail
-            else "PENDING"
-        )
     # Exact JSON first: the state file, else params.json. A result row's config comes last:
     # pyarrow may have widened it (1 -> 1.0 when another trial has 0.5).
     config = trial["config"]
@@ -169,6 +160,18 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     if not isinstance(config, dict):
         config = tail.get("config")
     trial["config"] = config if isinstance(config, dict) else {}
+    if trial["status"] == "RUNNING" and ran_to_end(tail, trial["config"]):  # a state older than its history
+        trial["status"] = "TERMINATED"  # (its last save failed: a full disk, a driver killed)
+    if trial["status"] is None:  # no readable state lists it (torn, not written yet, a copied folder)
+        trial["status"] = (
+            "ERROR"
+            if trial["error"]
+            else "TERMINATED"
+            if ran_to_end(tail, trial["config"])
+            else "RUNNING"
+            if tail
+            else "PENDING"
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,10 @@ class UsageError(ValueError):
     """A user mistake in flags or config: printed as one line, exit code 2, no traceback."""
 
 
+class DiskFull(OSError):
+    """The sweep's storage folder is full (`sweeps/engine/run/disk_full.py`): printed as one line, exit code 1."""
+
+
 def parse_gpus_per_trial(text: str | None) -> float | None:
     """Parse --gpus-per-trial: None (choose later), a fraction in (0, 1], or a whole number >= 1.
 

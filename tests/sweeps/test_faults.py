@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from analysis.status import read_status
 from sweeps import noise_grid
 from tests.helpers.processes import wait_for, wait_until
 from tests.helpers.trial_results import results_of
@@ -220,7 +221,9 @@ def test_dashboard_listens_on_loopback_only(tmp_path):
 @pytest.mark.slow
 def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus, tmp_path):
     """The driver is SIGKILLed right after a trial's last epoch, likely before Tune's next snapshot
-    of its experiment state; on --resume that trial trains nothing again and the other completes."""
+    of its experiment state, and that state is then cut mid-file; on --resume (from the last whole copy of
+    the state) that trial trains nothing again and the other completes. Cut again once the sweep finished,
+    the state hides no result: status counts both trials finished and a --resume runs nothing."""
     address = ray_gpus.get_runtime_context().gcs_address
     argv = [
         "sweeps/noise_grid.py",
@@ -269,12 +272,84 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
     proc.wait(timeout=60)
     rows_before = results_of(finished)
     log_before = (finished / "stdout").read_text()
+    state = cut_state(experiment)  # and its Tune state torn, as a full disk or a copy cut short leaves it
 
     resumed = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"warning: {state} is torn (cut mid-file); resuming from its last whole copy" in resumed.stderr
     assert [r["epoch"] for r in results_of(finished)] == [r["epoch"] for r in rows_before] == [1, 2, 3, 4]
     assert (finished / "stdout").read_text().count("Epoch [") == log_before.count("Epoch [") == 4  # not trained again
     # The other cell completed once. (Killed before Tune's state named its folder, it may have run in a
     # fresh `<name>_<trial_id>` folder next to an empty one: old folders are kept, never overwritten.)
     others = [t for t in experiment.glob("sym_*") if t != finished and (t / "result.json").exists() and results_of(t)]
     assert len(others) == 1 and [r["epoch"] for r in results_of(others[0])] == [1, 2, 3, 4], others
+    # The finished sweep's state torn too: status counts both trials finished, a --resume runs nothing.
+    cut_state(experiment)
+    status = read_status(str(experiment))["status"]
+    assert (status["finished"], status["interrupted"]) == (2, 0), status
+    again = subprocess.run([sys.executable, *argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "0 to run, 2 reused" in again.stdout or "nothing left to run" in again.stdout, again.stdout[-3000:]
+    for trial in (finished, others[0]):  # neither trained again
+        assert [r["epoch"] for r in results_of(trial)] == [1, 2, 3, 4]
+        assert (trial / "stdout").read_text().count("Epoch [") == 4
+
+
+def cut_state(experiment: Path) -> Path:
+    """Cut the newest `experiment_state-*.json` of `experiment` to half its length; return it."""
+    state = max(experiment.glob("experiment_state-*.json"))
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    return state
+
+
+# --- a full disk: a 4 MB tmpfs as the storage folder ------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (root where mounts are allowed; else the test is skipped: tests/unit/test_disk_full.py
+    injects ENOSPC at each write path instead); `grow()` frees space by making it 60 MiB."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    grow = lambda: subprocess.run(["mount", "-o", "remount,size=60m", str(folder)], check=True)  # noqa: E731
+    yield folder, grow
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_its_continue_command_reruns_no_finished_trial(ray_gpus, small_disk):
+    """4 trials of 6 epochs keep 3 checkpoints of 0.7 MB each: the 4 MiB fill up mid-sweep. The sweep ends with
+    one line naming the folder, exit 1, driver.json closed; no history left cut; once space is freed the printed
+    command finishes every trial, and one that had finished trains nothing again."""
+    folder, grow = small_disk
+    grid = ["--noise-types", "sym", "--noise-rates", "0.1,0.2,0.3,0.4", "--epochs", "6", "--gpus-per-trial", "0"]
+    address = ray_gpus.get_runtime_context().gcs_address
+    argv = ["sweeps/noise_grid.py", *grid, "--address", address, "--storage-path", str(folder), "--name", "full"]
+    full = subprocess.run([sys.executable, *argv, "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=400)
+    lines = [line for line in full.stderr.splitlines() if line.startswith("error: the disk of the storage folder")]
+    assert full.returncode == 1 and len(lines) == 1, full.stdout[-3000:] + full.stderr[-3000:]
+    assert f"{folder} is full" in lines[0] and "EOFError" not in full.stderr
+    experiment = folder / "full"
+    assert json.loads((experiment / "driver.json").read_text())["exit_code"] == 1
+    histories = {t.name: results_of(t) for t in experiment.glob("sym_*") if (t / "result.json").exists()}  # whole
+    logs = {t.name: (t / "stdout").read_text() for t in experiment.glob("sym_*") if (t / "stdout").exists()}
+    # trained to its end before the disk filled (its last rows may not have reached the full disk)
+    done = [
+        name for name, text in logs.items() if "Epoch [6/6]" in text and not (experiment / name / "error.txt").exists()
+    ]
+    assert done, logs  # the first trials fit: 4 MiB hold one trial's checkpoints
+    for name in done:  # its history was not emptied by a later copy
+        assert histories.get(name), name
+
+    grow()
+    command = lines[0].split("continue with: ", 1)[1]
+    assert command.endswith("--resume --retry-errored")
+    again = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for name in done:  # what it wrote is kept, and no epoch of it ran twice
+        rows = results_of(experiment / name)
+        assert rows[: len(histories[name])] == histories[name] and [r["epoch"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    status = read_status(str(experiment))["status"]
+    assert status["finished"] == 4 and status["errored"] == 0, status

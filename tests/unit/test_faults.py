@@ -11,11 +11,12 @@ import torch
 from sweeps import noise_grid
 from sweeps.engine.cluster.ray_start import secure_dashboard
 from sweeps.engine.flags import UsageError
-from sweeps.engine.run import resume
+from sweeps.engine.run import resume, state_copy
 from trainables import train_epochs
 from trainables.checkpoints import load_latest_state
 from trainables.config import TrialIdentity, config_hash
 from trainables.experiment.objective import Objective
+from trainables.experiment.outcome import ran_to_end
 
 DIVERGING = {"lr": 10.0, "grad_clip": 0.0, "momentum": 0.99}  # blows up within two epochs on digits
 
@@ -208,3 +209,39 @@ def test_non_loopback_dashboard_warns_and_turns_on_token_auth(monkeypatch, capsy
     env["RAY_AUTH_MODE"] = "disabled"
     secure_dashboard("10.1.2.3")
     assert "RAY_AUTH_MODE=disabled was set" in capsys.readouterr().err
+
+
+# --- a torn Tune experiment state (issue 55 item 4) ---------------------------------------------
+
+
+def test_a_torn_experiment_state_is_put_back_from_its_last_whole_copy(tmp_path, capsys):
+    state = tmp_path / "experiment_state-2026-11-28_09-40-43.json"
+    whole = json.dumps({"trial_data": [["{}", "{}"]], "runner_data": {}, "stats": {}})
+    state.write_text(whole)
+    keeper = state_copy.KeepWholeState(str(tmp_path))
+    keeper.keep()
+    assert (tmp_path / (state.name + state_copy.WHOLE)).read_text() == whole
+    state.write_text(whole[:20])  # a full disk cut Tune's next save mid-file
+    keeper.keep()  # a torn save never replaces the whole copy
+    assert (tmp_path / (state.name + state_copy.WHOLE)).read_text() == whole
+
+    state_copy.restore_whole_state(str(tmp_path))
+    assert state.read_text() == whole
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"warning: {state} is torn" in err and "last whole copy" in err
+    state_copy.restore_whole_state(str(tmp_path))  # a whole state: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+def test_a_torn_experiment_state_without_a_copy_is_one_line_naming_the_way_on(tmp_path):
+    state = tmp_path / "experiment_state-2026-11-28_09-40-43.json"
+    state.write_text('{"trial_data": [["{\\"trial_id\\": \\"x')
+    with pytest.raises(UsageError, match=f"{state} is torn .* without --resume: finished trials are reused"):
+        state_copy.restore_whole_state(str(tmp_path))
+
+
+def test_a_trial_found_only_by_its_folder_finished_when_it_reached_its_epochs():
+    assert ran_to_end({"training_iteration": 4}, {"epochs": 4})
+    assert not ran_to_end({"training_iteration": 3}, {"epochs": 4})
+    assert ran_to_end({"training_iteration": 3, "done": True}, {})  # Tune logged its end
+    assert not ran_to_end({"training_iteration": 3}, {"command": "python train.py"})  # a script decides: unknown

@@ -18,7 +18,7 @@ the sweep ended), so they cannot disagree. The words:
     running, pending   while the sweep runs
 
 Why a sweep ended (`driver.json`'s `ended_by`, `SWEEP_ENDS`): every trial ended (`ALL_ENDED`), Ctrl-C,
-SIGTERM, its time budget, its failure gate (`--max-initial-failures`) or `--fail-fast`.
+SIGTERM, its time budget, its failure gate (`--max-initial-failures`), `--fail-fast` or a full disk.
 
 A failed command trial writes a `TrialFailure` (`failure.json` in its folder, through
 `trainables/experiment/records.py`); the sweep's gate, its outcome and `--check` read the fields,
@@ -54,8 +54,8 @@ RETRIED = (ERRORED, NO_METRIC, NOT_RUN)  # what `--resume --retry-errored` runs 
 
 # why a sweep ended: `driver.json`'s `ended_by`
 ALL_ENDED, CTRL_C, SIGTERM = "finished", "Ctrl-C", "SIGTERM"
-TIME_BUDGET, FAILURE_GATE, FAIL_FAST = "time budget", "failure gate", "fail-fast"
-SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST)
+TIME_BUDGET, FAILURE_GATE, FAIL_FAST, DISK_FULL = "time budget", "failure gate", "fail-fast", "disk full"
+SWEEP_ENDS = (ALL_ENDED, CTRL_C, SIGTERM, TIME_BUDGET, FAILURE_GATE, FAIL_FAST, DISK_FULL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +169,17 @@ def planned_epochs(config: dict | None) -> int | None:
     `{epochs}` too); None when the config does not say (a command's script decides)."""
     epochs = (config or {}).get("epochs")
     return int(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0 else None
+
+
+def ran_to_end(last_result: dict | None, config: dict | None) -> bool:
+    """Whether a trial known only from its folder (no readable Tune state lists it) ended by itself: its last logged
+    row says `done`, or its `training_iteration` reached its planned iterations (`planned_epochs`: Tune does not log
+    the `done` of a function trainable that returned after its last report)."""
+    result = last_result or {}
+    planned = planned_epochs(config)
+    iterations = result.get("training_iteration")
+    reached = planned is not None and isinstance(iterations, (int, float)) and iterations >= planned
+    return str(result.get("done")) == "True" or reached
 
 
 COUNTS = ("running", "pending", "finished", "pruned", "errored", "diverged", "no_metric", "interrupted", "not_run")

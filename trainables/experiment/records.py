@@ -44,6 +44,7 @@ from trainables.experiment.outcome import TrialFailure
 SETTINGS_FILE = "raysweep.json"
 DRIVER_FILE = "driver.json"
 DRIVER_LOCK = ".driver.lock"  # the local file lock next to the driver record
+DRIVER_RESERVE = ".driver.reserve"  # space the driver keeps to record its end on a full disk
 WRITE_PROBE = ".raysweep_write_probe"  # written and removed before Ray starts (sweeps/engine/run/preflight.py)
 PROVENANCE_DIR = "provenance"
 PROVENANCE_PREFIX = "run-"
@@ -172,6 +173,11 @@ def delete_driver(experiment: Folder) -> None:
 def driver_lock_path(experiment: Folder) -> str:
     """The local file lock next to the driver record (`.driver.lock`)."""
     return record_path(experiment, DRIVER_LOCK)
+
+
+def driver_reserve_path(experiment: Folder) -> str:
+    """The space kept aside next to the driver record (`.driver.reserve`, `driver_lock.DriverHold`)."""
+    return record_path(experiment, DRIVER_RESERVE)
 
 
 def provenance_dir(experiment: Folder) -> str:

@@ -94,13 +94,58 @@ def write_bytes(path: str, data: bytes) -> None:
     if "://" not in os.fspath(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:  # a full disk (ENOSPC): `path` keeps its whole old content, no empty .tmp is left
+            _remove(tmp)
+            raise
         return
     fs, inner, _ = filesystem_of(path)
     with fs.open_output_stream(inner) as f:
         f.write(data)
+
+
+def copy_whole(copy_files, source, destination, source_filesystem=None, destination_filesystem=None, **kwargs):
+    """`copy_files(source, destination, ...)` (`pyarrow.fs.copy_files`' arguments: a file or a folder's files) with
+    each file written whole to a local destination: into `<file>.<pid>.tmp`, then renamed over it, so that a full
+    disk (ENOSPC) leaves the file there was, never one cut short or emptied (`copy_files` rewrites in place).
+    To object storage: `copy_files` itself (a PUT is whole). Raises what the copy raises (OSError)."""
+    import pyarrow.fs as pafs
+
+    if not isinstance(destination_filesystem, (pafs.LocalFileSystem, type(None))) or "://" in str(destination):
+        return copy_files(source, destination, source_filesystem, destination_filesystem, **kwargs)
+    if source_filesystem is None:
+        source_filesystem, source = filesystem_of(source)[:2]
+    info = source_filesystem.get_file_info(source)
+    if info.type == pafs.FileType.File:
+        pairs = [(source, str(destination))]
+    else:
+        found = source_filesystem.get_file_info(pafs.FileSelector(source, recursive=True))
+        pairs = [
+            (f.path, os.path.join(destination, posixpath.relpath(f.path, source)))
+            for f in found
+            if f.type == pafs.FileType.File
+        ]
+    for path, target in pairs:
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        try:
+            with source_filesystem.open_input_stream(path) as fin, open(tmp, "wb") as fout:
+                while chunk := fin.read(1 << 22):
+                    fout.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            _remove(tmp)
+            raise
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def delete(path: str) -> None:

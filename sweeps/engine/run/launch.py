@@ -39,7 +39,7 @@ from sweeps.engine.cluster.gpus import (
 from sweeps.engine.cluster.ray_start import check_resources, init_ray
 from sweeps.engine.cluster.trial_resources import TrialFunction, gpus_per_trial, max_concurrent_trials, with_resources
 from sweeps.engine.flags import UsageError
-from sweeps.engine.run import notify, resume, sweep_end
+from sweeps.engine.run import notify, resume, state_copy, sweep_end
 from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.run.monitoring import monitoring_callbacks
 from sweeps.engine.run.no_retry import NoRetryOnMarkedError
@@ -123,6 +123,7 @@ class Sweep:
         announce(options, self.gpus, tune_config)
         set_tune_environment(options.experiment_dir)
         if options.resume:
+            state_copy.restore_whole_state(options.experiment_dir)  # a torn state: its last whole copy
             tuner = Tuner.restore(
                 options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=options.retry_errored
             )
@@ -131,7 +132,7 @@ class Sweep:
             info = sweep_info(objective, tune_config, param_space, self.settings)
             kept = estimate.take_pending_estimate(options.storage_path, options.name)
             records.write_settings(options.experiment_dir, info | ({"estimate": kept} if kept else {}))
-        first, ending = sweep_end.fit(tuner, self.held)
+        first, ending = sweep_end.fit(tuner, self.held, options.resume)
         oom = (self.trainable_for, self.gpus, self.run_config, tune_config)
         rounds = [first] if ending.unfinished() else rerun_oom_trials(first, *oom)
         requeued = sweep_end.count_requeued(ending, rounds)  # trials re-run count by their re-run's end
@@ -285,9 +286,9 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     # Short epochs checkpoint often; Tune then snapshots its state often, cheaply (ms), and warns each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # A worker killed while Tune hands it the next trial (actor reuse) costs that trial one retry, not
-    # the trial: Tune counts that one death twice (trainables/ray_private.py).
+    # A worker killed while Tune hands it the next trial (actor reuse) costs one retry (Tune counted two).
     ray_private.count_each_actor_death_once()
+    ray_private.upload_files_whole()  # a full disk leaves no history file cut short in place
 
 
 def sweep_run_config(
@@ -343,6 +344,7 @@ def sweep_run_config(
         ),
         "log_to_file": True,
         "callbacks": [ending, *(callbacks or []), NoRetryOnMarkedError(), RestoreFromSurvivingCheckpoint(), *initial]
+        + [state_copy.KeepWholeState(records.experiment_dir(storage_path, name))]  # for a --resume of a torn state
         + ray_private.history_keeping_loggers(records.JOINS_STEP_METRIC),  # Tune's own drop rows at a restore
         "stop": initial[0] if initial else None,
         "verbose": 0,

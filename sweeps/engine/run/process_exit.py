@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sweeps.engine.flags import UsageError
+from sweeps.engine.flags import DiskFull, UsageError
 
 
 def run_main(main, argv: list[str] | None = None) -> None:
@@ -25,6 +25,10 @@ def run_main(main, argv: list[str] | None = None) -> None:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2
+    except DiskFull as e:  # the driver record holds its end already
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        code = 1
+        _notify_stopped(e)
     except KeyboardInterrupt:
         print("interrupted: resume with the same command and --resume", file=sys.stderr)
         code = 130

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
 import signal
 import sys
 import threading
@@ -18,10 +19,13 @@ from analysis.progress import describe_counts
 from analysis.progress import started as started_at
 from analysis.reading.driver_record import continue_advice
 from sweeps.engine.cluster.gpus import requeued_trial_paths
+from sweeps.engine.flags import DiskFull
+from sweeps.engine.run import disk_full
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import (
     ALL_ENDED,
     COUNTS,
+    DISK_FULL,
     DIVERGED,
     ENDED,
     ERRORED,
@@ -232,15 +236,43 @@ def _catch_signals(ending: Ending) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def fit(tuner, hold=None) -> tuple:
+def fit(tuner, hold=None, resumed: bool = False) -> tuple:
     """`tuner.fit()` and how it ended: (its `ResultGrid`, its `Ending`; an empty one when no `SweepEnding`
     watched it, as in a sweep resumed from an older raysweep's tuner.pkl). `hold`: this driver's
-    `driver_lock.DriverHold` (`watch_driver`)."""
+    `driver_lock.DriverHold` (`watch_driver`); `resumed`: a `--resume`.
+
+    Raises:
+        DiskFull: its storage folder filled up (`disk_full.stop_line`: the one line), after `hold` recorded the
+            end (exit code 1, `ended_by` "disk full").
+    """
     FITS.clear()
     if hold is not None:
         watch_driver(hold)
-    results = tuner.fit()
+    try:
+        results = tuner.fit()
+    except (EOFError, OSError) as error:  # Ray's EOFError: an error record Tune could not write
+        _stop_if_disk_full([error], [], hold, resumed)
+        raise
+    ending = FITS[0] if FITS else Ending()  # trials that errored: their checkpoints or histories may not fit
+    failed = [path for path, outcome in ending.outcomes.items() if outcome == ERRORED]
+    errors = [r.error for r in results if r.error is not None]
+    if failed:
+        _stop_if_disk_full(errors or [OSError("a trial errored")], failed, hold, resumed)
     return results, FITS[0] if FITS else Ending()
+
+
+def _stop_if_disk_full(errors: list, failed: list, hold, resumed: bool) -> None:
+    """Raise `DiskFull` (its one line: `disk_full.stop_line`) when `errors` came of a full storage folder, after
+    `hold` recorded the sweep's end (exit code 1, `ended_by` "disk full"); else nothing."""
+    ending = FITS[0] if FITS else Ending()
+    counts = ending.counts() if ending.closed else {"interrupted": 1}
+    where = hold.experiment_dir if hold is not None else ""
+    storage_path = posixpath.dirname(where.rstrip("/"))
+    line = disk_full.stop_line(errors, storage_path, where, counts, resumed, failed) if where else None
+    if line is not None:
+        ending.ended_by, ending.why = DISK_FULL, "disk full"
+        hold.record_end(1, ending, resumed)
+        raise DiskFull(line)
 
 
 def count_requeued(ending: Ending, rounds: list) -> set[str]:

@@ -14,6 +14,7 @@ back after `SETTLE_S`: the driver whose record was overwritten gives way (the la
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import socket
 import threading
@@ -25,6 +26,7 @@ from trainables.experiment import records, storage
 
 HEARTBEAT_S = 5.0  # the running driver refreshes its heartbeat this often (seconds)
 SETTLE_S = 2.0  # object storage: read the record back after this long; the overwritten one gives way
+RESERVE_BYTES = 64 * 1024  # kept aside to record the end on a full disk (a record is under 4 kB)
 
 
 class ExperimentHeld(RuntimeError):
@@ -52,8 +54,25 @@ class DriverHold:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="raysweep-driver-heartbeat", daemon=True)
 
-    def _write(self) -> None:
-        records.write_driver(self.experiment_dir, self.record)
+    def _write(self, last: bool = False) -> None:
+        """Write the record; the `last` (the sweep's end) on a full disk (ENOSPC): into the space kept aside
+        (`keep_reserve`, freed for it)."""
+        try:
+            records.write_driver(self.experiment_dir, self.record)
+        except OSError as e:
+            reserve = records.driver_reserve_path(self.experiment_dir)
+            if not last or e.errno != errno.ENOSPC or not storage.exists(reserve):
+                raise
+            storage.delete(reserve)
+            records.write_driver(self.experiment_dir, self.record)
+
+    def keep_reserve(self) -> None:
+        """Keep `RESERVE_BYTES` aside in a local experiment folder (`.driver.reserve`), so that the record of
+        the sweep's end (its exit code) can be written on a disk that the sweep filled; removed at `release`."""
+        try:
+            storage.write_bytes(records.driver_reserve_path(self.experiment_dir), bytes(RESERVE_BYTES))
+        except OSError:
+            pass
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -88,7 +107,7 @@ class DriverHold:
             elapsed_s=ending.ended_at - self.record["started"] if ending.ended_at else None,
         )
         try:
-            self._write()
+            self._write(last=True)
         except OSError:
             pass
 
@@ -106,7 +125,7 @@ class DriverHold:
             self.record.update(heartbeat=time.time(), ended=time.time(), exit_code=int(exit_code))
         try:
             if exit_code != 2:
-                self._write()
+                self._write(last=True)
             elif self.previous is not None:
                 records.write_driver(self.experiment_dir, self.previous)
             else:
@@ -115,7 +134,8 @@ class DriverHold:
                     storage.delete(records.driver_lock_path(self.experiment_dir))
         except OSError:
             pass
-        if self._file_lock is not None:
+        if self._file_lock is not None:  # a local folder: its reserve goes too
+            storage.delete(records.driver_reserve_path(self.experiment_dir))
             self._file_lock.release()
         for folder in self.created if exit_code == 2 else ():  # innermost first
             try:
@@ -156,6 +176,8 @@ def hold(experiment_dir: str, *, settle_s: float = SETTLE_S) -> DriverHold:
         )
     mine = DriverHold(experiment_dir, file_lock, record, created)
     mine._write()
+    if file_lock is not None:  # a local folder (object storage does not fill up)
+        mine.keep_reserve()
     if file_lock is None:  # object storage: two drivers may have written at once; the later one wins
         time.sleep(settle_s)
         now = read_holder(experiment_dir)
