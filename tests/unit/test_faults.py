@@ -233,17 +233,6 @@ def test_a_torn_experiment_state_is_put_back_from_its_last_whole_copy(tmp_path, 
     assert capsys.readouterr().err == ""
 
 
-def test_the_state_is_looked_for_at_most_every_few_seconds_of_steps_and_always_at_the_end(tmp_path, monkeypatch):
-    looked = []
-    monkeypatch.setattr(state_copy, "newest_state", lambda folder: looked.append(folder))
-    keeper = state_copy.KeepWholeState(str(tmp_path))
-    for step in range(50):  # Tune's loop: up to 10 steps a second
-        keeper.on_step_end(step, [])
-    assert len(looked) == 1
-    keeper.on_experiment_end([])
-    assert len(looked) == 2
-
-
 def test_a_torn_experiment_state_without_a_copy_is_one_line_naming_the_way_on(tmp_path):
     state = tmp_path / "experiment_state-2026-11-28_09-40-43.json"
     state.write_text('{"trial_data": [["{\\"trial_id\\": \\"x')

@@ -24,8 +24,6 @@ from sweeps.engine.flags import UsageError
 from trainables.experiment import storage
 
 WHOLE = ".whole"  # suffix of the last whole copy of a state file
-LOOK_EVERY_S = 2.0  # how often a running sweep looks for a new state: Tune saves one about every 10 s, and its
-# step loop runs up to 10 times a second (a listing of the experiment folder each time: requests on s3://)
 
 
 def newest_state(experiment_dir: str) -> str | None:
@@ -85,19 +83,14 @@ def _read(path: str) -> bytes:
 
 
 class KeepWholeState(tune.Callback):
-    """Tune callback: at most every `LOOK_EVERY_S` seconds of steps and at the sweep's end, copy the experiment
-    state to `<state>.whole` when Tune has saved a new one and it is whole (read back from storage, so a copy
-    cut short is not kept)."""
+    """Tune callback: after each step and at the sweep's end, copy the experiment state to `<state>.whole`
+    when Tune has saved a new one and it is whole (read back from storage, so a copy cut short is not kept)."""
 
     def __init__(self, experiment_dir: str):
         self.experiment_dir = str(experiment_dir)
         self._seen: tuple | None = None  # (path, mtime) of the state last looked at
-        self._next_look = 0.0  # time.monotonic() of the next look from a step
 
     def on_step_end(self, iteration, trials, **info):
-        if time.monotonic() < self._next_look:
-            return
-        self._next_look = time.monotonic() + LOOK_EVERY_S
         self.keep()
 
     def on_experiment_end(self, trials, **info):
