@@ -294,12 +294,12 @@ def _history_keeping_classes() -> tuple[type, type]:
     return json_logger, csv_logger
 
 
-def upload_files_whole() -> bool:
-    """Tune's copies to a local storage folder (its state, each trial's history) write each file whole (`storage.
-    copy_whole`; `pyarrow.fs.copy_files` rewrites in place: a full disk left a result.json at 0 bytes). True."""
+def upload_files_whole(copy_whole) -> bool:
+    """Tune's copies to a local storage folder (its state, each trial's history) go through `copy_whole(copy_files,
+    source, destination, ...)` (`trainables.experiment.storage.copy_whole`, passed in: storage imports this module)
+    which writes each file whole (`pyarrow.fs.copy_files` rewrites in place: a full disk left a result.json at
+    0 bytes). True."""
     from ray.train._internal import storage as ray_storage
-
-    from trainables.experiment.storage import copy_whole
 
     if not isinstance(ray_storage._pyarrow_fs_copy_files, functools.partial):
         ray_storage._pyarrow_fs_copy_files = functools.partial(copy_whole, ray_storage._pyarrow_fs_copy_files)

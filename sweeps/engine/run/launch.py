@@ -49,7 +49,7 @@ from sweeps.engine.sweep_records import driver_lock, provenance_capture
 from sweeps.engine.sweep_records.sweep_info import sweep_info
 from trainables import ray_private
 from trainables.command.initial_failures import InitialFailures
-from trainables.experiment import records
+from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 
 # A running trial's files (logs, noise.json) are copied to storage at its first report this long after the last copy.
@@ -288,7 +288,7 @@ def set_tune_environment(experiment_dir: str) -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # A worker killed while Tune hands it the next trial (actor reuse) costs one retry (Tune counted two).
     ray_private.count_each_actor_death_once()
-    ray_private.upload_files_whole()  # a full disk leaves no history file cut short in place
+    ray_private.upload_files_whole(storage.copy_whole)  # a full disk leaves no history file cut short in place
 
 
 def sweep_run_config(
