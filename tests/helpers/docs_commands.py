@@ -74,7 +74,7 @@ NOT_RUN.update(
         "python sweeps/noise_grid.py --seeds 5 --epochs 50 --dry-run --estimate-from runs/noise_grid_pilot": "needs "
         "a finished pilot sweep; tests/analysis/test_research_record.py checks an estimate against a real sweep",
         "python sweeps/noise_grid.py --seeds 3 --estimate": "trains the first cell and joins Ray for its slots; "
-        "tests/sweeps/test_estimate_sweeps.py sets --estimate against real sweeps",
+        "tests/sweeps/test_estimate_sweeps.py estimates the smoke grid before its run keeps the estimate",
         "python sweeps/run_command.py --axis lr=0.1,0.01 --seeds 3 --estimate -- python train.py --lr '{lr}' "
         "--seed '{seed}'": "needs the user's train.py; "
         "tests/sweeps/test_estimate_sweeps.py estimates a scripted command",

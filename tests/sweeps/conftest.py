@@ -18,7 +18,7 @@ def smoke_grid(shared_ray_head, tmp_path_factory) -> types.SimpleNamespace:
     """The README's quick start `python sweeps/noise_grid.py --smoke-test`, run once per session as written, in a
     scratch folder (its storage is `./runs`), on the shared Ray: tests/sweeps/test_sweeps.py checks its trials and
     tests/sweeps/test_docs_commands.py analyses them, without a second run of the same 12 trials. Just before it,
-    the same command with `--estimate --json` (tests/sweeps/test_estimate_sweeps.py sets it against the run).
+    the same command with `--estimate --json` (tests/sweeps/test_estimate_sweeps.py checks the run keeps it).
 
     Returns:
         `command` (the text run), `folder`, `experiment` (folder/runs/noise_grid), `proc` (its
