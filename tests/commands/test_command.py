@@ -360,15 +360,18 @@ def test_command_sweep_on_half_gpus_then_extended_reuses_finished_cells(ray_gpus
 def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_asha_stops(tmp_path, sweep_env):
     """pytorch/examples mnist's output (tests/scripts/mnist_style.py, as main.py) searched by TPE and ASHA,
     one trial at a time: each trial records the `lr` the script received and nothing of the built-in
-    trainable; a trial that ran its 3 epochs is finished, one that ASHA cut is `pruned by ASHA`."""
+    trainable; a trial that ran its 3 epochs is finished, one that ASHA cut is `pruned by ASHA`. Each trial holds
+    every CPU of the Ray it joins, so an ASHA-stopped trial's actor left idle would stop the search for good (issue
+    55: Tune's actor reuse kept it, 8 minutes with nothing running); it must end within its timeout."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "main.py").write_text((ROOT / "tests" / "scripts" / "mnist_style.py").read_text())
     argv = [sys.executable, str(ROOT / "sweeps" / "lr_search.py"), "--metric", "Accuracy", "--num-samples", "4"]
     argv += ["--grace-period", "1", "--reduction-factor", "2", "--max-concurrent", "1", "--gpus-per-trial", "0"]
+    argv += ["--cpus-per-trial", str(os.cpu_count())]  # all the shared head's CPUs (tests/helpers/ray_cluster.py)
     argv += ["--storage-path", str(tmp_path / "runs"), "--quiet"]
     argv += ["--", sys.executable, "main.py", "--epochs", "3", "--lr", "{lr}", "--sleep", "1"]  # ASHA's stop mid-run
-    proc = subprocess.run(argv, cwd=repo, env=sweep_env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv, cwd=repo, env=sweep_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "search over the command's placeholders: {lr} loguniform:0.0001,1; 4 configurations; ASHA max_t 3" in out
