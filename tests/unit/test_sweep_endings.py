@@ -44,9 +44,17 @@ def fit(trials: list, *, budget_s=None, stopper=None, fail_fast=False, results=(
     return sweep_end.FITS[-1]
 
 
-def trial(trial_id, status="TERMINATED", result=RESULT, epochs=4):
+def trial(trial_id, status="TERMINATED", result=RESULT, epochs=4, folder="/runs/x"):
+    storage = SimpleNamespace(
+        storage_filesystem=SimpleNamespace(type_name="local"), trial_fs_path=f"{folder}/{trial_id}"
+    )
     return SimpleNamespace(
-        trial_id=trial_id, status=status, last_result=result, config={"epochs": epochs}, path=f"/runs/x/{trial_id}"
+        trial_id=trial_id,
+        status=status,
+        last_result=result,
+        config={"epochs": epochs},
+        path=f"{folder}/{trial_id}",
+        storage=storage,
     )
 
 
@@ -152,6 +160,42 @@ def test_the_notify_message_counts_as_the_final_line_and_carries_the_interruptio
     lines = message["message"].splitlines()
     assert lines[0] == "0 finished, 3 errored, 2 not run"  # as the final line counts them (one never created)
     assert "stopped early: Ctrl-C" in lines and "first error: trial a: RuntimeError: boom at start" in lines
+
+
+def test_a_trial_whose_command_ran_on_to_its_end_after_the_stop_is_finished_in_every_count(tmp_path):
+    """ASHA's STOP at epoch 1 reached a command that had printed all 3 epochs and exited (`late_rows.json`, not
+    cut): the final line, `--status` and the closing table (the history with its late rows) all say finished; one
+    the stop cut mid-run, or whose late rows stop at its last report, is pruned (issue 53: the final line and
+    --status said pruned, --json and the table finished)."""
+    from analysis.reading.load import load_trials
+    from analysis.reading.trial_outcomes import trial_counts
+    from analysis.status import read_status
+
+    config = {"epochs": 3, "lr": 0.1}
+    specs = [trial_spec(name, config, [{"epoch": 1, "val/acc": 0.5}], trial_id=name) for name in "abcd"]
+    experiment = write_experiment(tmp_path, "search", specs)
+    (experiment / "tuner.pkl").write_bytes(b"")
+    folders = {p.name.split("_")[1]: p for p in experiment.iterdir() if p.name.startswith("train_")}
+    late = {"a": ([2, 3], False), "b": ([2], True), "c": ([1], False)}  # d: no record
+    for name, (epochs, cut) in late.items():
+        rows = [{"epoch": e, "val/acc": 0.6, "training_iteration": e} for e in epochs]
+        records.write_late_rows(str(folders[name]), rows, cut)
+    assert records.ran_on_after_stop(str(experiment / "nowhere"), 1) is False
+    stops = dict.fromkeys("abcd", 1)
+    write_driver_end(
+        experiment, started=1000.0, ended=1010.0, elapsed_s=10.0, ended_by="finished", scheduler_stops=stops
+    )
+    trials = [trial(n, result={"training_iteration": 1, "epoch": 1, "done": True}, epochs=3) for n in "abcd"]
+    for t in trials:
+        t.storage.trial_fs_path = t.path = str(folders[t.trial_id])
+    ending = fit(trials, results=[(n, {"done": True, "training_iteration": 1}) for n in "abcd"], started="abcd",
+                 ended="abcd")  # fmt: skip
+    assert [ending.outcomes[t.path] for t in trials] == ["finished", "pruned", "pruned", "pruned"]
+    assert ending.scheduler_stops == {"b": 1, "c": 1, "d": 1}
+    state = read_status(experiment)["status"]
+    assert (state["finished"], state["pruned"]) == (1, 3)
+    counts = trial_counts(load_trials(str(experiment)))
+    assert (counts["finished"], counts["pruned"]) == (1, 3)
 
 
 def test_status_says_the_drivers_clock_its_scheduler_stops_and_why_it_ended(tmp_path):

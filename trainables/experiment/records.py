@@ -368,6 +368,18 @@ def read_late_rows(trial: Folder) -> list[dict]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
+def ran_on_after_stop(trial: Folder, last_step) -> bool:
+    """Whether a command trial that Tune stopped had run on past `last_step` (the `epoch` of its last report)
+    and exited by itself (`late_rows.json` not `cut`): it ran all its epochs, so it is finished rather than
+    pruned, as the history that adds those rows counts it (`analysis/reading/trial_outcomes.py`); False
+    without such a record."""
+    record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
+    if record.get("cut", True) or not isinstance(last_step, (int, float)):
+        return False
+    steps = [r.get("epoch") for r in read_late_rows(trial)]
+    return any(isinstance(step, (int, float)) and step > last_step for step in steps)
+
+
 def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:
     """Write `{"rows": [...], "cut": bool}` as the trial's `late_rows.json`
     (`trainables/command/step_reporter.py:StepReporter`): the results of its last steps, from shortly before Tune

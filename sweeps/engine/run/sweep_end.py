@@ -21,6 +21,7 @@ from analysis.reading.driver_record import continue_advice
 from sweeps.engine.cluster.gpus import requeued_trial_paths
 from sweeps.engine.flags import DiskFull
 from sweeps.engine.run import disk_full
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import (
     ALL_ENDED,
@@ -39,6 +40,7 @@ from trainables.experiment.outcome import (
     trial_outcome,
 )
 from trainables.experiment.redaction import redacted_argv
+from trainables.ray_private import trial_folder_uri
 
 
 def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
@@ -184,6 +186,15 @@ class SweepEnding(tune.Callback):
         ids = {trial.trial_id for trial in trials}
         ending.stopped = ((ending.started | ending.earlier.stopped) & ids) - ending.ended
         ending.total = max(ending.total, len(trials))
+        # a trial whose command ran on to its end after its scheduler's STOP is finished, as the history counts it
+        # (Tune waited for the stopped trials' actors before this callback: `TuneController.cleanup`)
+        ran_on = {
+            trial.trial_id
+            for trial in trials
+            if trial.trial_id in ending.scheduler_stops
+            and records.ran_on_after_stop(trial_folder_uri(trial), (trial.last_result or {}).get("epoch"))
+        }
+        ending.scheduler_stops = {k: at for k, at in ending.scheduler_stops.items() if k not in ran_on}
         for trial in trials:
             ending.starts[trial.path] = started_at(trial)  # the best's tie rule (`progress.best_index`)
             ending.outcomes[trial.path] = trial_outcome(
