@@ -178,3 +178,37 @@ def test_metric_names_with_at_are_accepted():
 
     args = parse_args(["--metric", "Acc@1", "--axis", "lr=0.1", "--", "python", "train.py", "--lr", "{lr}"])
     assert args.metric == "Acc@1" and args.metrics_from == "output"
+
+
+def test_a_restart_recovers_epochs_from_the_tracker_holding_the_metric_and_printed_ones_only_without_one(
+    tmp_path, capsys
+):
+    """As live (`TrackerResults`), a tracker holding --metric wins over the printed (rounded) values after a
+    restart too: epoch 2 is the CSV's 0.6200000047683716, not the printed 0.620; without one, as printed."""
+    from trainables.command.process import Reading
+    from trainables.command.runner import StepReporter, _report_recovered
+
+    trial, work = tmp_path / "trial", tmp_path / "work"
+    (work / "csv/version_0").mkdir(parents=True)
+    trial.mkdir()
+    (work / "csv/version_0/metrics.csv").write_text("epoch,val/acc\n1,0.5\n2,0.6200000047683716\n3,0.7\n")
+    (trial / STDOUT_LOG).write_text(
+        ATTEMPT_LINE + "2026-11-28 12:00:00\nepoch=1 val/acc=0.500\nepoch=2 val/acc=0.620\n"
+    )
+    (trial / "result.json").write_text('{"epoch": 1, "val/acc": 0.5}\n')
+    objective = Objective("val/acc", test_metric=None)
+    for metrics_from, expected in (
+        ("output", [{"epoch": 2, "val/acc": 0.6200000047683716}, {"epoch": 3, "val/acc": 0.7}]),
+        ("csv", [{"epoch": 2, "val/acc": 0.6200000047683716}, {"epoch": 3, "val/acc": 0.7}]),
+    ):
+        reporter, reported = StepReporter.after_restart("epoch", trial, None), []
+        reporter._report = reported.append
+        assert not _report_recovered(reporter, "t", Reading("epoch", [], objective, metrics_from, trial / "m", work))
+        assert reported == expected
+        assert "(steps 2..3, from csv records)" in capsys.readouterr().out
+    (work / "csv/version_0/metrics.csv").unlink()
+    reporter, reported = StepReporter.after_restart("epoch", trial, None), []
+    reporter._report = reported.append
+    assert not _report_recovered(reporter, "t", Reading("epoch", [], objective, "output", trial / "m", work))
+    assert reported == [{"val/acc": 0.62, "epoch": 2}]
+    assert "(steps 2..2, from command_stdout.txt)" in capsys.readouterr().out

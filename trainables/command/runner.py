@@ -53,7 +53,7 @@ from trainables.command.sources import (
 )
 from trainables.command.startup import Startup, before_command
 from trainables.command.step_reporter import StepReporter
-from trainables.command.trackers import TRACKERS, sources_of
+from trainables.command.trackers import TRACKERS
 from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, start_watchdog, terminate_group
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
@@ -158,24 +158,24 @@ def _trial_files(trial_folder: Path, code_dir: str | None) -> tuple[Path, Path]:
 
 
 def _report_recovered(reporter: StepReporter, trial_name: str, reading: Reading) -> bool:
-    """On a restart, report the rows printed before it (`command_stdout.txt`, first caught up with the
-    lines a killed worker never read: `catch_up`), or else written to the tracker records
-    --metrics-from reads under `{trial_dir}`, but never reported, before the command starts again;
-    True when one diverged (the trial then ends)."""
+    """On a restart, report the rows written before it but never reported, before the command starts
+    again: as the live read chooses (`unreported_tracker_rows`), the rows of the tracker records
+    --metrics-from reads under `{trial_dir}` when one holds --metric (printed values, rounded, are then
+    not rows), else those printed (`command_stdout.txt`, first caught up with the lines a killed worker
+    never read: `catch_up`); True when one diverged (the trial then ends)."""
     metrics_from, patterns, objective = reading.metrics_from, reading.patterns, reading.objective
     streams = STREAMS_READ.get(metrics_from, ())
     catch_up(reporter.trial_folder)
     stdout_log = reporter.trial_folder / STDOUT_LOG
-    last_step, key = reporter.last_step, reporter.step_key
-    restarted, metric = reporter.restarted, objective.metric if objective else None
+    last_step, key, restarted = reporter.last_step, reporter.step_key, reporter.restarted
+    metric = objective.metric if objective else None
     printed = unreported_results(stdout_log, -math.inf, key, patterns, objective, streams) if restarted else []
-    trackers = metrics_from in TRACKERS or metrics_from == "output"
     recovered, origin = [], stdout_log.name
-    if printed and (not trackers or any(metric is None or metric in row for row in printed)):
+    if restarted and (metrics_from in TRACKERS or metrics_from == "output"):
+        recovered, origin = unreported_tracker_rows(reading.work_dir, reporter, metrics_from, objective, printed)
+    elif any(metric is None or metric in row for row in printed):
         last = last_step if last_step is not None else -math.inf
         recovered = unreported_results(stdout_log, last, key, patterns, objective, streams, reporter.recorded)
-    elif restarted and trackers:  # `output`: the printed rows hold no --metric; a tracker's may
-        recovered, origin = unreported_tracker_rows(reading.work_dir, reporter, sources_of(metrics_from), objective)
     if recovered:
         print(
             f"{trial_name}: reporting {len(recovered)} row(s) written before the restart but never reported "

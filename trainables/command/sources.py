@@ -299,13 +299,16 @@ def no_metrics_message(
 
 
 def unreported_tracker_rows(
-    work_dir: Path, reporter, sources: tuple, objective: Objective | None = None
+    work_dir: Path, reporter, metrics_from: str, objective: Objective | None = None, printed=()
 ) -> tuple[list[dict], str]:
-    """The rows in the tracker records under `work_dir` (every attempt's) that a restarted trial's
-    history lacks (`reporter`: its step key, last step and recorded steps, `command.StepReporter`), in
-    step order, and where they came from (`csv records`)."""
+    """The rows a restarted trial's history lacks (`reporter`: its step key, last step and recorded steps,
+    `command.StepReporter`), chosen as the live read chooses them (`record_reader`, `TrackerResults.close`):
+    the rows of the tracker records under `work_dir` (every attempt's) when one holds --metric, else
+    `printed` (every attempt's printed results, `unreported_results`) when `metrics_from` reads them, else
+    a tracker's rows without it; in step order, with where they came from (`csv records`, `command_stdout.txt`)."""
     key = reporter.step_key
-    reader = TrackerResults(work_dir, key, sources, objective)
+    reader = record_reader(metrics_from, work_dir, key, objective)
+    rows = reader.close(list(printed) if metrics_from in STREAMS_READ else [])
     last = reporter.last_step if reporter.last_step is not None else -math.inf
-    found = {row[key]: row for row in reader.close() if not_reported(row[key], last, reporter.recorded)}
-    return [found[step] for step in sorted(found)], f"{reader.source} records"
+    found = {row[key]: row for row in rows if not_reported(row[key], last, reporter.recorded)}
+    return [found[step] for step in sorted(found)], f"{reader.source} records" if reader.source else STDOUT_LOG
