@@ -75,6 +75,10 @@ def slurm_conf(run_dir: Path, logs: Path, cpus: int) -> str:
             "MpiDefault=none",
             "ReturnToService=2",
             "KillWait=5",  # seconds between a finished job's SIGTERM to its steps and SIGKILL (default 30)
+            # seconds a finished job's record is kept (default 300): `sbatch --wait` polls every 2 s while
+            # MinJobAge / 2 <= 2, else backs off to 8 s and 32 s (slurm's src/sbatch/sbatch.c `_job_wait`), so a 20 s
+            # job returned after 42 s; 5, not less, keeps the record for that poll
+            "MinJobAge=5",
             f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} State=UNKNOWN",
             f"PartitionName=test Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
             "",

@@ -99,7 +99,7 @@ def test_ctrl_c_then_the_printed_command_from_a_shell_without_the_venv_then_a_ki
     (Tune's handler) exits 130, its final line and --notify message count alike and say the interruption; its
     printed command, run in a shell whose PATH has no venv, resumes it with the launch's python (and says
     so); SIGKILL to that driver; the command `--status --json` prints finishes it, with every epoch in each
-    trial's history once. About 100 s on 2 busy cores."""
+    trial's history once. Two trials of 5 epochs (a third proved nothing more). About 60 s on 2 busy cores."""
     script = tmp_path / "slow.py"
     script.write_text(SLOW_EPOCHS)
     venv = tmp_path / "venv" / "bin"  # the venv's python: this interpreter, found on PATH by its name
@@ -109,7 +109,7 @@ def test_ctrl_c_then_the_printed_command_from_a_shell_without_the_venv_then_a_ki
     experiment = tmp_path / "runs" / "command"
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
     flags += ["--notify", receiver.url]
-    argv = [PY, "sweeps/run_command.py", "--axis", "seed=0,1,2", *flags, "--", "python", str(script), "{seed}"]
+    argv = [PY, "sweeps/run_command.py", "--axis", "seed=0,1", *flags, "--", "python", str(script), "{seed}"]
     launch_env = {**sweep_env, "PATH": f"{venv}{os.pathsep}{sweep_env['PATH']}"}  # the venv activated
     first = start_driver(argv, launch_env, tmp_path / "first.log")
     wait_for(lambda: reported(experiment) or first.poll() is not None, 240, "a first result")
@@ -118,22 +118,22 @@ def test_ctrl_c_then_the_printed_command_from_a_shell_without_the_venv_then_a_ki
     out = (tmp_path / "first.log").read_text()
     assert "FileNotFoundError" not in out and "Trials did not complete" not in out, out
     line = re.search(
-        r"^interrupted: (\d) of 3 trials finished((?:, \d [a-z ]+)*) \(Ctrl-C\); continue with: (.+)$", out, re.M
+        r"^interrupted: (\d) of 2 trials finished((?:, \d [a-z ]+)*) \(Ctrl-C\); continue with: (.+)$", out, re.M
     )
-    assert line and int(line[1]) < 3, out[-3000:]
+    assert line and int(line[1]) < 2, out[-3000:]
     note = " (add your --notify URLs again, which are not recorded)"  # the URL's secret is never written
     assert line[3].endswith(note), line[3]
     command = line[3].removesuffix(note)
     recorded = [flag for flag in flags if flag not in ("--notify", receiver.url)]
     assert (
         command
-        == f"{PY} sweeps/run_command.py --axis seed=0,1,2 {' '.join(recorded)} --resume -- python {script} {{seed}}"
+        == f"{PY} sweeps/run_command.py --axis seed=0,1 {' '.join(recorded)} --resume -- python {script} {{seed}}"
     )
     [message] = receiver.messages  # the one message of the first driver, counted as its final line
     assert message["title"] == "sweep command interrupted (Ctrl-C, exit code 130)"
     assert message["message"].splitlines()[:2] == [f"{line[1]} finished, 0 errored{line[2]}", "stopped early: Ctrl-C"]
     status = json.loads(analysis_cli(experiment, "--status", "--json").stdout)
-    assert status["counts"]["interrupted"] + status["counts"]["not_run"] == 3 - int(line[1]), status["counts"]
+    assert status["counts"]["interrupted"] + status["counts"]["not_run"] == 2 - int(line[1]), status["counts"]
     assert status["resume_command"] == command and status["exit_code"] == 1 and status["ended_by"] == "Ctrl-C"
 
     new_shell = {**sweep_env, "PATH": os.pathsep.join(("/usr/bin", "/bin"))}  # no venv: another python, or none
@@ -149,7 +149,7 @@ def test_ctrl_c_then_the_printed_command_from_a_shell_without_the_venv_then_a_ki
         status["resume_command"], shell=True, cwd=ROOT, env=new_shell, capture_output=True, text=True, timeout=400
     )
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-    assert "sweep finished: 3 trials: 0 running, 0 pending, 3 finished, 0 errored, 0 diverged" in final.stdout
+    assert "sweep finished: 2 trials: 0 running, 0 pending, 2 finished, 0 errored, 0 diverged" in final.stdout
     for trial in sorted(experiment.glob("seed*")):
         assert epochs(trial) == [1, 2, 3, 4, 5], trial.name  # each epoch once, across the three drivers
 

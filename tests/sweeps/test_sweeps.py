@@ -39,13 +39,14 @@ def test_smoke_grid_subprocess_completes_12_trials(smoke_grid):
 
 @pytest.mark.slow
 def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
-    """8 trials x 0.5 GPU on 4 logical GPUs: Ray may pack two per GPU id, never three."""
+    """6 trials x 0.5 GPU on 4 logical GPUs (3 GPUs' worth; each trial's first epoch, with its imports and data,
+    is most of its time, so they overlap): Ray may pack two per GPU id, never three."""
     code = noise_grid.main(
         [
             "--noise-rates",
-            "0.1,0.2,0.3,0.4",
+            "0.1,0.2,0.3",
             "--epochs",
-            "10",
+            "2",
             "--gpus-per-trial",
             "0.5",
             "--cpus-per-trial",
@@ -64,7 +65,7 @@ def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
         assert gpu_ids != "" and "," not in gpu_ids  # one GPU id, set by Ray
         start = results[0]["wall_time"] - results[0]["time_this_iter_s"]
         intervals.append((gpu_ids, start, results[-1]["wall_time"]))
-    assert len(intervals) == 8
+    assert len(intervals) == 6
     most_sharing = 0
     for gpu, start, _ in intervals:
         sharing = sum(1 for g, s, e in intervals if g == gpu and s <= start <= e)
