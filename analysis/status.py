@@ -123,14 +123,14 @@ def read_status(source, now: float | None = None) -> dict:
         total = len(trials) + int(record["not_created"])  # counted them (none for a searcher that ended by itself)
     stopped = set(record.get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
     stops = record.get("scheduler_stops") or {}  # and those their scheduler stopped: pruned, unless ran on to the end
-    ran_on = {
-        t.trial_id
-        for t in trials
-        if t.trial_id in stops
-        and t.folder
-        and records.ran_on_after_stop(prefix + posixpath.join(root, t.folder), (t.last_result or {}).get("epoch"))
-    }
-    stops = {trial_id: at for trial_id, at in stops.items() if trial_id not in ran_on}
+    stops = records.pruning_stops(
+        stops,
+        {
+            t.trial_id: (prefix + posixpath.join(root, t.folder), (t.last_result or {}).get("epoch"))
+            for t in trials
+            if t.trial_id in stops and t.folder
+        },
+    )
     status = sweep_status(trials, total, objective, over=alive is False, stopped=stopped, scheduler_stops=stops)
     left = sum(status[k] for k in ("running", "pending", "interrupted", "not_run"))
     return {

@@ -181,6 +181,8 @@ def test_a_trial_whose_command_ran_on_to_its_end_after_the_stop_is_finished_in_e
         rows = [{"epoch": e, "val/acc": 0.6, "training_iteration": e} for e in epochs]
         records.write_late_rows(str(folders[name]), rows, cut)
     assert records.ran_on_after_stop(str(experiment / "nowhere"), 1) is False
+    kept = records.pruning_stops({n: 1 for n in "abz"}, {n: (str(folders[n]), 1) for n in "ab"})
+    assert kept == {"b": 1, "z": 1}  # a ran on; b was cut; z has no folder given, so its stop stays
     stops = dict.fromkeys("abcd", 1)
     write_driver_end(
         experiment, started=1000.0, ended=1010.0, elapsed_s=10.0, ended_by="finished", scheduler_stops=stops

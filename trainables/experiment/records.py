@@ -371,13 +371,32 @@ def read_late_rows(trial: Folder) -> list[dict]:
 def ran_on_after_stop(trial: Folder, last_step) -> bool:
     """Whether a command trial that Tune stopped had run on past `last_step` (the `epoch` of its last report)
     and exited by itself (`late_rows.json` not `cut`): it ran all its epochs, so it is finished rather than
-    pruned, as the history that adds those rows counts it (`analysis/reading/trial_outcomes.py`); False
+    pruned, as the history that adds those rows counts it (`analysis/reading/trial_outcomes.py:_ran`); False
     without such a record."""
     record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
-    if record.get("cut", True) or not isinstance(last_step, (int, float)):
+    rows = record.get("rows")
+    if record.get("cut", True) or not isinstance(last_step, (int, float)) or not isinstance(rows, list):
         return False
-    steps = [r.get("epoch") for r in read_late_rows(trial)]
+    steps = [row.get("epoch") for row in rows if isinstance(row, dict)]
     return any(isinstance(step, (int, float)) and step > last_step for step in steps)
+
+
+def pruning_stops(stops: dict, trials: dict) -> dict:
+    """The scheduler's stops that pruned a trial: `stops` ({trial_id: iteration of the STOP}) less the trials
+    that ran on to their end after it (`ran_on_after_stop`). The one rule of the driver's last line
+    (`sweeps/engine/run/sweep_end.py`) and of `--status` (`analysis/status.py`).
+
+    Args:
+        trials: {trial_id: (its folder, the `epoch` of its last report or None)}; a stopped trial missing here
+            keeps its stop.
+    Returns:
+        a new dict, `stops` without the trials that ran on.
+    """
+    return {
+        trial_id: at
+        for trial_id, at in stops.items()
+        if trial_id not in trials or not ran_on_after_stop(*trials[trial_id])
+    }
 
 
 def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:

@@ -188,13 +188,14 @@ class SweepEnding(tune.Callback):
         ending.total = max(ending.total, len(trials))
         # a trial whose command ran on to its end after its scheduler's STOP is finished, as the history counts it
         # (Tune waited for the stopped trials' actors before this callback: `TuneController.cleanup`)
-        ran_on = {
-            trial.trial_id
-            for trial in trials
-            if trial.trial_id in ending.scheduler_stops
-            and records.ran_on_after_stop(trial_folder_uri(trial), (trial.last_result or {}).get("epoch"))
-        }
-        ending.scheduler_stops = {k: at for k, at in ending.scheduler_stops.items() if k not in ran_on}
+        ending.scheduler_stops = records.pruning_stops(
+            ending.scheduler_stops,
+            {
+                t.trial_id: (trial_folder_uri(t), (t.last_result or {}).get("epoch"))
+                for t in trials
+                if t.trial_id in ending.scheduler_stops
+            },
+        )
         for trial in trials:
             ending.starts[trial.path] = started_at(trial)  # the best's tie rule (`progress.best_index`)
             ending.outcomes[trial.path] = trial_outcome(
