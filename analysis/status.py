@@ -50,6 +50,7 @@ from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, ran_to_end, trial_outcome
 from trainables.experiment.release import label
+from trainables.experiment.scheduler_stops import pruning_stops
 
 LOG_TAIL_BYTES = 8192  # read of a log's end, for its last line
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -123,7 +124,7 @@ def read_status(source, now: float | None = None) -> dict:
         total = len(trials) + int(record["not_created"])  # counted them (none for a searcher that ended by itself)
     stopped = set(record.get("stopped") or ())  # the trials the driver stopped (a time budget, ...)
     stops = record.get("scheduler_stops") or {}  # and those their scheduler stopped: pruned, unless ran on to the end
-    stops = records.pruning_stops(
+    stops = pruning_stops(
         stops,
         {
             t.trial_id: (prefix + posixpath.join(root, t.folder), (t.last_result or {}).get("epoch"))

@@ -408,7 +408,8 @@ def test_cli_help_and_usage_errors_import_no_pandas():
 
 def test_analysis_imports_only_the_record_owner_from_trainables():
     """analysis reads records through their owner (trainables.experiment.records, .storage), takes the one
-    t-quantile from trainables.experiment.confidence, the objective, selection rules, error, the redaction of
+    t-quantile from trainables.experiment.confidence, the objective, selection rules, which scheduler stops pruned
+    (scheduler_stops), error, the redaction of
     recorded --notify URLs and raysweep's release label from the same shared floor,
     and loads no training code, torch, Ray or sweep engine."""
     code = (
@@ -427,6 +428,7 @@ def test_analysis_imports_only_the_record_owner_from_trainables():
         "trainables.experiment.redaction",
         "trainables.experiment.release",
         "trainables.experiment.rules",
+        "trainables.experiment.scheduler_stops",
         "trainables.experiment.storage",
     ]
     assert result.stdout.strip() == str(expected), result.stderr

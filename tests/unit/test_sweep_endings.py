@@ -16,7 +16,7 @@ from analysis.reading.driver_record import continue_advice, continue_command
 from sweeps.engine.flags import UsageError
 from sweeps.engine.run import notify, sweep_end
 from tests.helpers.analysis_fixtures import trial_spec, write_driver_end, write_experiment
-from trainables.experiment import outcome, records
+from trainables.experiment import outcome, records, scheduler_stops
 from trainables.experiment.objective import Objective
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,8 +180,8 @@ def test_a_trial_whose_command_ran_on_to_its_end_after_the_stop_is_finished_in_e
     for name, (epochs, cut) in late.items():
         rows = [{"epoch": e, "val/acc": 0.6, "training_iteration": e} for e in epochs]
         records.write_late_rows(str(folders[name]), rows, cut)
-    assert records.ran_on_after_stop(str(experiment / "nowhere"), 1) is False
-    kept = records.pruning_stops({n: 1 for n in "abz"}, {n: (str(folders[n]), 1) for n in "ab"})
+    assert scheduler_stops.ran_on_after_stop(str(experiment / "nowhere"), 1) is False
+    kept = scheduler_stops.pruning_stops({n: 1 for n in "abz"}, {n: (str(folders[n]), 1) for n in "ab"})
     assert kept == {"b": 1, "z": 1}  # a ran on; b was cut; z has no folder given, so its stop stays
     stops = dict.fromkeys("abcd", 1)
     write_driver_end(

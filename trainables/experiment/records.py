@@ -17,7 +17,7 @@
             gpu_oom.json                    the marker of a trial that ran out of GPU memory
             placement.json                  where the trial runs: its GPU ids, share, host and pid, from its start
             failure.json                    a command trial's last failure (`outcome.TrialFailure`)
-            late_rows.json                  rows a command logged once Tune had stopped its trial (read_late_rows)
+            late_rows.json                  rows a command logged once Tune had stopped its trial (scheduler_stops.py)
             metric_sources.json             where a command trial read each metric (trainables/command/key_sources.py)
             work/                           a command trial's working folder, {trial_dir}: a link into work_tree/
             work_tree/                      the folders around the launch folder, the launch folder's copy inside
@@ -357,46 +357,6 @@ def read_command_step(checkpoint: Folder) -> dict | None:
 def write_command_step(checkpoint: Folder, step: float) -> str:
     """Write `{"step": step}` into a command trial's checkpoint folder."""
     return write_record(record_path(checkpoint, COMMAND_STEP_FILE), {"step": step})
-
-
-def read_late_rows(trial: Folder) -> list[dict]:
-    """The rows a command trial logged once Tune had stopped it (`late_rows.json`: Tune takes no report
-    then, so they are not in its result.json), each a result as reported (`epoch` its step, `timestamp`
-    in Unix seconds); [] when there are none."""
-    record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
-    rows = record.get("rows")
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-
-
-def ran_on_after_stop(trial: Folder, last_step) -> bool:
-    """Whether a command trial that Tune stopped had run on past `last_step` (the `epoch` of its last report)
-    and exited by itself (`late_rows.json` not `cut`): it ran all its epochs, so it is finished rather than
-    pruned, as the history that adds those rows counts it (`analysis/reading/trial_outcomes.py:_ran`); False
-    without such a record."""
-    record = read_record(record_path(trial, LATE_ROWS_FILE)) or {}
-    rows = record.get("rows")
-    if record.get("cut", True) or not isinstance(last_step, (int, float)) or not isinstance(rows, list):
-        return False
-    steps = [row.get("epoch") for row in rows if isinstance(row, dict)]
-    return any(isinstance(step, (int, float)) and step > last_step for step in steps)
-
-
-def pruning_stops(stops: dict, trials: dict) -> dict:
-    """The scheduler's stops that pruned a trial: `stops` ({trial_id: iteration of the STOP}) less the trials
-    that ran on to their end after it (`ran_on_after_stop`). The one rule of the driver's last line
-    (`sweeps/engine/run/sweep_end.py`) and of `--status` (`analysis/status.py`).
-
-    Args:
-        trials: {trial_id: (its folder, the `epoch` of its last report or None)}; a stopped trial missing here
-            keeps its stop.
-    Returns:
-        a new dict, `stops` without the trials that ran on.
-    """
-    return {
-        trial_id: at
-        for trial_id, at in stops.items()
-        if trial_id not in trials or not ran_on_after_stop(*trials[trial_id])
-    }
 
 
 def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:

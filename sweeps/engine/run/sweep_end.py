@@ -21,7 +21,6 @@ from analysis.reading.driver_record import continue_advice
 from sweeps.engine.cluster.gpus import requeued_trial_paths
 from sweeps.engine.flags import DiskFull
 from sweeps.engine.run import disk_full
-from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import (
     ALL_ENDED,
@@ -40,6 +39,7 @@ from trainables.experiment.outcome import (
     trial_outcome,
 )
 from trainables.experiment.redaction import redacted_argv
+from trainables.experiment.scheduler_stops import pruning_stops
 from trainables.ray_private import trial_folder_uri
 
 
@@ -188,7 +188,7 @@ class SweepEnding(tune.Callback):
         ending.total = max(ending.total, len(trials))
         # a trial whose command ran on to its end after its scheduler's STOP is finished, as the history counts it
         # (Tune waited for the stopped trials' actors before this callback: `TuneController.cleanup`)
-        ending.scheduler_stops = records.pruning_stops(
+        ending.scheduler_stops = pruning_stops(
             ending.scheduler_stops,
             {
                 t.trial_id: (trial_folder_uri(t), (t.last_result or {}).get("epoch"))
