@@ -122,29 +122,39 @@ def test_sweep_reads_each_tracker_live_and_a_killed_worker_loses_and_repeats_no_
 
 def asha_pair(tmp_path, tracker: str, epochs: int, *flags: str) -> dict:
     """Two trials of `tracker_only.py` under ASHA (grace period 1, max_t `epochs`), one CPU half each: lr 0.5,
-    and lr -0.5 (worse at every epoch), which starts 4 s later so it meets the better one's score at each
-    rung. Returns {lr: its `ray.tune.Result`}."""
+    and lr -0.5 (worse at every epoch), which starts training only once Tune has taken the better one's last
+    result, so that ASHA holds the better one's score at each rung when the worse one reaches it (a condition,
+    not a delay: on a loaded machine the second actor can start long before the first). Returns {lr: its
+    `ray.tune.Result`}."""
     from ray import tune
-    from ray.tune import RunConfig, TuneConfig, Tuner
+    from ray.tune import Callback, RunConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
 
     from trainables.command.runner import train_command
 
+    marker = tmp_path / "better_trial_done"
+
+    class MarkTheBetterTrialsEnd(Callback):  # called after the scheduler took the result (`_process_trial_result`)
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if trial.config["lr"] > 0 and result.get("epoch") == epochs:
+                marker.touch()
+
     template = [sys.executable, SCRIPT, "--tracker", tracker, "--lr", "{lr}", "--out", "{trial_dir}"]
-    template += ["--epochs", str(epochs), "--start-delay", "{start_delay}", *flags]
+    template += ["--epochs", str(epochs), "--start-after", "{start_after}", *flags]
     trainable = tune.with_parameters(train_command, template=template, cwd=str(ROOT), metrics_from=tracker)
     space = {
         "lr": tune.grid_search([0.5, -0.5]),
-        "start_delay": tune.sample_from(lambda spec: 4.0 if spec.config["lr"] < 0 else 0.0),
+        "start_after": tune.sample_from(lambda spec: str(marker) if spec.config["lr"] < 0 else ""),
     }
     asha = ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=1)
     grid = Tuner(
         tune.with_resources(trainable, {"cpu": 0.5}),
         param_space=space,
         tune_config=TuneConfig(metric="val_acc", mode="max", scheduler=asha),
-        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+        run_config=RunConfig(storage_path=str(tmp_path), name="asha", verbose=0, callbacks=[MarkTheBetterTrialsEnd()]),
     ).fit()
     assert not grid.errors
+    assert marker.exists()
     return {r.config["lr"]: r for r in grid}
 
 

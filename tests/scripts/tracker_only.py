@@ -12,6 +12,8 @@ and the training loss 1 / e (W&B: `train/loss`, Hugging Face: `loss`, else `trai
 logs `test_acc` at `max_epochs`, one past the last epoch.
 --kill-worker-at E: after logging epoch E, once, SIGKILL the Ray worker (the parent of the command shim); a rerun
 goes on after the last epoch it logged (`<out>/done.txt`), as a script resuming from its checkpoint.
+--start-after FILE: train only once FILE exists (a test orders two trials by a condition, not a delay); exit 3
+if it has not appeared within 600 s.
 """
 
 import argparse
@@ -31,11 +33,15 @@ p.add_argument("--out", required=True)
 p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--kill-worker-at", type=int, default=0)
-p.add_argument("--start-delay", type=float, default=0.0)
+p.add_argument("--start-after", default="", help="a file to wait for before training")
 p.add_argument("--test-after", action="store_true", help="csv: a test_acc row after the last epoch")
 p.add_argument("--at-exit", action="store_true", help="hf: write trainer_state.json once, at the end (save_state())")
 args = p.parse_args()
-time.sleep(args.start_delay)
+deadline = time.monotonic() + 600
+while args.start_after and not os.path.exists(args.start_after):
+    if time.monotonic() > deadline:
+        raise SystemExit(f"{args.start_after} did not appear within 600 s")
+    time.sleep(0.2)
 out = Path(args.out)
 done = out / "done.txt"
 first = int(done.read_text()) + 1 if done.exists() else 1
