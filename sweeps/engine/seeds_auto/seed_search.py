@@ -14,12 +14,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pickle
+import sys
 
 import numpy as np
 from ray.tune.search import Searcher
 
 from analysis.statistics.seeds import SeedRule, decide
+from sweeps.engine.run.restored_trials import LIVE, RestoredTrial, restored_trials
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 
@@ -103,8 +106,18 @@ class SeedSearcher(Searcher):
         self.cells = {cell_key(c, self.keys): c for c in cells}
         self.compare, self.methods, self.rule = compare, list(methods), rule
         self.values, self.running, self.failed, self.retried = dict(known), {}, set(), set()
+        self.max_concurrent = 0  # Tune's max_concurrent_trials (`set_max_concurrency`); 0: no limit of its own
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Tune's `max_concurrent_trials`: this searcher counts its running trials itself and returns True, so
+        Tune's `ConcurrencyLimiter` keeps no second list of them (a list a resume could restore out of step
+        with the trials, the slots then held by finished trials forever)."""
+        self.max_concurrent = max_concurrent
+        return True
 
     def suggest(self, trial_id: str) -> dict | None:
+        if self.max_concurrent and len(self.running) >= self.max_concurrent:
+            return None
         todo = next_seeds(
             list(self.cells), self.methods, self.values, set(self.running.values()), self.failed, self.rule
         )
@@ -118,19 +131,23 @@ class SeedSearcher(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         key = self.running.pop(trial_id, None)
-        value = (result or {}).get(self.metric)
         if key is None:
             return
+        self._take(key, result, error)
+        if not self.running and not next_seeds(
+            list(self.cells), self.methods, self.values, set(), self.failed, self.rule
+        ):
+            self._record()  # every planned trial ran: Tune stops without asking `suggest` again
+
+    def _take(self, key: tuple, result: dict | None, error: bool) -> None:
+        """Count the end of the trial of `key` (cell, method, seed): its metric, or an error or divergence."""
+        value = (result or {}).get(self.metric)
         if error and key not in self.retried:
             self.retried.add(key)  # errored (after Tune's FailureConfig retries): rerun once, as the method's next seed
         elif error or not isinstance(value, (int, float)) or not math.isfinite(value):
             self.failed.add(key)  # errored twice, or diverged (the same seed would diverge again): not rerun
         else:
             self.values[key] = float(value)
-        if not self.running and not next_seeds(
-            list(self.cells), self.methods, self.values, set(), self.failed, self.rule
-        ):
-            self._record()  # every planned trial ran: Tune stops without asking `suggest` again
 
     def _record(self) -> None:
         """Write the decisions once, when nothing is left to run (before the sweep's summary reads them)."""
@@ -150,10 +167,52 @@ class SeedSearcher(Searcher):
         storage.write_bytes(checkpoint_path, pickle.dumps(self.__dict__))  # atomic: a killed save leaves the old one
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
+        """Tune's restore of a resumed sweep: the saved state, then brought in step with the trials of the
+        experiment state Tune resumes (`restored_trials`, beside `checkpoint_path`): Tune copies the two to
+        storage apart, so a driver killed meanwhile can leave them from different saves. A saved state that
+        cannot be read (cut short by the same kill) is rebuilt from those trials alone, on top of the
+        finished trials this searcher was made with."""
+        try:
+            with open(checkpoint_path, "rb") as f:
+                self.__dict__.update(pickle.load(f))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            print(
+                f"warning: {checkpoint_path} cannot be read; --seeds auto goes on from the trials Tune restored",
+                file=sys.stderr,
+                flush=True,
+            )
         self.__dict__.setdefault("retried", set())  # a searcher saved before errored seeds were rerun
         self.__dict__.setdefault("experiment_dir", None)
+        self.__dict__.setdefault("max_concurrent", 0)
+        trials = restored_trials(os.path.dirname(checkpoint_path))
+        if trials is not None:
+            self.reconcile(trials)
+
+    def reconcile(self, trials: list[RestoredTrial]) -> None:
+        """Take Tune's trials as the truth: the running ones are those Tune runs again (`restored_trials.LIVE`,
+        same trial ids; a saved running trial Tune has as finished, or never had, is no longer waited for),
+        and a finished trial whose end this searcher has not counted (it was running at the save, or never
+        handed out then) is counted now, by its last result. Trials of other configs are left alone."""
+        saved = self.running
+        self.running = {}
+        for trial in sorted(trials, key=lambda t: t.status not in LIVE):  # live first: their seeds are taken
+            key = self._key(trial.config)
+            if key is None:
+                continue
+            if trial.status in LIVE:
+                self.running[trial.trial_id] = key
+                continue
+            error = trial.status == "ERROR"
+            counted = key in self.failed or key in (self.retried if error else self.values)
+            if trial.trial_id in saved or not counted:
+                self._take(key, trial.last_result, error)
+
+    def _key(self, config: dict) -> tuple | None:
+        """(cell key, method, seed) of a trial config this searcher handed out; None for any other."""
+        cell = cell_key(config, self.keys)
+        if cell not in self.cells or config.get(self.compare) not in self.methods or "seed" not in config:
+            return None
+        return cell, config[self.compare], int(config["seed"])
 
 
 def known_results(trials, compare: str, keys: list[str], metric: str) -> dict:
