@@ -204,3 +204,14 @@ def receiver():
     r = Receiver()
     yield r
     r.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_driver_record_left_over():
+    """A sweep's driver record lives in module state (`sweeps.engine.run.sweep_end._DRIVER`, set by
+    `watch_driver`); cleared after each test, so no test reads another's (a sweep run in-process left a record
+    that a unit test's fake scheduler stops were then written into: a chance CI failure, issue 53)."""
+    yield
+    module = sys.modules.get("sweeps.engine.run.sweep_end")
+    if module is not None:
+        module._DRIVER.clear()
