@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 
 import pytest
@@ -109,3 +110,33 @@ def test_no_readable_experiment_state_leaves_the_saved_searcher_as_it_was(tmp_pa
     again = _searcher(tmp_path)
     again.restore(str(tmp_path / "s.pkl"))
     assert again.running == searcher.running
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_resumed_searcher_counts_the_trials_that_ended_after_the_save_that_reached_storage(tmp_path, saved):
+    """Tune's last save that reached storage has t0 finished and t1 running; t1 and t2 ended after it, then the
+    driver was SIGKILLed (a CI run of 44b3d4b ran 8 seeds twice). The searcher's journal, written at each end,
+    counts them: restored (from its tuner.pkl copy, as Tune does), it waits only for t1, which Tune runs again,
+    and hands out no seed of t0, t1 or t2. Without a saved searcher state at all it does the same."""
+    first = _searcher(tmp_path)
+    at_start = pickle.dumps(first)  # the searcher as tuner.pkl holds it
+    configs = {f"t{i}": first.suggest(f"t{i}") for i in range(2)}
+    first.on_trial_complete("t0", _result(configs["t0"], 0))
+    first.save(str(tmp_path / "searcher-state-x.pkl"))  # t0 counted, t1 running
+    if not saved:
+        (tmp_path / "searcher-state-x.pkl").unlink()
+    _write_state(
+        tmp_path,
+        [("t0", configs["t0"], "TERMINATED", _result(configs["t0"], 0)), ("t1", configs["t1"], "RUNNING", {})],
+    )
+    first.on_trial_complete("t1", _result(configs["t1"], 1))
+    configs["t2"] = first.suggest("t2")
+    first.on_trial_complete("t2", _result(configs["t2"], 2))
+    ended = {(c["loss"], c["seed"]) for c in configs.values()}
+
+    again = pickle.loads(at_start)
+    again.restore_from_dir(str(tmp_path))
+    assert {(m, s) for (_, m, s) in again.values} == ended and list(again.running) == ["t1"]
+    handed = again.suggest("n0")
+    assert (handed["loss"], handed["seed"]) not in ended, handed
+    assert again.suggest("n1") is None  # t1 (run again by Tune) and n0 hold the two slots

@@ -12,11 +12,13 @@ searcher) and extending (`--max-seeds 15` with the finished trials reused) conti
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import math
 import os
 import pickle
 import sys
+import uuid
 
 import numpy as np
 from ray.tune.search import Searcher
@@ -87,7 +89,8 @@ class SeedSearcher(Searcher):
         objective: the sweep's (its metric's last reported value is the one compared, by its mode).
         known: {(cell key, method, seed): metric} of finished trials reused from earlier runs.
         experiment_dir: where the decisions are written (`write_decisions`) once the searcher says
-            FINISHED, before the sweep's summary and report are made, so the tables show them.
+            FINISHED, before the sweep's summary and report are made, so the tables show them; and where
+            each trial's end is recorded at once (`write_journal`), for a resume after a SIGKILL.
     """
 
     def __init__(
@@ -106,6 +109,10 @@ class SeedSearcher(Searcher):
         self.cells = {cell_key(c, self.keys): c for c in cells}
         self.compare, self.methods, self.rule = compare, list(methods), rule
         self.values, self.running, self.failed, self.retried = dict(known), {}, set(), set()
+        self.done_ids: set[str] = set()  # the trials whose end is counted
+        self.journal = (
+            storage.join(experiment_dir, f"seeds-auto-{uuid.uuid4().hex[:8]}.pkl") if experiment_dir else None
+        )
         self.max_concurrent = 0  # Tune's max_concurrent_trials (`set_max_concurrency`); 0: no limit of its own
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
@@ -134,6 +141,8 @@ class SeedSearcher(Searcher):
         if key is None:
             return
         self._take(key, result, error)
+        self.done_ids.add(trial_id)
+        self.write_journal()
         if not self.running and not next_seeds(
             list(self.cells), self.methods, self.values, set(), self.failed, self.rule
         ):
@@ -184,9 +193,47 @@ class SeedSearcher(Searcher):
         self.__dict__.setdefault("retried", set())  # a searcher saved before errored seeds were rerun
         self.__dict__.setdefault("experiment_dir", None)
         self.__dict__.setdefault("max_concurrent", 0)
+        self.__dict__.setdefault("done_ids", set())
+        self.__dict__.setdefault("journal", None)
+        self.read_journal()
         trials = restored_trials(os.path.dirname(checkpoint_path))
         if trials is not None:
             self.reconcile(trials)
+        self.write_journal()
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """Tune's `Searcher.restore_from_dir`, also when no saved state of this searcher reached storage (the
+        driver killed before its copy): then `restore` goes on from the journal and Tune's trials, where Tune's
+        raised RuntimeError."""
+        saved = sorted(glob.glob(os.path.join(glob.escape(checkpoint_dir), self.CKPT_FILE_TMPL.format("*"))))
+        self.restore(saved[-1] if saved else os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format("none")))
+
+    def write_journal(self) -> None:
+        """Record the ends counted so far (`values`, `failed`, `retried`, `done_ids`) in the experiment folder at
+        once, atomically (`storage.write_bytes`). Tune's own save of this searcher reaches storage only with its
+        experiment state, every few seconds and copied file by file, so a driver SIGKILLed meanwhile resumes
+        from a save that misses the trials that ended since (a CI run of 44b3d4b ran 8 seeds twice)."""
+        if not self.journal:
+            return
+        ends = {"values": self.values, "failed": self.failed, "retried": self.retried, "done_ids": self.done_ids}
+        try:
+            storage.write_bytes(self.journal, pickle.dumps(ends))
+        except OSError:
+            pass  # a full disk: the previous journal stays whole, and Tune's saves hold what they hold
+
+    def read_journal(self) -> None:
+        """On restore: add the ends the journal recorded that the restored save had not counted yet."""
+        try:
+            ends = pickle.loads(storage.read_bytes(self.journal)) if self.journal else None
+        except (OSError, EOFError, pickle.UnpicklingError):
+            ends = None  # none written yet (no trial ended), or a sweep of an earlier release
+        if not ends:
+            return
+        self.values = ends["values"] | self.values
+        self.failed |= ends["failed"]
+        self.retried |= ends["retried"]
+        self.done_ids |= ends["done_ids"]
+        self.running = {i: key for i, key in self.running.items() if i not in self.done_ids}
 
     def reconcile(self, trials: list[RestoredTrial]) -> None:
         """Take Tune's trials as the truth: the running ones are those Tune runs again (`restored_trials.LIVE`,
@@ -202,10 +249,13 @@ class SeedSearcher(Searcher):
             if trial.status in LIVE:
                 self.running[trial.trial_id] = key
                 continue
+            if trial.trial_id in self.done_ids:
+                continue  # its end is counted (the saved state, or the journal)
             error = trial.status == "ERROR"
             counted = key in self.failed or key in (self.retried if error else self.values)
             if trial.trial_id in saved or not counted:
                 self._take(key, trial.last_result, error)
+                self.done_ids.add(trial.trial_id)
 
     def _key(self, config: dict) -> tuple | None:
         """(cell key, method, seed) of a trial config this searcher handed out; None for any other."""
