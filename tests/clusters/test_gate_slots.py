@@ -61,7 +61,8 @@ def test_all_eight_slots_run_within_30_s_of_the_first_start(tmp_path, eight_slot
     )
     assert len(started) == 8, started
     # the gate opened on its 15 s survival window, not on the first metric (the end of a 40 s epoch); each waiting
-    # trial then sets its command up (snapshot, work folder) after its turn: 8 set-ups at once on 2 cores
+    # trial then sets its command up (snapshot, work folder, environment) after its turn: under a second each
+    # without torch (it took 4-7 s each on the loaded machine while `mps_env` imported torch: +28.7 s, +29.9 s)
     assert started[-1] - started[0] < 30, started
 
 

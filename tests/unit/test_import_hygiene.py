@@ -86,3 +86,27 @@ def test_tunes_start_up_imports_no_tracker_the_sweep_does_not_use():
     )
     loaded = loaded_after(code)
     assert not loaded & {"wandb", "mlflow", "comet_ml", "aim"}, loaded & {"wandb", "mlflow"}
+
+
+def test_a_command_trials_set_up_never_imports_torch(tmp_path):
+    """What a command trial runs between its turn at the failure gate and its command's start (the runtime's
+    imports, the environment step of a half-GPU trial with and without --mps) leaves torch to the command:
+    `mps_env` imported it in every command trial, MPS or not, 4-7 s of set-up per trial on the loaded 2-core
+    machine, and the waiting trials of an 8-slot sweep started 13 s after the gate opened (issue 53)."""
+    mps_dir = tmp_path / "mps"
+    (mps_dir / "gpu0").mkdir(parents=True)
+    (mps_dir / "gpu0" / "device.json").write_text('{"index": 0, "memory_total": 1073741824}')
+    code = (
+        "from pathlib import Path\n"
+        "import trainables.command.runner\n"
+        "from trainables.command.gpu_sharing import GpuSharing, cap_line, mps_env\n"
+        "from trainables.command.process import command_env\n"
+        "env = command_env({'seed': 0}, Path('/w'), 't', Path('/w/metrics.jsonl'), 0.5)\n"
+        "env['CUDA_VISIBLE_DEVICES'] = '0'\n"
+        "assert cap_line(env)\n"
+        "assert mps_env(dict(env), 0.5, GpuSharing()) is None\n"
+        f"assert 'memory limit' in mps_env(dict(env), 0.5, GpuSharing(mps_dir={str(mps_dir)!r}))\n"
+    )
+    loaded = loaded_after(code)
+    assert "ray" in loaded  # the runtime was imported
+    assert "torch" not in loaded

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from trainables.config import TrainConfig
 from trainables.experiment import records
+from trainables.gpu_share import memory_fraction_for
 
 CAP_HOOK_DIR = Path(__file__).with_name("gpu_cap")  # its sitecustomize.py caps the command's torch at CUDA start
 MPS_CONTROL = "nvidia-cuda-mps-control"  # NVIDIA's MPS control daemon, shipped with the driver
@@ -67,8 +68,6 @@ def mps_env(env: dict, gpus: float, sharing: GpuSharing) -> str | None:
     environment") and the pinned memory limit names device 0. A trial on a node without that daemon
     (another node of a cluster) runs without MPS, and its log says so.
     """
-    from trainables.gpu import memory_fraction_for  # torch: not on the command line's path
-
     if sharing.mps_dir is None or not 0 < gpus < 1:
         return None
     gpu = env.get("CUDA_VISIBLE_DEVICES", "")
