@@ -97,7 +97,7 @@ def read_experiment_files(fs: pafs.FileSystem, root: str, prefix: str) -> tuple[
 
     sweep = sweep_settings(fs, root, files, state)
     # PBT restores members from other members' checkpoints, where Tune's JSON logger loses rows that
-    # its CSV logger keeps (trainables/ray_private.py:history_keeping_loggers): read both.
+    # its CSV logger keeps (trainables/ray_private/tune_patches.py:history_keeping_loggers): read both.
     both = (
         sweep.get("scheduler") in PBT_SCHEDULERS or PBT_LOG in files or any(f.startswith("pbt_policy_") for f in files)
     )

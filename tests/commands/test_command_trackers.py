@@ -185,3 +185,42 @@ def test_asha_keeps_the_epochs_a_trial_wrote_before_it_exited(ray_gpus, tmp_path
         assert list(rows["epoch"]) == [1, 2, 3], lr
         assert list(rows["val_acc"]) == pytest.approx([0.5 + lr * e / 10 for e in (1, 2, 3)]), lr
         assert trials.set_index("trial_id").loc[trial_id, "iterations"] == 3, lr
+
+
+def report_a_batch_slowly(config):
+    """A command trial's reporter given 3 rows at once (a tracker's file read as the script exits), whose
+    `late_rows.json` write takes 1 s (a loaded machine's disk): Tune stops the trial on its first result."""
+    import time
+
+    from trainables.command import step_reporter
+
+    write_late_rows = step_reporter.records.write_late_rows
+
+    def write_slowly(*args):
+        time.sleep(1.0)
+        return write_late_rows(*args)
+
+    step_reporter.records.write_late_rows = write_slowly  # this trial's worker only: Tune ends it after the stop
+    reporter = step_reporter.StepReporter("epoch", Path(config["folder"]))
+    reporter.hold_stop_for_late_rows()
+    reporter.report_new([{"epoch": e, "val_acc": 0.5 + e / 10} for e in (1, 2, 3)])
+
+
+def test_tunes_stop_waits_for_the_rows_read_with_the_stopping_result(ray_gpus, tmp_path):
+    """Tune removes a stopped trial's worker 0.01-0.2 s after its stop: the rows read with the stopping result
+    are written only because the stop waits for them (`StepReporter.hold_stop_for_late_rows`). Without that wait
+    no `late_rows.json` is ever written here (tried: the worker is gone before the 1 s write ends); the CI run of
+    9046c05 lost such rows under load, without any slow write."""
+    from ray import tune
+    from ray.tune import RunConfig, Tuner
+
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    Tuner(
+        tune.with_resources(report_a_batch_slowly, {"cpu": 0.5}),
+        param_space={"folder": str(folder)},
+        run_config=RunConfig(storage_path=str(tmp_path), name="stop", verbose=0, stop={"training_iteration": 1}),
+    ).fit()
+    late = folder / "late_rows.json"
+    wait_for(late.exists, 30, "late_rows.json")  # a deadline: the held stop wrote it before the worker ended
+    assert [row["epoch"] for row in json.loads(late.read_text())["rows"]] == [1, 2, 3]

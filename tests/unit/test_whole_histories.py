@@ -218,10 +218,11 @@ def test_rows_a_command_logged_after_tune_stopped_it_join_its_history(tmp_path):
 
 def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkeypatch):
     """Tune stops the trial while it reports epoch 2 (its report raises SystemExit): epochs 2 and 3, which the
-    command already wrote, go to late_rows.json with epoch 1, and nothing more is sent to Tune."""
-    from trainables.command import runner
+    command already wrote, go to late_rows.json with epoch 1, in one write before `report_new` returns (Tune's
+    stop waits for that, then removes the worker), and nothing more is sent to Tune."""
+    from trainables.command import runner, step_reporter
 
-    sent = []
+    sent, writes = [], []
 
     def report(metrics, checkpoint):
         if metrics["epoch"] == 2:
@@ -229,10 +230,11 @@ def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkey
         sent.append(metrics["epoch"])
 
     monkeypatch.setattr(runner.tune, "report", report)
+    write_late_rows = step_reporter.records.write_late_rows
+    monkeypatch.setattr(step_reporter.records, "write_late_rows", lambda *a: writes.append(a) or write_late_rows(*a))
     reporter = runner.StepReporter("epoch", tmp_path)
     assert not reporter.report_new([{"epoch": e, "val_acc": 0.5 + e / 10} for e in (1, 2, 3)])
-    reporter.keep_late()
-    assert sent == [1] and reporter.stopped
+    assert sent == [1] and reporter.stopped and len(writes) == 1 and reporter.idle.is_set()
     late = json.loads((tmp_path / "late_rows.json").read_text())["rows"]
     assert [(r["epoch"], r["val_acc"]) for r in late] == [(1, 0.6), (2, 0.7), (3, 0.8)]
 

@@ -118,6 +118,7 @@ def train_command(
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
     reporter.extra_metrics = gpu_report(gpu_ids, gpus, [])
     reporter.works_when = (objective.metric,) if objective else ()
+    reporter.hold_stop_for_late_rows()  # a stop during a report waits for the rows read with it
     recovered = _report_recovered(reporter, trial_name, reading)
     if recovered or not take_turn(reporter, _stop_requested):
         return  # it diverged before the restart, or Tune ended the trial while it waited for its turn

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,12 +13,14 @@ from pathlib import Path
 from ray import tune
 from ray.tune import Checkpoint
 
-from trainables import divergence
+from trainables import divergence, ray_private
 from trainables.command.failure_gate import GateTicket
 from trainables.command.parse import non_finite
 from trainables.command.sources import STDOUT_LOG, last_reported_step, recorded_steps
 from trainables.experiment import records
 from trainables.proctitle import refresh_title
+
+LATE_ROWS_WAIT_S = 5.0  # the longest Tune's stop of a trial waits for the rows read with the stopping result
 
 
 @dataclasses.dataclass
@@ -41,6 +44,7 @@ class StepReporter:
     stopped: bool = False  # Tune stopped the trial (a scheduler, a time budget): it takes no report now
     recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
     cut: bool = True  # the command was still running when Tune stopped the trial (the runner says when it was not)
+    idle: threading.Event = dataclasses.field(default_factory=lambda: _set(threading.Event()))  # clear in report_new
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -61,7 +65,19 @@ class StepReporter:
         """Report the results not reported before; True when one diverged (the trial then ends).
         A final result (printed after the last step line) may share the last reported step: it is
         then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
-        the joined row); `missing` results are rows the history lacks, reported whatever their step."""
+        the joined row); `missing` results are rows the history lacks, reported whatever their step.
+        A trial Tune stops during the batch keeps the rest of the batch with it, in one `late_rows.json` write;
+        Tune's stop waits for it while `idle` is clear (`hold_stop_for_late_rows`)."""
+        self.idle.clear()
+        try:
+            return self._report_batch(results, final, missing)
+        finally:
+            if self.stopped and results:
+                self.keep_late()
+            self.idle.set()
+
+    def _report_batch(self, results: list[dict], final: bool, missing: bool) -> bool:
+        """`report_new` of one batch: True when a result diverged (the results after it are not reported)."""
         key = self.step_key
         for result in results:
             self.parsed += 1
@@ -84,12 +100,11 @@ class StepReporter:
 
     def _report(self, result: dict) -> None:
         """`tune.report` one result with a `Checkpoint` holding its step (see the module docstring), unless Tune
-        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`, written
-        at once while the trial is stopped: Tune may end its worker at any moment then (2 s after the stop)."""
+        stopped the trial (its report then raises SystemExit); the last ones are kept for `keep_late`, which
+        `report_new` calls once the batch is read."""
         metrics = {**result, "epoch": result[self.step_key]}
         self.recent = [*self.recent[1 - records.LATE_ROWS_KEPT :], {**metrics, "timestamp": int(time.time())}]
         if self.stopped:
-            self.keep_late()
             return
         with tempfile.TemporaryDirectory() as folder:
             records.write_command_step(folder, result[self.step_key])
@@ -97,13 +112,27 @@ class StepReporter:
                 tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
             except SystemExit:  # Tune stopped the trial while it was reporting: the row may never be logged
                 self.stopped = True
-                self.keep_late()
         refresh_title()  # Ray retitled the worker around the report
 
     def keep_late(self) -> None:
         """Once Tune stopped the trial, write its last rows as `late_rows.json` (the history adds those it lacks)."""
         if self.stopped and self.recent:
             records.write_late_rows(self.trial_folder, self.recent, self.cut)
+
+    def hold_stop_for_late_rows(self) -> None:
+        """Make Tune's stop of this trial wait, at most `LATE_ROWS_WAIT_S`, until `report_new` is done with the batch
+        it is reporting (`ray_private.wait_in_trial_stop`): Tune removes a stopped trial's worker 0.01-0.2 s after
+        its stop, often before the rows read with the stopping result were written (a tracker's file read as
+        the script exits holds all its epochs). Without that Ray internal: nothing (the race stays)."""
+        try:
+            ray_private.wait_in_trial_stop(self.idle.wait, LATE_ROWS_WAIT_S)
+        except (ImportError, AttributeError):
+            pass
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 
 def _report_divergence(result: dict, step_key: str, trial_folder: Path, extra: dict) -> None:

@@ -13,7 +13,7 @@ files: that counts as gone too (seen once in CI on S3: Tune restored from an emp
 `RestoreFromSurvivingCheckpoint` runs at the first step of a restored sweep, before any trial
 starts: such a trial restores from the newest checkpoint in its folder that Tune had reported
 (a `result.json` row names it in `checkpoint_dir_name`), newer than the one the snapshot named.
-This uses Tune's checkpoint bookkeeping (`ray.train._internal`, through `trainables/ray_private.py`).
+This uses Tune's checkpoint bookkeeping (`ray.train._internal`, through `trainables/ray_private/`).
 """
 
 from __future__ import annotations
