@@ -91,6 +91,18 @@ def test_the_record_lists_code_not_outputs_and_the_changed_line_is_one_line_with
     ), out
 
 
+def test_a_process_start_time_is_read_to_a_clock_tick_not_to_the_whole_second_of_the_boot_time():
+    """The start a new process reads of itself lies between the parent's clock before and after it ran: psutil's
+    create_time (boot time in whole seconds) read 0.98 s early on a machine that booted at .98 of a second."""
+    import time
+
+    code = "from sweeps.engine.sweep_records.provenance_capture import process_start_time; print(process_start_time())"
+    before = time.time()
+    out = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    after = time.time()
+    assert before - 0.02 <= float(out) <= after  # one clock tick (10 ms) of rounding, and some slack for it
+
+
 def test_changed_files_names_the_files_whose_diff_or_commit_changed():
     before = {"code": {"diff_files": {"a.py": "1", "b.py": "2"}, "untracked": ["n.py"]}}
     after = {"code": {"diff_files": {"a.py": "1", "b.py": "3"}, "untracked": [], "since_previous": ["c.py"]}}
