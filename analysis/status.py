@@ -38,6 +38,7 @@ from analysis.reading.oom_rounds import reruns, round_folders
 from analysis.reading.tune_state import (
     config_key,
     describe_duplicates,
+    end_recorded,
     list_dir,
     listed_trials,
     read_bytes,
@@ -285,6 +286,8 @@ def _trial_records(
             trial = TrialRecord(folder, "RUNNING", config, {}, {}, rows[0].get("timestamp"), folder=folder)
             trials.append(trial)
         _update_from_rows(trial, rows, metric)
+        if trial.status == "RUNNING" and end_recorded(fs, posixpath.join(root, folder)):
+            trial.status = "TERMINATED"  # its end reached no saved state: the driver was killed first
         if trial.status == "RUNNING":
             log_lines[trial.name] = _last_line(fs, posixpath.join(root, folder, "stdout"))
             if not trial.last_result.get("gpu_ids") and (gpus := _placed_on(fs, root, folder, log_lines[trial.name])):

@@ -37,7 +37,14 @@ import pyarrow.json as pajson
 
 from analysis.reading.late_rows import add_late_rows
 from analysis.reading.search_record import PBT_LOG, PBT_SCHEDULERS, read_search_record
-from analysis.reading.tune_state import folder_trial, list_dir, listed_trials, read_bytes, sweep_settings
+from analysis.reading.tune_state import (
+    end_recorded,
+    folder_trial,
+    list_dir,
+    listed_trials,
+    read_bytes,
+    sweep_settings,
+)
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.outcome import ran_to_end
 
@@ -160,18 +167,13 @@ def _complete_trial(fs, root: str, trial: dict) -> None:
     if not isinstance(config, dict):
         config = tail.get("config")
     trial["config"] = config if isinstance(config, dict) else {}
-    if trial["status"] == "RUNNING" and ran_to_end(tail, trial["config"]):  # a state older than its history
+    ended = trial["status"] in (None, "RUNNING") and (
+        ran_to_end(tail, trial["config"]) or bool(trial["dir"]) and end_recorded(fs, posixpath.join(root, trial["dir"]))
+    )
+    if trial["status"] == "RUNNING" and ended:  # a state older than its history
         trial["status"] = "TERMINATED"  # (its last save failed: a full disk, a driver killed)
     if trial["status"] is None:  # no readable state lists it (torn, not written yet, a copied folder)
-        trial["status"] = (
-            "ERROR"
-            if trial["error"]
-            else "TERMINATED"
-            if ran_to_end(tail, trial["config"])
-            else "RUNNING"
-            if tail
-            else "PENDING"
-        )
+        trial["status"] = "ERROR" if trial["error"] else "TERMINATED" if ended else "RUNNING" if tail else "PENDING"
 
 
 # --------------------------------------------------------------------------------------------

@@ -55,6 +55,13 @@ def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
         return None
 
 
+def end_recorded(fs: pafs.FileSystem, trial_folder: str) -> bool:
+    """Whether the driver recorded Tune's end of the trial in `trial_folder` (`trial_end.json`,
+    `records.write_trial_end`): a trial that no saved state lists as ended, and whose history cannot say so (a
+    command's has no planned epochs), ended by itself."""
+    return read_bytes(fs, posixpath.join(trial_folder, records.TRIAL_END_FILE)) is not None
+
+
 def list_dir(fs: pafs.FileSystem, path: str, display: str) -> list[pafs.FileInfo]:
     info = fs.get_file_info(path)
     if info.type != pafs.FileType.Directory:

@@ -46,14 +46,16 @@ def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_high
     argv = [*AXES, "--max-seeds", "6", *COMPARE, *COMMAND]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
     env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
-    driver = subprocess.Popen(
-        [PY, "sweeps/run_command.py", *flags, *argv],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    killed_log = tmp_path / "killed_driver.log"  # what the killed driver printed, for a failure's message
+    with open(killed_log, "w") as log:
+        driver = subprocess.Popen(
+            [PY, "sweeps/run_command.py", *flags, *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     wait_until(lambda: len(_finished(experiment)) >= 4 or driver.poll() is not None, 300, every_s=0.05)
     assert driver.poll() is None, "the sweep ended before it could be killed"
     os.kill(driver.pid, signal.SIGKILL)
@@ -67,14 +69,17 @@ def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_high
         text=True,
         timeout=SWEEP_TIMEOUT_S,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    both = "killed driver:\n" + killed_log.read_text()[-3000:] + "\nresumed driver:\n" + proc.stdout[-3000:]
+    both += proc.stderr[-3000:]
+    assert proc.returncode == 0, both
     done = Counter(_finished(experiment))
-    assert before <= set(done) and max(done.values()) == 1, done  # nothing finished twice
+    assert before <= set(done) and max(done.values()) == 1, f"{done}\n{both}"  # nothing finished twice
     table = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
-    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse"
-    assert table.loc["gap", "n"].max() <= 5  # decided at 4 seeds of these values, and at most one run ahead
-    assert (table.loc["same", "n"] == 6).all()
-    assert set(table.loc["same", "decision"]) == {"best", "undecided"}
+    said = f"{table.to_string()}\n{both}"
+    assert table.loc[("gap", "A"), "decision"] == "best" and table.loc[("gap", "B"), "decision"] == "worse", said
+    assert table.loc["gap", "n"].max() <= 5, said  # decided at 4 seeds of these values, and at most one run ahead
+    assert (table.loc["same", "n"] == 6).all(), said
+    assert set(table.loc["same", "decision"]) == {"best", "undecided"}, said
     ran = len(done)
     assert ran < 2 * 2 * 6
     assert f"--seeds auto: {ran} trials run vs {2 * 2 * 6} in the fixed 6-seed grid" in proc.stdout

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from analysis.statistics.seeds import SeedRule
+from trainables import ray_private
 from trainables.experiment.objective import Objective
 
 CELL = {"noise_rate": 0.5}
@@ -30,19 +31,24 @@ def _result(config: dict, i: int) -> dict:
     return {"val/acc": VALUES[config["loss"]] + 0.001 * (i % 3)}
 
 
-def _write_state(folder, trials: list[tuple[str, dict, str, dict]]) -> None:
-    """An experiment state as Tune writes it: each (trial id, config, status, last result) a `Trial`'s JSON."""
+def _write_state(folder, trials: list[tuple[str, dict, str, dict]], folders: dict | None = None) -> None:
+    """An experiment state as Tune writes it: each (trial id, config, status, last result) a `Trial`'s JSON;
+    `folders`: {trial id: its folder name in `folder`} for those that have one."""
     from ray.tune import PlacementGroupFactory
     from ray.tune.experiment import Trial
 
     data = []
     for trial_id, config, status, last in trials:
+        name = (folders or {}).get(trial_id)
         trial = Trial(
             "f",
             config=config,
             trial_id=trial_id,
             stub=True,
             placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+            storage=ray_private.storage_context_class()(str(folder.parent), folder.name, trial_dir_name=name)
+            if name
+            else None,
         )
         trial.create_placement_group_factory()
         trial.set_status(status)
@@ -140,3 +146,68 @@ def test_a_resumed_searcher_counts_the_trials_that_ended_after_the_save_that_rea
     handed = again.suggest("n0")
     assert (handed["loss"], handed["seed"]) not in ended, handed
     assert again.suggest("n1") is None  # t1 (run again by Tune) and n0 hold the two slots
+
+
+def test_a_restarted_trial_that_reports_nothing_new_is_counted_from_its_history_not_as_failed(tmp_path, capsys):
+    """`--resume` restarts trial t1, which Tune's restored state has running with an empty last result (saved before
+    its first report), though its command had already reported: the restarted command's line is a step reported
+    before, so it reports nothing new, and Tune completes it with that empty result. The searcher reads the value
+    from t1's folder, as the tables do, instead of counting the seed as failed (its method's seeds then ended there,
+    and a clear cell was `undecided`). A diverged end, without the metric, still counts as failed."""
+    searcher = _searcher(tmp_path)
+    configs = {f"t{i}": searcher.suggest(f"t{i}") for i in range(2)}
+    for i, trial_id in enumerate(configs):
+        folder = tmp_path / f"trial_{trial_id}"
+        folder.mkdir()
+        (folder / "params.json").write_text(json.dumps(configs[trial_id]))
+        row = {**_result(configs[trial_id], i), "trial_id": trial_id, "training_iteration": 1, "done": False}
+        (folder / "result.json").write_text(json.dumps(row) + "\n")
+    searcher.on_trial_complete("t1", {"trial_id": "t1", "done": True})  # Tune's duplicate of an empty last result
+    cell, method, seed = next(k for k in searcher.values)
+    assert (method, seed) == (configs["t1"]["loss"], configs["t1"]["seed"]) and not searcher.failed
+    assert searcher.values[(cell, method, seed)] == pytest.approx(_result(configs["t1"], 1)["val/acc"])
+    searcher.on_trial_complete("t0", {"trial_id": "t0", "done": True, "diverged": True})
+    assert {(m, s) for (_, m, s) in searcher.failed} == {(configs["t0"]["loss"], configs["t0"]["seed"])}
+    assert "counted seeds end there" in capsys.readouterr().out
+
+
+def test_on_resume_a_trial_folder_no_state_lists_is_continued_by_the_first_trial_of_its_config(tmp_path, capsys):
+    """The driver was killed after it started `same_B_seed2` and `same_B_seed3` and before Tune saved a state listing
+    them (the first in storage, the second only in the driver's staging folder, which a driver resumed in the same
+    Ray session shares): on `--resume` the first trial of each config is given that folder as it is (Tune would
+    add `_<4 hex>` for the staging copy), where it goes on from the folder's history as a restarted trial does,
+    instead of `same_B_seed2_<id>` beside it (a CI run's second folder of one seed). A listed folder and a second
+    trial of the same config still get the suffix; so does every trial of a sweep that is not resumed."""
+    from types import SimpleNamespace
+
+    from sweeps.engine.run import trial_folders
+
+    lost, listed = {"cell": "same", "method": "B", "seed": 2}, {"cell": "gap", "method": "A", "seed": 0}
+    staged = {"cell": "same", "method": "B", "seed": 3}
+    staging = tmp_path / "session" / "auto" / "driver_artifacts"  # the killed driver's, same Ray session
+    experiment = tmp_path / "auto"
+    for folder, config in ((experiment / "same_B_seed2", lost), (experiment / "gap_A_seed0", listed)):
+        folder.mkdir(parents=True)
+        (folder / "params.json").write_text(json.dumps(config))
+    (staging / "same_B_seed3").mkdir(parents=True)
+    (staging / "same_B_seed3" / "params.json").write_text(json.dumps(staged))
+    (experiment / "report").mkdir()  # not a trial folder
+    _write_state(experiment, [("t0", listed, "TERMINATED", {"val_acc": 90.0})], {"t0": "gap_A_seed0"})
+
+    def name(trial):
+        return f"{trial.config['cell']}_{trial.config['method']}_seed{trial.config['seed']}"
+
+    def trial(config: dict, trial_id: str) -> SimpleNamespace:
+        storage = SimpleNamespace(experiment_driver_staging_path=str(staging), trial_dir_name=None)
+        return SimpleNamespace(config=dict(config), trial_id=trial_id, storage=storage, relative_logdir=None)
+
+    dirname = trial_folders.fresh_dirname(str(experiment), name)
+    assert dirname(trial(lost, "n0")) == "same_B_seed2_n0"  # not resumed: a fresh folder beside the old one
+    assert trial_folders.note_resume(str(experiment)) == {"gap_A_seed0"}
+    for config, folder in ((lost, "same_B_seed2"), (staged, "same_B_seed3")):
+        continuing = trial(config, "n1")
+        assert dirname(continuing) == folder
+        assert continuing.relative_logdir == continuing.storage.trial_dir_name == folder  # as it is
+        assert f"--resume: {folder} continues in its folder" in capsys.readouterr().out
+    assert dirname(trial(lost, "n2")) == "same_B_seed2_n2"  # taken once
+    assert dirname(trial(listed, "n3")) == "gap_A_seed0_n3"

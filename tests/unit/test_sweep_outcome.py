@@ -137,8 +137,12 @@ def test_the_progress_line_counts_by_outcome_and_ranks_no_stopped_trial():
     )
 
 
-def test_sweep_ending_tells_stopped_trials_from_ended_ones_and_routes_sigterm_to_tunes_stop(capsys, monkeypatch):
+def test_sweep_ending_tells_stopped_trials_from_ended_ones_and_routes_sigterm_to_tunes_stop(
+    capsys, monkeypatch, tmp_path
+):
     from sweeps.engine.run import sweep_end
+
+    monkeypatch.setattr(sweep_end, "trial_folder_uri", lambda trial: str(tmp_path / trial.trial_id))
 
     tune_stops = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: tune_stops.append(signum))  # as Tune's handler
@@ -177,6 +181,8 @@ def test_sweep_ending_tells_stopped_trials_from_ended_ones_and_routes_sigterm_to
         "sweeps/run_command.py --axis lr=1,2 --resume -- python t.py {lr}\n"
     )
     assert sweep_end.EXIT_CODES == {"Ctrl-C": 130, "SIGTERM": 143}
+    # Tune's end of trial a is in its folder at once (`trial_end.json`): read without any saved state
+    assert sorted(p.parent.name for p in tmp_path.glob("*/trial_end.json")) == ["a"]
 
 
 def test_status_counts_the_trials_a_finished_driver_stopped_and_a_relaunch_says_what_reruns(tmp_path, capsys):

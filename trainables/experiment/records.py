@@ -62,6 +62,7 @@ PLACEMENT_FILE = "placement.json"
 OOM_ROUND = "_oom_gpu"  # <name>_oom_gpu<share>: the folder of an out-of-memory re-run round
 FAILURE_FILE = "failure.json"
 LATE_ROWS_FILE = "late_rows.json"
+TRIAL_END_FILE = "trial_end.json"
 METRIC_SOURCES_FILE = "metric_sources.json"
 LATE_ROWS_KEPT = 20  # the last results it keeps (Tune may drop those reported just before it stopped the trial)
 WORK_DIR = "work"
@@ -366,6 +367,20 @@ def write_late_rows(trial: Folder, rows: list[dict], cut: bool) -> str:
     last logged step. `cut`: the command was still training when Tune stopped the trial (it was ended, so those
     rows are not a full run: a scheduler's stop pruned it), else it had exited by itself."""
     return write_record(record_path(trial, LATE_ROWS_FILE), {"rows": rows, "cut": cut})
+
+
+def write_trial_end(trial: Folder, trial_id: str, ended_at: float) -> str:
+    """Write `{"trial_id": ..., "ended_at": Unix seconds}` as the trial's `trial_end.json`: Tune ended it as completed
+    (`on_trial_complete`: it returned, or its scheduler stopped it; not an error, not a stop of the whole sweep).
+    Written by the driver straight into the trial's folder on storage, so that a trial whose end reached no saved
+    experiment state (a driver killed between Tune's saves) still reads as ended (`read_trial_end`)."""
+    return write_record(record_path(trial, TRIAL_END_FILE), {"trial_id": trial_id, "ended_at": ended_at})
+
+
+def read_trial_end(trial: Folder) -> dict | None:
+    """The trial's `trial_end.json` (`write_trial_end`), or None (it did not end as completed, or a sweep of an
+    earlier release)."""
+    return read_record(record_path(trial, TRIAL_END_FILE))
 
 
 def read_metric_sources(trial: Folder) -> dict | None:

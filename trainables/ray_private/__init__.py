@@ -161,6 +161,24 @@ def trial_folder_uri(trial) -> str:
     return trial.storage.trial_fs_path if kind == "local" else f"{kind}://{trial.storage.trial_fs_path}"
 
 
+def staged_trial_folder(trial, name: str) -> str | None:
+    """The driver's staging folder of trial folder `name` in `trial`'s experiment
+    (`StorageContext.experiment_driver_staging_path/<name>`, on the driver's disk; it holds the files the driver
+    writes, `result.json` among them, before Tune copies them to storage). Tune names a new trial's folder
+    `<name>_<4 hex digits>` when that path exists (`ray.tune.experiment.trial._create_unique_logdir_name`), as it
+    does for a driver resumed in the same Ray session as the one killed. None when this trial has no storage."""
+    staging = getattr(getattr(trial, "storage", None), "experiment_driver_staging_path", None)
+    return f"{staging}/{name}" if staging else None
+
+
+def keep_trial_folder_name(trial, name: str) -> None:
+    """Give a new `trial` the folder `name` as it is, from its `trial_dirname_creator`: `Trial.init_local_path`
+    names it itself only while `relative_logdir` is unset, and then adds `_<4 hex digits>` when the driver's
+    staging folder of `name` exists (`staged_trial_folder`)."""
+    trial.relative_logdir = name
+    trial.storage.trial_dir_name = name
+
+
 def replace_checkpoints(trial, checkpoints: list, last_index: int | None) -> None:
     """Rebuild `trial`'s checkpoint bookkeeping from `checkpoints`, [(tune.Checkpoint, its metrics)]
     oldest first, so Tune keeps and deletes them by the trial's `CheckpointConfig` as it would

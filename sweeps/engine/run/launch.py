@@ -43,6 +43,7 @@ from sweeps.engine.run import notify, resume, state_copy, sweep_end
 from sweeps.engine.run.checkpoint_repair import RestoreFromSurvivingCheckpoint
 from sweeps.engine.run.monitoring import monitoring_callbacks
 from sweeps.engine.run.no_retry import NoRetryOnMarkedError
+from sweeps.engine.run.trial_folders import fresh_dirname, note_resume
 from sweeps.engine.run.tune_start import trim_tune_start
 from sweeps.engine.run_flags import MAX_FAILURES, RunOptions
 from sweeps.engine.sweep_records import driver_lock, provenance_capture
@@ -124,6 +125,7 @@ class Sweep:
         set_tune_environment(options.experiment_dir)
         if options.resume:
             state_copy.restore_whole_state(options.experiment_dir)  # a torn state: its last whole copy
+            note_resume(options.experiment_dir)  # a trial no state lists goes on in its folder
             tuner = Tuner.restore(
                 options.experiment_dir, self.trainable, resume_unfinished=True, resume_errored=options.retry_errored
             )
@@ -215,17 +217,15 @@ def announce(options: RunOptions, gpus: float, tune_config: TuneConfig) -> None:
 def sweep_tune_config(
     tune_config: TuneConfig, max_concurrent: int | None = None, options: RunOptions | None = None
 ) -> TuneConfig:
-    """`tune_config` with the pieces every sweep shares: trial actors reused where no scheduler stops
-    trials early (no Python/torch start-up per trial; benchmarks/sweep_efficiency.py) and
-    `max_concurrent` trials at once (None: Tune's
-    default); with `options`, the sweep's --time-budget-s (seconds) and trial folders named by its
-    trial_name_creator (with a suffix where that folder exists already, `resume.fresh_dirname`).
-    """
+    """`tune_config` with the pieces every sweep shares: trial actors reused where no scheduler stops trials early
+    (no Python/torch start-up per trial; benchmarks/sweep_efficiency.py) and `max_concurrent` trials at once (None:
+    Tune's default); with `options`, its --time-budget-s (seconds) and trial folders named by its trial_name_creator
+    (`trial_folders.fresh_dirname`)."""
     shared = {"reuse_actors": _reuse_actors(tune_config), "max_concurrent_trials": max_concurrent}
     if options is not None:
         shared |= {
             "time_budget_s": options.time_budget_s,
-            "trial_dirname_creator": resume.fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
+            "trial_dirname_creator": fresh_dirname(options.experiment_dir, tune_config.trial_name_creator),
         }
     return dataclasses.replace(tune_config, **shared)
 

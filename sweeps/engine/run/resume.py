@@ -19,7 +19,6 @@ in `trial_config.json`, written by the trial runtime at its start. Tune's files 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -31,6 +30,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from analysis import ExperimentError, load_trials
+from sweeps.engine.run.trial_folders import FreshDirname, fresh_dirname  # noqa: F401 (tuner.pkl of earlier sweeps names resume.FreshDirname)
 from trainables.command import initial_failures
 from trainables.command.failure import failure_line
 from trainables.config import TrialIdentity, config_hash
@@ -174,25 +174,6 @@ def plan_cells(
             flush=True,
         )
     return todo, reused
-
-
-def fresh_dirname(experiment_dir: str | Path, name: Callable) -> FreshDirname:
-    """A `trial_dirname_creator`: `name(trial)`, plus `_<trial_id>` when that folder already exists
-    (a cell rerun next to its old, unfinished or errored, trial), locally or on object storage."""
-    return FreshDirname(str(experiment_dir), name)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class FreshDirname:
-    """The `trial_dirname_creator` of `fresh_dirname`: an object, not a closure, so that Tune's snapshot of
-    each trial's state, made again at each checkpoint, pickles it by reference (see `grid.cells.TrialNamer`)."""
-
-    experiment_dir: str
-    name: Callable  # the sweep's trial_name_creator
-
-    def __call__(self, trial) -> str:
-        base = self.name(trial)
-        return f"{base}_{trial.trial_id}" if storage.exists(storage.join(self.experiment_dir, base)) else base
 
 
 def cells_not_in(results, cells: list[dict], hash_fn: Callable[[dict], str] = TrialIdentity()) -> list[dict]:

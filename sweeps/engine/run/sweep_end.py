@@ -21,6 +21,7 @@ from analysis.reading.driver_record import continue_advice
 from sweeps.engine.cluster.gpus import requeued_trial_paths
 from sweeps.engine.flags import DiskFull
 from sweeps.engine.run import disk_full
+from trainables.experiment import records
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import (
     ALL_ENDED,
@@ -175,6 +176,10 @@ class SweepEnding(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         FITS[-1].ended.add(trial.trial_id)
+        try:  # the end, in the trial's folder at once: Tune's state copy may never reach storage (a killed driver)
+            records.write_trial_end(trial_folder_uri(trial), trial.trial_id, time.time())
+        except OSError as error:  # a full disk: the state says it when it can (`disk_full` tells the sweep)
+            logging.getLogger(__name__).warning("trial_end.json of %s not written: %s", trial, error)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         FITS[-1].ended.add(trial.trial_id)

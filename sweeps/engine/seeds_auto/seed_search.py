@@ -140,7 +140,7 @@ class SeedSearcher(Searcher):
         key = self.running.pop(trial_id, None)
         if key is None:
             return
-        self._take(key, result, error)
+        self._take(key, result, error, trial_id)
         self.done_ids.add(trial_id)
         self.write_journal()
         if not self.running and not next_seeds(
@@ -148,15 +148,42 @@ class SeedSearcher(Searcher):
         ):
             self._record()  # every planned trial ran: Tune stops without asking `suggest` again
 
-    def _take(self, key: tuple, result: dict | None, error: bool) -> None:
-        """Count the end of the trial of `key` (cell, method, seed): its metric, or an error or divergence."""
+    def _take(self, key: tuple, result: dict | None, error: bool, trial_id: str) -> None:
+        """Count the end of trial `trial_id` of `key` (cell, method, seed): its metric, or an error or divergence.
+        A trial that ended without error and without the metric in `result` and not diverged is read from its
+        folder (`_reported_value`): Tune hands a trial restarted by `--resume` that reported nothing new the last
+        result of its restored state, which is empty when that state was saved before its first report."""
         value = (result or {}).get(self.metric)
+        if not error and value is None and not (result or {}).get("diverged"):
+            value = self._reported_value(trial_id, key)
         if error and key not in self.retried:
             self.retried.add(key)  # errored (after Tune's FailureConfig retries): rerun once, as the method's next seed
         elif error or not isinstance(value, (int, float)) or not math.isfinite(value):
             self.failed.add(key)  # errored twice, or diverged (the same seed would diverge again): not rerun
+            why = "errored twice" if error else f"ended with {self.metric} = {value!r}"
+            print(
+                f"--seeds auto: {key[1]} seed {key[2]} of cell {key[0]} {why}: its method's counted seeds end there",
+                flush=True,
+            )
         else:
             self.values[key] = float(value)
+
+    def _reported_value(self, trial_id: str, key: tuple) -> float | None:
+        """The last value of the metric in the history of trial `trial_id` (`analysis.load_trials`, the reader of
+        Tune's files), else in that of the trial folder of its config that `load_trials` keeps (a trial that
+        continued in a lost trial's folder, `resume.note_lost_trials`, and reported nothing new: the folder's rows
+        have the lost trial's id); None when neither has it, or the one of its config errored."""
+        from analysis import ExperimentError, load_trials
+
+        if not self.experiment_dir:
+            return None
+        try:
+            rows = load_trials(self.experiment_dir).to_dict("records")
+        except ExperimentError:
+            return None
+        mine = [r for r in rows if r.get("trial_id") == trial_id]
+        others = [r for r in rows if r.get("status") != "ERROR"]
+        return known_results(mine or others, self.compare, self.keys, self.metric).get(key)
 
     def _record(self) -> None:
         """Write the decisions once, when nothing is left to run (before the sweep's summary reads them)."""
@@ -254,7 +281,7 @@ class SeedSearcher(Searcher):
             error = trial.status == "ERROR"
             counted = key in self.failed or key in (self.retried if error else self.values)
             if trial.trial_id in saved or not counted:
-                self._take(key, trial.last_result, error)
+                self._take(key, trial.last_result, error, trial.trial_id)
                 self.done_ids.add(trial.trial_id)
 
     def _key(self, config: dict) -> tuple | None:
