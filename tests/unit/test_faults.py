@@ -271,3 +271,29 @@ def test_a_command_trial_in_no_state_reads_as_finished_when_the_driver_recorded_
     records.write_settings(str(experiment), {"metric": "val_acc", "mode": "max", "total_trials": 2})
     counts = read_status(str(experiment))["status"]
     assert counts["finished"] == 1, counts  # seed1 is not: its end was never recorded
+
+
+def test_a_restarted_trial_whose_end_the_driver_recorded_ends_at_once(tmp_path, monkeypatch, capsys):
+    """`--resume` from a state saved before a trial ended restarts that trial: pytorch/examples'
+    word_language_model trained all 4 epochs again after a kill, and a built-in trial on s3 (its newest
+    checkpoint not the state's) logged epochs 9-12 twice. A restarted trial that finds its own `trial_end.json` in
+    its folder on storage ends at once, saying so; another trial's record (same folder, other id) or none: it runs."""
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from trainables.experiment import records, storage
+    from trainables.experiment.trial_end import ended_before_restart
+
+    folder = tmp_path / "seed2"
+    folder.mkdir()
+    monkeypatch.setattr(storage, "trial_storage_uri", lambda: str(folder))
+    monkeypatch.setattr(tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t2"))
+    assert not ended_before_restart("seed2")  # no record: it runs
+    records.write_trial_end(str(folder), "t9", 1795951540.0)
+    assert not ended_before_restart("seed2")  # another trial's end
+    records.write_trial_end(str(folder), "t2", 1795951540.0)
+    assert ended_before_restart("seed2")
+    assert capsys.readouterr().out == "seed2: ended before this restart (its trial_end.json): nothing is run again\n"
+    monkeypatch.setattr(storage, "trial_storage_uri", lambda: None)  # outside a trial
+    assert not ended_before_restart("seed2")

@@ -58,6 +58,7 @@ from trainables.command.watchdog import GRACE_PERIOD_S, WRITE_WAIT_S, Writes, st
 from trainables.command.workdir import code_folder, fill_work_dir, keep_new_paths
 from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
+from trainables.experiment.trial_end import ended_before_restart
 from trainables.gpu_share import trial_gpu_fraction
 from trainables.gpu_use import gpu_report, process_tree_reader, record_placement, sample_gpu_utilization
 from trainables.proctitle import titled_trial
@@ -120,8 +121,10 @@ def train_command(
     reporter.works_when = (objective.metric,) if objective else ()
     reporter.hold_stop_for_late_rows()  # a stop during a report waits for the rows read with it
     recovered = _report_recovered(reporter, trial_name, reading)
-    if recovered or not take_turn(reporter, _stop_requested):
-        return  # it diverged before the restart, or Tune ended the trial while it waited for its turn
+    if recovered or (reporter.restarted and ended_before_restart(trial_name)):
+        return  # it diverged, or it ended, before the restart: its command is not run again
+    if not take_turn(reporter, _stop_requested):
+        return  # Tune ended the trial while it waited for its turn
     echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
     with before_command(reporter, trial_name) as startup:  # each failure until the command runs ends the ticket
         argv, env, cwd = _prepare_command(

@@ -177,6 +177,17 @@ def trial_storage_dir() -> Path | None:
     return None
 
 
+def trial_storage_uri() -> str | None:
+    """The running trial's folder on its storage, local or remote (a path, or `s3://bucket/...`: what the driver
+    writes the trial's records to); None outside a Tune trial, or with another Ray version."""
+    try:
+        from trainables import ray_private
+
+        return ray_private.storage_context_uri(ray_private.train_session().storage)
+    except Exception:  # not in a trial, or another Ray version
+        return None
+
+
 def trial_folder() -> Path:
     """The folder a running trial writes its own files to (created if missing): its storage
     folder, else its working directory (Ray starts each trial in its own folder on its node)."""

@@ -157,8 +157,14 @@ def local_trial_folder(trial) -> str | None:
 
 def trial_folder_uri(trial) -> str:
     """The trial's folder as `trainables.experiment.storage` names it: a local path, or `s3://bucket/...`."""
-    kind = trial.storage.storage_filesystem.type_name
-    return trial.storage.trial_fs_path if kind == "local" else f"{kind}://{trial.storage.trial_fs_path}"
+    return storage_context_uri(trial.storage)
+
+
+def storage_context_uri(context) -> str:
+    """The trial folder of a Ray Train `StorageContext` (a driver's `Trial.storage`, or a running trial's
+    `train_session().storage`) as `trainables.experiment.storage` names it: a local path, or `s3://bucket/...`."""
+    kind = context.storage_filesystem.type_name
+    return context.trial_fs_path if kind == "local" else f"{kind}://{context.trial_fs_path}"
 
 
 def staged_trial_folder(trial, name: str) -> str | None:
