@@ -98,11 +98,12 @@ def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_p
     `--no-skip-existing` runs a cell again in a new folder; the analysis reads it all from s3."""
     experiment = f"s3://{BUCKET}/runs/grid"
     epochs = 12  # long enough to kill the first driver mid-run
+    every = ("--checkpoint-every", "4")  # a checkpoint is several requests to the S3 server (its CPU): 3 a trial
     address = s3_ray["RAY_ADDRESS"]
     s3 = {**s3, **{k: s3_ray[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
     log = tmp_path / "first.log"
     driver = subprocess.Popen(
-        sweep("grid", epochs=epochs, address=address),
+        sweep("grid", *every, epochs=epochs, address=address),
         cwd=ROOT,
         env=s3,
         stdout=log.open("w"),
@@ -123,7 +124,7 @@ def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_p
     assert driver_lock.read_holder(experiment)["ended"] is None  # killed: no end recorded
 
     resumed = subprocess.run(
-        sweep("grid", "--resume", epochs=epochs, address=address),
+        sweep("grid", "--resume", *every, epochs=epochs, address=address),
         cwd=ROOT,
         env=s3,
         capture_output=True,
@@ -143,7 +144,7 @@ def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_p
 
     # Extend with a second seed: only the two new cells run; the finished ones are found on s3 and kept.
     extend = subprocess.run(
-        sweep("grid", "--seeds", "2", epochs=epochs, address=address),
+        sweep("grid", "--seeds", "2", *every, epochs=epochs, address=address),
         cwd=ROOT,
         env=s3,
         capture_output=True,
@@ -159,7 +160,7 @@ def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_p
 
     # `--no-skip-existing`: new folder names next to the old ones, never overwritten.
     again = subprocess.run(
-        sweep("grid", "--no-skip-existing", rates="0.1", epochs=epochs, address=address),
+        sweep("grid", "--no-skip-existing", *every, rates="0.1", epochs=epochs, address=address),
         cwd=ROOT,
         env=s3,
         capture_output=True,
@@ -215,6 +216,8 @@ def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, two_raylets, tm
         "1",
         "--max-failures",
         "3",
+        "--checkpoint-every",
+        "5",  # a checkpoint is several requests to the S3 server (its CPU); a restart repeats at most 4 epochs
         "--quiet",
     ]
 
