@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers.processes import wait_until
@@ -157,17 +158,14 @@ def headless_chromium(*flags: str, profile: Path) -> subprocess.CompletedProcess
 
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.skipif(
-    find_chromium() is None and os.environ.get("CI") != "true",  # CI installs it (.ci/run): never skip there
-    reason="needs headless Chromium (Debian: apt-get install chromium)",
-)
-def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_path):
-    """Run a sweep, open its dashboard's Cluster view in headless Chromium, find a running trial's
-    name among the workers (their process titles, `ray::<trial name>`) and keep a screenshot.
+def test_dashboard_listens_on_loopback_only_and_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_path):
+    """Run a sweep on the local Ray it starts: its dashboard port is bound to 127.0.0.1 only; open the dashboard's
+    Cluster view in headless Chromium, find a running trial's name among the workers (their process titles,
+    `ray::<trial name>`) and keep a screenshot. Without Chromium (never in CI: .ci/run installs it) the browser
+    part is skipped after the loopback check.
 
     The screenshot goes to $RAYSWEEP_SCREENSHOT when set (docs/dashboard.png was made so), else tmp_path.
     """
-    assert find_chromium(), "CI=true but no chromium: .ci/run installs Debian's chromium"
     shot = Path(os.environ.get("RAYSWEEP_SCREENSHOT", tmp_path / "dashboard.png"))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # a local, 127.0.0.1-only dashboard for the browser
     env.pop("RAY_ADDRESS", None)
@@ -203,6 +201,17 @@ def test_dashboard_shows_the_cluster_during_a_sweep_in_headless_chromium(tmp_pat
             if url and "2 running" in line:
                 break
         assert url, "".join(seen)[-3000:]
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        connections = psutil.net_connections("inet")
+        listening = {c.laddr.ip for c in connections if c.status == "LISTEN" and c.laddr.port == port}
+        assert listening == {"127.0.0.1"}, (url, listening)
+        other_ip = socket.gethostbyname(socket.gethostname())
+        if not other_ip.startswith("127."):
+            with pytest.raises(OSError):
+                socket.create_connection((other_ip, port), timeout=2)
+        if find_chromium() is None:
+            assert os.environ.get("CI") != "true", "CI=true but no chromium: .ci/run installs Debian's chromium"
+            pytest.skip("needs headless Chromium (Debian: apt-get install chromium); the loopback check passed")
         profile, names = tmp_path / "chromium-profile", ("sym_0.25_seed0", "sym_0.5_seed0")
         # The dashboard samples each worker's title every few seconds: load the page until a trial's shows.
         page = ""

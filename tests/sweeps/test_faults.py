@@ -5,7 +5,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -151,7 +150,7 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         "--noise-types",
         "sym",
         "--noise-rates",
-        "0.1,0.2,0.3,0.4",
+        "0.1,0.2,0.3",
         "--epochs",
         "30",
         "--gpus-per-trial",
@@ -168,54 +167,20 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         run_driver([*grid, "--name", "killed", *(["--resume"] if attempt else [])], kill_after, experiment)
 
     trials = sorted(p.name for p in experiment.iterdir() if (p / "result.json").exists())
-    assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3", "0.4")]  # one folder per cell
+    assert trials == [f"sym_{r}_seed0" for r in ("0.1", "0.2", "0.3")]  # one folder per cell
     for name in trials:
         epochs = [r["epoch"] for r in results_of(experiment / name)]
         assert epochs[-1] == 30 and epochs.count(30) == 1, (name, epochs)  # completed exactly once
         assert all(b > a for a, b in zip(epochs, epochs[1:])), (name, epochs)  # never went backwards
 
     # Extend the finished grid by one noise rate: only the new cell runs (in-process, same Ray).
-    code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4,0.5", *grid[4:], "--name", "killed"])
+    code = noise_grid.main([*grid[:3], "0.1,0.2,0.3,0.4", *grid[4:], "--name", "killed"])
     out = capsys.readouterr().out
-    assert code == 0 and "1 to run, 4 reused" in out and "4 finished trial(s) reused" in out
-    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 5
+    assert code == 0 and "1 to run, 3 reused" in out and "3 finished trial(s) reused" in out
+    assert len([p for p in experiment.iterdir() if (p / "result.json").exists()]) == 4
     table = out[out.index("test/acc (%)") : out.index("results:")].splitlines()
-    assert [line.split()[0] for line in table[2:7]] == ["0.1", "0.2", "0.3", "0.4", "0.5"]  # every cell, old and new
-    assert all(line.split()[-1] == "(1)" for line in table[2:7])
-
-
-# --- the dashboard listens on loopback only ---------------------------------------------------
-
-
-@pytest.mark.slow
-def test_dashboard_listens_on_loopback_only(tmp_path):
-    """(g) A local Ray started the way the sweeps start it: the dashboard port is bound to 127.0.0.1."""
-    script = (
-        "import psutil, ray\n"
-        "from sweeps.engine.cluster.ray_start import init_ray\n"
-        "init_ray(None, '127.0.0.1')\n"
-        "port = int(ray.worker.get_dashboard_url().rsplit(':', 1)[1])\n"
-        "ips = {c.laddr.ip for c in psutil.net_connections('inet') if c.status == 'LISTEN' and c.laddr.port == port}\n"
-        "print('LISTEN', port, sorted(ips))\n"
-    )
-    env = {**os.environ, "RAY_ADDRESS": ""}
-    env.pop("RAY_ADDRESS")
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**env, "PYTHONPATH": str(ROOT)},
-    )
-    line = [text for text in proc.stdout.splitlines() if text.startswith("LISTEN")]
-    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
-    _, port, ips = line[0].split(" ", 2)
-    assert ips == "['127.0.0.1']", line
-    other_ip = socket.gethostbyname(socket.gethostname())
-    if not other_ip.startswith("127."):
-        with pytest.raises(OSError):
-            socket.create_connection((other_ip, int(port)), timeout=2)
+    assert [line.split()[0] for line in table[2:6]] == ["0.1", "0.2", "0.3", "0.4"]  # every cell, old and new
+    assert all(line.split()[-1] == "(1)" for line in table[2:6])
 
 
 @pytest.mark.slow

@@ -294,3 +294,35 @@ def test_gpu_kit_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tmp_path
     gpu_packing.main()
     assert "no CUDA GPU" in capsys.readouterr().out
     assert (tmp_path / "g.json").read_text().count("no CUDA GPU") == 1
+
+
+def fake_runs(monkeypatch, grid_first_trial: list[float]) -> None:
+    """startup.py's timings replaced: the bare script's first trial after 10 s, exit 20 s; the grid's
+    first trial after each of `grid_first_trial` in turn, exit 10 s later."""
+    grid_times = iter(grid_first_trial)
+
+    def time_sweep_again(flags, sweep, milestones=tuple(startup.MILESTONES), started=startup.GRID_STARTED):
+        first = 10.0 if sweep == startup.BARE else next(grid_times)
+        return {name: first for name in milestones} | {"exit": first + 10.0}
+
+    monkeypatch.setattr(startup, "time_sweep_again", time_sweep_again)
+    monkeypatch.setattr(startup, "time_help", lambda sweep: 0.5)
+
+
+@pytest.mark.parametrize(
+    "grid_first_trial, pairs, gate_exit",
+    [
+        ([10.5, 10.2, 10.4], 3, 0),  # within the limit: 3 pairs, no more
+        ([12.5, 12.2, 12.4, 10.5, 11.0, 10.1], 6, 0),  # a draw of the load: over after 3, within after 6
+        ([12.5, 12.2, 12.4, 12.6, 12.3, 12.8], 6, 1),  # a slower build: over after 3 and after 6
+    ],
+)
+def test_the_startup_benchmark_times_more_pairs_before_a_ratio_over_the_limit_reaches_the_gate(
+    monkeypatch, tmp_path, capsys, grid_first_trial, pairs, gate_exit
+):
+    fake_runs(monkeypatch, grid_first_trial)
+    startup.main(["--quick", "--json", str(tmp_path / "startup.json")])
+    figures = json.loads((tmp_path / "startup.json").read_text())
+    assert figures["versus_bare"]["smoke"]["pairs"] == pairs and figures["repeats"] == pairs
+    assert ("the fastest of 6 each decides" in capsys.readouterr().out) == (pairs == 6)
+    assert gate.main(["--startup", str(tmp_path / "startup.json")]) == gate_exit
