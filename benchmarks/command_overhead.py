@@ -5,9 +5,9 @@ Run:
     python benchmarks/command_overhead.py --quick    # 3 epochs, 1 repetition (CI)
     python benchmarks/command_overhead.py --json out.json
 
-The script is tests/scripts/train_script.py (PyTorch, knows nothing of Ray; `--sleep` pads each
-epoch to ~0.3 s). "bare": `subprocess.run` of the script, start to exit. "command": the wall time
-of `train_command` inside a 1-CPU Tune trial, from its call to its return: rendering the template,
+The script is tests/scripts/train_script.py (NumPy since 2026-11-29, PyTorch before; knows nothing of
+Ray; `--sleep` pads each epoch to ~0.3 s). "bare": `subprocess.run` of the script, start to exit. "command": the
+wall time of `train_command` inside a 1-CPU Tune trial, from its call to its return: rendering the template,
 starting the command and the watchdog, copying every output line into the trial's log files,
 parsing, one `tune.report` + step checkpoint per epoch (each waits for the driver to take it), and
 ending the process group. Ray start-up and the worker's own start are outside both figures.

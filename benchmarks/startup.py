@@ -5,11 +5,12 @@ Run:
     python benchmarks/startup.py             # default 12-trial grid and --smoke-test, each beside the bare
                                              # Tune script, 3 fresh processes each, interleaved
     python benchmarks/startup.py --quick     # --smoke-test beside the bare script (3 pairs) and --help (CI)
-When a form's ratios after the first pairs pass a limit of `benchmarks/gate.py`, as many pairs again are timed and
-the fastest of all decides (`over_the_gate`): on a loaded machine one program's fastest of 3 came out 20 % under
-the other's by chance (issue 53); a build that is slower stays over.
     python benchmarks/startup.py --json out.json
     python benchmarks/startup.py --baseline /tmp/old/sweeps/noise_grid.py   # and another checkout's, interleaved
+
+When a form's ratios after the first pairs pass a limit of `benchmarks/gate.py`, as many pairs again are timed
+(every form, interleaved) and the fastest of all decides (`over_the_gate`): on a loaded machine one program's
+fastest of 3 came out 20 % under the other's by chance (issue 53); a build that is slower stays over.
 
 Each sweep runs as a fresh process (`PYTHONUNBUFFERED=1`, storage in a new temporary folder, so
 nothing is reused); this process reads its stdout line by line and stamps each milestone, in

@@ -116,7 +116,6 @@ def main(argv: list[str]) -> int:
     from sweeps.engine.grid.plan import fit_grid, plan_grid, say_all_finished, say_nothing_to_resume
     from sweeps.engine.run import resume
     from sweeps.engine.run.launch import TrialFunction, start_sweep
-    from sweeps.engine.seeds_auto import seed_search
     from trainables import train_classifier
 
     # The search space: a grid over every axis; when extending a grid, only the missing cells; when
@@ -144,6 +143,8 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     if auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        from sweeps.engine.seeds_auto import seed_search  # its statistics import scipy: only for --seeds auto
+
         plan, rule = seed_search.auto_plan(plan, cells, args.compare, auto, options.experiment_dir, options.objective)
     ddp = None
     if args.gpus_per_trial == "auto" or (args.gpus_per_trial or 0) >= 2:  # only 2+ GPUs per trial run data-parallel:

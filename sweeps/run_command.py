@@ -356,7 +356,6 @@ def main(argv: list[str]) -> int:
 
     from sweeps.engine.grid.plan import plan_grid, say_all_finished, say_nothing_to_resume
     from sweeps.engine.run import resume
-    from sweeps.engine.seeds_auto import seed_search
 
     # The search space: a grid over every axis; with linked axes, a task file, or when extending a
     # grid, exactly the cells to run (Ray's restore cannot extend a grid).
@@ -379,6 +378,8 @@ def main(argv: list[str]) -> int:
     )
     print(command_template.launch_line(args.template, plan, args.metrics_from), flush=True)
     if args.auto:  # seeds by significance: a searcher hands out the next seed of the undecided methods
+        from sweeps.engine.seeds_auto import seed_search  # its statistics import scipy: only for --seeds auto
+
         plan, rule = seed_search.auto_plan(
             plan, cells, args.compare, args.auto, options.experiment_dir, options.objective
         )

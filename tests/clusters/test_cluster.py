@@ -66,9 +66,11 @@ def trial_rows(experiment: Path) -> dict[str, list[dict]]:
 def test_sweep_on_two_raylets_spreads_and_survives_losing_one(two_raylets, tmp_path):
     """Head + second node (1 CPU each, so 1-CPU trials must spread), token auth, explicit address.
 
-    One sweep of three cells: a trial trains on the second node (its rows carry that node's IP),
-    then that node's raylet is SIGKILLed; Tune retries the trial on the head and the sweep ends
-    with every cell done once, exit 0. (Three cells, not two: trial actors are reused, so with
+    A driver without the token is refused, and one whose --storage-path is a local folder without
+    --storage-is-shared (the second node could not reach it). Then one sweep of three cells: a trial trains
+    on the second node (its rows carry that node's IP), then that node's raylet is SIGKILLed; Tune retries the
+    trial on the head from its checkpoint in the shared folder and the sweep ends with every cell done once,
+    exit 0. (Three cells, not two: trial actors are reused, so with
     two short trials the head could finish both before the second node's actor has started.)
     """
     env, address = two_raylets.env, two_raylets.address
@@ -94,6 +96,14 @@ def test_sweep_on_two_raylets_spreads_and_survives_losing_one(two_raylets, tmp_p
         f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token here); {ray_start.TOKEN_HELP}"
     ]
     assert not (tmp_path / "refused").exists()
+
+    # A local folder on a two-node cluster, not vouched for with --storage-is-shared: refused before any trial.
+    local = [arg for arg in sweep(address, tmp_path / "local", "local", env) if arg != "--storage-is-shared"]
+    proc = subprocess.run(local, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"--storage-path={tmp_path / 'local'} is on a local file system" in proc.stderr, proc.stderr[-2000:]
+    assert "but the cluster has 2 nodes" in proc.stderr and "pass --storage-is-shared" in proc.stderr
+    assert not list((tmp_path / "local").glob("*/*/result.json"))  # no trial ran
 
     # With the token in HOME and RAY_AUTH_MODE unset, the sweep connects; kill the second node mid-trial.
     experiment = tmp_path / "runs" / "two_nodes"

@@ -187,67 +187,6 @@ def test_grid_killed_resumed_extended_rerun_and_analysed_on_s3(s3, s3_ray, tmp_p
 
 
 @pytest.mark.slow
-def test_two_raylets_with_s3_storage_lose_a_node_and_nothing(s3, two_raylets, tmp_path):
-    """The two-raylet cluster of tests/clusters/test_cluster.py with s3 storage and no shared folder (no
-    --storage-is-shared needed): a trial trains on the second node, that node's raylet is killed,
-    the trial continues on the head from its checkpoint on s3, and every cell is done once."""
-    from tests.helpers import ray_cluster
-
-    env, worker_ip, address, epochs = two_raylets.env, two_raylets.worker_ip, two_raylets.address, 40
-    experiment = f"s3://{BUCKET}/runs/two_nodes"
-    argv = [
-        sys.executable,
-        "sweeps/noise_grid.py",
-        "--address",
-        address,
-        "--storage-path",
-        f"s3://{BUCKET}/runs",
-        "--name",
-        "two_nodes",
-        "--noise-types",
-        "sym",
-        "--noise-rates",
-        "0.2,0.4,0.6",
-        "--epochs",
-        str(epochs),
-        "--gpus-per-trial",
-        "0",
-        "--cpus-per-trial",
-        "1",
-        "--max-failures",
-        "3",
-        "--checkpoint-every",
-        "5",  # a checkpoint is several requests to the S3 server (its CPU); a restart repeats at most 4 epochs
-        "--quiet",
-    ]
-
-    def trial_on_worker():
-        if not storage.exists(experiment):
-            return None
-        for name, uri in trial_folders(experiment).items():
-            rows = [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-            if rows and rows[-1]["node_ip"] == worker_ip and rows[-1]["epoch"] < epochs - 5:
-                return name
-        return None
-
-    victim, code, output = ray_cluster.kill_node_under_a_trial(
-        argv, env, ROOT, tmp_path / "sweep.out", two_raylets.nodes[1], trial_on_worker, wait_s=240, sweep_s=400
-    )
-    assert code == 0, output[-4000:]
-    trials = trial_folders(experiment)
-    assert sorted(trials) == ["sym_0.2_seed0", "sym_0.4_seed0", "sym_0.6_seed0"]  # each cell once
-    rows = {
-        name: [json.loads(line) for line in storage.read_bytes(uri + "/result.json").decode().splitlines() if line]
-        for name, uri in trials.items()
-    }
-    assert {row["node_ip"] for r in rows.values() for row in r} >= {worker_ip}
-    assert rows[victim][0]["node_ip"] == worker_ip
-    for name, r in rows.items():
-        assert r[-1]["epoch"] == epochs and r[-1]["node_ip"] != worker_ip, (name, r[-1])  # finished on the head
-    assert cells(output) == ["(1)", "(1)", "(1)"]
-
-
-@pytest.mark.slow
 def test_driver_lock_on_s3_refuses_a_live_holder_and_takes_over_a_stale_one(s3, capsys):
     experiment = f"s3://{BUCKET}/runs/locked"
     record = {

@@ -161,7 +161,7 @@ def test_grid_of_two_axes_and_two_seeds_at_half_a_gpu(ray_gpus, tmp_path):
         stdout = (trial / "stdout").read_text()
         assert f"{env['RAYSWEEP_TRIAL_NAME']}: GPU memory cap 0.45 of the device, set in the command's" in stdout
         assert f"{env['RAYSWEEP_TRIAL_NAME']}:OUT | [GPU {gpu} | pid {env['pid']}] epoch=3 val_acc=" in stdout
-        intervals.append((gpu, env["started"], (trial / "work" / "ckpt.pt").stat().st_mtime))
+        intervals.append((gpu, env["started"], (trial / "work" / "ckpt.npz").stat().st_mtime))
     for gpu, start, _ in intervals:
         assert sum(1 for g, s, e in intervals if g == gpu and s <= start <= e) <= 2  # never three on one GPU
 

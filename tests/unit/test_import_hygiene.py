@@ -110,3 +110,26 @@ def test_a_command_trials_set_up_never_imports_torch(tmp_path):
     loaded = loaded_after(code)
     assert "ray" in loaded  # the runtime was imported
     assert "torch" not in loaded
+
+
+def test_a_command_grids_driver_loads_scipy_only_for_seeds_auto(tmp_path):
+    """`--seeds auto`'s searcher and its statistics (scipy.stats: 0.7-1.1 s of a driver's start) load only for
+    `--seeds auto`: a command grid's driver, up to the fit (`run_grid`), leaves scipy out; with `--seeds auto`
+    it is there."""
+    (tmp_path / "train.py").write_text("print('epoch=1 val_acc=0.5')\n")
+    grid = ["--axis", "method=a,b", "--storage-path", str(tmp_path / "runs"), "--quiet"]
+    command = ["--", sys.executable, str(tmp_path / "train.py"), "{method}", "{seed}"]
+    for argv, expected in (
+        ([*grid, "--seeds", "2", "--name", "fixed", *command], "False"),
+        ([*grid, "--seeds", "auto", "--compare", "method", "--name", "auto", *command], "True"),
+    ):
+        code = (
+            "import sys\nfrom sweeps import run_command\n"
+            "def fit(*args):\n"
+            "    print('scipy', 'scipy' in {m.split('.')[0] for m in sys.modules})\n"
+            "    raise SystemExit(0)\n"
+            f"run_command.run_grid = fit\nrun_command.main({argv!r})\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.check_output([sys.executable, "-c", code], cwd=tmp_path, env=env, text=True, timeout=300)
+        assert f"scipy {expected}" in out.splitlines(), out
