@@ -118,12 +118,16 @@ def place_data(data: dict, device) -> dict:
 
 
 def _allocatable_bytes(device) -> float:
-    """The bytes this process may allocate on CUDA `device`: its memory times the allocator's cap (1 if none)."""
+    """The bytes this process may allocate on CUDA `device`: its memory times the allocator's cap (1 if none).
+    A `torch.device("cuda")` without an index is the current device: `get_per_process_memory_fraction` takes only
+    an index or an indexed device (ValueError "Expected a torch.device with a specified index" otherwise, torch
+    2.11 on an H200, 2026-11-29)."""
     import torch
 
-    total = torch.cuda.get_device_properties(device).total_memory
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
     get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch 2.6+
-    return total * (get_fraction(device) if get_fraction else 1.0)
+    return total * (get_fraction(index) if get_fraction else 1.0)
 
 
 def check_data(

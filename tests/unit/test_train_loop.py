@@ -78,6 +78,25 @@ def test_data_larger_than_its_share_of_the_gpu_stays_in_host_memory(monkeypatch)
     assert {t.device.type for t in placed.values()} == {"cpu"}
 
 
+def test_the_gpu_share_of_a_device_without_an_index_is_read_on_the_current_device(monkeypatch):
+    """`torch.device("cuda")`, as the trainable places a trial, has no index; torch's per-process memory fraction
+    takes an index only (the real H200 run of `make gpu-check` failed every built-in trial there, 2026-11-29)."""
+    from types import SimpleNamespace
+
+    from trainables import data as data_module
+
+    def fraction(device):  # torch's rule: an int, or a torch.device with an index
+        if not isinstance(device, int):
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        return {2: 0.25, 1: 0.5}[device]
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=1000 * (i + 1)))
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction)
+    assert data_module._allocatable_bytes(torch.device("cuda")) == 3000 * 0.25  # the current device, 2
+    assert data_module._allocatable_bytes(torch.device("cuda", 1)) == 2000 * 0.5
+
+
 class FakeEvent:
     """A CUDA event the test completes: `query` says whether the GPU got there."""
 
