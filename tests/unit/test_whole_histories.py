@@ -234,9 +234,51 @@ def test_a_command_trial_keeps_its_last_rows_once_tune_stops_it(tmp_path, monkey
     monkeypatch.setattr(step_reporter.records, "write_late_rows", lambda *a: writes.append(a) or write_late_rows(*a))
     reporter = runner.StepReporter("epoch", tmp_path)
     assert not reporter.report_new([{"epoch": e, "val_acc": 0.5 + e / 10} for e in (1, 2, 3)])
-    assert sent == [1] and reporter.stopped and len(writes) == 1 and reporter.idle.is_set()
+    assert sent == [1] and reporter.stopped and len(writes) == 1
     late = json.loads((tmp_path / "late_rows.json").read_text())["rows"]
     assert [(r["epoch"], r["val_acc"]) for r in late] == [(1, 0.6), (2, 0.7), (3, 0.8)]
+
+
+def test_tunes_stop_of_a_command_trial_waits_for_an_exited_commands_last_rows_not_a_running_ones(tmp_path, monkeypatch):
+    """`holding_stop` installs Tune's stop wait (at most LATE_ROWS_WAIT_S in all): for the batch being reported, and
+    once the command has exited, until the block is left (its last rows read); a running command is not waited
+    for after the batch (it is ended; the worker goes); nothing holds once the block is left, by SystemExit too.
+    Each stop runs in a thread, as Tune's does on the actor's main thread; `join` deadlines, no timed sleeps."""
+    import threading
+
+    from trainables.command import step_reporter
+
+    held = {}
+    monkeypatch.setattr(step_reporter.ray_private, "wait_in_trial_stop", lambda wait, s: held.update(wait=wait, s=s))
+    reporter = step_reporter.StepReporter("epoch", tmp_path)
+    exited = threading.Event()
+    reporter.command_exited = exited.is_set
+
+    def stop() -> threading.Thread:
+        thread = threading.Thread(target=held["wait"], args=(60.0,), daemon=True)
+        thread.start()
+        return thread
+
+    with pytest.raises(SystemExit):
+        with reporter.holding_stop():
+            assert held["s"] == step_reporter.LATE_ROWS_WAIT_S
+            running = stop()  # the command runs, no batch is being reported: no wait
+            running.join(30)
+            assert not running.is_alive()
+            reporter.idle.clear()  # a batch is being reported: the stop waits for it
+            during_batch = stop()
+            during_batch.join(0.3)
+            assert during_batch.is_alive()
+            exited.set()  # ... and the command has exited meanwhile: then for its last rows too
+            reporter.idle.set()
+            during_batch.join(0.3)
+            assert during_batch.is_alive()
+            raise SystemExit(0)  # as train_command ends a stopped trial, leaving the block
+    during_batch.join(30)
+    assert not during_batch.is_alive()
+    after = stop()
+    after.join(30)
+    assert not after.is_alive()
 
 
 def test_a_stopped_commands_late_rows_make_it_finished_only_when_it_ended_by_itself():

@@ -119,31 +119,32 @@ def train_command(
     reporter = StepReporter.after_restart(step_key, trial_folder, tune.get_checkpoint())
     reporter.extra_metrics = gpu_report(gpu_ids, gpus, [])
     reporter.works_when = (objective.metric,) if objective else ()
-    reporter.hold_stop_for_late_rows()  # a stop during a report waits for the rows read with it
-    recovered = _report_recovered(reporter, trial_name, reading)
-    if recovered or (reporter.restarted and ended_before_restart(trial_name)):
-        return  # it diverged, or it ended, before the restart: its command is not run again
-    if not take_turn(reporter, _stop_requested):
-        return  # Tune ended the trial while it waited for its turn
-    echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
-    with before_command(reporter, trial_name) as startup:  # each failure until the command runs ends the ticket
-        argv, env, cwd = _prepare_command(
-            template, config, trial_name, files, code_dir, cwd, metrics_from, gpu_sharing, startup
-        )
-        startup.enter("program")
-        proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
-    reporter.ticket.call("started")  # the gate's survival window runs from the command's start
-    writes = Writes([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
-    watchdog = None
-    try:
-        watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
-        with sample_gpu_utilization(process_tree_reader(proc.pid, gpu_ids) if gpu_ids else None) as samples:
-            reporter.extra_metrics = gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
-            if not _read_and_report(proc, output, reporter, grace_period_s, writes):
-                verdict(proc.wait(), argv, reporter, output, reading, cwd, gpus)
-                _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
-    finally:
-        _end_command(proc, output, reporter, grace_period_s, writes, watchdog)
+    with reporter.holding_stop():  # Tune's stop waits (at most 5 s) for the rows read with it (and read after it)
+        recovered = _report_recovered(reporter, trial_name, reading)
+        if recovered or (reporter.restarted and ended_before_restart(trial_name)):
+            return  # it diverged, or it ended, before the restart: its command is not run again
+        if not take_turn(reporter, _stop_requested):
+            return  # Tune ended the trial while it waited for its turn
+        echo = {"OUT": sys.stdout, "ERR": sys.stderr}  # Tune's tees into this trial's files, bound now
+        with before_command(reporter, trial_name) as startup:  # each failure until the command runs ends the ticket
+            argv, env, cwd = _prepare_command(
+                template, config, trial_name, files, code_dir, cwd, metrics_from, gpu_sharing, startup
+            )
+            startup.enter("program")
+            proc, output = _start_and_watch(argv, env, cwd, trial_name, echo, reading)
+        reporter.ticket.call("started")  # the gate's survival window runs from the command's start
+        reporter.command_exited = lambda: proc.poll() is not None  # a stop then waits for its last rows
+        writes = Writes([str(trial_folder)] + ([cwd] if cwd else []), write_wait_s)  # waited for before any SIGTERM
+        watchdog = None
+        try:
+            watchdog = start_watchdog(proc.pid, grace_period_s, writes)  # for a worker killed before `finally` runs
+            with sample_gpu_utilization(process_tree_reader(proc.pid, gpu_ids) if gpu_ids else None) as samples:
+                reporter.extra_metrics = gpu_report(gpu_ids, gpus, samples)  # NVML, once a second
+                if not _read_and_report(proc, output, reporter, grace_period_s, writes):
+                    verdict(proc.wait(), argv, reporter, output, reading, cwd, gpus)
+                    _keep_new_paths(code_dir, work_dir, trial_name)  # it exited 0
+        finally:
+            _end_command(proc, output, reporter, grace_period_s, writes, watchdog)
 
 
 train_command.uses_failure_gate = True  # the sweep opens its failure gate (trainables/command/initial_failures.py)

@@ -3,11 +3,12 @@ holding its step, and the trial's end when a result diverged (`docs/command-tria
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ray import tune
@@ -20,7 +21,7 @@ from trainables.command.sources import STDOUT_LOG, last_reported_step, recorded_
 from trainables.experiment import records
 from trainables.proctitle import refresh_title
 
-LATE_ROWS_WAIT_S = 5.0  # the longest Tune's stop of a trial waits for the rows read with the stopping result
+LATE_ROWS_WAIT_S = 5.0  # the longest Tune's stop of a trial waits for the rows its command wrote (`holding_stop`)
 
 
 @dataclasses.dataclass
@@ -45,6 +46,8 @@ class StepReporter:
     recent: list = dataclasses.field(default_factory=list)  # the last rows, for `keep_late`
     cut: bool = True  # the command was still running when Tune stopped the trial (the runner says when it was not)
     idle: threading.Event = dataclasses.field(default_factory=lambda: _set(threading.Event()))  # clear in report_new
+    kept: threading.Event = dataclasses.field(default_factory=threading.Event)  # set once `holding_stop` is left
+    command_exited: Callable[[], bool] = lambda: False  # whether the command has exited (the runner's `proc.poll`)
 
     @classmethod
     def after_restart(cls, step_key: str, trial_folder: Path, checkpoint) -> StepReporter:
@@ -67,7 +70,7 @@ class StepReporter:
         then reported joined to that step's row, marked `records.JOINS_STEP_METRIC` (the tables keep only
         the joined row); `missing` results are rows the history lacks, reported whatever their step.
         A trial Tune stops during the batch keeps the rest of the batch with it, in one `late_rows.json` write;
-        Tune's stop waits for it while `idle` is clear (`hold_stop_for_late_rows`)."""
+        Tune's stop waits for it while `idle` is clear (`holding_stop`)."""
         self.idle.clear()
         try:
             return self._report_batch(results, final, missing)
@@ -119,15 +122,32 @@ class StepReporter:
         if self.stopped and self.recent:
             records.write_late_rows(self.trial_folder, self.recent, self.cut)
 
-    def hold_stop_for_late_rows(self) -> None:
-        """Make Tune's stop of this trial wait, at most `LATE_ROWS_WAIT_S`, until `report_new` is done with the batch
-        it is reporting (`ray_private.wait_in_trial_stop`): Tune removes a stopped trial's worker 0.01-0.2 s after
-        its stop, often before the rows read with the stopping result were written (a tracker's file read as
-        the script exits holds all its epochs). Without that Ray internal: nothing (the race stays)."""
+    @contextlib.contextmanager
+    def holding_stop(self) -> Iterator[None]:
+        """While in this block (the trial's run of its command), Tune's stop of the trial waits, at most
+        `LATE_ROWS_WAIT_S` in all (`ray_private.wait_in_trial_stop`), for the batch being reported (`idle`), and,
+        when the command had already exited, until the block is left: the rows it wrote are then all read
+        and kept. Tune removes a stopped trial's worker 0.01-0.2 s after its stop, often before the rows read
+        with the stopping result were written, or the rows of an exited command read after them (a tracker's
+        file written as the script exits holds all its epochs, its last step reported once the command has
+        ended: a CI run lost that row under load, 2026-11-30). A command still running when stopped is
+        not waited for (it is ended, and what it logs meanwhile is kept only while the worker lives, as
+        before); a trial that left the block is not waited for. Without that Ray internal: no wait."""
+
+        def wait_for_rows(timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            self.idle.wait(timeout_s)
+            if self.command_exited():
+                self.kept.wait(max(0.0, deadline - time.monotonic()))
+
         try:
-            ray_private.wait_in_trial_stop(self.idle.wait, LATE_ROWS_WAIT_S)
+            ray_private.wait_in_trial_stop(wait_for_rows, LATE_ROWS_WAIT_S)
         except (ImportError, AttributeError):
             pass
+        try:
+            yield
+        finally:
+            self.kept.set()
 
 
 def _set(event: threading.Event) -> threading.Event:
