@@ -132,9 +132,9 @@ def main(argv: list[str]) -> int:
         hash_fn=identity,
     )
     if not args.resume and not plan.todo and not auto:
-        return say_all_finished(plan, options.experiment_dir, options.objective)
+        return say_all_finished(plan, options.experiment_dir, options.objective, options.report)
     if args.resume and not auto:
-        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, identity)
+        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, identity, options.report)
         if done is not None:
             return done
     print(

@@ -368,9 +368,11 @@ def main(argv: list[str]) -> int:
         relaunch=not args.resume,
     )
     if not args.resume and not plan.todo and not args.auto:
-        return say_all_finished(plan, options.experiment_dir, options.objective)
+        return say_all_finished(plan, options.experiment_dir, options.objective, options.report)
     if args.resume and not args.auto:
-        done = say_nothing_to_resume(plan, options.experiment_dir, options.objective, resume.command_hash)
+        done = say_nothing_to_resume(
+            plan, options.experiment_dir, options.objective, resume.command_hash, options.report
+        )
         if done is not None:
             return done
     snapshot = code_snapshot.take_snapshot(

@@ -174,6 +174,13 @@ def add_monitoring_args(parser: argparse.ArgumentParser) -> None:
         help="no progress blocks, only errors and the final lines (also: RAYSWEEP_QUIET=1)",
     )
     watch.add_argument(
+        "--report",
+        action=argparse.BooleanOptionalAction,
+        default=RunOptions.report,
+        help="write the report folder when the sweep ends: plots, paper table, report.md (default: on; "
+        "`python -m analysis EXPERIMENT` writes it any time later; the table is printed either way)",
+    )
+    watch.add_argument(
         "--progress-every",
         type=float,
         default=RunOptions.progress_every,
@@ -291,6 +298,7 @@ class RunOptions:
         resume: continue the sweep `name` (`Tuner.restore`); retry_errored: errored trials too.
         time_budget_s: stop the whole sweep after this many seconds (None: no limit).
         quiet, progress_every: no progress blocks; seconds between them.
+        report: write the report folder at the end (`analysis.write_up`); False: --no-report.
         mlflow_uri, wandb_project: trackers to log every trial to (None: none).
         notify: apprise URLs told when the sweep ends or stops (`sweeps.engine.run.notify`).
         objective: what the sweep ranks its trials by (Tune's metric and mode) and what its final
@@ -316,6 +324,7 @@ class RunOptions:
     time_budget_s: float | None = None
     quiet: bool = False
     progress_every: float = 15.0
+    report: bool = True
     mlflow_uri: str | None = None
     wandb_project: str | None = None
     notify: tuple[str, ...] = ()

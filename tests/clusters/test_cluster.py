@@ -49,6 +49,7 @@ def sweep(address: str, storage: Path, name: str, env: dict, *extra: str, epochs
         "--max-failures",
         "3",
         "--quiet",
+        "--no-report",
         *extra,
     ]
 

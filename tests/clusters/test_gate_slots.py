@@ -30,7 +30,7 @@ def starts(path: Path) -> list[float]:
 def sweep(tmp_path: Path, env: dict, *script_args: str) -> list[str]:
     return [
         PY, str(ROOT / "sweeps" / "run_command.py"), *EIGHT, "--storage-path", str(tmp_path / "runs"), "--quiet",
-        "--", PY, SCRIPT, "--seed", "{seed}", "--started", str(tmp_path / "starts.txt"), *script_args,
+        "--no-report", "--", PY, SCRIPT, "--seed", "{seed}", "--started", str(tmp_path / "starts.txt"), *script_args,
     ]  # fmt: skip
 
 

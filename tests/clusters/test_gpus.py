@@ -142,6 +142,7 @@ def test_two_gpu_trial_trains_data_parallel_with_gloo(ray_gpus, tmp_path):
             "2",
             "--cpus-per-trial",
             "0.5",
+            "--no-report",
             "--storage-path",
             str(tmp_path),
             "--name",

@@ -58,6 +58,7 @@ def test_a_local_ray_start_cluster_is_joined_and_address_local_starts_a_private_
             "--storage-path",
             str(tmp_path / "runs"),
             "--quiet",
+            "--no-report",
         ]
         joined = subprocess.run(
             [*argv, "--name", "joined"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300

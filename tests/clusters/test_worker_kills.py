@@ -108,7 +108,9 @@ def test_a_worker_killed_at_each_moment_costs_one_retry(moment, ray_gpus, tmp_pa
     kills, title = MOMENTS[moment]
     monkeypatch.setattr("trainables.trial.train_classifier", killing_trial_function(moment, tmp_path))
     argv = ["--noise-types", "sym", "--noise-rates", ",".join(RATES), "--epochs", str(EPOCHS)]
-    code = noise_grid.main([*argv, "--gpus-per-trial", "0", "--storage-path", str(tmp_path), "--name", "kills"])
+    code = noise_grid.main(
+        [*argv, "--gpus-per-trial", "0", "--no-report", "--storage-path", str(tmp_path), "--name", "kills"]
+    )
     out = capsys.readouterr().out
     evidence = [json.loads((tmp_path / f"kill{n}.json").read_text()) for n in range(1, kills + 1)]
     assert code == 0, out[-3000:]

@@ -369,7 +369,7 @@ def test_a_search_over_a_script_taking_only_lr_records_only_lr_and_marks_only_as
     argv = [sys.executable, str(ROOT / "sweeps" / "lr_search.py"), "--metric", "Accuracy", "--num-samples", "4"]
     argv += ["--grace-period", "1", "--reduction-factor", "2", "--max-concurrent", "1", "--gpus-per-trial", "0"]
     argv += ["--cpus-per-trial", str(os.cpu_count())]  # all the shared head's CPUs (tests/helpers/ray_cluster.py)
-    argv += ["--storage-path", str(tmp_path / "runs"), "--quiet"]
+    argv += ["--storage-path", str(tmp_path / "runs"), "--quiet", "--no-report"]
     argv += ["--", sys.executable, "main.py", "--epochs", "3", "--lr", "{lr}", "--sleep", "1"]  # ASHA's stop mid-run
     proc = subprocess.run(argv, cwd=repo, env=sweep_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

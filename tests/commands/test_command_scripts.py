@@ -255,6 +255,7 @@ def test_driver_killed_then_resume_reports_the_rows_printed_meanwhile(tmp_path, 
         "0.5",
     ]
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    flags += ["--no-report"]
     env = sweep_env  # the session's shared Ray: the killed driver's trials end with its job
     driver = subprocess.Popen(
         [PY, "sweeps/run_command.py", *flags, *argv],

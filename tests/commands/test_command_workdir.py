@@ -61,7 +61,19 @@ def test_imagenet_style_trials_keep_their_own_checkpoints_resume_them_and_run_th
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--axis", "lr=0.1,0.2,0.3", "--seeds", "1"]
     argv += ["--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--max-concurrent", "1"]
-    argv += ["--max-failures", "1", "--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+    argv += [
+        "--max-failures",
+        "1",
+        "--quiet",
+        "--no-report",
+        "--",
+        sys.executable,
+        "main.py",
+        "--lr",
+        "{lr}",
+        "--seed",
+        "{seed}",
+    ]
     argv += ["--epochs", "3", "--resume", "checkpoint.pth.tar", "--kill-self-at-epoch", "2"]
     log = (tmp_path / "sweep.log").open("w")
     sweep = subprocess.Popen(argv, cwd=repo, env=sweep_env, stdout=log, stderr=subprocess.STDOUT)

@@ -28,7 +28,7 @@ def test_four_trials_read_through_dotdot_keep_their_own_checkpoints_and_leave_th
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "sweeps" / "run_command.py"), "--axis", "lr=0.1,0.2", "--seeds", "2"]
     argv += ["--metric", "val_acc", "--storage-path", str(out), "--gpus-per-trial", "0", "--cpus-per-trial", "0.25"]
-    argv += ["--quiet", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
+    argv += ["--quiet", "--no-report", "--", sys.executable, "main.py", "--lr", "{lr}", "--seed", "{seed}"]
     (launch.parent / "other_programs_tmp").mkdir()  # a folder beside the launch folder that no trial reads
     env = {**sweep_env, "PYTHONPATH": str(ROOT)}
     sweep = subprocess.Popen(argv, cwd=launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -16,11 +16,14 @@ SWEEP_TIMEOUT_S = 400  # a sweep on the shared 2-core machine: Ray start-up (~10
 
 
 def run_sweep(
-    tmp_path: Path, *argv: str, check: bool = False, env: dict | None = None, cwd: Path = ROOT
+    tmp_path: Path, *argv: str, check: bool = False, env: dict | None = None, cwd: Path = ROOT, report: bool = False
 ) -> subprocess.CompletedProcess:
     """`python sweeps/run_command.py ARGV` from `cwd` (the repository root: its snapshot is the repository's),
-    storage under tmp_path, CPU trials; `env`: the session's shared Ray (conftest's `sweep_env`), else a private Ray."""
+    storage under tmp_path, CPU trials; `env`: the session's shared Ray (conftest's `sweep_env`), else a private Ray.
+    `report`: write the report folder (default --no-report: its plots cost seconds a sweep, and only the tests
+    that read the report ask for it)."""
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--quiet"]
+    flags += [] if report else ["--no-report"]
     split = argv.index("--")
     env = env or {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAYSWEEP_LOGICAL_GPUS": ""}
     proc = subprocess.run(

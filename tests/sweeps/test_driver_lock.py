@@ -33,6 +33,7 @@ def test_two_sweeps_on_one_folder_the_second_exits_2_and_the_first_counts_each_c
         "0",
         "--address",
         address,
+        "--no-report",
         "--storage-path",
         str(tmp_path),
         "--name",

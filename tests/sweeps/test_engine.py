@@ -50,6 +50,7 @@ def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path,
             "--epochs",
             "1",
             "--quiet",
+            "--no-report",
             "--storage-path",
             str(tmp_path),
         ],
@@ -80,6 +81,9 @@ def test_axis_grid_subprocess_runs_every_cell_and_tables_by_every_axis(tmp_path,
         [loss, lr, rate] for loss in ("ce", "gce") for lr in ("0.01", "0.1") for rate in ("0.2", "0.4")
     ]
     assert all(row.split()[-1] == "(2)" for row in rows)  # two seeds per cell
+    # --no-report: the table above, no report folder, and the command that writes it
+    assert not (tmp_path / "noise_grid" / "report").exists()
+    assert f"report: not written (--no-report); python -m analysis {tmp_path / 'noise_grid'} writes it" in proc.stdout
 
 
 @pytest.mark.slow
@@ -128,6 +132,7 @@ def test_diverging_seed_in_a_search_ends_the_trial_diverged_not_errored(ray_gpus
             "auto",
             "--cpus-per-trial",
             "1",
+            "--no-report",
             "--storage-path",
             str(tmp_path),
             "--name",

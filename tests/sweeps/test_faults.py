@@ -68,6 +68,7 @@ def test_killed_raising_and_diverging_trials_in_one_sweep(ray_gpus, tmp_path, mo
             "1",
             "--gpus-per-trial",
             "0",
+            "--no-report",
             "--storage-path",
             str(tmp_path),
             "--name",
@@ -157,6 +158,7 @@ def test_driver_killed_three_times_resumes_and_extends(ray_gpus, tmp_path, capsy
         "0",
         "--address",
         address,
+        "--no-report",
         "--storage-path",
         str(tmp_path),
     ]
@@ -204,6 +206,7 @@ def test_cell_finished_just_before_the_kill_is_not_run_again_on_resume(ray_gpus,
         "0",
         "--address",
         address,
+        "--no-report",
         "--storage-path",
         str(tmp_path),
         "--name",
@@ -296,7 +299,9 @@ def test_a_full_disk_is_one_line_and_its_continue_command_reruns_no_finished_tri
     grid += ["--max-concurrent", "1"]
     address = ray_gpus.get_runtime_context().gcs_address
     argv = ["sweeps/noise_grid.py", *grid, "--address", address, "--storage-path", str(folder), "--name", "full"]
-    full = subprocess.run([sys.executable, *argv, "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=400)
+    full = subprocess.run(
+        [sys.executable, *argv, "--quiet", "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=400
+    )
     lines = [line for line in full.stderr.splitlines() if line.startswith("error: the disk of the storage folder")]
     assert full.returncode == 1 and len(lines) == 1, full.stdout[-3000:] + full.stderr[-3000:]
     assert f"{folder} is full" in lines[0] and "EOFError" not in full.stderr

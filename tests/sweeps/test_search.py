@@ -42,6 +42,7 @@ def search_argv(tmp_path, *extra, epochs: int = 3, gpus: str = "0") -> list[str]
         "1",
         "--max-concurrent",
         "2",
+        "--no-report",
         "--storage-path",
         str(tmp_path),
         *extra,

@@ -87,7 +87,7 @@ def test_an_auto_sweep_killed_then_resumed_stops_the_clear_cell_early_and_a_high
     # a higher cap later reopens the undecided cell; the finished trials are reused. The clear cell is decided
     # again on the cap-8 boundary: at 4 seeds its t-test's 3 degrees of freedom cannot reach that boundary's
     # z >= 1.3 (8/4)^0.3 c (round 4), so a cell that stopped at 4 of 6 gets its 5th seed (and one run ahead)
-    proc = run_sweep(tmp_path, *AXES, "--max-seeds", "8", *COMPARE, *COMMAND, env=sweep_env)
+    proc = run_sweep(tmp_path, *AXES, "--max-seeds", "8", *COMPARE, *COMMAND, env=sweep_env, report=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = pd.read_csv(experiment / "report" / "seeds.csv").set_index(["cell", "method"])
     assert (again.loc["gap", "n"] >= table.loc["gap", "n"]).all() and (again.loc["gap", "n"] <= 6).all()

@@ -45,7 +45,8 @@ def test_a_sweep_where_half_the_trials_never_print_the_metric_exits_1_and_counts
     """About 40 s on 2 busy cores."""
     script = tmp_path / "half.py"
     script.write_text(HALF)
-    proc = run_sweep(tmp_path, "--axis", "variant=loud,quiet", "--", PY, str(script), "{variant}", env=sweep_env)
+    argv = ["--axis", "variant=loud,quiet", "--", PY, str(script), "{variant}"]
+    proc = run_sweep(tmp_path, *argv, env=sweep_env, report=True)
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
     assert "sweep finished: 2 trials: 0 running, 0 pending, 1 finished, 1 errored (1 no metric), 0 diverged" in out, out
@@ -114,6 +115,7 @@ def test_ctrl_c_then_the_printed_command_from_a_shell_without_the_venv_then_a_ki
     (venv / "python").chmod(0o755)
     experiment = tmp_path / "runs" / "command"
     flags = ["--storage-path", str(tmp_path / "runs"), "--gpus-per-trial", "0", "--cpus-per-trial", "1", "--quiet"]
+    flags += ["--no-report"]
     flags += ["--notify", receiver.url]
     argv = [PY, "sweeps/run_command.py", "--axis", "seed=0,1", *flags, "--", "python", str(script), "{seed}"]
     launch_env = {**sweep_env, "PATH": f"{venv}{os.pathsep}{sweep_env['PATH']}"}  # the venv activated
@@ -169,7 +171,7 @@ def test_ctrl_c_on_the_built_in_grid_exits_130_and_every_table_shows_the_unfinis
     """`noise_grid.py`, SIGINT to the driver after the first epoch. About 40 s on 2 busy cores."""
     experiment = tmp_path / "runs" / "grid"
     argv = [PY, "sweeps/noise_grid.py", "--smoke-test", "--epochs", "40", "--noise-rates", "0.2", "--name", "grid"]
-    argv += ["--storage-path", str(tmp_path / "runs"), "--progress-every", "1"]
+    argv += ["--no-report", "--storage-path", str(tmp_path / "runs"), "--progress-every", "1"]
     driver = start_driver(argv, sweep_env, tmp_path / "grid.log")
     reported = lambda: any("val/acc" in f.read_text() for f in experiment.glob("*/result.json"))  # noqa: E731
     wait_for(lambda: reported() or driver.poll() is not None, 240, "a first epoch")  # Tune makes the file first
@@ -234,6 +236,7 @@ def test_sigterm_to_the_process_group_exits_143_with_the_table_and_leaves_no_ray
         "term",
         "--address",
         "local",
+        "--no-report",
         "--storage-path",
         str(tmp_path / "runs"),
     ]

@@ -51,6 +51,7 @@ def test_half_gpu_trials_share_a_gpu_at_most_two_at_a_time(ray_gpus, tmp_path):
             "0.5",
             "--cpus-per-trial",
             "0.25",
+            "--no-report",
             "--storage-path",
             str(tmp_path),
             "--name",

@@ -150,7 +150,7 @@ def test_run_estimate_times_each_value_of_a_cost_axis_with_estimate_cells_all(tm
 
 def test_launch_argv_leaves_out_what_changes_no_cost_and_keeps_the_commands_own_words():
     argv = ["run_command.py", "--estimate", "--estimate-epochs", "3", "--quiet", "--axis", "a=1", "--notify=x://y"]
-    argv += ["--json", "--progress-every", "5", "--", "python", "t.py", "--json", "--quiet"]
+    argv += ["--json", "--no-report", "--progress-every", "5", "--", "python", "t.py", "--json", "--quiet"]
     assert estimate_record.launch_argv(argv) == [
         "run_command.py",
         "--axis",

@@ -137,7 +137,7 @@ def fake_trial(experiment: Path, name: str, config: dict, epochs_done: int, dive
 def test_resume_of_a_finished_sweep_says_nothing_is_left(tmp_path, capsys, monkeypatch):
     from sweeps.engine.grid import plan
 
-    monkeypatch.setattr(plan, "print_summary", lambda *a: print("table"))
+    monkeypatch.setattr(plan, "print_summary", lambda *a, **k: print("table"))
     cells = [{"epochs": 3, "noise_rate": r, "seed": 0} for r in (0.1, 0.2)]
     fake_trial(tmp_path, "sym_0.1_seed0", cells[0], 3)
     fake_trial(tmp_path, "sym_0.2_seed0", cells[1], 3)
@@ -150,6 +150,27 @@ def test_resume_of_a_finished_sweep_says_nothing_is_left(tmp_path, capsys, monke
     assert plan.say_nothing_to_resume(grid, str(tmp_path), Objective(), TrialIdentity()) is None
     grid = plan.plan_grid([*cells, {**cells[0], "noise_rate": 0.4}], {}, str(tmp_path), skip_existing=True)
     assert grid.todo and plan.say_nothing_to_resume(grid, str(tmp_path), Objective(), TrialIdentity()) is None
+
+
+def test_no_report_prints_the_table_and_writes_no_report_folder_and_says_how_to_write_it(tmp_path, capsys):
+    """--no-report (`RunOptions.report`): the sweep's table is printed, no report folder is written, and the
+    last line names the command that writes it later; without the flag the same call writes report.md."""
+    from sweeps.engine import run_flags
+    from sweeps.engine.run.sweep_end import print_summary
+
+    assert run_flags.run_options(noise_grid.parse_args([])).report is True
+    assert run_flags.run_options(noise_grid.parse_args(["--no-report"])).report is False
+    for rate in (0.1, 0.2):
+        fake_trial(tmp_path, f"sym_{rate}_seed0", {"noise_type": "sym", "noise_rate": rate, "seed": 0}, 3)
+    objective = Objective(test_metric=None)  # the fake trials report val/acc only
+    print_summary(str(tmp_path), objective, report=False)
+    out = capsys.readouterr().out
+    assert "val/acc (%)" in out and "0.1" in out and "0.2" in out, out  # the table, one row per noise rate
+    assert out.splitlines()[-1] == f"report: not written (--no-report); python -m analysis {tmp_path} writes it"
+    assert not (tmp_path / "report").exists()
+    print_summary(str(tmp_path), objective)
+    assert capsys.readouterr().out.splitlines()[-1] == f"report: {tmp_path / 'report' / 'report.md'}"
+    assert (tmp_path / "report" / "report.md").is_file()
 
 
 def test_plan_reuses_finished_cells_and_reruns_the_rest(tmp_path, capsys):

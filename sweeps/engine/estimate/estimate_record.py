@@ -19,11 +19,11 @@ def pending_record(document: dict) -> dict:
 
 def launch_argv(argv: list[str]) -> list[str]:
     """`argv` without the flags that change nothing the sweep costs: the estimate's own (`--estimate`,
-    `--estimate-epochs N`, `--estimate-cells X`, `--json`) and the console's (`--quiet`,
-    `--progress-every S`, `--notify URL`), before a `--` (a command's own words after it stay): an
+    `--estimate-epochs N`, `--estimate-cells X`, `--json`) and the console's (`--quiet`, `--report` /
+    `--no-report`, `--progress-every S`, `--notify URL`), before a `--` (a command's own words after it stay): an
     estimate made for one command line applies to the launch of another with the same words left."""
     alone, valued = (
-        ("--estimate", "--json", "--quiet"),
+        ("--estimate", "--json", "--quiet", "--report", "--no-report"),
         ("--estimate-epochs", "--estimate-cells", "--progress-every", "--notify"),
     )
     own = argv[: argv.index("--")] if "--" in argv else argv  # after `--`: the user's command, as it is

@@ -100,24 +100,26 @@ def plan_grid(
     return GridPlan(todo, reused, space, BasicVariantGenerator(points_to_evaluate=todo), len(todo))
 
 
-def say_all_finished(plan: GridPlan, experiment_dir: str, objective: Objective) -> int:
+def say_all_finished(plan: GridPlan, experiment_dir: str, objective: Objective, report: bool = True) -> int:
     """Every cell is finished already: say so, print the sweep's table and report, and return the
     exit code of the reused trials (`resume.say_outcome`: 0 all done, 1 one diverged). `objective`:
-    the sweep's (`RunOptions.objective`)."""
+    the sweep's (`RunOptions.objective`); `report`: write the report folder (False: --no-report)."""
     print(f"all {len(plan.reused)} cells already finished in {experiment_dir}; --no-skip-existing reruns them")
-    print_summary(experiment_dir, objective)
+    print_summary(experiment_dir, objective, report=report)
     return resume.say_outcome(None, plan.reused, objective.metric)
 
 
-def say_nothing_to_resume(plan: GridPlan, experiment_dir: str, objective: Objective, hash_fn: Callable) -> int | None:
+def say_nothing_to_resume(
+    plan: GridPlan, experiment_dir: str, objective: Objective, hash_fn: Callable, report: bool = True
+) -> int | None:
     """`--resume` of a sweep whose every cell finished and none of whose trials is left unfinished
-    (`resume.unfinished_trials`): say that nothing is left to run, print its table and report, and return the
-    exit code of its trials (`resume.say_outcome`); None when a cell or trial is left: Tune's restore runs it (a
-    cell not finished may be one the sweep never started)."""
+    (`resume.unfinished_trials`): say that nothing is left to run, print its table and report (`report`
+    False: --no-report, none written), and return the exit code of its trials (`resume.say_outcome`); None when
+    a cell or trial is left: Tune's restore runs it (a cell not finished may be one the sweep never started)."""
     if plan.todo or resume.unfinished_trials(experiment_dir, hash_fn):
         return None
     print(f"nothing left to run: all {len(plan.reused)} cells of {experiment_dir} finished (--resume)", flush=True)
-    print_summary(experiment_dir, objective)
+    print_summary(experiment_dir, objective, report=report)
     return resume.say_outcome(None, plan.reused, objective.metric)
 
 

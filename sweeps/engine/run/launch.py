@@ -143,7 +143,7 @@ class Sweep:
         code = sweep_end.EXIT_CODES.get(ending.signal, code)
         notify.sweep_ended(code, ending, rounds, objective, len(reused))
         self.held.record_end(code, ending, options.resume)  # the summary and report read the sweep as over
-        sweep_end.print_summary(options.experiment_dir, objective, shutdown_ray=self.starts_ray)
+        sweep_end.print_summary(options.experiment_dir, objective, self.starts_ray, options.report)
         checked = estimate.record_actual(options.experiment_dir, options.resume)
         folders = [str(options.experiment_dir), *(str(r.experiment_path) for r in rounds[1:])]
         print(f"results: {', '.join(folders)} | {checked}")

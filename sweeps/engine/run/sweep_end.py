@@ -44,10 +44,11 @@ from trainables.experiment.scheduler_stops import pruning_stops
 from trainables.ray_private import trial_folder_uri
 
 
-def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False) -> None:
+def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool = False, report: bool = True) -> None:
     """Print the sweep's table (laid out as the grid, mean ± std over seeds of the objective's test metric,
     its selection rule stated, the best configuration by its metric named below) and then write its write-up
-    (paper table, plots, report.md, with the same rule) into the report folder beside the results.
+    (paper table, plots, report.md, with the same rule) into the report folder beside the results; without
+    `report` (--no-report) say how to write it later instead (`python -m analysis`: the same write-up).
 
     With `shutdown_ray`, `ray.shutdown()` runs in a background thread while the write-up is
     written: both take seconds (plots; stopping Ray's processes, about 1 s each), neither needs
@@ -59,6 +60,9 @@ def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool 
         print("\n" + analysis.sweep_summary(experiment_dir, objective), flush=True)
         if stopper:
             stopper.start()
+        if not report:
+            print(f"report: not written (--no-report); python -m analysis {experiment_dir} writes it")
+            return
         folder = analysis.write_up(experiment_dir, objective=objective)
     except analysis.ExperimentError as e:
         print(f"no report: {e}")
