@@ -121,6 +121,7 @@ def ray_gpus():
             break
         try:
             ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+            ray_private.stop_log_monitor()  # no driver asks for workers' output; it would tail their logs all session
         except Exception as error:
             ray.shutdown()
             if attempt == 2 or "timed out during startup" not in str(error):

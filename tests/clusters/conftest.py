@@ -1,6 +1,7 @@
-"""The clusters folder's own session fixtures: a second `ray start --head` of 8 slots, moto's S3 server with a
-head whose workers reach it, and a two-raylet cluster. Each starts on the first test that asks for it, once per
-pytest worker; the S3 server's users share one worker (tests/conftest.py's `SESSION_GROUPS`)."""
+"""The clusters folder's own fixtures: a second `ray start --head` of 8 slots (for its one module), moto's S3
+server with a head whose workers reach it, and a two-raylet cluster (for the session). Each starts on the first
+test that asks for it, once per pytest worker; the S3 server's users share one worker, the 8-slot head's too
+(tests/conftest.py's `SESSION_GROUPS`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def eight_slot_head(tmp_path_factory):
     """A second `ray start --head`, with 8 logical CPUs and 4 logical GPUs: 8 slots at 0.5 GPU per trial, as
     on a GPU box (the failure gate's start at 8 slots, tests/clusters/test_gate_slots.py); yields the environment
-    that joins it. Started only by the tests that ask for it."""
+    that joins it. Started only by the tests that ask for it, all in that module and run one after another on
+    one pytest worker (`SESSION_GROUPS`): stopped after them, not kept idle until the session ends."""
     from tests.helpers.ray_cluster import shared_head
 
     with shared_head(tmp_path_factory.mktemp("ray_8_slots"), num_cpus=8, num_gpus=4) as env:

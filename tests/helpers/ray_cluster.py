@@ -86,6 +86,10 @@ def start_node(
         f"--num-cpus={num_cpus}",
         f"--num-gpus={num_gpus}",
         "--disable-usage-stats",
+        # no log monitor: it tails every worker's log files ten times a second to copy them to drivers that ask
+        # (log_to_driver), and no sweep or test here asks; on a head that ran a few hundred workers it took ~1.5 %
+        # of a core for as long as the head lived (issue 53: the suite's CPU)
+        "--include-log-monitor=false",
     ]
     if head_port is not None:
         # a dashboard port of its own: without a dashboard `ray start` still refuses to start while its default,

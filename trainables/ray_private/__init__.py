@@ -88,6 +88,16 @@ def dashboard_url() -> str | None:
     return ray._private.worker.get_dashboard_url()
 
 
+def stop_log_monitor() -> None:
+    """Stop the log monitor of the Ray this process started with `ray.init` (no-op when already stopped): it
+    copies workers' output to drivers started with `log_to_driver`, tailing every worker's log files ten times a
+    second. `ray.init` has no `include_log_monitor` (`ray start --include-log-monitor=false` has); the test
+    suite's in-process Ray (tests/conftest.py's `ray_gpus`, log_to_driver=False) stops it."""
+    import ray
+
+    ray._private.worker._global_node.kill_log_monitor(check_alive=False)
+
+
 # --- inside a trial (trainables/) ----------------------------------------------------------
 
 
