@@ -26,6 +26,7 @@ import dataclasses
 import json
 import posixpath
 import re
+import shlex
 import sys
 import time
 from typing import TextIO
@@ -186,7 +187,8 @@ def format_status(state: dict, now: float | None = None) -> list[str]:
     if state.get("report_unfinished"):
         lines.append(
             f"  report: not finished (its writer was stopped while writing it; {records.REPORT_DIR}"
-            f"{records.WRITING}/ holds the part written): rebuild it with `python -m analysis {state['where']}`"
+            f"{records.WRITING}/ holds the part written): rebuild it with "
+            f"`python -m analysis {shlex.quote(state['where'])}`"
         )
     if state["left"] and not state["resumable"]:  # killed before Tune saved the sweep: nothing to restore yet
         command = resume_command(state["launch"], resume=False)

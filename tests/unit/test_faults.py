@@ -3,6 +3,7 @@ checkpoints, extending a finished grid, bad flags, and the dashboard's bind addr
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,11 @@ def test_no_report_prints_the_table_and_writes_no_report_folder_and_says_how_to_
     assert "val/acc (%)" in out and "0.1" in out and "0.2" in out, out  # the table, one row per noise rate
     assert out.splitlines()[-1] == f"report: not written (--no-report); python -m analysis {tmp_path} writes it"
     assert not (tmp_path / "report").exists()
+    spaced = tmp_path / "Drive's runs"  # the command is quoted for the shell: pasted, it names the folder
+    fake_trial(spaced, "sym_0.1_seed0", {"noise_type": "sym", "noise_rate": 0.1, "seed": 0}, 3)
+    print_summary(str(spaced), objective, report=False)
+    command = capsys.readouterr().out.splitlines()[-1].split("; ")[1].removesuffix(" writes it")
+    assert shlex.split(command) == ["python", "-m", "analysis", str(spaced)], command
     print_summary(str(tmp_path), objective)
     assert capsys.readouterr().out.splitlines()[-1] == f"report: {tmp_path / 'report' / 'report.md'}"
     assert (tmp_path / "report" / "report.md").is_file()

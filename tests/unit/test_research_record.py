@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -89,6 +90,13 @@ def test_the_record_lists_code_not_outputs_and_the_changed_line_is_one_line_with
         rf"python -m analysis {re.escape(str(experiment))} --provenance\n",
         out,
     ), out
+
+
+def test_the_changed_line_quotes_the_experiment_folder_for_the_shell():
+    """A folder with a space or a quote in its name is one shell word in the printed command."""
+    folder = "/data/Drive's runs/command"
+    command = provenance_capture.changed_line(["train.py"], folder).split(": ", 2)[2]
+    assert shlex.split(command) == ["python", "-m", "analysis", folder, "--provenance"], command
 
 
 def test_a_process_start_time_is_read_to_a_clock_tick_not_to_the_whole_second_of_the_boot_time():

@@ -122,6 +122,11 @@ def test_a_report_its_writer_left_unfinished_is_said_with_the_command_that_rebui
         f"rebuild it with `python -m analysis {experiment}`"
     )
 
+    spaced = small_sweep(tmp_path / "Drive's runs", record(dead_pid(), ended=time.time(), exit_code=0))
+    (spaced / "report.writing").mkdir()
+    command = format_status(read_status(spaced))[-2].split("`")[1]  # pasted into a shell, it names the folder
+    assert shlex.split(command) == ["python", "-m", "analysis", str(spaced)], command
+
 
 def test_watch_prints_again_until_the_driver_ends(tmp_path):
     import io

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
+import shlex
 import signal
 import sys
 import threading
@@ -61,7 +62,7 @@ def print_summary(experiment_dir: str, objective: Objective, shutdown_ray: bool 
         if stopper:
             stopper.start()
         if not report:
-            print(f"report: not written (--no-report); python -m analysis {experiment_dir} writes it")
+            print(f"report: not written (--no-report); python -m analysis {shlex.quote(str(experiment_dir))} writes it")
             return
         folder = analysis.write_up(experiment_dir, objective=objective)
     except analysis.ExperimentError as e:

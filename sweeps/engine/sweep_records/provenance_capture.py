@@ -60,7 +60,7 @@ def changed_line(files: list[str], experiment_dir: str) -> str:
     more = f" and {len(files) - len(shown)} more" if len(files) > len(shown) else ""
     return (
         f"code changed since the previous run: {', '.join(shown)}{more}: "
-        f"python -m analysis {experiment_dir} --provenance"
+        f"python -m analysis {shlex.quote(experiment_dir)} --provenance"
     )
 
 
