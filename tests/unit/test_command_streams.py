@@ -121,6 +121,29 @@ def test_a_restart_before_any_logged_row_reports_from_the_first_step(tmp_path):
     assert logged.last_step == 1 and logged.recorded == {1}
 
 
+def test_a_restart_joins_the_final_figures_to_the_row_of_the_last_step_the_history_holds(tmp_path, monkeypatch):
+    """Killed after its last epoch's row was logged, before its final figures: the command run again prints both;
+    the final figures join the history's row of that step (`JOINS_STEP_METRIC`: the tables keep the joined row,
+    the progress line counts no extra epoch), Tune's own keys left out; before, they were reported as a second
+    row of that step (pytorch/examples' word_language_model, one driver kill: `epochs 25/25` for 6 x 4)."""
+    import json
+
+    from trainables.command import step_reporter
+    from trainables.experiment.records import JOINS_STEP_METRIC
+
+    tune_keys = {"time_total_s": 1.0, "config": {"seed": 0}, "trial_id": "a", "done": False, "timestamp": 1}
+    history = [{"epoch": e, "valid_loss": 5.0 - e, "training_iteration": e, **tune_keys} for e in (1, 2, 3, 4)]
+    (tmp_path / "result.json").write_text("".join(json.dumps(row) + "\n" for row in history))
+    (tmp_path / STDOUT_LOG).write_text(ATTEMPT_LINE + "2026-11-30 10:00:00\n")
+    sent = []
+    monkeypatch.setattr(step_reporter.tune, "report", lambda metrics, checkpoint: sent.append(metrics))
+    reporter = step_reporter.StepReporter.after_restart("epoch", tmp_path, None)
+    assert not reporter.report_new([{"epoch": e, "valid_loss": 5.0 - e} for e in (1, 2, 3, 4)])
+    assert sent == []  # reported before the restart
+    assert not reporter.report_new([{"epoch": 4, "test_loss": 0.5}], final=True)
+    assert sent == [{"epoch": 4, "valid_loss": 1.0, "test_loss": 0.5, JOINS_STEP_METRIC: 1}]
+
+
 def test_the_command_writes_to_files_and_the_trial_reads_each_line_once(tmp_path):
     """Both streams go to the trial folder's output files (no pipe) and are read into command_stdout.txt,
     a last line without a newline included; nothing is left for a retry to catch up."""

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ray.tune import Checkpoint
+from ray.tune.result import AUTO_RESULT_KEYS, DONE, EXPERIMENT_TAG, SHOULD_CHECKPOINT, TRIAL_ID
 
 from trainables.command.output_shapes import NUMBER
 from trainables.command.parse import STREAMS_READ, StepContext, line_metrics
@@ -207,6 +208,24 @@ def recorded_steps(result_file: Path) -> set:
         if isinstance(row, dict) and isinstance(row.get("epoch"), (int, float)):
             steps.add(row["epoch"])
     return steps
+
+
+TUNE_KEYS = frozenset((*AUTO_RESULT_KEYS, DONE, EXPERIMENT_TAG, SHOULD_CHECKPOINT, TRIAL_ID))  # Tune adds them
+
+
+def recorded_row(result_file: Path, step: float) -> dict:
+    """The metrics of the last row at `step` in the trial's history (`recorded_steps`' file), without the keys
+    Tune adds to each result (`TUNE_KEYS`: `training_iteration`, `time_total_s`, `config`, ...): the result a
+    restarted trial's final figures at that step join (`StepReporter.after_restart`); {} when no row holds it."""
+    found = {}
+    for line in result_file.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("epoch") == step:
+            found = {k: v for k, v in row.items() if k not in TUNE_KEYS}
+    return found
 
 
 def read_step(checkpoint_folder: Path) -> list:

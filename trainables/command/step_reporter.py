@@ -17,7 +17,7 @@ from ray.tune import Checkpoint
 from trainables import divergence, ray_private
 from trainables.command.failure_gate import GateTicket
 from trainables.command.parse import non_finite
-from trainables.command.sources import STDOUT_LOG, last_reported_step, recorded_steps
+from trainables.command.sources import STDOUT_LOG, last_reported_step, recorded_row, recorded_steps
 from trainables.experiment import records
 from trainables.proctitle import refresh_title
 
@@ -37,7 +37,7 @@ class StepReporter:
     parsed: int = 0  # results seen in this run, reported or skipped as reported before
     seen: dict = dataclasses.field(default_factory=dict)  # the metric names of those results, in first-seen order
     reported_before: bool = False  # an earlier attempt reported a result (its metric names are not known here)
-    last_result: dict | None = None  # the result last reported by this attempt
+    last_result: dict | None = None  # the result last reported: by this attempt, or the history's last row
     ticket: GateTicket = dataclasses.field(default_factory=GateTicket)  # told once `works`
     works_when: tuple = ()  # the metrics whose first report tells the gate the command works (--metric)
     works: bool = False  # this attempt's results held each of `works_when` (without them: it reported a result)
@@ -54,7 +54,10 @@ class StepReporter:
         """The reporter of a trial whose Tune `checkpoint` (None on a first start) and folder say
         where a retry or `--resume` goes on from. Its `checkpoint_*` folders count only beside the trial's
         history (`result.json`): the worker stores a step's checkpoint before the driver logs its row, and a
-        worker killed before any row was logged left a folder whose rows the history never got."""
+        worker killed before any row was logged left a folder whose rows the history never got. The history's
+        last row is the result a final result at its step joins (`report_new`): a command that printed its last
+        epoch, then was killed before its final figures, prints both again, and its history gets one joined row,
+        not a second row of that step (which counted one epoch more, its final figures on a row of their own)."""
         history = trial_folder / "result.json"
         last_step = last_reported_step(checkpoint, trial_folder if history.exists() else None)
         restarted = last_step is not None or (trial_folder / STDOUT_LOG).exists()
@@ -62,7 +65,11 @@ class StepReporter:
         if restarted and history.exists():
             recorded = recorded_steps(history)
             last_step = max(recorded, default=None)
-        return cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
+        reporter = cls(step_key, trial_folder, last_step, recorded, restarted, reported_before=last_step is not None)
+        if recorded:  # final figures at the last step join its row, as in one attempt
+            last_row = recorded_row(history, last_step)
+            reporter.last_result = last_row if step_key in last_row else None
+        return reporter
 
     def report_new(self, results: list[dict], final: bool = False, missing: bool = False) -> bool:
         """Report the results not reported before; True when one diverged (the trial then ends).
