@@ -235,3 +235,37 @@ def test_a_restart_recovers_epochs_from_the_tracker_holding_the_metric_and_print
     assert not _report_recovered(reporter, "t", Reading("epoch", [], objective, "output", trial / "m", work))
     assert reported == [{"val/acc": 0.62, "epoch": 2}]
     assert "(steps 2..2, from command_stdout.txt)" in capsys.readouterr().out
+
+
+def test_the_commands_pid_is_waited_for_while_the_shim_starts_slowly(monkeypatch):
+    """On a loaded machine the shim forks the command seconds after its start: the log prefix's pid is the
+    command's (a CI run's prefix named the shim's pid after a 2 s limit); the shim's own once it has exited."""
+    import types
+
+    import psutil
+
+    from trainables.command import process
+
+    clock = {"now": 0.0}
+    forked_at = {"s": 5.0}  # the shim forks its child 5 s after its start
+
+    class Shim:
+        def __init__(self, pid):
+            pass
+
+        def children(self):
+            return [types.SimpleNamespace(pid=4243)] if clock["now"] >= forked_at["s"] else []
+
+    monkeypatch.setattr(psutil, "Process", Shim)
+    monkeypatch.setattr(
+        process,
+        "time",
+        types.SimpleNamespace(monotonic=lambda: clock["now"], sleep=lambda s: clock.update(now=clock["now"] + s)),
+    )
+    running = types.SimpleNamespace(pid=4242, poll=lambda: None)
+    assert process.command_pid(running) == 4243
+    clock["now"], forked_at["s"] = 0.0, 1e9  # the shim never forks: its own pid after the limit
+    assert process.command_pid(running) == 4242 and clock["now"] >= 30.0
+    clock["now"] = 0.0
+    assert process.command_pid(types.SimpleNamespace(pid=4242, poll=lambda: 1)) == 4242  # exited: at once
+    assert clock["now"] == 0.0

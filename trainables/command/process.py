@@ -147,9 +147,11 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: d
             file.close()  # the command holds its own copies
 
 
-def command_pid(proc: subprocess.Popen, timeout_s: float = 2.0) -> int:
-    """The pid of the command that `start_command`'s shim runs (its child: the pid `nvidia-smi` shows),
-    waiting up to `timeout_s` for the shim to fork it; the shim's own pid if it has none by then."""
+def command_pid(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+    """The pid of the command that `start_command`'s shim runs (its child: the pid `nvidia-smi` shows, and the
+    one the trial's log prefix names), waiting for the shim to fork it: its `python -S` start takes tens of
+    milliseconds, seconds on a loaded machine (a CI run's prefix named the shim's pid after a 2 s limit). The
+    shim's own pid if it exited first, or has no child after `timeout_s` seconds."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
