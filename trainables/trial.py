@@ -41,7 +41,7 @@ from trainables.config import TrainConfig, config_hash, identity, parse_config
 from trainables.data import data_key, load_data
 from trainables.experiment import records
 from trainables.experiment.storage import trial_folder, trial_storage_dir
-from trainables.experiment.trial_end import ended_before_restart
+from trainables.experiment.trial_end import ended_before_restart, final_epoch_recorded
 from trainables.gpu_share import trial_gpu_fraction
 from trainables.gpu_use import gpu_metrics, record_placement, sample_gpu_utilization
 from trainables.logs import log_epoch, trial_logger
@@ -82,7 +82,7 @@ def train_classifier(config: dict, data: dict | None = None, seeds: Sequence[int
     states = restore_states(cfg, seeds) if trial_name else {}
     if states and min(state["epoch"] for state in states.values()) >= cfg.epochs:
         return  # finished before the driver was killed (after Tune's last snapshot): nothing to run again
-    if trial_name and ended_before_restart(trial_name):
+    if trial_name and (ended_before_restart(trial_name) or final_epoch_recorded(trial_name, cfg.epochs)):
         return  # ended after Tune's last snapshot, which named an older checkpoint (object storage) or none
     gpu_fraction = trial_gpu_fraction()  # fractional GPUs are capped so a trial cannot starve its neighbours
     trial_dir = start_trial(cfg, data)

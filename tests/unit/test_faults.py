@@ -324,3 +324,40 @@ def test_a_restarted_trial_whose_end_the_driver_recorded_ends_at_once(tmp_path, 
     assert capsys.readouterr().out == "seed2: ended before this restart (its trial_end.json): nothing is run again\n"
     monkeypatch.setattr(storage, "trial_storage_uri", lambda: None)  # outside a trial
     assert not ended_before_restart("seed2")
+
+
+def test_a_restarted_trial_whose_history_holds_its_last_epochs_checkpoint_ends_at_once(tmp_path, monkeypatch, capsys):
+    """A driver killed after a trial's last row was logged and before its `trial_end.json` (object storage: the
+    trial's files are copied first): the resumed trial, given an older checkpoint, trained epochs 9-12 again (two
+    fresh-clone CI runs, test_s3's killed grid). Its own row reporting the last epoch's checkpoint ends it at once;
+    an earlier epoch's, another trial's row, or a row without a checkpoint does not."""
+    import json
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from trainables.experiment import storage
+    from trainables.experiment.trial_end import final_epoch_recorded
+
+    folder = tmp_path / "sym_0.1_seed0"
+    folder.mkdir()
+    monkeypatch.setattr(storage, "trial_storage_uri", lambda: str(folder))
+    monkeypatch.setattr(tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t1"))
+
+    def history(*rows):
+        (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    assert not final_epoch_recorded("sym_0.1_seed0", 12)  # no history
+    row = lambda epoch, **k: {"epoch": epoch, "trial_id": "t1", "checkpoint_dir_name": f"checkpoint_{epoch:06d}", **k}  # noqa: E731
+    history(row(4), row(8), {"epoch": 12, "trial_id": "t1", "checkpoint_dir_name": None})
+    assert not final_epoch_recorded("sym_0.1_seed0", 12)  # epoch 12 logged without its checkpoint
+    history(row(4), row(8), row(12, trial_id="t9"))
+    assert not final_epoch_recorded("sym_0.1_seed0", 12)  # another trial's row
+    assert capsys.readouterr().out == ""
+    history(row(4), row(8), row(12))
+    assert final_epoch_recorded("sym_0.1_seed0", 12)
+    assert capsys.readouterr().out == (
+        "sym_0.1_seed0: its history holds its last epoch's checkpoint (epoch 12): nothing is run again\n"
+    )
+    monkeypatch.setattr(storage, "trial_storage_uri", lambda: None)  # outside a trial
+    assert not final_epoch_recorded("sym_0.1_seed0", 12)
