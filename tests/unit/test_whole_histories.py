@@ -60,11 +60,32 @@ def test_a_restart_from_a_checkpoint_keeps_the_rows_logged_since_the_last_copy_t
     json_logger.on_trial_result(0, [], trial, {"training_iteration": 3, "val_acc": 0.9})
     assert iterations(staged) == [1, 2, 3, 3]
     # a new driver session (--resume) has no staging file yet: the storage copy is taken, as Tune does
+    Path(trial.storage.trial_fs_path, "result.json").write_text(stale)
     fresh = StandInTrial(tmp_path / "resumed")
     fresh.storage = trial.storage
     fresh.checkpoint = object()
     json_logger.on_trial_start(0, [], fresh)
     assert iterations(Path(fresh.local_path, "result.json")) == [1]
+
+
+def test_a_trial_started_again_in_the_session_finds_every_row_logged_so_far_on_its_storage(tmp_path):
+    """A retried trial reads its history on storage (`StepReporter.after_restart`) to tell the rows logged
+    before from those it reports again; Tune copies the staging file there only every few seconds, so the
+    JSON logger copies it when the trial starts again, before the trial runs. A first start copies nothing."""
+    trial = StandInTrial(tmp_path)
+    json_logger, _ = ray_private.history_keeping_loggers(JOINS_STEP_METRIC)
+    stored = Path(trial.storage.trial_fs_path, "result.json")
+    json_logger.on_trial_start(0, [], trial)
+    assert not stored.exists()
+    json_logger.on_trial_result(0, [], trial, {"training_iteration": 1, "epoch": 1, "val_acc": 0.5})
+    json_logger.on_trial_error(0, [], trial)  # its worker died: Tune retries it, from scratch
+    json_logger.on_trial_start(0, [], trial)
+    assert iterations(stored) == [1]
+    json_logger.on_trial_result(0, [], trial, {"training_iteration": 1, "epoch": 2, "val_acc": 0.6})
+    stored.write_text(stored.read_text()[:-9])  # a copy Tune's own copying tore: rewritten whole at the next start
+    trial.checkpoint = object()  # PBT's exploit, or a retry from a checkpoint
+    json_logger.on_trial_start(0, [], trial)
+    assert iterations(stored) == [1, 1] and stored.read_bytes() == Path(trial.local_path, "result.json").read_bytes()
 
 
 def test_a_final_block_joined_to_the_last_step_replaces_its_row_in_progress_csv(tmp_path):

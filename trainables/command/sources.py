@@ -16,6 +16,7 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ray.tune import Checkpoint
@@ -199,15 +200,7 @@ def recorded_steps(result_file: Path) -> set:
     A step's checkpoint is stored by the worker before the driver logs its row, so after a driver
     kill the newest `checkpoint_*` folder may belong to a row the history never got: that row is
     then reported again (from `command_stdout.txt`), not lost."""
-    steps = set()
-    for line in result_file.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("epoch"), (int, float)):
-            steps.add(row["epoch"])
-    return steps
+    return {row["epoch"] for row in _history_rows(result_file) if isinstance(row.get("epoch"), (int, float))}
 
 
 TUNE_KEYS = frozenset((*AUTO_RESULT_KEYS, DONE, EXPERIMENT_TAG, SHOULD_CHECKPOINT, TRIAL_ID))  # Tune adds them
@@ -217,15 +210,19 @@ def recorded_row(result_file: Path, step: float) -> dict:
     """The metrics of the last row at `step` in the trial's history (`recorded_steps`' file), without the keys
     Tune adds to each result (`TUNE_KEYS`: `training_iteration`, `time_total_s`, `config`, ...): the result a
     restarted trial's final figures at that step join (`StepReporter.after_restart`); {} when no row holds it."""
-    found = {}
+    rows = [row for row in _history_rows(result_file) if row.get("epoch") == step]
+    return {k: v for k, v in rows[-1].items() if k not in TUNE_KEYS} if rows else {}
+
+
+def _history_rows(result_file: Path) -> Iterator[dict]:
+    """The rows of a trial's `result.json`, one JSON object a line; a line torn by a killed driver is skipped."""
     for line in result_file.read_text(errors="replace").splitlines():
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and row.get("epoch") == step:
-            found = {k: v for k, v in row.items() if k not in TUNE_KEYS}
-    return found
+        if isinstance(row, dict):
+            yield row
 
 
 def read_step(checkpoint_folder: Path) -> list:

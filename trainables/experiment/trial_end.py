@@ -19,14 +19,7 @@ def ended_before_restart(trial_name: str) -> bool:
     naming `trial_name`). False outside a Tune trial, without a record, or with another trial's record."""
     folder = storage.trial_storage_uri()
     end = records.read_trial_end(folder) if folder else None
-    if end is None:
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from ray import tune
-
-        trial_id = tune.get_context().get_trial_id()
-    if end.get("trial_id") != trial_id:
+    if end is None or end.get("trial_id") != _running_trial_id():
         return False
     print(f"{trial_name}: ended before this restart (its trial_end.json): nothing is run again", flush=True)
     return True
@@ -49,11 +42,7 @@ def final_epoch_recorded(trial_name: str, planned_epochs: int) -> bool:
     if folder is None:
         return False
     fs, path, _ = storage.filesystem_of(folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from ray import tune
-
-        trial_id = tune.get_context().get_trial_id()
+    trial_id = _running_trial_id()
     rows = reported_checkpoints(fs, path).values()
     last = [r for r in rows if r.get("trial_id") == trial_id and _number(r.get("epoch")) >= planned_epochs]
     if not last:
@@ -64,6 +53,15 @@ def final_epoch_recorded(trial_name: str, planned_epochs: int) -> bool:
         flush=True,
     )
     return True
+
+
+def _running_trial_id() -> str:
+    """Tune's id of the running trial (Tune warns that the context is deprecated outside Train: silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from ray import tune
+
+        return tune.get_context().get_trial_id()
 
 
 def _number(value) -> float:

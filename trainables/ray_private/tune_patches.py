@@ -75,6 +75,12 @@ def history_keeping_loggers(joins_key: str) -> list:
 
     Here the copy is made only when the staging file does not exist (a new driver session: a
     resume), since within one session the staging file holds every row the storage one does.
+    The other way round, the JSON logger copies a restarted trial's staging `result.json` to storage when the
+    trial starts again in this session (a retry, PBT's exploit), before Tune runs the trial: the trial reads its
+    history there to tell the rows logged before from those it must report again
+    (`trainables/command/step_reporter.py:StepReporter.after_restart`), and a storage copy a few seconds old
+    lacked rows, which were then logged twice (a CI run, 2026-11-30: a retried command trial's epoch 1). A copy
+    that fails (OSError) is a warning: the trial then reads the older copy, as before.
     Passed in `RunConfig.callbacks`, they stand in for Tune's (which adds its own only when none
     is there). Upstream: no Ray issue found for this (searched 2026-11-27: result.json,
     progress.csv, PBT, restore, rows lost).
@@ -123,9 +129,34 @@ def _history_keeping_classes() -> tuple[type, type]:
                 start = data.rstrip(b"\n").rfind(b"\n") + 1
             starts[trial] = start
 
-    json_logger = type("HistoryKeepingJsonLogger", (KeepStagedRows, JsonLoggerCallback), {"__module__": __name__})
+    class StorageCopyOnRestart(KeepStagedRows, JsonLoggerCallback):
+        def log_trial_start(self, trial) -> None:
+            staged = Path(trial.local_path, "result.json")
+            restarted = staged.exists()  # a start in this session logged rows before (or opened the file)
+            super().log_trial_start(trial)
+            if restarted:
+                copy_to_trial_storage(trial, staged)
+
+    json_logger = type("HistoryKeepingJsonLogger", (StorageCopyOnRestart,), {"__module__": __name__})
     csv_logger = type("HistoryKeepingCSVLogger", (OneRowPerStep,), {"__module__": __name__})
     return json_logger, csv_logger
+
+
+def copy_to_trial_storage(trial, staged) -> None:
+    """Copy the driver's staged file `staged` (a `pathlib.Path` in `trial.local_path`) to the same name in the
+    trial's storage folder (`Trial.storage`: any pyarrow file system; written whole: `upload_files_whole`).
+    An OSError (a full disk, storage out of reach) is logged as a warning, not raised: Tune's own periodic
+    copy follows."""
+    import logging
+    import posixpath
+
+    from ray.train._internal.storage import _upload_to_fs_path
+
+    destination = posixpath.join(trial.storage.trial_fs_path, staged.name)
+    try:
+        _upload_to_fs_path(local_path=str(staged), fs=trial.storage.storage_filesystem, fs_path=destination)
+    except OSError as error:
+        logging.getLogger(__name__).warning("could not copy %s to %s: %s", staged, destination, error)
 
 
 def upload_files_whole(copy_whole) -> bool:
