@@ -23,7 +23,6 @@ Only the running trials' files are opened, so a 1,000-trial experiment answers i
 from __future__ import annotations
 
 import dataclasses
-import json
 import posixpath
 import re
 import shlex
@@ -47,7 +46,7 @@ from analysis.reading.tune_state import (
     resolve_source,
     sweep_settings,
 )
-from trainables.experiment import records
+from trainables.experiment import records, storage
 from trainables.experiment.errors import ExperimentError
 from trainables.experiment.objective import Objective
 from trainables.experiment.outcome import ALL_ENDED, ERRORED, TIME_BUDGET, ran_to_end, trial_outcome
@@ -280,7 +279,7 @@ def _trial_records(
         trial = folders.get(folder)
         if trial is not None and trial.status in ("TERMINATED", "ERROR"):
             continue  # finished in the snapshot: nothing newer to read
-        rows = _result_rows(fs, posixpath.join(root, folder, "result.json"))
+        rows = storage.json_lines(read_bytes(fs, posixpath.join(root, folder, "result.json")) or b"")
         if trial is None:
             if not rows:
                 continue  # not a trial folder, or one that has reported nothing yet
@@ -335,20 +334,6 @@ def _add_reruns(fs, folder: str, metric: str, trials: list, log_lines: dict, dup
         if rerun[j].name in rerun_lines:
             log_lines[rerun[j].name] = rerun_lines[rerun[j].name]
     duplicates += rerun_duplicates
-
-
-def _result_rows(fs, path: str) -> list[dict]:
-    """The complete JSON lines of a trial's result.json (a line being written is left out)."""
-    data = read_bytes(fs, path) or b""
-    rows = []
-    for line in data.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def _update_from_rows(trial: TrialRecord, rows: list[dict], metric: str) -> None:

@@ -22,13 +22,14 @@ is refused, and nothing in it runs.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import warnings
 from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from trainables.experiment import storage
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")  # Tune's StorageContext._make_checkpoint_dir_name
@@ -120,15 +121,7 @@ def reported_checkpoints(fs: pafs.FileSystem, folder: str) -> dict[str, dict]:
     """
     try:
         with fs.open_input_stream(posixpath.join(folder, "result.json")) as f:
-            text = f.readall().decode()
+            data = f.readall()
     except FileNotFoundError:
         return {}
-    rows = {}
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("checkpoint_dir_name"):
-            rows[row["checkpoint_dir_name"]] = row
-    return rows
+    return {row["checkpoint_dir_name"]: row for row in storage.json_lines(data) if row.get("checkpoint_dir_name")}

@@ -16,7 +16,6 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from ray.tune import Checkpoint
@@ -26,7 +25,7 @@ from trainables.command.output_shapes import NUMBER
 from trainables.command.parse import STREAMS_READ, StepContext, line_metrics
 from trainables.command.trackers import TRACKERS, TrackerResults, describe_sources, sources_of
 from trainables.command.user_metrics import METRICS_FILE_ENV
-from trainables.experiment import records
+from trainables.experiment import records, storage
 from trainables.experiment.objective import Objective
 
 STDOUT_LOG = "command_stdout.txt"  # <trial folder on storage>/command_stdout.txt: the command's lines, every attempt
@@ -200,7 +199,8 @@ def recorded_steps(result_file: Path) -> set:
     A step's checkpoint is stored by the worker before the driver logs its row, so after a driver
     kill the newest `checkpoint_*` folder may belong to a row the history never got: that row is
     then reported again (from `command_stdout.txt`), not lost."""
-    return {row["epoch"] for row in _history_rows(result_file) if isinstance(row.get("epoch"), (int, float))}
+    rows = storage.json_lines(result_file.read_bytes())
+    return {row["epoch"] for row in rows if isinstance(row.get("epoch"), (int, float))}
 
 
 TUNE_KEYS = frozenset((*AUTO_RESULT_KEYS, DONE, EXPERIMENT_TAG, SHOULD_CHECKPOINT, TRIAL_ID))  # Tune adds them
@@ -210,19 +210,8 @@ def recorded_row(result_file: Path, step: float) -> dict:
     """The metrics of the last row at `step` in the trial's history (`recorded_steps`' file), without the keys
     Tune adds to each result (`TUNE_KEYS`: `training_iteration`, `time_total_s`, `config`, ...): the result a
     restarted trial's final figures at that step join (`StepReporter.after_restart`); {} when no row holds it."""
-    rows = [row for row in _history_rows(result_file) if row.get("epoch") == step]
+    rows = [row for row in storage.json_lines(result_file.read_bytes()) if row.get("epoch") == step]
     return {k: v for k, v in rows[-1].items() if k not in TUNE_KEYS} if rows else {}
-
-
-def _history_rows(result_file: Path) -> Iterator[dict]:
-    """The rows of a trial's `result.json`, one JSON object a line; a line torn by a killed driver is skipped."""
-    for line in result_file.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            yield row
 
 
 def read_step(checkpoint_folder: Path) -> list:

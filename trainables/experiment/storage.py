@@ -19,6 +19,7 @@ the storage folder, hence the guarded internal one.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import warnings
@@ -86,6 +87,21 @@ def read_bytes(path: str) -> bytes:
     fs, inner, _ = filesystem_of(path)
     with fs.open_input_stream(inner) as f:
         return f.readall()
+
+
+def json_lines(data: bytes) -> list[dict]:
+    """The complete rows of a JSON-lines file's contents `data` (Tune's `result.json`: one JSON object a line),
+    oldest first: a line being written, or torn by a killed driver, is left out, as is any line that is not a
+    JSON object; [] for no data."""
+    rows = []
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # json.JSONDecodeError, UnicodeDecodeError
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 def write_bytes(path: str, data: bytes) -> None:
