@@ -13,6 +13,7 @@ import dataclasses
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -126,14 +127,19 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: d
     Args:
         outputs: {"OUT": path, "ERR": path}: the files its stdout and stderr go to (emptied first);
             None: pipes (bytes), as `--check` reads them.
+    Returns:
+        the shim's `Popen`, with `command_pid` set: the pid of the command itself (the shim's child: the pid
+        `nvidia-smi` shows, and the one the trial's log prefix names), as the shim wrote it to a pipe when it
+        forked the command (`read_command_pid`), so it is known even when the command has already exited.
     The shim asks the kernel for SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG),
     and ignores it, as it ignores every SIGTERM: the watchdog ends the group. The preexec function
     only makes one libc call, prepared before the fork, so it is safe in the threaded Ray worker.
     """
     files = {name: open(path, "wb") for name, path in (outputs or {}).items()}
+    pid_read, pid_write = os.pipe()
     try:
-        return subprocess.Popen(
-            [sys.executable, "-S", str(SHIM), *argv],
+        proc = subprocess.Popen(
+            [sys.executable, "-S", str(SHIM), str(pid_write), *argv],
             stdin=subprocess.DEVNULL,
             stdout=files.get("OUT", subprocess.PIPE),
             stderr=files.get("ERR", subprocess.PIPE),
@@ -141,29 +147,34 @@ def start_command(argv: list[str], env: dict, cwd: str | None = None, outputs: d
             cwd=cwd,
             start_new_session=True,
             preexec_fn=_die_with_parent if _LIBC else None,
+            pass_fds=(pid_write,),
         )
+    except BaseException:
+        os.close(pid_read)
+        raise
     finally:
+        os.close(pid_write)  # the shim holds its own copy: its exit ends the pipe
         for file in files.values():
             file.close()  # the command holds its own copies
+    proc.command_pid = read_command_pid(pid_read, proc.pid)
+    return proc
 
 
-def command_pid(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
-    """The pid of the command that `start_command`'s shim runs (its child: the pid `nvidia-smi` shows, and the
-    one the trial's log prefix names), waiting for the shim to fork it: its `python -S` start takes tens of
-    milliseconds, seconds on a loaded machine (a CI run's prefix named the shim's pid after a 2 s limit). The
-    shim's own pid if it exited first, or has no child after `timeout_s` seconds."""
-    import psutil
+def read_command_pid(pid_read: int, shim_pid: int, timeout_s: float = 30.0) -> int:
+    """The pid the shim writes to the pipe `pid_read` (closed here) right after it forks the command.
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            children = psutil.Process(proc.pid).children()
-        except psutil.Error:
-            break
-        if children:
-            return children[0].pid
-        time.sleep(0.005)
-    return proc.pid
+    The shim writes it before the command runs, so a command that ends at once is no race (the psutil
+    lookup of the shim's child this replaces named the shim's pid in a CI run when the Ray worker, starved
+    on a loaded machine, looked only after the 0.3 s script had ended). Its `python -S` start takes tens of
+    milliseconds, seconds on a loaded machine. Returns `shim_pid` when the shim exits without writing (it
+    could not fork) or has written nothing after `timeout_s` seconds.
+    """
+    try:
+        ready, _, _ = select.select([pid_read], [], [], timeout_s)
+        written = os.read(pid_read, 32) if ready else b""
+    finally:
+        os.close(pid_read)
+    return int(written) if written.strip().isdigit() else shim_pid
 
 
 def log_prefix(trial_name: str, stream: str, gpu_ids: str, pid: int) -> str:

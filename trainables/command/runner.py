@@ -34,7 +34,6 @@ from trainables.command.process import (
     CommandOutput,
     Reading,
     command_env,
-    command_pid,
     exit_code_soon,
     log_prefix,
     start_command,
@@ -243,10 +242,12 @@ def _start_and_watch(argv, env: dict, cwd, trial_name: str, echo: dict, reading:
     except BaseException:
         log.close()
         raise
-    pid = command_pid(proc)  # the script's, not the shim's
     return proc, CommandOutput(
         start_readers(proc, log, outputs),
-        {name: log_prefix(trial_name, name, os.environ.get("CUDA_VISIBLE_DEVICES", ""), pid) for name in echo},
+        {
+            name: log_prefix(trial_name, name, os.environ.get("CUDA_VISIBLE_DEVICES", ""), proc.command_pid)
+            for name in echo
+        },
         echo,
         StepContext(step_key, reading.patterns, reading.objective),
         STREAMS_READ.get(metrics_from, ()),
