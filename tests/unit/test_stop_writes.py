@@ -120,3 +120,15 @@ def test_the_shim_exits_as_its_command_did(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == code, (argv, err)
     assert b"cannot run" in err and b"missing" in err
+
+
+def test_the_command_gets_the_signal_defaults_a_shell_gives(tmp_path):
+    """Python ignores SIGPIPE and SIGXFSZ and an exec keeps them ignored: the shim restores the defaults, so a
+    pipeline in the user's command ends as in their shell (`yes | head -1`: no `Broken pipe` error)."""
+    from trainables.command.process import start_command
+
+    proc = start_command(["sh", "-c", "grep SigIgn /proc/$$/status; yes | head -1"], dict(os.environ))
+    out, err = proc.communicate(timeout=60)
+    ignored = int(out.split()[1], 16)  # a bit mask: bit n-1 for signal n
+    assert proc.returncode == 0 and out.split()[2] == b"y" and err == b""
+    assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)), hex(ignored)

@@ -19,6 +19,9 @@ import signal
 import sys
 
 NOT_STARTED = 127  # the shell's code for a command that could not be run
+# What Python ignores at its start and an exec keeps ignored: the command gets the defaults, as from a shell
+# (`yes | head -1` then ends quietly), as `subprocess.Popen(restore_signals=True)` does
+RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name))
 
 
 def _ignore(signum, frame) -> None:
@@ -33,6 +36,8 @@ def main(pid_fd: int, argv: list[str]) -> int:
     os.set_inheritable(pid_fd, False)  # not the command's: its exec closes it
     pid = os.fork()
     if pid == 0:
+        for signum in RESTORED:
+            signal.signal(signum, signal.SIG_DFL)
         try:
             os.execvp(argv[0], argv)
         except OSError as e:
