@@ -27,11 +27,12 @@ args = p.parse_args()
 out = Path(args.out)
 ckpt = out / "ckpt.json"
 start = json.loads(ckpt.read_text())["epoch"] + 1 if ckpt.exists() else 1
+worker = psutil.Process().parent().parent()  # the trial's Ray worker: trainables/command/shim.py's parent
 print(f"resuming from epoch {start}" if start > 1 else "starting", flush=True)
 for epoch in range(start, args.epochs + 1):
     if args.kill_at_once and epoch == args.kill_parent_after and not (out / "killed").exists():
-        os.kill(os.getppid(), signal.SIGSTOP)  # the worker reads nothing more: the next line is printed unread
-        stat, deadline = Path(f"/proc/{os.getppid()}/stat"), time.monotonic() + 20
+        os.kill(worker.pid, signal.SIGSTOP)  # the worker reads nothing more: the next line is printed unread
+        stat, deadline = Path(f"/proc/{worker.pid}/stat"), time.monotonic() + 20
         while stat.read_text().rsplit(")", 1)[1].split()[0] not in "tT" and time.monotonic() < deadline:
             time.sleep(0.001)  # the stop has reached the worker (Linux: state T)
     print(f"epoch {epoch}/{args.epochs} val_acc={0.5 + epoch / 100:.2f}", flush=True)
@@ -44,5 +45,5 @@ for epoch in range(start, args.epochs + 1):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        os.kill(psutil.Process().parent().parent().pid, signal.SIGKILL)  # trainables/command/shim.py's parent
+        os.kill(worker.pid, signal.SIGKILL)
         time.sleep(30)  # the watchdog ends this process once the worker is gone
