@@ -170,8 +170,9 @@ def read_command_pid(pid_read: int, shim_pid: int, timeout_s: float = 30.0) -> i
     could not fork) or has written nothing after `timeout_s` seconds.
     """
     try:
-        ready, _, _ = select.select([pid_read], [], [], timeout_s)
-        written = os.read(pid_read, 32) if ready else b""
+        poller = select.poll()  # not select.select: a Ray worker's descriptors may number past its 1024
+        poller.register(pid_read, select.POLLIN)
+        written = os.read(pid_read, 32) if poller.poll(timeout_s * 1000) else b""  # data, or the shim's exit
     finally:
         os.close(pid_read)
     return int(written) if written.strip().isdigit() else shim_pid
